@@ -1,0 +1,40 @@
+# memnav: two commands do everything on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.memnav-setup-stamp
+DATA   ?= data/houses
+HOUSES ?= 24
+SEED   ?= 0
+
+.PHONY: setup demo test test-fast data bench lint clean
+
+# The stamp is older than requirements/setup files when they change: setup re-runs (idempotent).
+$(STAMP): requirements.txt setup.py setup.cfg package.xml
+	@bash scripts/setup.sh "$(PYTHON)" "$(VENV)"
+	@touch $(STAMP)
+
+setup: $(STAMP) $(DATA)/.complete
+
+$(DATA)/.complete: $(STAMP)
+	$(VENV)/bin/memnav scenes --out $(DATA) --houses $(HOUSES) --seed $(SEED)
+
+data: $(DATA)/.complete
+
+demo: setup
+	$(VENV)/bin/memnav eval --agent oracle --split test --episodes 10 --data $(DATA)
+
+test: setup
+	$(PY) -m pytest -q test
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" test
+
+bench: setup
+	$(VENV)/bin/memnav bench sim --data $(DATA) --json bench_sim.json
+
+lint: setup
+	$(VENV)/bin/ruff check memnav test
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,100 @@
+"""The `memnav` command: one entry point, one subcommand per job.
+
+Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`
+(bench targets: `run(args) -> dict` of results). Modules are imported only when their subcommand runs,
+so `memnav --help` stays fast and a missing optional dependency affects only its own command.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "scenes": ("memnav.sim.dataset", "generate procedural multi-room houses and ImageNav episodes"),
+    "eval": ("memnav.eval.evaluate", "evaluate an agent on ImageNav episodes (success, SPL, SoftSPL)"),
+}
+
+# bench target -> (module, one-line help); each module has add_arguments(parser) and run(args) -> dict
+BENCH_TARGETS: dict[str, tuple[str, str]] = {
+    "sim": ("memnav.eval.bench_sim", "simulator RGB-D steps/s at 128x128, 256x256 and on a >=1M-triangle mesh"),
+    "memory": ("memnav.eval.bench_memory", "long-term memory insert/retrieve latency and patrol growth"),
+    "encoder": ("memnav.eval.bench_encoder", "encoder place-recognition recall@1 vs baselines, latency"),
+}
+
+# train target -> (module, one-line help)
+TRAIN_TARGETS: dict[str, tuple[str, str]] = {
+    "encoder": ("memnav.train.encoder_train", "self-supervised training of the perception encoder"),
+}
+
+
+def _load(module_name: str):
+    return importlib.import_module(module_name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memnav",
+        description="memnav: ROS 2 memory stack for image-goal navigation. "
+                    "Run `memnav COMMAND --help` for the options of each command.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        p.set_defaults(_module=module)
+        _load(module).add_arguments(p)
+
+    for group, targets, help_text in (("bench", BENCH_TARGETS, "benchmarks that print JSON results"),
+                                      ("train", TRAIN_TARGETS, "training jobs (resumable, with curves)")):
+        gp = sub.add_parser(group, help=help_text, description=help_text)
+        gsub = gp.add_subparsers(dest="target", metavar="TARGET")
+        gsub.required = True
+        for tname, (module, thelp) in targets.items():
+            tp = gsub.add_parser(tname, help=thelp, description=thelp,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+            tp.set_defaults(_module=module, _group=group)
+            try:
+                mod = _load(module)
+            except ImportError as err:  # optional piece not installed: keep the rest usable
+                tp.set_defaults(_import_error=str(err))
+                continue
+            mod.add_arguments(tp)
+            if group == "bench" and not any(a.dest == "json" for a in tp._actions):
+                tp.add_argument("--json", type=Path, default=None, metavar="PATH",
+                                help="also write the results to this JSON file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_import_error", None):
+        print(f"memnav: `{args.command} {args.target}` is unavailable: {args._import_error}", file=sys.stderr)
+        return 2
+    module = _load(args._module)
+    try:
+        result = module.run(args)
+    except (ValueError, FileNotFoundError, KeyError, RuntimeError) as err:
+        print(f"memnav {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"memnav {args.command}: interrupted", file=sys.stderr)
+        return 130
+    if getattr(args, "_group", None) == "bench":
+        text = json.dumps(result, indent=2, sort_keys=True)
+        print(text)
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(text + "\n")
+        return 0
+    return int(result or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The one place where Habitat's world frame meets ROS REP-103.
+
+Habitat (episode files, scenes after the stage transform): +Y up, the agent looks along -Z, rotations
+are quaternions [x, y, z, w]. memnav's map frame follows REP-103: x forward, y left, z up.
+The mapping keeps handedness (both are right-handed):
+
+    map.x = -hab.z      map.y = -hab.x      map.z = hab.y
+
+so an agent at Habitat yaw theta (rotation about +Y) has map yaw theta (rotation about +z).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_HAB_TO_MAP = np.array([[0.0, 0.0, -1.0],
+                        [-1.0, 0.0, 0.0],
+                        [0.0, 1.0, 0.0]])
+_MAP_TO_HAB = _HAB_TO_MAP.T
+
+
+def habitat_to_map(points: np.ndarray) -> np.ndarray:
+    """Convert Habitat world points (..., 3) to map-frame points (..., 3)."""
+    return np.asarray(points, dtype=np.float64) @ _HAB_TO_MAP.T
+
+
+def map_to_habitat(points: np.ndarray) -> np.ndarray:
+    """Convert map-frame points (..., 3) to Habitat world points (..., 3)."""
+    return np.asarray(points, dtype=np.float64) @ _MAP_TO_HAB.T
+
+
+def quat_xyzw_from_yaw(yaw_rad: float) -> np.ndarray:
+    """Habitat rotation quaternion [x, y, z, w] for a rotation of yaw_rad about +Y."""
+    return np.array([0.0, math.sin(yaw_rad / 2.0), 0.0, math.cos(yaw_rad / 2.0)])
+
+
+def rotate_by_quat_xyzw(q: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Rotate vector v (3,) by the unit quaternion q = [x, y, z, w]."""
+    q = np.asarray(q, dtype=np.float64)
+    u, w = q[:3], q[3]
+    v = np.asarray(v, dtype=np.float64)
+    return v + 2.0 * np.cross(u, np.cross(u, v) + w * v)
+
+
+def yaw_from_quat_xyzw(q: np.ndarray) -> float:
+    """Heading (rotation about +Y, equal to map yaw) of a Habitat rotation [x, y, z, w].
+
+    Works for any rotation: the agent's forward axis (-Z) is rotated and projected on the floor.
+
+    Raises:
+        ValueError: if q is not a finite, non-zero 4-vector.
+    """
+    q = np.asarray(q, dtype=np.float64).reshape(-1)
+    if q.shape != (4,) or not np.all(np.isfinite(q)) or np.linalg.norm(q) < 1e-9:
+        raise ValueError(f"rotation must be a finite non-zero quaternion [x, y, z, w], got {q.tolist()}")
+    q = q / np.linalg.norm(q)
+    fwd = rotate_by_quat_xyzw(q, np.array([0.0, 0.0, -1.0]))
+    return math.atan2(-fwd[0], -fwd[2])
+
+
+def heading_habitat(yaw_rad: float) -> np.ndarray:
+    """Unit forward vector in Habitat world coordinates for heading yaw_rad."""
+    return np.array([-math.sin(yaw_rad), 0.0, -math.cos(yaw_rad)])
+
+
+def pose2d_from_habitat(position: np.ndarray, yaw_rad: float) -> tuple[float, float, float]:
+    """(x_m, y_m, yaw_rad) in the map frame for a Habitat position and heading."""
+    p = habitat_to_map(np.asarray(position, dtype=np.float64))
+    return float(p[0]), float(p[1]), float(yaw_rad)
+
+
+def habitat_position_from_map(x_m: float, y_m: float, height_m: float) -> np.ndarray:
+    """Habitat world position for a map-frame point at the given height above map z=0."""
+    return map_to_habitat(np.array([x_m, y_m, height_m]))

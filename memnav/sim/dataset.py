@@ -1,0 +1,169 @@
+"""`memnav scenes`: procedural houses + ImageNav episodes in Habitat's formats.
+
+Layout written under --out DIR:
+    DIR/scenes/house_XXX.glb, .stage_config.json, .semantic.json
+    DIR/episodes/{train,val,test}.json.gz      (split by house: no test house appears in train)
+    DIR/splits.json                            (which house went to which split)
+    DIR/.complete                              (written last; its absence means "regenerate")
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from memnav.core.frames import quat_xyzw_from_yaw
+from memnav.sim.base import SimConfig
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class EpisodeSamplingConfig:
+    """How episodes are drawn in each house.
+
+    Attributes:
+        min_geodesic_m: shortest start-goal geodesic distance, meters.
+        max_geodesic_m: longest start-goal geodesic distance, meters.
+        min_geodesic_to_euclid_ratio: episodes straighter than this are kept only with probability
+            `straight_keep_prob` (as Habitat's PointNav generator does, to avoid trivial episodes).
+        straight_keep_prob: probability of keeping a near-straight episode.
+        max_tries: attempts per episode before giving up on a house, count.
+    """
+
+    min_geodesic_m: float = 1.5
+    max_geodesic_m: float = 15.0
+    min_geodesic_to_euclid_ratio: float = 1.1
+    straight_keep_prob: float = 0.3
+    max_tries: int = 2000
+
+
+def assign_splits(num_houses: int) -> list[str]:
+    """Split label per house index: about 2/3 train, 1/6 val, 1/6 test, test houses last."""
+    if num_houses <= 0:
+        raise ValueError(f"--houses must be positive, got {num_houses}")
+    if num_houses == 1:
+        return ["test"]
+    if num_houses == 2:
+        return ["train", "test"]
+    n_test = max(1, round(num_houses / 6))
+    n_val = max(1, round(num_houses / 6))
+    n_train = num_houses - n_test - n_val
+    return ["train"] * n_train + ["val"] * n_val + ["test"] * n_test
+
+
+def sample_episodes(sim, scene_id: str, count: int, rng: np.random.Generator,
+                    cfg: EpisodeSamplingConfig, id_prefix: str) -> list:
+    """Draw `count` start/goal pairs in the simulator's current scene."""
+    from memnav.sim.episodes import Episode, NavGoal
+
+    episodes = []
+    tries = 0
+    while len(episodes) < count:
+        tries += 1
+        if tries > cfg.max_tries * max(count, 1):
+            raise RuntimeError(f"{scene_id}: could only sample {len(episodes)} of {count} episodes with "
+                               f"geodesic distance in [{cfg.min_geodesic_m}, {cfg.max_geodesic_m}] m")
+        start = sim.grid.sample(rng)
+        goal = sim.grid.sample(rng)
+        euclid = float(np.hypot(goal[0] - start[0], goal[2] - start[2]))
+        if euclid > cfg.max_geodesic_m or euclid < 0.5 * cfg.min_geodesic_m:
+            continue
+        geo = sim.geodesic_distance(start, goal)
+        if not (cfg.min_geodesic_m <= geo <= cfg.max_geodesic_m):
+            continue
+        if geo / max(euclid, 1e-6) < cfg.min_geodesic_to_euclid_ratio and rng.random() > cfg.straight_keep_prob:
+            continue
+        start_yaw = float(rng.uniform(-math.pi, math.pi))
+        goal_yaw = float(rng.uniform(-math.pi, math.pi))
+        episodes.append(Episode(
+            episode_id=f"{id_prefix}{len(episodes)}",
+            scene_id=scene_id,
+            start_position=np.round(start, 5),
+            start_rotation=np.round(quat_xyzw_from_yaw(start_yaw), 7),
+            goals=[NavGoal(position=np.round(goal, 5), radius=None,
+                           rotation=np.round(quat_xyzw_from_yaw(goal_yaw), 7))],
+            geodesic_distance=round(float(geo), 5),
+            info={"geodesic_distance": round(float(geo), 5), "euclidean_distance": round(euclid, 5)},
+        ))
+    return episodes
+
+
+def generate_dataset(out: Path, houses: int, seed: int, per_split: dict[str, int],
+                     sampling: EpisodeSamplingConfig | None = None, progress: bool = True) -> dict:
+    """Write houses and episodes under `out`; returns a summary dict."""
+    from tqdm import tqdm
+
+    from memnav.sim.embedded import EmbeddedSimulator
+    from memnav.sim.episodes import save_episodes
+    from memnav.sim.houses import generate_house, write_house
+
+    sampling = sampling or EpisodeSamplingConfig()
+    scenes_dir = out / "scenes"
+    scenes_dir.mkdir(parents=True, exist_ok=True)
+    marker = out / ".complete"
+    if marker.exists():
+        marker.unlink()
+    labels = assign_splits(houses)
+    by_split: dict[str, list] = {s: [] for s in SPLITS}
+    split_of: dict[str, str] = {}
+    sim = EmbeddedSimulator(config=SimConfig(seed=seed))
+    for i in tqdm(range(houses), desc="houses", unit="house", disable=not progress, file=sys.stderr):
+        name = f"house_{i:03d}"
+        house = generate_house(seed * 100_003 + i, name=name)
+        glb = write_house(house, scenes_dir)
+        sim.load_scene(glb)
+        split = labels[i]
+        rng = np.random.default_rng([seed, i, 7])
+        eps = sample_episodes(sim, f"scenes/{glb.name}", per_split[split], rng, sampling, f"{name}_")
+        by_split[split].extend(eps)
+        split_of[name] = split
+        sim.close()
+    (out / "episodes").mkdir(exist_ok=True)
+    for split in SPLITS:
+        save_episodes(out / "episodes" / f"{split}.json.gz", by_split[split])
+    summary = {"houses": houses, "seed": seed, "splits": split_of,
+               "episodes": {s: len(by_split[s]) for s in SPLITS}}
+    (out / "splits.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    marker.write_text(json.dumps({"houses": houses, "seed": seed}) + "\n")
+    return summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+                        metavar="DIR", help="output folder (scenes/, episodes/)")
+    parser.add_argument("--houses", type=int, default=24, metavar="N", help="number of houses")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
+    parser.add_argument("--train-episodes", type=int, default=100, metavar="N",
+                        help="episodes per train house")
+    parser.add_argument("--val-episodes", type=int, default=50, metavar="N", help="episodes per val house")
+    parser.add_argument("--test-episodes", type=int, default=125, metavar="N",
+                        help="episodes per test house (4 test houses x 125 = 500 with the defaults)")
+    parser.add_argument("--force", action="store_true", help="regenerate even if DIR is complete")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("houses", "train_episodes", "val_episodes", "test_episodes"):
+        if getattr(args, name) < (1 if name == "houses" else 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    marker = args.out / ".complete"
+    if marker.exists() and not args.force:
+        try:
+            done = json.loads(marker.read_text())
+        except json.JSONDecodeError:
+            done = {}
+        if done == {"houses": args.houses, "seed": args.seed}:
+            print(f"{args.out}: already holds {args.houses} houses for seed {args.seed} (use --force to redo)")
+            return 0
+    per_split = {"train": args.train_episodes, "val": args.val_episodes, "test": args.test_episodes}
+    summary = generate_dataset(args.out, args.houses, args.seed, per_split, progress=not args.no_progress)
+    print(f"wrote {args.houses} houses to {args.out / 'scenes'}; episodes: "
+          + ", ".join(f"{s}={n}" for s, n in summary["episodes"].items()))
+    return 0

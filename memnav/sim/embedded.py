@@ -1,0 +1,249 @@
+"""The embedded simulator: any triangle-mesh scene, ray cast on the CPU, Habitat ImageNav actions.
+
+No GPU, no habitat-sim: open3d's Embree ray caster renders RGB-D(-semantic) views, a navigable grid
+computed from the mesh gives collisions (the agent is a cylinder that slides along obstacles),
+geodesic distances and shortest paths.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memnav.core.frames import heading_habitat, pose2d_from_habitat, quat_xyzw_from_yaw
+from memnav.core.types import Action, Observation, Pose2D, wrap_angle
+from memnav.sim.base import AgentState, SimConfig
+from memnav.sim.mesh import SceneMesh, load_scene_mesh
+from memnav.sim.navmesh import NavGrid, NavGridConfig
+from memnav.sim.render import Camera, RayCaster
+
+if TYPE_CHECKING:
+    from memnav.sim.episodes import Episode
+
+START_SNAP_M = 0.2  # a start within this distance of the navigable area is moved onto it
+SUBSTEP_M = 0.02    # collision checks along a motion every this many meters
+
+
+class StartNotNavigableError(ValueError):
+    """An episode's start position is off the navigable area."""
+
+
+class _LoadedScene:
+    """Everything built once per scene file: mesh, ray caster, navigable grid."""
+
+    def __init__(self, path: Path, config: SimConfig, floor_height_m: float | None) -> None:
+        self.path = path
+        self.mesh: SceneMesh = load_scene_mesh(path)
+        self.caster = RayCaster(self.mesh)
+        self.grid = NavGrid(self.mesh, self.caster, NavGridConfig(
+            cell_m=config.navmesh_cell_m, agent_radius_m=config.agent_radius_m,
+            agent_height_m=config.agent_height_m, max_climb_m=config.max_climb_m,
+            floor_height_m=floor_height_m))
+
+
+class EmbeddedSimulator:
+    """CPU simulator implementing memnav.sim.base.Simulator on a mesh scene."""
+
+    def __init__(self, scene_path: Path | str | None = None, config: SimConfig | None = None) -> None:
+        self.config = config or SimConfig()
+        self._rng = np.random.default_rng(self.config.seed)
+        self._camera = Camera(self.config.width_px, self.config.height_px, self.config.hfov_deg)
+        self._scenes: dict[Path, _LoadedScene] = {}
+        self._scene: _LoadedScene | None = None
+        self._position = np.zeros(3)
+        self._yaw = 0.0
+        self._odom = Pose2D(0.0, 0.0, 0.0)
+        self._steps = 0
+        self._collided = False
+        self._goal_obs: Observation | None = None
+        if scene_path is not None:
+            self.load_scene(scene_path)
+
+    # --- scene --------------------------------------------------------------------------------
+    def load_scene(self, scene_path: Path | str) -> None:
+        """Load (or reuse) a scene and place the agent at a random navigable point."""
+        path = Path(scene_path).resolve()
+        if path not in self._scenes:
+            self._scenes[path] = _LoadedScene(path, self.config, None)
+        self._scene = self._scenes[path]
+        self._position = self.sample_navigable_point()
+        self._yaw = 0.0
+
+    @property
+    def scene(self) -> _LoadedScene:
+        if self._scene is None:
+            raise RuntimeError("no scene loaded: call load_scene(path) or reset(episode) first")
+        return self._scene
+
+    @property
+    def grid(self) -> NavGrid:
+        return self.scene.grid
+
+    # --- episode ------------------------------------------------------------------------------
+    def reset(self, episode: Episode) -> Observation:
+        from memnav.sim.episodes import require_scene
+
+        path = require_scene(episode).resolve()
+        if self._scene is None or self._scene.path != path:
+            if path not in self._scenes:
+                self._scenes[path] = _LoadedScene(path, self.config, None)
+            self._scene = self._scenes[path]
+        start = np.asarray(episode.start_position, dtype=np.float64)
+        if not self.grid.is_navigable(start):
+            cell = self.grid.snap(start, START_SNAP_M)
+            if cell is None:
+                raise StartNotNavigableError(
+                    f"episode {episode.episode_id} ({episode.scene_id}): start_position {start.tolist()} "
+                    f"is not on the navigable area (nothing navigable within {START_SNAP_M} m)")
+            start = self.grid.cell_center(*cell)
+        self._position = start.copy()
+        self._position[1] = self.grid.height_at(start)
+        from memnav.core.frames import yaw_from_quat_xyzw
+
+        self._yaw = yaw_from_quat_xyzw(episode.start_rotation)
+        self._steps = 0
+        self._collided = False
+        self._odom = self._gt_pose()
+        goal = np.asarray(episode.goal.position, dtype=np.float64)
+        self._goal_obs = self.render_at(goal, episode.goal_yaw_rad())
+        return self._observe()
+
+    def step(self, action: Action | int | str) -> Observation:
+        act = Action.parse(action)
+        self._steps += 1
+        self._collided = False
+        if act == Action.MOVE_FORWARD:
+            self._translate(self.config.forward_step_m)
+        elif act == Action.TURN_LEFT:
+            self._rotate(self.config.turn_angle_rad)
+        elif act == Action.TURN_RIGHT:
+            self._rotate(-self.config.turn_angle_rad)
+        return self._observe()
+
+    def step_velocity(self, v_mps: float, w_radps: float, dt_s: float) -> Observation:
+        for name, value in (("v_mps", v_mps), ("w_radps", w_radps), ("dt_s", dt_s)):
+            if not math.isfinite(value):
+                raise ValueError(f"step_velocity: {name} must be finite, got {value}")
+        if dt_s <= 0:
+            raise ValueError(f"step_velocity: dt_s must be > 0, got {dt_s}")
+        self._steps += 1
+        self._collided = False
+        n = max(1, int(math.ceil(abs(v_mps) * dt_s / SUBSTEP_M)), int(math.ceil(abs(w_radps) * dt_s / 0.05)))
+        for _ in range(n):
+            self._rotate(w_radps * dt_s / n)
+            self._translate(v_mps * dt_s / n)
+        return self._observe()
+
+    # --- queries ------------------------------------------------------------------------------
+    def geodesic_distance(self, a: np.ndarray, b: np.ndarray) -> float:
+        return self.grid.geodesic_distance(a, b)
+
+    def shortest_path(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return self.grid.shortest_path(a, b)
+
+    def sample_navigable_point(self) -> np.ndarray:
+        return self.grid.sample(self._rng)
+
+    def is_navigable(self, point: np.ndarray) -> bool:
+        return self.grid.is_navigable(point)
+
+    def render_at(self, position: np.ndarray, yaw_rad: float) -> Observation:
+        pos = np.asarray(position, dtype=np.float64)
+        frame = self._render(pos, yaw_rad)
+        x, y, yaw = pose2d_from_habitat(pos, yaw_rad)
+        pose = Pose2D(x, y, wrap_angle(yaw))
+        return Observation(rgb=frame.rgb, depth=frame.depth, pose=pose, step=0, gt_pose=pose,
+                           semantic=frame.semantic)
+
+    @property
+    def agent_state(self) -> AgentState:
+        return AgentState(position=self._position.copy(), rotation=quat_xyzw_from_yaw(self._yaw),
+                          yaw_rad=self._yaw)
+
+    @property
+    def goal_observation(self) -> Observation | None:
+        return self._goal_obs
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    def set_agent_pose(self, position: np.ndarray, yaw_rad: float) -> None:
+        """Teleport the agent (used by data generation); odometry restarts at the new pose."""
+        pos = np.asarray(position, dtype=np.float64)
+        if not self.grid.is_navigable(pos):
+            raise ValueError(f"set_agent_pose: position {pos.tolist()} is not navigable")
+        self._position = pos.copy()
+        self._yaw = float(yaw_rad)
+        self._odom = self._gt_pose()
+
+    def close(self) -> None:
+        self._scenes.clear()
+        self._scene = None
+
+    # --- internals ----------------------------------------------------------------------------
+    def _render(self, position: np.ndarray, yaw_rad: float):
+        eye = position + np.array([0.0, self.config.sensor_height_m, 0.0])
+        return self.scene.caster.render(eye[None], np.array([yaw_rad]), self._camera,
+                                        max_depth_m=self.config.max_depth_m,
+                                        semantic=self.scene.mesh.has_semantics)[0]
+
+    def _gt_pose(self) -> Pose2D:
+        x, y, yaw = pose2d_from_habitat(self._position, self._yaw)
+        return Pose2D(x, y, wrap_angle(yaw))
+
+    def _observe(self) -> Observation:
+        frame = self._render(self._position, self._yaw)
+        return Observation(rgb=frame.rgb, depth=frame.depth, pose=self._odom, step=self._steps,
+                           gt_pose=self._gt_pose(), semantic=frame.semantic, collided=self._collided)
+
+    def _rotate(self, angle_rad: float) -> None:
+        self._yaw = wrap_angle(self._yaw + angle_rad)
+        noise = self._rng.normal(0.0, self.config.odom_noise_rot_std * abs(angle_rad)) \
+            if self.config.odom_noise_rot_std > 0 and angle_rad != 0 else 0.0
+        o = self._odom
+        self._odom = Pose2D(o.x_m, o.y_m, wrap_angle(o.yaw_rad + angle_rad + noise))
+
+    def _translate(self, distance_m: float) -> None:
+        """Move along the heading, sliding along obstacles; records a collision when blocked."""
+        if distance_m == 0.0:
+            return
+        grid = self.grid
+        n = max(1, int(math.ceil(abs(distance_m) / SUBSTEP_M)))
+        step = heading_habitat(self._yaw) * (distance_m / n)
+        start = self._position.copy()
+        pos = start.copy()
+        for _ in range(n):
+            cand = pos + step
+            if grid.is_navigable(cand):
+                pos = cand
+                continue
+            self._collided = True
+            # slide: keep the larger axis-aligned component that stays navigable
+            slides = [pos + np.array([step[0], 0.0, 0.0]), pos + np.array([0.0, 0.0, step[2]])]
+            slides.sort(key=lambda p: -float(np.hypot(*(p - pos)[[0, 2]])))
+            for cand in slides:
+                if np.hypot(*(cand - pos)[[0, 2]]) > 1e-6 and grid.is_navigable(cand):
+                    pos = cand
+                    break
+            else:
+                break
+        pos[1] = grid.height_at(pos)
+        self._position = pos
+        moved = pos - start
+        # odometry: true displacement in the body frame, plus noise proportional to the distance
+        c, s = math.cos(self._yaw), math.sin(self._yaw)
+        mx, my, _ = pose2d_from_habitat(moved, 0.0)
+        fwd, left = c * mx + s * my, -s * mx + c * my
+        dist = math.hypot(fwd, left)
+        if self.config.odom_noise_trans_std > 0 and dist > 0:
+            fwd += self._rng.normal(0.0, self.config.odom_noise_trans_std * dist)
+            left += self._rng.normal(0.0, self.config.odom_noise_trans_std * dist)
+        dyaw = self._rng.normal(0.0, self.config.odom_noise_rot_std * dist) \
+            if self.config.odom_noise_rot_std > 0 and dist > 0 else 0.0
+        o = self._odom
+        oc, os_ = math.cos(o.yaw_rad), math.sin(o.yaw_rad)
+        self._odom = Pose2D(o.x_m + oc * fwd - os_ * left, o.y_m + os_ * fwd + oc * left,
+                            wrap_angle(o.yaw_rad + dyaw))

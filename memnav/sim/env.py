@@ -1,0 +1,82 @@
+"""ImageNav episode bookkeeping on top of any Simulator: step limit, path length, metrics."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memnav.core.types import Action, EpisodeStatus, Observation
+from memnav.sim.base import Simulator
+from memnav.sim.metrics import EpisodeResult, is_success, soft_spl, spl
+
+if TYPE_CHECKING:
+    from memnav.sim.episodes import Episode
+
+
+class ImageNavEnv:
+    """Runs one episode at a time: `reset(episode)`, then `step(action)` until `done`."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.episode: Episode | None = None
+        self.done = True
+        self._status = EpisodeStatus.RUNNING
+        self._path_length = 0.0
+        self._steps = 0
+        self._last_position = np.zeros(3)
+        self._geodesic_start = math.nan
+
+    @property
+    def max_steps(self) -> int:
+        return self.sim.config.max_episode_steps
+
+    @property
+    def goal_observation(self) -> Observation | None:
+        return self.sim.goal_observation
+
+    def reset(self, episode: Episode) -> Observation:
+        obs = self.sim.reset(episode)
+        self.episode = episode
+        self.done = False
+        self._status = EpisodeStatus.RUNNING
+        self._path_length = 0.0
+        self._steps = 0
+        self._last_position = self.sim.agent_state.position
+        self._geodesic_start = self.sim.geodesic_distance(self._last_position, episode.goal.position)
+        if not math.isfinite(self._geodesic_start):
+            raise ValueError(f"episode {episode.episode_id} ({episode.scene_id}): the goal "
+                             f"{np.asarray(episode.goal.position).tolist()} is unreachable from the start")
+        return obs
+
+    def step(self, action: Action | int | str) -> Observation:
+        if self.done:
+            raise RuntimeError("episode is over: call reset(episode) first")
+        act = Action.parse(action)
+        obs = self.sim.step(act)
+        self._steps += 1
+        pos = self.sim.agent_state.position
+        self._path_length += float(np.linalg.norm(pos - self._last_position))
+        self._last_position = pos
+        if act == Action.STOP:
+            self.done, self._status = True, EpisodeStatus.STOPPED
+        elif self._steps >= self.max_steps:
+            self.done, self._status = True, EpisodeStatus.STEP_LIMIT
+        return obs
+
+    def distance_to_goal(self) -> float:
+        assert self.episode is not None
+        return self.sim.geodesic_distance(self.sim.agent_state.position, self.episode.goal.position)
+
+    def result(self) -> EpisodeResult:
+        if self.episode is None:
+            raise RuntimeError("no episode has been run")
+        d = self.distance_to_goal()
+        success = is_success(self._status == EpisodeStatus.STOPPED, d, self.sim.config.success_distance_m)
+        g = self._geodesic_start
+        return EpisodeResult(
+            episode_id=str(self.episode.episode_id), scene_id=self.episode.scene_id,
+            success=float(success), spl=spl(success, g, self._path_length),
+            soft_spl=soft_spl(d, g, self._path_length), distance_to_goal_m=d, geodesic_distance_m=g,
+            path_length_m=self._path_length, steps=self._steps,
+            status=self._status)

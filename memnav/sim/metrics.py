@@ -1,0 +1,85 @@
+"""ImageNav metrics exactly as habitat-lab defines them (Success, SPL, SoftSPL, DistanceToGoal)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from memnav.core.types import EpisodeStatus
+
+
+def is_success(called_stop: bool, distance_to_goal_m: float, success_distance_m: float = 1.0) -> bool:
+    """habitat-lab Success: STOP was called while strictly closer than success_distance (geodesic)."""
+    return bool(called_stop and distance_to_goal_m < success_distance_m)
+
+
+def spl(success: bool, geodesic_start_m: float, path_length_m: float) -> float:
+    """Success weighted by (normalized inverse) Path Length: S * l / max(p, l)."""
+    if not success:
+        return 0.0
+    denom = max(path_length_m, geodesic_start_m)
+    return 1.0 if denom <= 0 else float(geodesic_start_m / denom)
+
+
+def soft_spl(distance_to_goal_m: float, geodesic_start_m: float, path_length_m: float) -> float:
+    """habitat-lab SoftSPL: max(0, 1 - d_T / d_0) * d_0 / max(d_0, p)."""
+    if geodesic_start_m <= 0:
+        return 1.0
+    progress = max(0.0, 1.0 - distance_to_goal_m / geodesic_start_m)
+    return float(progress * geodesic_start_m / max(geodesic_start_m, path_length_m))
+
+
+@dataclass
+class EpisodeResult:
+    """Outcome of one episode.
+
+    Attributes:
+        episode_id: id from the episode file.
+        scene_id: scene of the episode.
+        success: 1 if STOP was called within the success distance, else 0.
+        spl: success weighted by path length.
+        soft_spl: progress weighted by path length.
+        distance_to_goal_m: geodesic distance from the final position to the goal, meters.
+        geodesic_distance_m: geodesic distance from start to goal, meters.
+        path_length_m: length of the path the agent actually travelled, meters.
+        steps: actions taken (STOP included).
+        status: how the episode ended.
+    """
+
+    episode_id: str
+    scene_id: str
+    success: float
+    spl: float
+    soft_spl: float
+    distance_to_goal_m: float
+    geodesic_distance_m: float
+    path_length_m: float
+    steps: int
+    status: EpisodeStatus
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d
+
+
+def aggregate(results: Sequence[EpisodeResult]) -> dict:
+    """Mean metrics over episodes (keys used by `memnav eval --json`)."""
+    if not results:
+        return {"episodes": 0, "success": 0.0, "spl": 0.0, "soft_spl": 0.0, "mean_steps": 0.0,
+                "distance_to_goal": math.nan}
+
+    def mean(key: str) -> float:
+        return float(np.mean([getattr(r, key) for r in results]))
+
+    return {
+        "episodes": len(results),
+        "success": mean("success"),
+        "spl": mean("spl"),
+        "soft_spl": mean("soft_spl"),
+        "mean_steps": mean("steps"),
+        "distance_to_goal": mean("distance_to_goal_m"),
+        "path_length": mean("path_length_m"),
+    }

@@ -1,0 +1,31 @@
+"""memnav: ROS 2 memory stack for embodied image-goal navigation (ament_python, also pip-installable)."""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "memnav"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(include=["memnav", "memnav.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.yaml")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+    ],
+    package_data={PACKAGE: ["py.typed"]},
+    install_requires=["numpy", "setuptools"],
+    zip_safe=True,
+    maintainer="memnav developers",
+    maintainer_email="dev@memnav.local",
+    description="Scene-graph long-term memory, working buffer and image-goal navigation for ROS 2",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    entry_points={
+        "console_scripts": [
+            "memnav = memnav.cli:main",
+        ],
+    },
+)

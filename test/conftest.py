@@ -1,0 +1,53 @@
+"""Shared fixtures: tiny scenes written into tmp_path."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def write_two_room_scene(folder: Path, name: str = "two_rooms", with_stage_config: bool = True) -> Path:
+    """An 8 m x 4 m box split by a wall at x = 4 m with a 1 m door at z in [1.5, 2.5] (Y up, meters).
+
+    A 0.6 m cube stands in the first room at x in [1, 1.6], z in [1, 1.6] as object `obj_0001_box`.
+    """
+    import trimesh
+
+    def box(lo, hi):
+        lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+        m = trimesh.creation.box(extents=hi - lo)
+        m.apply_translation((lo + hi) / 2)
+        return m
+
+    t, h = 0.1, 2.5
+    parts = {
+        "floor": box([-t, -t, -t], [8 + t, 0, 4 + t]),
+        "ceiling": box([-t, h, -t], [8 + t, h + t, 4 + t]),
+        "wall_w": box([-t, 0, -t], [0, h, 4 + t]),
+        "wall_e": box([8, 0, -t], [8 + t, h, 4 + t]),
+        "wall_n": box([0, 0, -t], [8, h, 0]),
+        "wall_s": box([0, 0, 4], [8, h, 4 + t]),
+        "wall_mid_a": box([4 - t / 2, 0, 0], [4 + t / 2, h, 1.5]),
+        "wall_mid_b": box([4 - t / 2, 0, 2.5], [4 + t / 2, h, 4]),
+        "lintel": box([4 - t / 2, 2.1, 1.5], [4 + t / 2, h, 2.5]),
+        "obj_0001_box": box([1.0, 0, 1.0], [1.6, 0.6, 1.6]),
+    }
+    rng = np.random.default_rng(0)
+    scene = trimesh.Scene()
+    for pname, mesh in parts.items():
+        mesh.visual.face_colors = np.r_[rng.integers(40, 255, 3), 255]
+        scene.add_geometry(mesh, node_name=pname, geom_name=pname)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.glb"
+    scene.export(path)
+    if with_stage_config:
+        (folder / f"{name}.stage_config.json").write_text(json.dumps(
+            {"render_asset": path.name, "up": [0, 1, 0], "front": [0, 0, -1]}))
+    return path
+
+
+@pytest.fixture
+def two_room_scene(tmp_path: Path) -> Path:
+    return write_two_room_scene(tmp_path / "scenes")
