@@ -85,7 +85,9 @@ class NavGrid:
         self.floor_y, free = self._sample_free(caster)
         from scipy import ndimage
 
-        clearance = ndimage.distance_transform_edt(free) * cfg.cell_m
+        # centre-to-centre distance to the nearest blocked cell; that obstacle may reach half a cell
+        # closer, so the conservative clearance is half a cell less
+        clearance = ndimage.distance_transform_edt(free) * cfg.cell_m - 0.5 * cfg.cell_m
         self.navigable = clearance > cfg.agent_radius_m
         self.labels, self.num_components = ndimage.label(self.navigable, structure=np.ones((3, 3)))
         sizes = np.bincount(self.labels.ravel())

@@ -1,0 +1,108 @@
+"""`memnav bench sim`: embedded simulator RGB-D steps per second.
+
+Three measurements, each the median over `--chunks` chunks of `--steps` actions (forward/turn mix):
+a generated house at 128x128 and 256x256, and a >= 1M-triangle mesh at 128x128 (the generated house
+subdivided and jittered like a scan, written to .ply and loaded through the normal scene loader).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from memnav.core.types import Action
+from memnav.sim.base import SimConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+                        metavar="DIR", help="dataset whose first house is used (generated if absent)")
+    parser.add_argument("--steps", type=int, default=300, help="actions per timing chunk")
+    parser.add_argument("--chunks", type=int, default=5, help="timing chunks; the median is reported")
+    parser.add_argument("--heavy-triangles", type=int, default=1_000_000,
+                        help="minimum triangle count of the heavy mesh")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the action sequence")
+
+
+def _house_scene(data: Path, workdir: Path) -> Path:
+    scenes = sorted((data / "scenes").glob("*.glb")) if (data / "scenes").is_dir() else []
+    if scenes:
+        return scenes[0]
+    from memnav.sim.houses import generate_house, write_house
+
+    return write_house(generate_house(0, name="bench_house"), workdir)
+
+
+def make_heavy_mesh(scene: Path, min_triangles: int, out_dir: Path, seed: int = 0) -> Path:
+    """Subdivide a scene until it has >= min_triangles, jitter vertices by ~5 mm, save as .ply."""
+    import trimesh
+
+    from memnav.sim.mesh import load_scene_mesh
+
+    mesh = load_scene_mesh(scene)
+    vertices, faces = mesh.vertices.astype(np.float64), mesh.faces.astype(np.int64)
+    colors = (np.clip(mesh.face_colors[:, 0, :], 0, 1) * 255).astype(np.uint8)
+    while len(faces) < min_triangles:
+        vertices, faces, colors = _subdivide(vertices, faces, colors)
+    rng = np.random.default_rng(seed)
+    vertices = vertices + rng.normal(0.0, 0.005, vertices.shape) * np.array([1.0, 0.0, 1.0])
+    tm = trimesh.Trimesh(vertices=vertices, faces=faces, face_colors=colors, process=False)
+    out = out_dir / f"heavy_{len(faces)}.ply"
+    tm.export(out)
+    (out_dir / f"{out.stem}.stage_config.json").write_text('{"up": [0, 1, 0], "front": [0, 0, -1]}')
+    return out
+
+
+def _subdivide(vertices: np.ndarray, faces: np.ndarray, colors: np.ndarray):
+    """Split every triangle into 4 at its edge midpoints (no vertex sharing: plain and fast)."""
+    a, b, c = vertices[faces[:, 0]], vertices[faces[:, 1]], vertices[faces[:, 2]]
+    ab, bc, ca = (a + b) / 2, (b + c) / 2, (c + a) / 2
+    tris = np.stack([np.stack([a, ab, ca], 1), np.stack([ab, b, bc], 1),
+                     np.stack([ca, bc, c], 1), np.stack([ab, bc, ca], 1)], 1).reshape(-1, 3, 3)
+    new_vertices = tris.reshape(-1, 3)
+    new_faces = np.arange(len(new_vertices)).reshape(-1, 3)
+    return new_vertices, new_faces, np.repeat(colors, 4, axis=0)
+
+
+def time_steps(scene: Path, config: SimConfig, steps: int, chunks: int, seed: int) -> dict:
+    """Median steps/s over chunks of a random forward/turn action mix, plus the triangle count."""
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    sim = EmbeddedSimulator(scene, config)
+    rng = np.random.default_rng(seed)
+    actions = rng.choice([Action.MOVE_FORWARD, Action.TURN_LEFT, Action.TURN_RIGHT], p=[0.6, 0.2, 0.2],
+                         size=(chunks, steps))
+    sim.step(Action.TURN_LEFT)  # warm-up (compiles the shading kernel)
+    rates = []
+    for chunk in actions:
+        t0 = time.perf_counter()
+        for a in chunk:
+            sim.step(a)
+        rates.append(len(chunk) / (time.perf_counter() - t0))
+    return {"steps_per_s": float(np.median(rates)), "triangles": sim.scene.mesh.num_triangles}
+
+
+def run(args: argparse.Namespace) -> dict:
+    if args.steps <= 0 or args.chunks <= 0:
+        raise ValueError("--steps and --chunks must be positive")
+    from tqdm import tqdm
+
+    with tempfile.TemporaryDirectory(prefix="memnav_bench_sim_") as tmp:
+        work = Path(tmp)
+        house = _house_scene(args.data, work)
+        jobs = [("rgbd_128", house, 128), ("rgbd_256", house, 256), ("heavy_128", None, 128)]
+        out: dict = {"scene": str(house), "cpu_count": os.cpu_count()}
+        for key, scene, size in tqdm(jobs, desc="bench sim", file=sys.stderr):
+            if scene is None:
+                scene = make_heavy_mesh(house, args.heavy_triangles, work, args.seed)
+            cfg = SimConfig(width_px=size, height_px=size)
+            res = time_steps(scene, cfg, args.steps, args.chunks, args.seed)
+            out[f"{key}_steps_per_s"] = round(res["steps_per_s"], 1)
+            out[f"{key}_triangles"] = res["triangles"]
+    out["targets"] = {"rgbd_128_steps_per_s": 1000, "rgbd_256_steps_per_s": 300, "heavy_128_steps_per_s": 300}
+    return out

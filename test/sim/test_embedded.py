@@ -1,0 +1,166 @@
+"""The embedded simulator on a tiny two-room scene written by the fixture (see test/conftest.py)."""
+import math
+
+import numpy as np
+import pytest
+
+from memnav.core.types import Action
+from memnav.sim.base import SimConfig
+from memnav.sim.embedded import EmbeddedSimulator
+from memnav.sim.mesh import SceneLoadError, frame_rotation, load_scene_mesh
+
+
+@pytest.fixture
+def sim(two_room_scene):
+    s = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    yield s
+    s.close()
+
+
+def test_navigable_area_respects_walls_radius_and_door(sim):
+    grid = sim.grid
+    assert grid.floor_height_m == pytest.approx(0.0, abs=1e-6)
+    assert sim.is_navigable(np.array([2.0, 0.0, 3.0]))
+    assert sim.is_navigable(np.array([4.0, 0.0, 2.0]))         # in the door opening
+    assert not sim.is_navigable(np.array([4.0, 0.0, 3.2]))     # inside the middle wall
+    assert not sim.is_navigable(np.array([0.1, 0.0, 2.0]))     # within the radius of the outer wall
+    assert not sim.is_navigable(np.array([1.3, 0.0, 1.3]))     # inside the box
+    assert not sim.is_navigable(np.array([1.3, 0.0, 1.75]))    # within 0.18 m of the box
+    assert sim.is_navigable(np.array([1.3, 0.0, 1.85]))
+    # two 4 x 4 m rooms less a clearance band and the box
+    assert 23.0 < grid.navigable_area_m2 < 27.5
+    assert grid.num_components == 1
+
+
+def test_geodesic_goes_through_the_door(sim):
+    a, b = np.array([1.0, 0.0, 3.0]), np.array([7.0, 0.0, 3.0])
+    # through the door corner at z = 2.5 - 0.18: two straight legs
+    expected = 2 * math.hypot(3.0, 3.0 - (2.5 - 0.18))
+    assert sim.geodesic_distance(a, b) == pytest.approx(expected, rel=0.01)
+    assert sim.geodesic_distance(a, a + [0.5, 0, 0]) == pytest.approx(0.5, abs=0.03)
+    path = sim.shortest_path(a, b)
+    assert np.allclose(path[0], a) and np.allclose(path[-1], b)
+    length = np.sum(np.linalg.norm(np.diff(path[:, [0, 2]], axis=0), axis=1))
+    assert length == pytest.approx(expected, rel=0.02)
+    for p, q in zip(path[:-1], path[1:]):
+        assert sim.grid.line_of_sight(p, q)
+
+
+
+def test_rendering_shapes_depth_and_semantics(sim):
+    sim.set_agent_pose(np.array([3.0, 0.0, 1.3]), math.pi / 2)   # looking along -X toward the box
+    obs = sim.step(Action.STOP)
+    assert obs.rgb.shape == (128, 128, 3) and obs.rgb.dtype == np.uint8
+    assert obs.depth.shape == (128, 128) and obs.depth.dtype == np.float32
+    # the box's near face is at x = 1.6, 1.4 m ahead; the centre pixel row at 1.25 m height is above it
+    # (box is 0.6 m tall) so the centre sees the west wall at x = 0: depth 3.0 m along the axis
+    assert obs.depth[64, 64] == pytest.approx(3.0, abs=0.03)
+    # looking down at the bottom rows, the box occupies the lower middle of the image
+    assert obs.semantic is not None
+    assert (obs.semantic == 1).sum() > 50
+    box_depth = obs.depth[obs.semantic == 1]
+    assert box_depth.min() == pytest.approx(1.4, abs=0.03) and box_depth.max() < 2.05  # near face .. top
+    assert obs.rgb.std() > 5
+
+
+def test_depth_is_z_depth_not_ray_length(sim):
+    sim.set_agent_pose(np.array([2.0, 0.0, 3.0]), math.pi / 2)    # facing the west wall at 2.0 m
+    obs = sim.step(Action.TURN_LEFT)
+    obs = sim.step(Action.TURN_RIGHT)
+    row = obs.depth[64]
+    # a flat wall facing the camera has the same z-depth across the row (sides see the side walls)
+    assert np.allclose(row[45:83], 2.0, atol=0.02)
+
+
+def test_actions_move_and_turn_exactly(sim):
+    sim.set_agent_pose(np.array([2.0, 0.0, 2.0]), 0.0)
+    obs = sim.step(Action.MOVE_FORWARD)
+    assert np.allclose(sim.agent_state.position, [2.0, 0.0, 1.75])
+    assert not obs.collided
+    sim.step(Action.TURN_LEFT)
+    assert sim.agent_state.yaw_rad == pytest.approx(math.radians(30))
+    sim.step(Action.TURN_RIGHT)
+    sim.step(Action.TURN_RIGHT)
+    assert sim.agent_state.yaw_rad == pytest.approx(math.radians(-30))
+    # map-frame pose: habitat -Z forward is map +x
+    assert obs.gt_pose.x_m == pytest.approx(-1.75) and obs.gt_pose.y_m == pytest.approx(-2.0)
+    with pytest.raises(ValueError, match="unknown action"):
+        sim.step("FLY")
+
+
+def test_agent_slides_along_walls_and_never_crosses_them(sim):
+    # facing the middle wall at 45 degrees: it must slide along it, not pass through
+    sim.set_agent_pose(np.array([3.6, 0.0, 3.5]), math.radians(-135))   # heading (+x, +z)
+    start = sim.agent_state.position
+    collided = False
+    for _ in range(10):
+        obs = sim.step(Action.MOVE_FORWARD)
+        collided |= obs.collided
+        assert sim.agent_state.position[0] < 4.0 - 0.05 - 0.17
+    assert collided
+    assert sim.agent_state.position[2] > start[2]   # slid along +z
+
+
+def test_random_walk_stays_navigable_and_never_tunnels(sim):
+    rng = np.random.default_rng(0)
+    prev = sim.agent_state.position
+    for _ in range(400):
+        sim.step(rng.choice([Action.MOVE_FORWARD, Action.MOVE_FORWARD, Action.TURN_LEFT, Action.TURN_RIGHT]))
+        pos = sim.agent_state.position
+        assert sim.is_navigable(pos)
+        # the straight segment between consecutive positions never crosses a surface at knee height
+        d = pos - prev
+        dist = float(np.linalg.norm(d))
+        if dist > 1e-6:
+            origin = prev + [0, 0.5, 0]
+            hit = sim.scene.caster.cast(origin[None].astype(np.float32), (d / dist)[None].astype(np.float32))
+            assert not hit["t_hit"][0] < dist
+        prev = pos
+
+
+def test_velocity_commands_integrate_unicycle(sim):
+    sim.set_agent_pose(np.array([2.0, 0.0, 3.0]), 0.0)
+    sim.step_velocity(0.5, 0.0, 1.0)
+    assert np.allclose(sim.agent_state.position, [2.0, 0.0, 2.5], atol=1e-6)
+    sim.step_velocity(0.0, math.pi / 2, 1.0)
+    assert sim.agent_state.yaw_rad == pytest.approx(math.pi / 2)
+    with pytest.raises(ValueError, match="dt_s"):
+        sim.step_velocity(0.1, 0.0, 0.0)
+    with pytest.raises(ValueError, match="v_mps"):
+        sim.step_velocity(float("nan"), 0.0, 0.1)
+
+
+def test_odometry_noise_drifts_but_ground_truth_does_not(two_room_scene):
+    s = EmbeddedSimulator(two_room_scene, SimConfig(odom_noise_trans_std=0.05, odom_noise_rot_std=0.05, seed=1))
+    s.set_agent_pose(np.array([2.0, 0.0, 3.5]), 0.0)
+    for _ in range(6):
+        obs = s.step(Action.MOVE_FORWARD)
+    assert obs.gt_pose.x_m == pytest.approx(-3.5 + 1.5)
+    err = math.hypot(obs.pose.x_m - obs.gt_pose.x_m, obs.pose.y_m - obs.gt_pose.y_m)
+    assert 0 < err < 0.5
+
+
+def test_scene_loading_errors(tmp_path):
+    with pytest.raises(SceneLoadError, match="not found"):
+        load_scene_mesh(tmp_path / "missing.glb")
+    bad = tmp_path / "corrupt.glb"
+    bad.write_bytes(b"glTF\x02\x00\x00\x00garbage")
+    with pytest.raises(SceneLoadError, match="corrupt.glb"):
+        load_scene_mesh(bad)
+    with pytest.raises(SceneLoadError, match="unsupported"):
+        load_scene_mesh(tmp_path / "x.txt") if (tmp_path / "x.txt").write_text("x") else None
+
+
+def test_default_frame_is_z_up_like_habitat(tmp_path):
+    # a bare file without stage config is Z-up, +Y front: file z becomes world y, file y becomes -z
+    rot = frame_rotation([0, 0, 1], [0, 1, 0])
+    assert np.allclose(rot @ [0, 0, 1], [0, 1, 0])
+    assert np.allclose(rot @ [0, 1, 0], [0, 0, -1])
+    assert np.allclose(rot @ [1, 0, 0], [1, 0, 0])
+    from conftest import write_two_room_scene
+
+    z_up = write_two_room_scene(tmp_path, "bare", with_stage_config=False)
+    mesh = load_scene_mesh(z_up)
+    lo, hi = mesh.bounds
+    # the file's Y (height 2.6 m incl. slabs) is now along -Z
+    assert hi[2] - lo[2] == pytest.approx(2.7, abs=1e-3)
