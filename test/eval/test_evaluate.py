@@ -1,0 +1,71 @@
+"""`memnav scenes` + `memnav eval` end to end on a tiny generated dataset."""
+import gzip
+import json
+
+import pytest
+
+from memnav.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data") / "houses"
+    rc = main(["scenes", "--out", str(out), "--houses", "3", "--seed", "5", "--train-episodes", "4",
+               "--val-episodes", "2", "--test-episodes", "6", "--no-progress"])
+    assert rc == 0
+    return out
+
+
+def test_scenes_layout_and_split_by_house(tiny_dataset):
+    out = tiny_dataset
+    assert (out / ".complete").exists()
+    glbs = sorted((out / "scenes").glob("*.glb"))
+    assert len(glbs) == 3
+    for glb in glbs:
+        stage = json.loads(glb.with_name(glb.stem + ".stage_config.json").read_text())
+        assert stage["up"] == [0, 1, 0] and stage["front"] == [0, 0, -1]
+    scenes_by_split = {}
+    for split in ("train", "val", "test"):
+        with gzip.open(out / "episodes" / f"{split}.json.gz", "rt") as f:
+            data = json.load(f)
+        scenes_by_split[split] = {ep["scene_id"] for ep in data["episodes"]}
+        for ep in data["episodes"]:
+            assert {"episode_id", "scene_id", "start_position", "start_rotation", "goals", "info"} <= set(ep)
+            assert len(ep["start_rotation"]) == 4 and len(ep["goals"][0]["position"]) == 3
+            assert 1.5 <= ep["info"]["geodesic_distance"] <= 15.0
+    assert not scenes_by_split["test"] & scenes_by_split["train"]
+    assert not scenes_by_split["val"] & scenes_by_split["train"]
+
+
+def test_same_seed_same_bytes(tiny_dataset, tmp_path):
+    again = tmp_path / "again"
+    assert main(["scenes", "--out", str(again), "--houses", "3", "--seed", "5", "--train-episodes", "4",
+                 "--val-episodes", "2", "--test-episodes", "6", "--no-progress"]) == 0
+    for rel in ("episodes/test.json.gz", "episodes/train.json.gz", "scenes/house_000.glb"):
+        assert (again / rel).read_bytes() == (tiny_dataset / rel).read_bytes(), rel
+
+
+def test_oracle_is_perfect_and_random_is_not(tiny_dataset, tmp_path, capsys):
+    out_json = tmp_path / "oracle.json"
+    assert main(["eval", "--agent", "oracle", "--split", "test", "--episodes", "6", "--data", str(tiny_dataset),
+                 "--json", str(out_json), "--no-progress"]) == 0
+    res = json.loads(out_json.read_text())
+    assert res["episodes"] == 6
+    assert res["success"] == 1.0
+    assert res["spl"] >= 0.98
+    for key in ("success", "spl", "soft_spl", "episodes", "mean_steps"):
+        assert key in res
+    table = capsys.readouterr().out
+    assert "oracle" in table and "spl" in table
+    rnd = tmp_path / "random.json"
+    assert main(["eval", "--agent", "random", "--split", "test", "--episodes", "6", "--data", str(tiny_dataset),
+                 "--json", str(rnd), "--no-progress"]) == 0
+    assert json.loads(rnd.read_text())["spl"] < 0.5
+
+
+def test_eval_bad_inputs_exit_nonzero(tiny_dataset, tmp_path, capsys):
+    assert main(["eval", "--agent", "oracle", "--split", "nope", "--data", str(tiny_dataset), "--no-progress"]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert main(["eval", "--data", str(tmp_path / "missing"), "--no-progress"]) == 2
+    with pytest.raises(SystemExit):
+        main(["eval", "--agent", "teleporter"])
