@@ -1,0 +1,438 @@
+"""Top-k cosine retrieval over unit embeddings: exact brute force when small, an IVF index when large.
+
+The index stores float32 unit vectors under caller-chosen non-negative integer keys (the scene graph uses
+dense row slots). Vectors live in contiguous blocks ("inverted lists") that grow by doubling, so a query
+is a handful of BLAS matrix-vector products plus one `argpartition`:
+
+* exact mode (size <= `exact_max_size`): one block holds everything; search scans it all. On two cores a
+  20k x 256 float32 scan takes ~1.4 ms, 100k ~7 ms: that memory-bound scan is why the default switch to the
+  approximate index is 20k vectors, well below the ~100k where exact search would still be "fast enough"
+  for a human but not for a 2 ms budget.
+* IVF mode: spherical k-means (trained on a sample) splits the vectors into ~sqrt(N) lists; a query scans
+  the `nprobe` lists whose centroids are most similar. The index retrains itself (amortised) each time it
+  has grown `retrain_growth` times since the last training, and falls back to exact mode when it shrinks
+  below half the threshold.
+
+This module also holds the input checks shared by the memory components (embeddings, poses, stamps), so
+every component rejects bad input with the same `InvalidInputError` naming the offending field.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from enum import Enum
+
+import numpy as np
+
+from memnav.core.types import Pose2D
+
+
+class InvalidInputError(ValueError):
+    """An argument failed validation; `field` names it. The memory component is left unchanged."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+# ---------------------------------------------------------------------------------------------------------
+# input checks shared by the memory components
+
+
+def check_embedding(value: object, dim: int, field: str = "embedding") -> np.ndarray:
+    """Validate one embedding and return it as a float32 unit vector of shape (dim,).
+
+    Raises:
+        InvalidInputError: if it is not a finite, non-zero vector of length `dim`.
+    """
+    try:
+        arr = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as err:
+        raise InvalidInputError(field, f"expected a numeric vector of length {dim}") from err
+    if arr.ndim != 1 or arr.shape[0] != dim:
+        raise InvalidInputError(field, f"expected shape ({dim},), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise InvalidInputError(field, "contains NaN or inf")
+    norm = float(np.linalg.norm(arr))
+    if norm < 1e-12:
+        raise InvalidInputError(field, "has zero norm; cosine similarity is undefined")
+    return arr / np.float32(norm)
+
+
+def check_embeddings(value: object, dim: int, field: str = "embeddings") -> np.ndarray:
+    """Validate an (N, dim) batch of embeddings; return float32 unit rows (a new array).
+
+    Raises:
+        InvalidInputError: naming the first offending row.
+    """
+    arr = np.asarray(value, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[1] != dim:
+        raise InvalidInputError(field, f"expected shape (N, {dim}), got {arr.shape}")
+    finite = np.all(np.isfinite(arr), axis=1)
+    if not np.all(finite):
+        raise InvalidInputError(f"{field}[{int(np.argmin(finite))}]", "contains NaN or inf")
+    norms = np.linalg.norm(arr, axis=1)
+    if np.any(norms < 1e-12):
+        raise InvalidInputError(f"{field}[{int(np.argmax(norms < 1e-12))}]", "has zero norm")
+    return arr / norms[:, None]
+
+
+def check_pose(value: Pose2D | Sequence[float] | np.ndarray, field: str = "pose") -> Pose2D:
+    """Accept a Pose2D or an [x_m, y_m, yaw_rad] sequence; reject non-finite values naming the field.
+
+    Raises:
+        InvalidInputError: if a component is missing or not finite.
+    """
+    if isinstance(value, Pose2D):
+        parts = {"x_m": value.x_m, "y_m": value.y_m, "yaw_rad": value.yaw_rad}
+    else:
+        try:
+            arr = np.asarray(value, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as err:
+            raise InvalidInputError(field, "expected a Pose2D or [x_m, y_m, yaw_rad]") from err
+        if arr.shape != (3,):
+            raise InvalidInputError(field, f"expected a Pose2D or [x_m, y_m, yaw_rad], got shape {arr.shape}")
+        parts = {"x_m": float(arr[0]), "y_m": float(arr[1]), "yaw_rad": float(arr[2])}
+    for name, component in parts.items():
+        if not math.isfinite(component):
+            raise InvalidInputError(f"{field}.{name}", f"must be finite, got {component}")
+    if isinstance(value, Pose2D):
+        return value
+    return Pose2D(parts["x_m"], parts["y_m"], parts["yaw_rad"])
+
+
+def check_stamp(stamp_ns: object, last_stamp_ns: int | None, field: str = "stamp_ns") -> int:
+    """Validate a timestamp: an integer number of nanoseconds, not earlier than `last_stamp_ns`.
+
+    Equal stamps are accepted (two observations taken at the same instant).
+
+    Raises:
+        InvalidInputError: if it is not an integer or goes backwards.
+    """
+    if isinstance(stamp_ns, bool) or not isinstance(stamp_ns, (int, np.integer)):
+        raise InvalidInputError(field, f"expected an integer number of nanoseconds, got {stamp_ns!r}")
+    stamp = int(stamp_ns)
+    if last_stamp_ns is not None and stamp < last_stamp_ns:
+        raise InvalidInputError(field, f"goes backwards: {stamp} < last accepted {last_stamp_ns}")
+    return stamp
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Block:
+    """A growable contiguous run of (key, vector) rows; removal swaps the last row into the hole."""
+
+    __slots__ = ("keys", "n", "vecs")
+
+    def __init__(self, dim: int, capacity: int = 16) -> None:
+        self.vecs = np.empty((max(capacity, 1), dim), dtype=np.float32)
+        self.keys = np.empty(max(capacity, 1), dtype=np.int64)
+        self.n = 0
+
+    def reserve(self, capacity: int) -> None:
+        if capacity <= self.vecs.shape[0]:
+            return
+        vecs = np.empty((capacity, self.vecs.shape[1]), dtype=np.float32)
+        keys = np.empty(capacity, dtype=np.int64)
+        vecs[: self.n] = self.vecs[: self.n]
+        keys[: self.n] = self.keys[: self.n]
+        self.vecs, self.keys = vecs, keys
+
+    def append(self, keys: np.ndarray, vecs: np.ndarray) -> int:
+        """Append rows; return the position of the first one."""
+        start, m = self.n, len(keys)
+        if start + m > self.vecs.shape[0]:
+            self.reserve(max(2 * self.vecs.shape[0], start + m))
+        self.vecs[start : start + m] = vecs
+        self.keys[start : start + m] = keys
+        self.n = start + m
+        return start
+
+    def remove(self, pos: int) -> int:
+        """Remove the row at pos; return the key that moved into pos (-1 if none moved)."""
+        last = self.n - 1
+        moved = -1
+        if pos != last:
+            self.vecs[pos] = self.vecs[last]
+            self.keys[pos] = self.keys[last]
+            moved = int(self.keys[pos])
+        self.n = last
+        return moved
+
+    @property
+    def nbytes(self) -> int:
+        return self.vecs.nbytes + self.keys.nbytes
+
+
+class IndexMode(Enum):
+    """The search regime an index is in."""
+
+    EXACT = "exact"
+    IVF = "ivf"
+
+
+class EmbeddingIndex:
+    """Cosine top-k over float32 unit vectors keyed by non-negative ints (exact, then IVF when large).
+
+    Not thread-safe; the owner serialises calls.
+
+    Args:
+        dim: embedding dimension.
+        exact_max_size: brute-force search up to this many vectors; an IVF index beyond.
+        nprobe: IVF lists scanned per query (more: higher recall, slower).
+        retrain_growth: retrain the IVF centroids each time the size has grown by this factor.
+        kmeans_iters: Lloyd iterations when training IVF centroids.
+        train_points_per_list: training sample size per IVF list.
+        seed: seed of the k-means sampling (training is deterministic for a given insertion order).
+    """
+
+    def __init__(self, dim: int, *, exact_max_size: int = 20_000, nprobe: int = 16,
+                 retrain_growth: float = 4.0, kmeans_iters: int = 10, train_points_per_list: int = 64,
+                 seed: int = 0) -> None:
+        if dim <= 0:
+            raise ValueError(f"dim must be positive, got {dim}")
+        if exact_max_size < 1 or nprobe < 1 or retrain_growth <= 1.0 or kmeans_iters < 1:
+            raise ValueError("exact_max_size and nprobe must be >= 1, retrain_growth > 1, kmeans_iters >= 1")
+        self.dim = dim
+        self.exact_max_size = exact_max_size
+        self.nprobe = nprobe
+        self.retrain_growth = retrain_growth
+        self.kmeans_iters = kmeans_iters
+        self.train_points_per_list = train_points_per_list
+        self._rng = np.random.default_rng(seed)
+        self._blocks: list[_Block] = [_Block(dim)]
+        self._centroids: np.ndarray | None = None   # (nlist, dim) float32 unit rows in IVF mode
+        self._trained_size = 0
+        self._key_block = np.full(0, -1, dtype=np.int32)   # key -> block number (-1: absent)
+        self._key_pos = np.zeros(0, dtype=np.int64)        # key -> row within its block
+        self._size = 0
+
+    # -- bookkeeping ------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __contains__(self, key: int) -> bool:
+        return 0 <= key < len(self._key_block) and self._key_block[key] >= 0
+
+    @property
+    def mode(self) -> IndexMode:
+        """`IndexMode.EXACT` or `IndexMode.IVF`."""
+        return IndexMode.EXACT if self._centroids is None else IndexMode.IVF
+
+    @property
+    def num_lists(self) -> int:
+        return len(self._blocks)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by vectors, keys, key maps and centroids (allocated capacity, not just used rows)."""
+        total = sum(b.nbytes for b in self._blocks) + self._key_block.nbytes + self._key_pos.nbytes
+        return total + (0 if self._centroids is None else self._centroids.nbytes)
+
+    def _ensure_keys(self, max_key: int) -> None:
+        if max_key < len(self._key_block):
+            return
+        cap = max(2 * len(self._key_block), max_key + 1, 64)
+        kb = np.full(cap, -1, dtype=np.int32)
+        kp = np.zeros(cap, dtype=np.int64)
+        kb[: len(self._key_block)] = self._key_block
+        kp[: len(self._key_pos)] = self._key_pos
+        self._key_block, self._key_pos = kb, kp
+
+    def _assign(self, vecs: np.ndarray, chunk: int = 16_384) -> np.ndarray:
+        """Nearest IVF list of each row (all zeros in exact mode)."""
+        if self._centroids is None:
+            return np.zeros(len(vecs), dtype=np.int64)
+        out = np.empty(len(vecs), dtype=np.int64)
+        for s in range(0, len(vecs), chunk):
+            out[s : s + chunk] = np.argmax(vecs[s : s + chunk] @ self._centroids.T, axis=1)
+        return out
+
+    # -- mutation ---------------------------------------------------------------------------------------
+
+    def add(self, key: int, vec: np.ndarray) -> None:
+        """Add one unit vector under a new key (the caller has validated and normalised it).
+
+        Raises:
+            KeyError: if the key is already present.
+        """
+        self.add_batch(np.array([key], dtype=np.int64), np.asarray(vec, dtype=np.float32)[None, :])
+
+    def add_batch(self, keys: np.ndarray, vecs: np.ndarray) -> None:
+        """Add many unit vectors at once (vectorised; used to load or bulk-build).
+
+        Raises:
+            KeyError: if any key is negative, duplicated or already present.
+        """
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        vecs = np.asarray(vecs, dtype=np.float32)
+        if len(keys) == 0:
+            return
+        if vecs.shape != (len(keys), self.dim):
+            raise ValueError(f"vecs must have shape ({len(keys)}, {self.dim}), got {vecs.shape}")
+        if keys.min() < 0:
+            raise KeyError(f"index keys must be >= 0, got {int(keys.min())}")
+        self._ensure_keys(int(keys.max()))
+        if np.any(self._key_block[keys] >= 0) or len(np.unique(keys)) != len(keys):
+            raise KeyError("index keys must be new and unique")
+        lists = self._assign(vecs)
+        if len(keys) == 1:
+            self._append(int(lists[0]), keys, vecs)
+        else:
+            order = np.argsort(lists, kind="stable")
+            bounds = np.flatnonzero(np.diff(lists[order])) + 1
+            for group in np.split(order, bounds):
+                self._append(int(lists[group[0]]), keys[group], vecs[group])
+        self._size += len(keys)
+        self._maybe_retrain()
+
+    def _append(self, block_no: int, keys: np.ndarray, vecs: np.ndarray) -> None:
+        start = self._blocks[block_no].append(keys, vecs)
+        self._key_block[keys] = block_no
+        self._key_pos[keys] = np.arange(start, start + len(keys))
+
+    def remove(self, key: int) -> None:
+        """Remove a key.
+
+        Raises:
+            KeyError: if the key is absent.
+        """
+        if key not in self:
+            raise KeyError(f"index key {key} is absent")
+        block_no, pos = int(self._key_block[key]), int(self._key_pos[key])
+        moved = self._blocks[block_no].remove(pos)
+        if moved >= 0:
+            self._key_pos[moved] = pos
+        self._key_block[key] = -1
+        self._size -= 1
+        if self._centroids is not None and self._size < self.exact_max_size // 2:
+            self._rebuild(None)
+
+    def update(self, key: int, vec: np.ndarray) -> None:
+        """Replace the vector stored under an existing key (moves it to its new nearest list)."""
+        if key not in self:
+            raise KeyError(f"index key {key} is absent")
+        vec = np.asarray(vec, dtype=np.float32)
+        block_no = int(self._key_block[key])
+        if int(self._assign(vec[None, :])[0]) == block_no:
+            self._blocks[block_no].vecs[self._key_pos[key]] = vec
+            return
+        self.remove(key)
+        self.add(key, vec)
+
+    def get(self, key: int) -> np.ndarray:
+        """A copy of the vector stored under key."""
+        if key not in self:
+            raise KeyError(f"index key {key} is absent")
+        return self._blocks[int(self._key_block[key])].vecs[self._key_pos[key]].copy()
+
+    def get_many(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
+        """(len(keys), dim) copies of the stored vectors."""
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        out = np.empty((len(keys), self.dim), dtype=np.float32)
+        for i, key in enumerate(keys):
+            out[i] = self._blocks[int(self._key_block[key])].vecs[self._key_pos[key]]
+        return out
+
+    def keys(self) -> np.ndarray:
+        """All keys currently stored (unordered)."""
+        return np.concatenate([b.keys[: b.n] for b in self._blocks]) if self._size else np.zeros(0, np.int64)
+
+    # -- IVF training -----------------------------------------------------------------------------------
+
+    def _maybe_retrain(self) -> None:
+        if self._centroids is None:
+            if self._size > self.exact_max_size:
+                self._rebuild(self._train())
+        elif self._size > self.retrain_growth * self._trained_size:
+            self._rebuild(self._train())
+
+    def _all(self) -> tuple[np.ndarray, np.ndarray]:
+        keys = np.concatenate([b.keys[: b.n] for b in self._blocks])
+        vecs = np.concatenate([b.vecs[: b.n] for b in self._blocks])
+        return keys, vecs
+
+    def _train(self) -> np.ndarray:
+        """Spherical k-means on a sample; returns (nlist, dim) unit centroids."""
+        nlist = int(np.clip(round(math.sqrt(self._size)), 8, 8192))
+        sample_size = min(self._size, nlist * self.train_points_per_list)
+        # sample rows block by block, without materialising all vectors
+        sizes = np.array([b.n for b in self._blocks])
+        flat = np.sort(self._rng.choice(self._size, size=sample_size, replace=False))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        block_of = np.searchsorted(np.cumsum(sizes), flat, side="right")
+        x = np.concatenate([self._blocks[b].vecs[flat[block_of == b] - starts[b]] for b in np.unique(block_of)])
+        centroids = x[self._rng.choice(len(x), size=nlist, replace=False)].copy()
+        for _ in range(self.kmeans_iters):
+            assign = np.argmax(x @ centroids.T, axis=1)
+            order = np.argsort(assign, kind="stable")
+            present, first = np.unique(assign[order], return_index=True)
+            sums = np.add.reduceat(x[order], first, axis=0)
+            norms = np.linalg.norm(sums, axis=1, keepdims=True)
+            centroids[present] = sums / np.maximum(norms, 1e-12)
+            empty = np.setdiff1d(np.arange(nlist), present)
+            if len(empty):  # re-seed empty lists with random sample points
+                centroids[empty] = x[self._rng.choice(len(x), size=len(empty), replace=False)]
+        self._trained_size = self._size
+        return centroids.astype(np.float32)
+
+    def _rebuild(self, centroids: np.ndarray | None) -> None:
+        """Redistribute every vector into the lists of `centroids` (None: one exact block)."""
+        keys, vecs = self._all()
+        self._centroids = centroids
+        lists = self._assign(vecs)
+        nlist = 1 if centroids is None else len(centroids)
+        counts = np.bincount(lists, minlength=nlist)
+        # headroom so the next inserts do not immediately reallocate every list
+        self._blocks = [_Block(self.dim, int(c + max(4, c // 8))) for c in counts]
+        order = np.argsort(lists, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        for b in range(nlist):
+            group = order[bounds[b] : bounds[b + 1]]
+            if len(group):
+                self._append(b, keys[group], vecs[group])
+        if centroids is None:
+            self._trained_size = 0
+
+    # -- search -----------------------------------------------------------------------------------------
+
+    def search(self, query: np.ndarray, k: int, *, exact: bool = False,
+               nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The k stored vectors most similar (cosine) to a unit query.
+
+        Args:
+            query: (dim,) float32 unit vector (validated by the caller).
+            k: number of results; fewer when the index holds fewer vectors.
+            exact: scan every list even in IVF mode (for recall measurements).
+            nprobe: IVF lists to scan for this query (default: the index's `nprobe`).
+
+        Returns:
+            (keys int64 (k',), similarities float32 (k',)), most similar first.
+        """
+        if self._size == 0 or k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        q = np.asarray(query, dtype=np.float32)
+        if self._centroids is None or exact:
+            probe = range(len(self._blocks))
+        else:
+            nprobe = min(self.nprobe if nprobe is None else max(1, nprobe), len(self._centroids))
+            csims = self._centroids @ q
+            probe = np.argpartition(-csims, nprobe - 1)[:nprobe] if nprobe < len(csims) else range(len(csims))
+        sims_parts, key_parts = [], []
+        for b in probe:
+            block = self._blocks[b]
+            if block.n:
+                sims_parts.append(block.vecs[: block.n] @ q)
+                key_parts.append(block.keys[: block.n])
+        if not sims_parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        sims = sims_parts[0] if len(sims_parts) == 1 else np.concatenate(sims_parts)
+        keys = key_parts[0] if len(key_parts) == 1 else np.concatenate(key_parts)
+        if k < len(sims):
+            top = np.argpartition(-sims, k - 1)[:k]
+        else:
+            top = np.arange(len(sims))
+        top = top[np.argsort(-sims[top], kind="stable")]
+        return keys[top].copy(), sims[top].copy()

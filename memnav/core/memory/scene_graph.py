@@ -1,0 +1,1255 @@
+"""Long-term memory: a layered scene graph of places, objects and rooms, persisted to SQLite.
+
+Layers and edges of `SceneGraphMemory.graph` (a `networkx.Graph`; node attribute `layer`, edge attribute
+`kind`, traversability edges also carry `distance_m`):
+
+* place nodes: keyframes along the robot's paths (pose, unit embedding, PNG thumbnail, first/last seen
+  stamp, visit count); place-place TRAVERSABLE edges with the distance travelled between them.
+* object nodes: detections from any source (simulator semantic ids now, a detector later) with class id,
+  optional instance id, 3D position and optional embedding; place-object OBSERVED_FROM edges.
+* room nodes: places grouped by connectivity (Louvain communities of the traversability graph weighted by
+  appearance similarity); PLACE_IN_ROOM / OBJECT_IN_ROOM containment and ROOM_ADJACENT edges.
+
+Frames: poses passed in are odometry poses. The memory keeps an SE(2) correction (memory <- odometry),
+re-estimated at every loop closure, and stores places in the corrected "memory frame". Under drift the
+two frames diverge; a revisit recognised by appearance re-anchors them.
+
+Bounded growth: an observation creates a place only if it is novel in pose (farther than
+`new_place_distance_m` or turned more than `new_place_angle_deg` from every nearby place) or in appearance
+(cosine similarity below `new_place_similarity`) and is not a recognised revisit (loop closure);
+consolidation merges redundant places; a capacity policy forgets the least valuable places beyond
+`max_places`.
+
+Durability: each insert is committed in its own SQLite transaction (automatic consolidation and
+forgetting commit in theirs), so a killed process loses at most the insert in flight (see
+memnav.core.memory.store); a rejected call leaves the memory and the file unchanged. Time is never read
+here: stamps come in.
+Not thread-safe: one caller at a time.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields, replace
+from enum import Enum, IntEnum
+from pathlib import Path
+from typing import Self
+
+import networkx as nx
+import numpy as np
+
+from memnav.core.memory.index import (
+    EmbeddingIndex,
+    IndexMode,
+    InvalidInputError,
+    check_embedding,
+    check_embeddings,
+    check_pose,
+    check_stamp,
+)
+from memnav.core.memory.store import (
+    CorruptStoreError,
+    ObjectRow,
+    SceneGraphStore,
+    decode_png,
+    encode_png,
+)
+from memnav.core.types import Pose2D, wrap_angle
+
+
+class Layer(Enum):
+    """Which layer of the scene graph a node belongs to."""
+
+    PLACE = "place"
+    OBJECT = "object"
+    ROOM = "room"
+
+
+class EdgeKind(IntEnum):
+    """Edge types of the scene graph (the integer is the code stored in the database)."""
+
+    TRAVERSABLE = 1     # place - place, with distance_m
+    OBSERVED_FROM = 2   # place - object
+    PLACE_IN_ROOM = 3   # place - room
+    OBJECT_IN_ROOM = 4  # object - room
+    ROOM_ADJACENT = 5   # room - room
+
+
+class InsertKind(Enum):
+    """What `insert_observation` did with an observation."""
+
+    NEW_PLACE = "new_place"          # novel in pose or appearance: a place node was created
+    UPDATED_PLACE = "updated_place"  # matched a nearby place (pose and appearance): that place was updated
+    LOOP_CLOSURE = "loop_closure"    # recognised an older place by appearance (+ geometry) under drift
+
+
+@dataclass
+class SceneGraphConfig:
+    """Settings of the scene-graph memory.
+
+    Attributes:
+        embedding_dim: length of place/object embeddings.
+        new_place_distance_m: an observation farther than this from every place (memory frame) is a new place, m.
+        new_place_angle_deg: ... or turned more than this from every nearby place, degrees.
+        new_place_similarity: ... or less cosine-similar than this to the matching nearby place.
+        loop_closure_similarity: cosine similarity an older place must reach to be recognised as a revisit.
+        loop_closure_min_age_s: places seen within this many seconds are part of the current traverse and are
+            never loop-closure candidates, s.
+        loop_closure_max_distance_m: geometric gate: a candidate farther than this from the drift-corrected
+            position is rejected (bounds the odometry drift tolerated; inf trusts appearance alone), m.
+        loop_closure_candidates: how many retrieval hits are checked per observation.
+        loop_closure_nprobe: IVF lists scanned by the loop-closure search (top-1 matters, so fewer than retrieval).
+        loop_closure_correction_gain: fraction of the pose residual applied to the odometry correction at a
+            loop closure (1 = snap to the recognised place, smaller = average out place-centre noise).
+        max_edge_distance_m: consecutive places farther apart than this are not linked (a relocalisation jump), m.
+        embedding_average_max_visits: a place's embedding is the mean of at most this many recent visits.
+        merge_distance_m: consolidation merges places closer than this (memory frame) ..., m.
+        merge_similarity: ... whose embeddings are at least this cosine-similar.
+        consolidate_every: run `consolidate()` automatically after this many inserts (0 = only when called).
+        max_places: capacity; beyond it the least valuable places are forgotten (0 = unbounded).
+        forget_batch_fraction: when over capacity, forget down to (1 - this) * max_places at once (amortises
+            the scoring pass).
+        forget_half_life_s: age at which a place's value halves in the forgetting score, s.
+        room_resolution: Louvain resolution of room segmentation (higher: more, smaller rooms).
+        room_segmentation_max_places: `consolidate(full=True)` re-segments all rooms only up to this many places
+            (routine consolidation re-segments just the rooms around changed places).
+        object_association_distance_m: a detection without instance id joins the nearest object of its class
+            within this distance, m.
+        thumbnail_size_px: keyframe thumbnails are downscaled to fit in this many pixels per side, px.
+        index_exact_max_size: exact top-k retrieval up to this many places; an IVF index beyond.
+        index_nprobe: IVF lists scanned per retrieval query.
+        db_path: SQLite file; None keeps the memory in RAM only.
+        db_sync_full: fsync each commit (power-loss safe) instead of WAL synchronous=NORMAL (crash safe).
+        db_check_integrity: run SQLite quick_check when opening an existing file (reads the whole file).
+        seed: seed of the index training and room segmentation.
+    """
+
+    embedding_dim: int = 256
+    new_place_distance_m: float = 1.0
+    new_place_angle_deg: float = 30.0
+    new_place_similarity: float = 0.9
+    loop_closure_similarity: float = 0.85
+    loop_closure_min_age_s: float = 30.0
+    loop_closure_max_distance_m: float = 10.0
+    loop_closure_candidates: int = 5
+    loop_closure_nprobe: int = 8
+    loop_closure_correction_gain: float = 1.0
+    max_edge_distance_m: float = 3.0
+    embedding_average_max_visits: int = 20
+    merge_distance_m: float = 0.75
+    merge_similarity: float = 0.92
+    consolidate_every: int = 200
+    max_places: int = 0
+    forget_batch_fraction: float = 0.01
+    forget_half_life_s: float = 7 * 24 * 3600.0
+    room_resolution: float = 1.0
+    room_segmentation_max_places: int = 20_000
+    object_association_distance_m: float = 0.5
+    thumbnail_size_px: int = 32
+    index_exact_max_size: int = 20_000
+    index_nprobe: int = 16
+    db_path: str | None = None
+    db_sync_full: bool = False
+    db_check_integrity: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        positive = ("embedding_dim", "new_place_distance_m", "new_place_angle_deg", "loop_closure_candidates",
+                    "loop_closure_nprobe", "max_edge_distance_m", "embedding_average_max_visits",
+                    "merge_distance_m", "forget_half_life_s", "room_resolution", "object_association_distance_m",
+                    "thumbnail_size_px", "index_exact_max_size", "index_nprobe", "loop_closure_max_distance_m")
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not value > 0:  # NaN fails too
+                raise ValueError(f"SceneGraphConfig.{name} must be > 0, got {value!r}")
+        for name in ("new_place_similarity", "loop_closure_similarity", "merge_similarity"):
+            value = getattr(self, name)
+            if not -1.0 <= value <= 1.0:
+                raise ValueError(f"SceneGraphConfig.{name} must be a cosine similarity in [-1, 1], got {value!r}")
+        for name in ("loop_closure_min_age_s", "consolidate_every", "max_places", "room_segmentation_max_places"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"SceneGraphConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0.0 < self.loop_closure_correction_gain <= 1.0:
+            raise ValueError("SceneGraphConfig.loop_closure_correction_gain must be in (0, 1], "
+                             f"got {self.loop_closure_correction_gain!r}")
+        if not 0.0 < self.forget_batch_fraction < 1.0:
+            raise ValueError("SceneGraphConfig.forget_batch_fraction must be in (0, 1), "
+                             f"got {self.forget_batch_fraction!r}")
+
+    @classmethod
+    def from_dict(cls, values: dict) -> SceneGraphConfig:
+        """Build from a parameter dict (e.g. a YAML section); unknown keys are an error naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"SceneGraphConfig: unknown keys {unknown}")
+        return cls(**values)
+
+    @property
+    def new_place_angle_rad(self) -> float:
+        return math.radians(self.new_place_angle_deg)
+
+
+@dataclass(frozen=True)
+class ObjectDetection:
+    """One detected object instance in an observation.
+
+    Attributes:
+        class_id: semantic class (simulator semantic category or detector class index).
+        position_m: (x, y, z) in the odometry frame of the observation, meters.
+        instance_id: a stable instance id when the source has one (the simulator's semantic id); None for a
+            detector, in which case the detection is associated to the nearest object of its class.
+        label: human-readable class name.
+        embedding: optional appearance embedding (embedding_dim values).
+    """
+
+    class_id: int
+    position_m: tuple[float, float, float]
+    instance_id: int | None = None
+    label: str = ""
+    embedding: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    """Outcome of `insert_observation`.
+
+    Attributes:
+        kind: new place, updated place, or loop closure.
+        node_id: the place node the observation now belongs to.
+        similarity: cosine similarity to the matched place before its update; for a new place, to the most
+            similar place found (0.0 if none).
+        object_ids: object node ids of the observation's detections, in input order.
+        merged_places: places merged by an automatic consolidation during this call.
+        forgotten_places: places forgotten by the capacity policy during this call.
+    """
+
+    kind: InsertKind
+    node_id: int
+    similarity: float
+    object_ids: tuple[int, ...] = ()
+    merged_places: int = 0
+    forgotten_places: int = 0
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """One retrieval hit: a place node, its cosine similarity to the query, and its memory-frame pose."""
+
+    node_id: int
+    similarity: float
+    pose: Pose2D
+
+
+@dataclass(frozen=True)
+class LoopClosureCandidate:
+    """What a geometric verifier sees: the current observation and one place proposed by appearance.
+
+    Attributes:
+        stamp_ns: observation stamp, ns.
+        odometry_pose: the observation's odometry pose.
+        predicted_pose: that pose mapped into the memory frame by the current drift correction.
+        embedding: the observation's unit embedding.
+        node_id: candidate place node.
+        place_pose: the candidate's stored (memory-frame) pose.
+        similarity: cosine similarity between observation and place embeddings.
+    """
+
+    stamp_ns: int
+    odometry_pose: Pose2D
+    predicted_pose: Pose2D
+    embedding: np.ndarray
+    node_id: int
+    place_pose: Pose2D
+    similarity: float
+
+
+LoopClosureVerifier = Callable[[LoopClosureCandidate], bool]
+
+
+@dataclass(frozen=True)
+class PlaceInfo:
+    """A copy of one place node's data."""
+
+    node_id: int
+    pose: Pose2D
+    first_seen_ns: int
+    last_seen_ns: int
+    visit_count: int
+    room_id: int | None
+    embedding: np.ndarray
+
+
+@dataclass(frozen=True)
+class PathResult:
+    """A shortest path over traversability edges: node ids from start to goal and its length, m."""
+
+    node_ids: tuple[int, ...]
+    length_m: float
+
+
+@dataclass(frozen=True)
+class ConsolidationReport:
+    """What `consolidate()` changed."""
+
+    merged_places: int
+    rooms: int
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Sizes and settings of a memory, for logs and benchmarks."""
+
+    places: int
+    objects: int
+    rooms: int
+    traversable_edges: int
+    observed_from_edges: int
+    graph_nodes: int
+    graph_edges: int
+    index_mode: IndexMode
+    index_lists: int
+    index_bytes: int
+    db_path: str
+    schema_version: int
+    last_stamp_ns: int | None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# internal containers
+
+
+class _PlaceColumns:
+    """Place attributes as slot-indexed column arrays (vectorised scoring; ~70 bytes per place)."""
+
+    def __init__(self) -> None:
+        self.cap = 0
+        self.hi = 0                              # slots [0, hi) have been used
+        self.free: list[int] = []
+        self.slot_of: dict[int, int] = {}        # node id -> slot
+        self.ids = np.zeros(0, np.int64)
+        self.pose = np.zeros((0, 3), np.float64)  # x_m, y_m, yaw_rad (memory frame)
+        self.first_ns = np.zeros(0, np.int64)
+        self.last_ns = np.zeros(0, np.int64)
+        self.visits = np.zeros(0, np.int64)
+        self.room = np.zeros(0, np.int64)         # -1: none
+        self.redundancy = np.zeros(0, np.float32)  # max similarity to a traversability neighbour
+        self.has_thumb = np.zeros(0, bool)
+        self.alive = np.zeros(0, bool)
+
+    def _grow(self, need: int) -> None:
+        if need <= self.cap:
+            return
+        cap = max(need, 2 * self.cap, 64)
+        for name in ("ids", "pose", "first_ns", "last_ns", "visits", "room", "redundancy", "has_thumb", "alive"):
+            old = getattr(self, name)
+            new = np.zeros((cap, *old.shape[1:]), old.dtype)
+            new[: self.cap] = old
+            setattr(self, name, new)
+        self.cap = cap
+
+    def alloc(self, count: int) -> np.ndarray:
+        """Reserve `count` slots (reusing freed ones for single allocations)."""
+        if count == 1 and self.free:
+            return np.array([self.free.pop()], np.int64)
+        self._grow(self.hi + count)
+        slots = np.arange(self.hi, self.hi + count, dtype=np.int64)
+        self.hi += count
+        return slots
+
+    def release(self, slot: int) -> None:
+        del self.slot_of[int(self.ids[slot])]
+        self.alive[slot] = False
+        self.free.append(slot)
+
+    def alive_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.alive[: self.hi])
+
+
+class _SpatialGrid:
+    """Hash grid of place slots by memory-frame position (queries with radius <= cell size)."""
+
+    def __init__(self, cell_m: float) -> None:
+        self.cell_m = cell_m
+        self.cells: dict[int, list[int]] = {}
+
+    def _key(self, ix: int, iy: int) -> int:
+        return (ix << 32) ^ (iy & 0xFFFFFFFF)
+
+    def _cell(self, x: float, y: float) -> tuple[int, int]:
+        return math.floor(x / self.cell_m), math.floor(y / self.cell_m)
+
+    def add(self, slot: int, x: float, y: float) -> None:
+        self.cells.setdefault(self._key(*self._cell(x, y)), []).append(slot)
+
+    def remove(self, slot: int, x: float, y: float) -> None:
+        key = self._key(*self._cell(x, y))
+        members = self.cells[key]
+        members.remove(slot)
+        if not members:
+            del self.cells[key]
+
+    def near(self, x: float, y: float) -> list[int]:
+        """Slots in the 3 x 3 cells around (x, y): a superset of those within one cell size."""
+        ix, iy = self._cell(x, y)
+        out: list[int] = []
+        for dx in (-1, 0, 1):
+            for dy in (-1, 0, 1):
+                members = self.cells.get(self._key(ix + dx, iy + dy))
+                if members:
+                    out.extend(members)
+        return out
+
+
+@dataclass
+class _Decision:
+    kind: InsertKind
+    slot: int              # -1 for a new place
+    similarity: float
+
+
+def _se2_apply(corr: np.ndarray, pose: Pose2D) -> Pose2D:
+    """Map an odometry pose into the memory frame with correction (tx, ty, theta)."""
+    c, s = math.cos(corr[2]), math.sin(corr[2])
+    return Pose2D(c * pose.x_m - s * pose.y_m + corr[0], s * pose.x_m + c * pose.y_m + corr[1],
+                  wrap_angle(pose.yaw_rad + corr[2]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+class SceneGraphMemory:
+    """Layered scene-graph memory with SQLite persistence (see the module docstring).
+
+    Args:
+        config: settings; `config.db_path` selects the database file (None: RAM only). An existing file is
+            loaded, so the memory survives restarts.
+        loop_closure_verifier: optional geometric check called for each appearance-based loop-closure
+            candidate (e.g. depth/feature registration); return False to reject it.
+
+    Raises:
+        CorruptStoreError, SchemaVersionError, MemoryStoreError: the database file cannot be used (it is not
+            modified).
+    """
+
+    def __init__(self, config: SceneGraphConfig | None = None, *,
+                 loop_closure_verifier: LoopClosureVerifier | None = None) -> None:
+        self.config = cfg = config if config is not None else SceneGraphConfig()
+        self._verifier = loop_closure_verifier
+        self._store = SceneGraphStore(cfg.db_path, cfg.embedding_dim, sync_full=cfg.db_sync_full,
+                                      check_integrity=cfg.db_check_integrity)
+        self.graph = nx.Graph()
+        self._places = _PlaceColumns()
+        self._index = EmbeddingIndex(cfg.embedding_dim, exact_max_size=cfg.index_exact_max_size,
+                                     nprobe=cfg.index_nprobe, seed=cfg.seed)
+        self._grid = _SpatialGrid(max(cfg.new_place_distance_m, cfg.merge_distance_m))
+        self._objects: dict[int, ObjectRow] = {}
+        self._object_by_instance: dict[int, int] = {}
+        self._objects_by_class: dict[int, set[int]] = {}
+        self._room_sums: dict[int, list[float]] = {}   # room id -> [sum_x, sum_y, place count]
+        self._room_links: Counter[tuple[int, int]] = Counter()  # cross-room traversability edge counts
+        self._next_id = 0
+        self._last_stamp_ns: int | None = None
+        # tracking state (not persisted: odometry restarts with the process)
+        self._prev_slot = -1
+        self._correction = np.zeros(3)           # memory <- odometry: tx_m, ty_m, theta_rad
+        self._inserts_since_consolidation = 0
+        self._dirty: set[int] = set()
+        try:
+            self._load()
+        except BaseException:
+            self._store.close()
+            raise
+
+    @classmethod
+    def from_config(cls, config: SceneGraphConfig, *,
+                    loop_closure_verifier: LoopClosureVerifier | None = None) -> SceneGraphMemory:
+        return cls(config, loop_closure_verifier=loop_closure_verifier)
+
+    @classmethod
+    def open(cls, path: str | Path, config: SceneGraphConfig | None = None, *,
+             loop_closure_verifier: LoopClosureVerifier | None = None) -> SceneGraphMemory:
+        """Open (or create) the memory stored at `path`, with `config` for every other setting."""
+        cfg = replace(config if config is not None else SceneGraphConfig(), db_path=str(path))
+        return cls(cfg, loop_closure_verifier=loop_closure_verifier)
+
+    def close(self) -> None:
+        """Close the database. Every change is already committed, so there is nothing to save."""
+        self._store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- loading ----------------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        data = self._store.load()
+        self._next_id = data.next_node_id
+        n = len(data.place_ids)
+        pl = self._places
+        if n:
+            slots = pl.alloc(n)
+            pl.ids[slots] = data.place_ids
+            pl.pose[slots] = data.place_poses
+            pl.first_ns[slots] = data.place_first_seen_ns
+            pl.last_ns[slots] = data.place_last_seen_ns
+            pl.visits[slots] = data.place_visits
+            pl.room[slots] = data.place_rooms
+            pl.alive[slots] = True
+            pl.slot_of.update(zip(data.place_ids.tolist(), slots.tolist()))
+            self._index.add_batch(slots, data.place_embeddings)
+            for s, x, y in zip(slots.tolist(), data.place_poses[:, 0].tolist(), data.place_poses[:, 1].tolist()):
+                self._grid.add(s, x, y)
+            self.graph.add_nodes_from(data.place_ids.tolist(), layer=Layer.PLACE)
+            self._last_stamp_ns = int(data.place_last_seen_ns.max())
+        for room_id, x, y in data.rooms:
+            self.graph.add_node(room_id, layer=Layer.ROOM)
+            self._room_sums[room_id] = [0.0, 0.0, 0]
+        unknown_rooms = set(np.unique(pl.room[pl.alive_slots()]).tolist()) - set(self._room_sums) - {-1}
+        if unknown_rooms:
+            raise CorruptStoreError(self._store.path, f"places refer to missing rooms {sorted(unknown_rooms)[:5]}")
+        for slot in np.flatnonzero(pl.alive[: pl.hi] & (pl.room[: pl.hi] >= 0)).tolist():
+            self._room_add_place(slot, int(pl.room[slot]))
+        for obj in data.objects:
+            self._register_object(obj)
+            if self._last_stamp_ns is None or obj.last_seen_ns > self._last_stamp_ns:
+                self._last_stamp_ns = obj.last_seen_ns
+        trav = [(a, b, d) for a, b, kind, d in data.edges if kind == EdgeKind.TRAVERSABLE]
+        observed = [(a, b) for a, b, kind, _ in data.edges if kind == EdgeKind.OBSERVED_FROM]
+        bad = ([(a, b) for a, b, _ in trav if a not in pl.slot_of or b not in pl.slot_of]
+               + [(a, b) for a, b in observed if a not in pl.slot_of or b not in self._objects])
+        if bad or len(trav) + len(observed) != len(data.edges):
+            raise CorruptStoreError(self._store.path, f"edges to missing nodes or of unknown kind, e.g. {bad[:1]}")
+        self.graph.add_edges_from((a, b, {"kind": EdgeKind.TRAVERSABLE, "distance_m": d}) for a, b, d in trav)
+        self.graph.add_edges_from((a, b, {"kind": EdgeKind.OBSERVED_FROM}) for a, b in observed)
+        if trav:
+            ends = np.array([(pl.slot_of[a], pl.slot_of[b]) for a, b, _ in trav], np.int64)
+            self._update_redundancy_bulk(ends)
+            for sa, sb in ends.tolist():
+                self._room_link(sa, sb, +1)
+        if self._next_id <= max(self.graph.nodes, default=-1):
+            self._next_id = max(self.graph.nodes) + 1
+
+    # -- validation -------------------------------------------------------------------------------------
+
+    def _check_thumbnail(self, thumbnail: object) -> bytes | None:
+        if thumbnail is None:
+            return None
+        img = np.asarray(thumbnail)
+        if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3 or img.shape[0] == 0 or img.shape[1] == 0:
+            raise InvalidInputError("thumbnail", f"expected an (H, W, 3) uint8 image, got {img.dtype} {img.shape}")
+        size = self.config.thumbnail_size_px
+        h, w = img.shape[:2]
+        if max(h, w) > size:  # nearest-neighbour downscale keeping the aspect ratio
+            scale = size / max(h, w)
+            rows = ((np.arange(max(1, round(h * scale))) + 0.5) / scale).astype(int).clip(0, h - 1)
+            cols = ((np.arange(max(1, round(w * scale))) + 0.5) / scale).astype(int).clip(0, w - 1)
+            img = img[rows][:, cols]
+        return encode_png(img)
+
+    def _check_detection(self, det: object, field: str) -> ObjectDetection:
+        if not isinstance(det, ObjectDetection):
+            raise InvalidInputError(field, f"expected an ObjectDetection, got {type(det).__name__}")
+        pos = np.asarray(det.position_m, dtype=np.float64).reshape(-1)
+        if pos.shape != (3,) or not np.all(np.isfinite(pos)):
+            raise InvalidInputError(f"{field}.position_m", f"expected 3 finite values, got {det.position_m!r}")
+        if isinstance(det.class_id, bool) or not isinstance(det.class_id, (int, np.integer)):
+            raise InvalidInputError(f"{field}.class_id", f"expected an int, got {det.class_id!r}")
+        emb = None
+        if det.embedding is not None:
+            emb = check_embedding(det.embedding, self.config.embedding_dim, f"{field}.embedding")
+        return replace(det, position_m=tuple(pos.tolist()), embedding=emb, class_id=int(det.class_id))
+
+    # -- insertion --------------------------------------------------------------------------------------
+
+    def insert_observation(self, stamp_ns: int, pose: Pose2D | Sequence[float], embedding: np.ndarray,
+                           thumbnail: np.ndarray | None = None, objects: Iterable[ObjectDetection] = (), *,
+                           verifier: LoopClosureVerifier | None = None) -> InsertResult:
+        """Add one observation: update the matching place, close a loop, or create a place.
+
+        Decision (memory frame = odometry pose mapped through the drift correction):
+        1. UPDATED_PLACE if a place within `new_place_distance_m` and `new_place_angle_deg` has cosine
+           similarity >= `new_place_similarity` (the most similar such place);
+        2. else LOOP_CLOSURE if a retrieval hit with similarity >= `loop_closure_similarity` is older than
+           `loop_closure_min_age_s`, within `loop_closure_max_distance_m`, and accepted by the verifier; the
+           drift correction is then pulled towards that place;
+        3. else NEW_PLACE at the corrected pose.
+        The previous place and this one are linked by a traversability edge; detections become or update
+        object nodes; consolidation and the capacity policy run when due. One database transaction.
+
+        Args:
+            stamp_ns: observation time, ns; must not be earlier than the last accepted stamp.
+            pose: odometry pose (Pose2D or [x_m, y_m, yaw_rad]).
+            embedding: (embedding_dim,) appearance embedding (normalised here).
+            thumbnail: optional (H, W, 3) uint8 keyframe image, downscaled to `thumbnail_size_px`.
+            objects: detections seen in this observation.
+            verifier: geometric loop-closure check for this call (default: the constructor's).
+
+        Returns:
+            What happened, with the place node id.
+
+        Raises:
+            InvalidInputError: a bad stamp, pose, embedding, thumbnail or detection (naming the field); the
+                memory is unchanged.
+            MemoryStoreError: the database write failed (e.g. disk full); the file is rolled back to the last
+                commit, but the in-RAM graph may be ahead of it: reopen the memory.
+        """
+        stamp = check_stamp(stamp_ns, self._last_stamp_ns)
+        odom = check_pose(pose)
+        emb = check_embedding(embedding, self.config.embedding_dim)
+        thumb = self._check_thumbnail(thumbnail)
+        dets = [self._check_detection(d, f"objects[{i}]") for i, d in enumerate(objects)]
+
+        predicted = _se2_apply(self._correction, odom)
+        decision = self._decide(stamp, odom, predicted, emb, verifier or self._verifier)  # read-only
+        with self._store.transaction():
+            node_id, object_ids = self._apply(decision, stamp, predicted, emb, thumb, dets)
+            self._store.set_next_node_id(self._next_id)
+        self._last_stamp_ns = stamp
+        if decision.kind is InsertKind.LOOP_CLOSURE:
+            self._correct_drift(predicted, decision.slot)
+
+        merged = forgotten = 0
+        self._inserts_since_consolidation += 1
+        cfg = self.config
+        if cfg.consolidate_every and self._inserts_since_consolidation >= cfg.consolidate_every:
+            merged = self.consolidate().merged_places
+        if cfg.max_places and len(self._places.slot_of) > cfg.max_places:
+            forgotten = self.enforce_capacity(stamp)
+        final_id = node_id if node_id in self.graph else int(self._places.ids[self._prev_slot])
+        return InsertResult(decision.kind, final_id, decision.similarity, tuple(object_ids), merged, forgotten)
+
+    def _decide(self, stamp: int, odom: Pose2D, predicted: Pose2D, emb: np.ndarray,
+                verifier: LoopClosureVerifier | None) -> _Decision:
+        cfg, pl = self.config, self._places
+        local = np.array(self._grid.near(predicted.x_m, predicted.y_m), np.int64)
+        if len(local):
+            dxy = pl.pose[local, :2] - (predicted.x_m, predicted.y_m)
+            dyaw = np.abs((pl.pose[local, 2] - predicted.yaw_rad + np.pi) % (2 * np.pi) - np.pi)
+            local = local[(np.hypot(dxy[:, 0], dxy[:, 1]) <= cfg.new_place_distance_m)
+                          & (dyaw <= cfg.new_place_angle_rad)]
+        best_sim = 0.0
+        if len(local):
+            sims = self._index.get_many(local) @ emb
+            best = int(np.argmax(sims))
+            if sims[best] >= cfg.new_place_similarity:
+                return _Decision(InsertKind.UPDATED_PLACE, int(local[best]), float(sims[best]))
+            best_sim = float(sims[best])
+        keys, sims = self._index.search(emb, cfg.loop_closure_candidates, nprobe=cfg.loop_closure_nprobe)
+        min_age_ns = int(cfg.loop_closure_min_age_s * 1e9)
+        if len(sims):
+            best_sim = max(best_sim, float(sims[0]))
+        for slot, sim in zip(keys.tolist(), sims.tolist()):
+            if sim < cfg.loop_closure_similarity:
+                break
+            if pl.last_ns[slot] > stamp - min_age_ns:   # part of the current traverse, not a revisit
+                continue
+            px, py, pyaw = pl.pose[slot]
+            if math.hypot(px - predicted.x_m, py - predicted.y_m) > cfg.loop_closure_max_distance_m:
+                continue
+            if verifier is not None and not verifier(LoopClosureCandidate(
+                    stamp, odom, predicted, emb.copy(), int(pl.ids[slot]), Pose2D(px, py, pyaw), sim)):
+                continue
+            return _Decision(InsertKind.LOOP_CLOSURE, slot, sim)
+        return _Decision(InsertKind.NEW_PLACE, -1, best_sim)
+
+    def _apply(self, decision: _Decision, stamp: int, predicted: Pose2D, emb: np.ndarray, thumb: bytes | None,
+               dets: list[ObjectDetection]) -> tuple[int, list[int]]:
+        pl = self._places
+        prev = self._prev_slot
+        if decision.kind is InsertKind.NEW_PLACE:
+            room = int(pl.room[prev]) if prev >= 0 and pl.room[prev] >= 0 else -1
+            slot = self._add_place(predicted, emb, stamp, thumb, room)
+        else:
+            slot = decision.slot
+            self._touch_place(slot, emb, stamp, thumb)
+        if prev >= 0 and prev != slot:
+            # an old place recognised by a loop closure was stored under a different drift than the previous
+            # place: measure from where odometry says the robot is, not from the old place's stored pose
+            to = (predicted.x_m, predicted.y_m) if decision.kind is InsertKind.LOOP_CLOSURE else pl.pose[slot, :2]
+            d = math.hypot(pl.pose[prev, 0] - to[0], pl.pose[prev, 1] - to[1])
+            if d <= self.config.max_edge_distance_m:
+                self._link_places(prev, slot, max(d, 1e-3))
+        self._prev_slot = slot
+        self._dirty.add(slot)
+        node_id = int(pl.ids[slot])
+        object_ids = [self._observe_object(det, slot, stamp) for det in dets]
+        return node_id, object_ids
+
+    def _correct_drift(self, predicted: Pose2D, slot: int) -> None:
+        """Pull the memory <- odometry correction towards the recognised place (gain-weighted)."""
+        g = self.config.loop_closure_correction_gain
+        px, py, pyaw = self._places.pose[slot]
+        dtheta = g * wrap_angle(pyaw - predicted.yaw_rad)
+        c, s = math.cos(dtheta), math.sin(dtheta)
+        tx, ty = self._correction[0] - predicted.x_m, self._correction[1] - predicted.y_m
+        self._correction = np.array([c * tx - s * ty + predicted.x_m + g * (px - predicted.x_m),
+                                     s * tx + c * ty + predicted.y_m + g * (py - predicted.y_m),
+                                     wrap_angle(self._correction[2] + dtheta)])
+
+    def _add_place(self, pose: Pose2D, emb: np.ndarray, stamp: int, thumb: bytes | None, room: int) -> int:
+        pl = self._places
+        node_id = self._next_id
+        self._next_id += 1
+        slot = int(pl.alloc(1)[0])
+        pl.ids[slot] = node_id
+        pl.pose[slot] = (pose.x_m, pose.y_m, pose.yaw_rad)
+        pl.first_ns[slot] = pl.last_ns[slot] = stamp
+        pl.visits[slot] = 1
+        pl.room[slot] = -1
+        pl.redundancy[slot] = 0.0
+        pl.has_thumb[slot] = thumb is not None
+        pl.alive[slot] = True
+        pl.slot_of[node_id] = slot
+        self._index.add(slot, emb)
+        self._grid.add(slot, pose.x_m, pose.y_m)
+        self.graph.add_node(node_id, layer=Layer.PLACE)
+        if room < 0:
+            room = self._new_room()
+        pl.room[slot] = room
+        self._room_add_place(slot, room)
+        sums = self._room_sums[room]
+        self._store.upsert_room(room, sums[0] / sums[2], sums[1] / sums[2])
+        self._store.insert_place(node_id, (pose.x_m, pose.y_m, pose.yaw_rad), stamp, 1, room, emb, thumb)
+        return slot
+
+    def _touch_place(self, slot: int, emb: np.ndarray, stamp: int, thumb: bytes | None) -> None:
+        """Record a visit: count, last-seen stamp, running-mean embedding, first thumbnail kept."""
+        pl = self._places
+        weight = min(int(pl.visits[slot]), self.config.embedding_average_max_visits)
+        mean = self._index.get(slot) * weight + emb
+        mean /= np.linalg.norm(mean)
+        self._index.update(slot, mean)
+        pl.visits[slot] += 1
+        pl.last_ns[slot] = stamp
+        new_thumb = thumb if (thumb is not None and not pl.has_thumb[slot]) else None
+        pl.has_thumb[slot] |= new_thumb is not None
+        self._store.update_place(int(pl.ids[slot]), first_seen_ns=int(pl.first_ns[slot]), last_seen_ns=stamp,
+                                 visits=int(pl.visits[slot]), embedding=mean, thumbnail=new_thumb)
+
+    def _link_places(self, sa: int, sb: int, distance_m: float) -> None:
+        pl = self._places
+        a, b = int(pl.ids[sa]), int(pl.ids[sb])
+        data = self.graph.get_edge_data(a, b)
+        if data is not None:
+            if data["kind"] is EdgeKind.TRAVERSABLE and data["distance_m"] <= distance_m:
+                return
+            data["distance_m"] = distance_m
+        else:
+            self.graph.add_edge(a, b, kind=EdgeKind.TRAVERSABLE, distance_m=distance_m)
+            self._room_link(sa, sb, +1)
+            sim = float(self._index.get(sa) @ self._index.get(sb))
+            pl.redundancy[sa] = max(pl.redundancy[sa], sim)
+            pl.redundancy[sb] = max(pl.redundancy[sb], sim)
+        self._store.upsert_edge(min(a, b), max(a, b), EdgeKind.TRAVERSABLE, distance_m)
+
+    # -- objects ----------------------------------------------------------------------------------------
+
+    def _register_object(self, obj: ObjectRow) -> None:
+        self._objects[obj.id] = obj
+        if obj.instance_id is not None:
+            self._object_by_instance[obj.instance_id] = obj.id
+        self._objects_by_class.setdefault(obj.class_id, set()).add(obj.id)
+        self.graph.add_node(obj.id, layer=Layer.OBJECT)
+        if obj.room_id is not None and obj.room_id in self.graph:
+            self.graph.add_edge(obj.id, obj.room_id, kind=EdgeKind.OBJECT_IN_ROOM)
+
+    def _observe_object(self, det: ObjectDetection, place_slot: int, stamp: int) -> int:
+        cfg = self.config
+        c, s = math.cos(self._correction[2]), math.sin(self._correction[2])
+        x, y, z = det.position_m
+        pos = np.array([c * x - s * y + self._correction[0], s * x + c * y + self._correction[1], z])
+        oid = self._object_by_instance.get(det.instance_id) if det.instance_id is not None else None
+        if oid is None and det.instance_id is None:
+            best = cfg.object_association_distance_m
+            for cand in self._objects_by_class.get(det.class_id, ()):
+                d = float(np.linalg.norm(np.asarray(self._objects[cand].position_m) - pos))
+                if d <= best:
+                    oid, best = cand, d
+        place_id = int(self._places.ids[place_slot])
+        room = int(self._places.room[place_slot])
+        if oid is None:
+            oid = self._next_id
+            self._next_id += 1
+            obj = ObjectRow(oid, det.class_id, det.instance_id, det.label, tuple(pos.tolist()), stamp, stamp, 1,
+                            room if room >= 0 else None, det.embedding)
+            self._register_object(obj)
+        else:
+            obj = self._objects[oid]
+            n = obj.observation_count
+            obj.position_m = tuple(((np.asarray(obj.position_m) * n + pos) / (n + 1)).tolist())
+            obj.observation_count = n + 1
+            obj.last_seen_ns = stamp
+            if det.embedding is not None:
+                mean = det.embedding if obj.embedding is None else obj.embedding * min(n, 20) + det.embedding
+                obj.embedding = (mean / np.linalg.norm(mean)).astype(np.float32)
+            if det.label and not obj.label:
+                obj.label = det.label
+        self._store.upsert_object(obj)
+        if not self.graph.has_edge(place_id, oid):
+            self.graph.add_edge(place_id, oid, kind=EdgeKind.OBSERVED_FROM)
+            self._store.upsert_edge(place_id, oid, EdgeKind.OBSERVED_FROM, None)
+        return oid
+
+    # -- rooms ------------------------------------------------------------------------------------------
+
+    def _new_room(self) -> int:
+        room_id = self._next_id
+        self._next_id += 1
+        self.graph.add_node(room_id, layer=Layer.ROOM)
+        self._room_sums[room_id] = [0.0, 0.0, 0]
+        return room_id
+
+    def _room_add_place(self, slot: int, room: int) -> None:
+        sums = self._room_sums[room]
+        sums[0] += self._places.pose[slot, 0]
+        sums[1] += self._places.pose[slot, 1]
+        sums[2] += 1
+        self.graph.add_edge(int(self._places.ids[slot]), room, kind=EdgeKind.PLACE_IN_ROOM)
+
+    def _room_remove_place(self, slot: int, *, delete_empty: bool = True) -> None:
+        room = int(self._places.room[slot])
+        if room < 0:
+            return
+        sums = self._room_sums[room]
+        sums[0] -= self._places.pose[slot, 0]
+        sums[1] -= self._places.pose[slot, 1]
+        sums[2] -= 1
+        self._places.room[slot] = -1
+        place_id = int(self._places.ids[slot])
+        if self.graph.has_edge(place_id, room):
+            self.graph.remove_edge(place_id, room)
+        if sums[2] <= 0:
+            if delete_empty:
+                self._delete_room(room)
+        else:
+            self._store.upsert_room(room, sums[0] / sums[2], sums[1] / sums[2])
+
+    def _delete_room(self, room: int) -> None:
+        """Delete an (empty) room node; its objects lose their room."""
+        del self._room_sums[room]
+        self.graph.remove_node(room)
+        self._store.delete_node(room)
+        for obj in self._objects.values():
+            if obj.room_id == room:
+                obj.room_id = None
+                self._store.upsert_object(obj)
+
+    def _room_link(self, sa: int, sb: int, delta: int) -> None:
+        """Count traversability edges between rooms; a ROOM_ADJACENT edge exists while the count is > 0."""
+        ra, rb = int(self._places.room[sa]), int(self._places.room[sb])
+        if ra < 0 or rb < 0 or ra == rb:
+            return
+        key = (min(ra, rb), max(ra, rb))
+        self._room_links[key] += delta
+        if self._room_links[key] > 0:
+            self.graph.add_edge(*key, kind=EdgeKind.ROOM_ADJACENT)
+        else:
+            del self._room_links[key]
+            if self.graph.has_edge(*key):
+                self.graph.remove_edge(*key)
+
+    def segment_rooms(self, around: Iterable[int] | None = None) -> int:
+        """Regroup places into rooms: Louvain communities of the traversability graph, edges weighted by
+        appearance similarity (rooms look alike inside and change at doorways).
+
+        Args:
+            around: place ids whose neighbourhood to re-segment: their rooms and the rooms adjacent to those
+                (bounded work, used by `consolidate`). None re-segments every place.
+
+        Room ids are kept where a new room overlaps an old one most; emptied rooms are deleted; objects move
+        to the room most of their observing places are in. One transaction. Returns the number of rooms.
+        """
+        pl = self._places
+        if around is None:
+            region = set(pl.ids[pl.alive_slots()].tolist())
+        else:
+            seeds = [p for p in around if p in pl.slot_of]
+            rooms = {int(pl.room[pl.slot_of[p]]) for p in seeds} - {-1}
+            rooms |= {n for r in rooms for n, d in self.graph[r].items() if d["kind"] is EdgeKind.ROOM_ADJACENT}
+            region = set(seeds)
+            region.update(n for r in rooms for n, d in self.graph[r].items() if d["kind"] is EdgeKind.PLACE_IN_ROOM)
+        if not region:
+            return len(self._room_sums)
+        sub = nx.Graph()
+        sub.add_nodes_from(region)
+        trav_edges = set()
+        for a in region:
+            for b, data in self.graph[a].items():
+                if data["kind"] is EdgeKind.TRAVERSABLE:
+                    trav_edges.add((min(a, b), max(a, b)))
+                    if b in region:
+                        sim = float(self._index.get(pl.slot_of[a]) @ self._index.get(pl.slot_of[b]))
+                        sub.add_edge(a, b, weight=max(sim, 0.01))
+        communities = nx.community.louvain_communities(sub, weight="weight", resolution=self.config.room_resolution,
+                                                       seed=self.config.seed)
+        old_rooms = {int(pl.room[pl.slot_of[p]]) for p in region} - {-1}
+        used: set[int] = set()
+        assignment: dict[int, int] = {}
+        for members in sorted(communities, key=lambda c: (-len(c), min(c))):
+            votes = Counter(int(pl.room[pl.slot_of[m]]) for m in members)
+            room = next((r for r, _ in votes.most_common() if r in old_rooms and r not in used), None)
+            if room is None:
+                room = self._new_room()
+            used.add(room)
+            for m in members:
+                assignment[m] = room
+        with self._store.transaction():
+            for a, b in trav_edges:
+                self._room_link(pl.slot_of[a], pl.slot_of[b], -1)
+            changed = []
+            for node, room in assignment.items():
+                slot = pl.slot_of[node]
+                if pl.room[slot] != room:
+                    self._room_remove_place(slot, delete_empty=False)
+                    pl.room[slot] = room
+                    self._room_add_place(slot, room)
+                    changed.append((room, node))
+            for room in old_rooms - used:
+                self._delete_room(room)
+            for a, b in trav_edges:
+                self._room_link(pl.slot_of[a], pl.slot_of[b], +1)
+            self._store.set_place_rooms(changed)
+            for room in used:
+                sums = self._room_sums[room]
+                self._store.upsert_room(room, sums[0] / sums[2], sums[1] / sums[2])
+            objects = {n for p in region for n, d in self.graph[p].items() if d["kind"] is EdgeKind.OBSERVED_FROM}
+            for oid in sorted(objects):
+                self._set_object_room(self._objects[oid])
+            self._store.set_next_node_id(self._next_id)
+        return len(self._room_sums)
+
+    def _set_object_room(self, obj: ObjectRow) -> None:
+        """Put an object in the room most of its observing places are in."""
+        rooms = Counter(int(self._places.room[self._places.slot_of[p]]) for p, d in self.graph[obj.id].items()
+                        if d["kind"] is EdgeKind.OBSERVED_FROM)
+        rooms.pop(-1, None)
+        room = rooms.most_common(1)[0][0] if rooms else None
+        if room == obj.room_id:
+            return
+        if obj.room_id is not None and self.graph.has_edge(obj.id, obj.room_id):
+            self.graph.remove_edge(obj.id, obj.room_id)
+        obj.room_id = room
+        if room is not None:
+            self.graph.add_edge(obj.id, room, kind=EdgeKind.OBJECT_IN_ROOM)
+        self._store.upsert_object(obj)
+
+    # -- removal, merging, consolidation, forgetting --------------------------------------------------
+
+    def _traversable_neighbours(self, node_id: int) -> list[tuple[int, float]]:
+        return [(n, d["distance_m"]) for n, d in self.graph[node_id].items() if d["kind"] is EdgeKind.TRAVERSABLE]
+
+    def _remove_place(self, slot: int, *, bypass: bool) -> None:
+        """Delete a place; with `bypass`, link its traversability neighbours pairwise so paths survive."""
+        pl = self._places
+        node_id = int(pl.ids[slot])
+        nbrs = self._traversable_neighbours(node_id)
+        for n, _ in nbrs:
+            self._room_link(slot, pl.slot_of[n], -1)
+        self._room_remove_place(slot)
+        self.graph.remove_node(node_id)
+        self._index.remove(slot)
+        self._grid.remove(slot, pl.pose[slot, 0], pl.pose[slot, 1])
+        pl.release(slot)
+        self._store.delete_node(node_id)
+        self._dirty.discard(slot)
+        if self._prev_slot == slot:
+            self._prev_slot = -1
+        if bypass:
+            for i, (u, du) in enumerate(nbrs):
+                for v, dv in nbrs[i + 1 :]:
+                    self._link_places(pl.slot_of[u], pl.slot_of[v], du + dv)
+
+    def _merge(self, keep: int, drop: int) -> None:
+        """Fold place `drop` into place `keep`: visits, stamps, embedding, edges and thumbnail."""
+        pl = self._places
+        keep_id, drop_id = int(pl.ids[keep]), int(pl.ids[drop])
+        wk, wd = (min(int(pl.visits[s]), self.config.embedding_average_max_visits) for s in (keep, drop))
+        mean = self._index.get(keep) * wk + self._index.get(drop) * wd
+        mean /= np.linalg.norm(mean)
+        self._index.update(keep, mean)
+        pl.visits[keep] += pl.visits[drop]
+        pl.first_ns[keep] = min(pl.first_ns[keep], pl.first_ns[drop])
+        pl.last_ns[keep] = max(pl.last_ns[keep], pl.last_ns[drop])
+        self._store.update_place(keep_id, first_seen_ns=int(pl.first_ns[keep]), last_seen_ns=int(pl.last_ns[keep]),
+                                 visits=int(pl.visits[keep]), embedding=mean)
+        if pl.has_thumb[drop] and not pl.has_thumb[keep]:
+            self._store.adopt_thumbnail(keep_id, drop_id)
+            pl.has_thumb[keep] = True
+        trav = self._traversable_neighbours(drop_id)
+        observed = [n for n, d in self.graph[drop_id].items() if d["kind"] is EdgeKind.OBSERVED_FROM]
+        was_prev = self._prev_slot == drop
+        self._remove_place(drop, bypass=False)
+        for n, d in trav:
+            if n != keep_id:
+                self._link_places(keep, pl.slot_of[n], d)
+        for obj in observed:
+            if not self.graph.has_edge(keep_id, obj):
+                self.graph.add_edge(keep_id, obj, kind=EdgeKind.OBSERVED_FROM)
+                self._store.upsert_edge(keep_id, obj, EdgeKind.OBSERVED_FROM, None)
+        if was_prev:
+            self._prev_slot = keep
+        self._dirty.add(keep)
+
+    def consolidate(self, *, full: bool = False) -> ConsolidationReport:
+        """Merge redundant places and re-segment rooms (one transaction).
+
+        Two places are redundant when they are within `merge_distance_m` in the memory frame and their
+        embeddings are at least `merge_similarity` cosine-similar (same spot, same view: e.g. created before
+        a loop closure re-anchored the drift). The place with more visits (then the older) survives.
+
+        Args:
+            full: check every place, not only those touched since the last consolidation.
+        """
+        cfg, pl = self.config, self._places
+        todo = pl.alive_slots().tolist() if full else sorted(self._dirty)
+        merged = 0
+        with self._store.transaction():
+            for slot in todo:
+                while pl.alive[slot]:
+                    near = [s for s in self._grid.near(pl.pose[slot, 0], pl.pose[slot, 1]) if s != slot]
+                    if not near:
+                        break
+                    near_arr = np.array(near, np.int64)
+                    dist = np.hypot(*(pl.pose[near_arr, :2] - pl.pose[slot, :2]).T)
+                    near_arr = near_arr[dist <= cfg.merge_distance_m]
+                    if len(near_arr) == 0:
+                        break
+                    sims = self._index.get_many(near_arr) @ self._index.get(slot)
+                    best = int(np.argmax(sims))
+                    if sims[best] < cfg.merge_similarity:
+                        break
+                    other = int(near_arr[best])
+                    keep, drop = sorted((slot, other), key=lambda s: (-pl.visits[s], pl.first_ns[s], pl.ids[s]))
+                    self._merge(keep, drop)
+                    merged += 1
+        touched = [int(pl.ids[s]) for s in self._dirty if pl.alive[s]]
+        self._dirty.clear()
+        self._inserts_since_consolidation = 0
+        rooms = len(self._room_sums)
+        if full and 0 < len(pl.slot_of) <= cfg.room_segmentation_max_places:
+            rooms = self.segment_rooms()
+        elif touched:
+            rooms = self.segment_rooms(around=touched)
+        return ConsolidationReport(merged, rooms)
+
+    def place_values(self, now_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """Forgetting scores of all places: (node ids, values); lower is forgotten first.
+
+        value = (1 + ln visits) * 0.5 ** (age_s / forget_half_life_s) * (1 - redundancy), where age is the
+        time since the place was last seen and redundancy the highest cosine similarity to a traversability
+        neighbour (clipped to [0, 0.99]): old, rarely visited, redundant places go first.
+        """
+        pl = self._places
+        slots = pl.alive_slots()
+        age_s = np.maximum(now_ns - pl.last_ns[slots], 0) / 1e9
+        value = ((1.0 + np.log(np.maximum(pl.visits[slots], 1))) * 0.5 ** (age_s / self.config.forget_half_life_s)
+                 * (1.0 - np.clip(pl.redundancy[slots], 0.0, 0.99)))
+        return pl.ids[slots].copy(), value
+
+    def enforce_capacity(self, now_ns: int) -> int:
+        """Forget the least valuable places (see `place_values`) while over `max_places`; the place the
+        robot is at is kept. Neighbours of a forgotten place are linked so paths survive. Returns the count."""
+        cfg, pl = self.config, self._places
+        if not cfg.max_places or len(pl.slot_of) <= cfg.max_places:
+            return 0
+        target = int(cfg.max_places * (1.0 - cfg.forget_batch_fraction))
+        ids, value = self.place_values(now_ns)
+        if self._prev_slot >= 0:
+            value[ids == pl.ids[self._prev_slot]] = np.inf
+        count = len(ids) - target
+        victims = ids[np.argpartition(value, count - 1)[:count]]
+        with self._store.transaction():
+            for node_id in victims.tolist():
+                self._remove_place(pl.slot_of[node_id], bypass=True)
+        return count
+
+    # -- bulk -------------------------------------------------------------------------------------------
+
+    def add_places_bulk(self, stamps_ns: np.ndarray, poses: np.ndarray, embeddings: np.ndarray, *,
+                        link_sequential: bool = True) -> np.ndarray:
+        """Insert many places at once without novelty tests (importing a map, building benchmarks).
+
+        Vectorised path: one index batch, one database transaction. With `link_sequential`, consecutive rows
+        closer than `max_edge_distance_m` get traversability edges. Places get no room until the next
+        `segment_rooms()`. Call `consolidate(full=True)` afterwards if rows may be redundant.
+
+        Args:
+            stamps_ns: (N,) non-decreasing int stamps, not earlier than the last accepted stamp.
+            poses: (N, 3) memory-frame [x_m, y_m, yaw_rad].
+            embeddings: (N, embedding_dim).
+
+        Returns:
+            (N,) node ids.
+
+        Raises:
+            InvalidInputError: naming the field (and row) at fault; the memory is unchanged.
+        """
+        stamps = np.asarray(stamps_ns)
+        if stamps.ndim != 1 or not np.issubdtype(stamps.dtype, np.integer):
+            raise InvalidInputError("stamps_ns", f"expected (N,) integers, got {stamps.dtype} {stamps.shape}")
+        n = len(stamps)
+        poses = np.asarray(poses, dtype=np.float64)
+        if poses.shape != (n, 3):
+            raise InvalidInputError("poses", f"expected shape ({n}, 3), got {poses.shape}")
+        if not np.all(np.isfinite(poses)):
+            raise InvalidInputError(f"poses[{int(np.argmin(np.isfinite(poses).all(1)))}]", "contains NaN or inf")
+        embs = check_embeddings(embeddings, self.config.embedding_dim)
+        if len(embs) != n:
+            raise InvalidInputError("embeddings", f"expected {n} rows, got {len(embs)}")
+        if n == 0:
+            return np.zeros(0, np.int64)
+        stamps = stamps.astype(np.int64)
+        if np.any(np.diff(stamps) < 0):
+            raise InvalidInputError(f"stamps_ns[{int(np.argmax(np.diff(stamps) < 0)) + 1}]", "goes backwards")
+        check_stamp(int(stamps[0]), self._last_stamp_ns, "stamps_ns[0]")
+
+        pl = self._places
+        ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        slots = pl.alloc(n)
+        pl.ids[slots] = ids
+        pl.pose[slots] = poses
+        pl.first_ns[slots] = pl.last_ns[slots] = stamps
+        pl.visits[slots] = 1
+        pl.room[slots] = -1
+        pl.redundancy[slots] = 0.0
+        pl.has_thumb[slots] = False
+        pl.alive[slots] = True
+        pl.slot_of.update(zip(ids.tolist(), slots.tolist()))
+        self._index.add_batch(slots, embs)
+        for s, x, y in zip(slots.tolist(), poses[:, 0].tolist(), poses[:, 1].tolist()):
+            self._grid.add(s, x, y)
+        self.graph.add_nodes_from(ids.tolist(), layer=Layer.PLACE)
+        edges = np.zeros((0, 2), np.int64)
+        dist = np.zeros(0)
+        if link_sequential and n > 1:
+            dist = np.hypot(*np.diff(poses[:, :2], axis=0).T)
+            keep = dist <= self.config.max_edge_distance_m
+            edges = np.stack([slots[:-1][keep], slots[1:][keep]], axis=1)
+            dist = np.maximum(dist[keep], 1e-3)
+            self.graph.add_edges_from(
+                (a, b, {"kind": EdgeKind.TRAVERSABLE, "distance_m": d})
+                for a, b, d in zip(ids[:-1][keep].tolist(), ids[1:][keep].tolist(), dist.tolist()))
+            self._update_redundancy_bulk(edges)
+        self._next_id += n
+        self._last_stamp_ns = int(stamps[-1])
+        blobs = embs.astype("<f4")
+        with self._store.transaction():
+            self._store.insert_places(
+                (i, x, y, t, s, s, 1, None, blobs[k].tobytes())
+                for k, (i, x, y, t, s) in enumerate(zip(ids.tolist(), poses[:, 0].tolist(), poses[:, 1].tolist(),
+                                                        poses[:, 2].tolist(), stamps.tolist())))
+            self._store.insert_edges((int(pl.ids[a]), int(pl.ids[b]), int(EdgeKind.TRAVERSABLE), d)
+                                     for (a, b), d in zip(edges.tolist(), dist.tolist()))
+            self._store.set_next_node_id(self._next_id)
+        return ids
+
+    def _update_redundancy_bulk(self, edge_slots: np.ndarray, chunk: int = 65_536) -> None:
+        pl = self._places
+        for s in range(0, len(edge_slots), chunk):
+            e = edge_slots[s : s + chunk]
+            sims = np.einsum("ij,ij->i", self._index.get_many(e[:, 0]), self._index.get_many(e[:, 1]))
+            np.maximum.at(pl.redundancy, e[:, 0], sims.astype(np.float32))
+            np.maximum.at(pl.redundancy, e[:, 1], sims.astype(np.float32))
+
+    # -- queries ----------------------------------------------------------------------------------------
+
+    def retrieve(self, embedding: np.ndarray, k: int = 10, *, exact: bool = False) -> list[Retrieval]:
+        """The k places whose embeddings are most cosine-similar to `embedding`, best first.
+
+        Exact up to `index_exact_max_size` places, IVF-approximate beyond (unless `exact`).
+
+        Raises:
+            InvalidInputError: bad embedding or k < 1.
+        """
+        emb = check_embedding(embedding, self.config.embedding_dim)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InvalidInputError("k", f"expected a positive int, got {k!r}")
+        slots, sims = self._index.search(emb, int(k), exact=exact)
+        pl = self._places
+        return [Retrieval(int(pl.ids[s]), float(sim), Pose2D(*pl.pose[s].tolist()))
+                for s, sim in zip(slots.tolist(), sims.tolist())]
+
+    def shortest_path(self, start_id: int, goal_id: int) -> PathResult | None:
+        """Shortest path between two places over traversability edges (Dijkstra on distance_m).
+
+        Returns:
+            The path, or None if the places are not connected.
+
+        Raises:
+            InvalidInputError: if either id is not a place node.
+        """
+        for field, node in (("start_id", start_id), ("goal_id", goal_id)):
+            if node not in self._places.slot_of:
+                raise InvalidInputError(field, f"{node} is not a place node")
+
+        def weight(u: int, v: int, data: dict) -> float | None:
+            return data["distance_m"] if data["kind"] is EdgeKind.TRAVERSABLE else None
+
+        try:
+            length, path = nx.single_source_dijkstra(self.graph, start_id, goal_id, weight=weight)
+        except nx.NetworkXNoPath:
+            return None
+        return PathResult(tuple(path), float(length))
+
+    def place(self, node_id: int) -> PlaceInfo:
+        """A copy of a place node's data.
+
+        Raises:
+            InvalidInputError: if `node_id` is not a place.
+        """
+        slot = self._places.slot_of.get(node_id)
+        if slot is None:
+            raise InvalidInputError("node_id", f"{node_id} is not a place node")
+        pl = self._places
+        room = int(pl.room[slot])
+        return PlaceInfo(node_id, Pose2D(*pl.pose[slot].tolist()), int(pl.first_ns[slot]), int(pl.last_ns[slot]),
+                         int(pl.visits[slot]), room if room >= 0 else None, self._index.get(slot))
+
+    def place_ids(self) -> np.ndarray:
+        """Ids of all place nodes (ascending)."""
+        return np.sort(self._places.ids[self._places.alive_slots()])
+
+    def thumbnail(self, node_id: int) -> np.ndarray | None:
+        """A place's keyframe thumbnail as (h, w, 3) uint8, or None if it has none."""
+        if node_id not in self._places.slot_of:
+            raise InvalidInputError("node_id", f"{node_id} is not a place node")
+        data = self._store.thumbnail(node_id)
+        return None if data is None else decode_png(data)
+
+    def objects(self, class_id: int | None = None) -> list[ObjectRow]:
+        """Copies of the object nodes (of one class if given), by id."""
+        ids = sorted(self._objects if class_id is None else self._objects_by_class.get(class_id, ()))
+        return [replace(self._objects[i]) for i in ids]
+
+    def rooms(self) -> dict[int, list[int]]:
+        """Room id -> ids of its places."""
+        out: dict[int, list[int]] = {r: [] for r in self._room_sums}
+        pl = self._places
+        for slot in pl.alive_slots().tolist():
+            if pl.room[slot] >= 0:
+                out[int(pl.room[slot])].append(int(pl.ids[slot]))
+        return out
+
+    def to_memory_frame(self, odometry_pose: Pose2D | Sequence[float]) -> Pose2D:
+        """Map an odometry pose into the memory frame with the current drift correction."""
+        return _se2_apply(self._correction, check_pose(odometry_pose, "odometry_pose"))
+
+    @property
+    def drift_correction(self) -> tuple[float, float, float]:
+        """Current memory <- odometry correction (tx_m, ty_m, theta_rad)."""
+        return tuple(self._correction.tolist())  # type: ignore[return-value]
+
+    def stats(self) -> MemoryStats:
+        kinds = Counter(d["kind"] for _, _, d in self.graph.edges(data=True))
+        return MemoryStats(
+            places=len(self._places.slot_of), objects=len(self._objects), rooms=len(self._room_sums),
+            traversable_edges=kinds[EdgeKind.TRAVERSABLE], observed_from_edges=kinds[EdgeKind.OBSERVED_FROM],
+            graph_nodes=self.graph.number_of_nodes(), graph_edges=self.graph.number_of_edges(),
+            index_mode=self._index.mode, index_lists=self._index.num_lists, index_bytes=self._index.nbytes,
+            db_path=self._store.path, schema_version=self._store.schema_version(),
+            last_stamp_ns=self._last_stamp_ns)

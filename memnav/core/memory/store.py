@@ -1,0 +1,436 @@
+"""SQLite persistence for the scene-graph memory (WAL, versioned schema, one transaction per change).
+
+Durability: the database runs in WAL mode with `synchronous=NORMAL`, so a committed transaction is in the
+WAL file as soon as COMMIT returns and survives the process being killed (SIGKILL included); only an OS
+crash or power cut can lose the last commits (`sync_full=True` closes that gap at the cost of an fsync per
+commit). An interrupted transaction is rolled back by SQLite on the next open.
+
+Safety: an existing file is validated read-only before anything is written to it. A file that is not a
+SQLite database, is malformed, is not a memnav memory, or has a newer schema version is refused with
+`CorruptStoreError` / `SchemaVersionError` (both name the file) and is never modified.
+
+The in-RAM graph is the working copy; this module only reads it back at start and mirrors each change.
+Place-room and object-room containment live in `room_id` columns; room adjacency is derived on load.
+"""
+from __future__ import annotations
+
+import sqlite3
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+APPLICATION = "memnav.scene_graph"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_TABLES = ("meta", "places", "objects", "rooms", "edges")
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE places (
+    id INTEGER PRIMARY KEY,
+    x_m REAL NOT NULL, y_m REAL NOT NULL, yaw_rad REAL NOT NULL,
+    first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL,
+    visit_count INTEGER NOT NULL,
+    room_id INTEGER,
+    embedding BLOB NOT NULL,
+    thumbnail BLOB
+);
+CREATE TABLE objects (
+    id INTEGER PRIMARY KEY,
+    class_id INTEGER NOT NULL, instance_id INTEGER, label TEXT NOT NULL,
+    x_m REAL NOT NULL, y_m REAL NOT NULL, z_m REAL NOT NULL,
+    first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL,
+    observation_count INTEGER NOT NULL,
+    room_id INTEGER,
+    embedding BLOB
+);
+CREATE TABLE rooms (id INTEGER PRIMARY KEY, x_m REAL NOT NULL, y_m REAL NOT NULL);
+CREATE TABLE edges (
+    a INTEGER NOT NULL, b INTEGER NOT NULL, kind INTEGER NOT NULL, distance_m REAL,
+    PRIMARY KEY (a, b, kind)
+) WITHOUT ROWID;
+CREATE INDEX edges_by_b ON edges (b);
+"""
+
+
+class MemoryStoreError(RuntimeError):
+    """The memory database cannot be used; `path` names the file."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+class CorruptStoreError(MemoryStoreError):
+    """The file is not a readable memnav memory database (it is left untouched)."""
+
+
+class SchemaVersionError(MemoryStoreError):
+    """The file's schema version is not one this code can read (it is left untouched)."""
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        super().__init__(path, f"memory schema_version {found} is newer than the supported version "
+                               f"{supported}; upgrade memnav to read it (the file was not modified)")
+        self.found = found
+        self.supported = supported
+
+
+@dataclass
+class ObjectRow:
+    """One stored object node."""
+
+    id: int
+    class_id: int
+    instance_id: int | None
+    label: str
+    position_m: tuple[float, float, float]
+    first_seen_ns: int
+    last_seen_ns: int
+    observation_count: int
+    room_id: int | None
+    embedding: np.ndarray | None
+
+
+@dataclass
+class LoadedGraph:
+    """Everything read back from a database at start (places as column arrays, id order)."""
+
+    place_ids: np.ndarray            # (N,) int64
+    place_poses: np.ndarray          # (N, 3) float64: x_m, y_m, yaw_rad
+    place_first_seen_ns: np.ndarray  # (N,) int64
+    place_last_seen_ns: np.ndarray   # (N,) int64
+    place_visits: np.ndarray         # (N,) int64
+    place_rooms: np.ndarray          # (N,) int64, -1 where none
+    place_embeddings: np.ndarray     # (N, D) float32
+    objects: list[ObjectRow]
+    rooms: list[tuple[int, float, float]]  # (id, x_m, y_m)
+    edges: list[tuple[int, int, int, float | None]]  # (a, b, kind, distance_m)
+    next_node_id: int
+
+
+class SceneGraphStore:
+    """A memnav memory database: schema creation, validation on open, and typed writes.
+
+    Use `transaction()` around a group of writes; each committed group is durable (see module docstring).
+    Not thread-safe: the owning memory serialises calls.
+
+    Args:
+        path: database file, created if absent; None keeps the database in RAM (nothing survives close).
+        embedding_dim: embedding length; an existing file must match it.
+        sync_full: fsync on every commit (survives power loss, slower) instead of WAL `synchronous=NORMAL`.
+        check_integrity: run `PRAGMA quick_check` when opening an existing file (reads the whole file).
+
+    Raises:
+        CorruptStoreError: the file is not a memnav memory database, or is malformed.
+        SchemaVersionError: the file was written by a newer schema.
+        MemoryStoreError: the file's embedding dimension differs from `embedding_dim`.
+    """
+
+    def __init__(self, path: str | Path | None, embedding_dim: int, *, sync_full: bool = False,
+                 check_integrity: bool = False) -> None:
+        self.path = ":memory:" if path is None else str(path)
+        self.embedding_dim = embedding_dim
+        exists = path is not None and Path(path).exists() and Path(path).stat().st_size > 0
+        if exists:
+            self._validate_existing(Path(path), check_integrity)
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as err:
+            raise MemoryStoreError(self.path, f"cannot open database: {err}") from err
+        self._depth = 0
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={'FULL' if sync_full else 'NORMAL'}")
+            self._conn.execute("PRAGMA temp_store=MEMORY")
+            if not exists:
+                with self.transaction():
+                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                        self._conn.execute(statement)  # not executescript: that would commit early
+                    self._conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+                        ("schema_version", str(SCHEMA_VERSION)), ("application", APPLICATION),
+                        ("embedding_dim", str(embedding_dim)), ("next_node_id", "0")])
+        except sqlite3.Error as err:
+            self._conn.close()
+            raise MemoryStoreError(self.path, f"cannot initialise database: {err}") from err
+
+    # -- open-time validation (read-only: a refused file is never modified) ---------------------------
+
+    def _validate_existing(self, path: Path, check_integrity: bool) -> None:
+        with path.open("rb") as fh:
+            if fh.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
+                raise CorruptStoreError(self.path, "not an SQLite database (bad header); refusing to use it")
+        try:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        except sqlite3.Error as err:
+            raise CorruptStoreError(self.path, f"cannot be opened: {err}") from err
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            missing = [t for t in _TABLES if t not in tables]
+            if "meta" not in tables:
+                raise CorruptStoreError(self.path, "not a memnav memory database (no meta table)")
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            try:
+                version = int(meta["schema_version"])
+            except (KeyError, ValueError) as err:
+                raise CorruptStoreError(self.path, "meta table has no valid schema_version") from err
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(self.path, version, SCHEMA_VERSION)
+            if version < 1 or meta.get("application") != APPLICATION or missing:
+                raise CorruptStoreError(self.path, f"not a memnav memory database (schema_version {version}, "
+                                                   f"application {meta.get('application')!r}, "
+                                                   f"missing tables {missing})")
+            dim = int(meta.get("embedding_dim", "-1"))
+            if dim != self.embedding_dim:
+                raise MemoryStoreError(self.path, f"embedding_dim is {dim} in the file but {self.embedding_dim} "
+                                                  "in the config; refusing to mix them")
+            if check_integrity:
+                result = conn.execute("PRAGMA quick_check").fetchone()[0]
+                if result != "ok":
+                    raise CorruptStoreError(self.path, f"integrity check failed: {result}")
+        except sqlite3.DatabaseError as err:
+            raise CorruptStoreError(self.path, f"malformed database: {err}") from err
+        finally:
+            conn.close()
+
+    # -- transactions -----------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes into one atomic commit; nested uses join the outer transaction.
+
+        Raises:
+            MemoryStoreError: the store is closed, locked by another writer, or a write failed (rolled back).
+        """
+        if self._conn is None:
+            raise MemoryStoreError(self.path, "the memory database is closed")
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            raise MemoryStoreError(self.path, f"cannot start a transaction: {err}") from err
+        self._depth = 1
+        try:
+            yield
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as err:
+            self._rollback()
+            raise MemoryStoreError(self.path, f"database write failed and was rolled back: {err}") from err
+        except BaseException:
+            self._rollback()
+            raise
+        finally:
+            self._depth = 0
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+    # -- writes (call inside transaction()) -------------------------------------------------------------
+
+    def set_next_node_id(self, next_id: int) -> None:
+        self._conn.execute("UPDATE meta SET value = ? WHERE key = 'next_node_id'", (str(next_id),))
+
+    def insert_place(self, node_id: int, pose: tuple[float, float, float], stamp_ns: int, visits: int,
+                     room_id: int | None, embedding: np.ndarray, thumbnail: bytes | None) -> None:
+        self._conn.execute(
+            "INSERT INTO places (id, x_m, y_m, yaw_rad, first_seen_ns, last_seen_ns, visit_count, room_id, "
+            "embedding, thumbnail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (node_id, *pose, stamp_ns, stamp_ns, visits, room_id, _blob(embedding), thumbnail))
+
+    def insert_places(self, rows: Iterable[tuple]) -> None:
+        """Bulk insert of (id, x_m, y_m, yaw_rad, first_ns, last_ns, visits, room_id, embedding_blob)."""
+        self._conn.executemany(
+            "INSERT INTO places (id, x_m, y_m, yaw_rad, first_seen_ns, last_seen_ns, visit_count, room_id, "
+            "embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def update_place(self, node_id: int, *, first_seen_ns: int, last_seen_ns: int, visits: int,
+                     embedding: np.ndarray, thumbnail: bytes | None = None) -> None:
+        """Update a place's statistics and embedding; a thumbnail, when given, replaces the stored one."""
+        if thumbnail is None:
+            self._conn.execute("UPDATE places SET first_seen_ns = ?, last_seen_ns = ?, visit_count = ?, "
+                               "embedding = ? WHERE id = ?",
+                               (first_seen_ns, last_seen_ns, visits, _blob(embedding), node_id))
+        else:
+            self._conn.execute("UPDATE places SET first_seen_ns = ?, last_seen_ns = ?, visit_count = ?, "
+                               "embedding = ?, thumbnail = ? WHERE id = ?",
+                               (first_seen_ns, last_seen_ns, visits, _blob(embedding), thumbnail, node_id))
+
+    def adopt_thumbnail(self, keep_id: int, drop_id: int) -> None:
+        """Give `keep_id` the thumbnail of `drop_id` if it has none (used when merging places)."""
+        self._conn.execute("UPDATE places SET thumbnail = (SELECT thumbnail FROM places WHERE id = ?) "
+                           "WHERE id = ? AND thumbnail IS NULL", (drop_id, keep_id))
+
+    def set_place_rooms(self, rows: Iterable[tuple[int | None, int]]) -> None:
+        """Bulk update of (room_id, place_id)."""
+        self._conn.executemany("UPDATE places SET room_id = ? WHERE id = ?", rows)
+
+    def delete_node(self, node_id: int) -> None:
+        """Delete a place, object or room row and every stored edge touching it."""
+        for table in ("places", "objects", "rooms"):
+            self._conn.execute(f"DELETE FROM {table} WHERE id = ?", (node_id,))
+        self._conn.execute("DELETE FROM edges WHERE a = ?", (node_id,))
+        self._conn.execute("DELETE FROM edges WHERE b = ?", (node_id,))
+
+    def upsert_object(self, row: ObjectRow) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO objects (id, class_id, instance_id, label, x_m, y_m, z_m, first_seen_ns, "
+            "last_seen_ns, observation_count, room_id, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (row.id, row.class_id, row.instance_id, row.label, *row.position_m, row.first_seen_ns,
+             row.last_seen_ns, row.observation_count, row.room_id,
+             None if row.embedding is None else _blob(row.embedding)))
+
+    def replace_rooms(self, rooms: Iterable[tuple[int, float, float]]) -> None:
+        """Replace the whole rooms table with (id, x_m, y_m) rows."""
+        self._conn.execute("DELETE FROM rooms")
+        self._conn.executemany("INSERT INTO rooms (id, x_m, y_m) VALUES (?, ?, ?)", rooms)
+
+    def upsert_room(self, room_id: int, x_m: float, y_m: float) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO rooms (id, x_m, y_m) VALUES (?, ?, ?)", (room_id, x_m, y_m))
+
+    def set_object_rooms(self, rows: Iterable[tuple[int | None, int]]) -> None:
+        self._conn.executemany("UPDATE objects SET room_id = ? WHERE id = ?", rows)
+
+    def upsert_edge(self, a: int, b: int, kind: int, distance_m: float | None) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO edges (a, b, kind, distance_m) VALUES (?, ?, ?, ?)",
+                           (a, b, kind, distance_m))
+
+    def insert_edges(self, rows: Iterable[tuple[int, int, int, float | None]]) -> None:
+        self._conn.executemany("INSERT OR REPLACE INTO edges (a, b, kind, distance_m) VALUES (?, ?, ?, ?)", rows)
+
+    def delete_edge(self, a: int, b: int, kind: int) -> None:
+        self._conn.execute("DELETE FROM edges WHERE a = ? AND b = ? AND kind = ?", (a, b, kind))
+
+    # -- reads ------------------------------------------------------------------------------------------
+
+    def thumbnail(self, node_id: int) -> bytes | None:
+        row = self._conn.execute("SELECT thumbnail FROM places WHERE id = ?", (node_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def schema_version(self) -> int:
+        return int(self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+
+    def count(self, table: str) -> int:
+        if table not in _TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        return int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+    def load(self, chunk: int = 65_536) -> LoadedGraph:
+        """Read the whole graph back (places in id order, streamed in chunks).
+
+        Raises:
+            CorruptStoreError: if rows cannot be read or are inconsistent.
+        """
+        d = self.embedding_dim
+        try:
+            n = self.count("places")
+            ids = np.empty(n, np.int64)
+            poses = np.empty((n, 3), np.float64)
+            first = np.empty(n, np.int64)
+            last = np.empty(n, np.int64)
+            visits = np.empty(n, np.int64)
+            rooms = np.empty(n, np.int64)
+            embs = np.empty((n, d), np.float32)
+            cur = self._conn.execute("SELECT id, x_m, y_m, yaw_rad, first_seen_ns, last_seen_ns, visit_count, "
+                                     "room_id, embedding FROM places ORDER BY id")
+            i = 0
+            while rows := cur.fetchmany(chunk):
+                m = len(rows)
+                if i + m > n:
+                    raise CorruptStoreError(self.path, "places table changed while loading")
+                cols = list(zip(*rows))
+                ids[i : i + m] = cols[0]
+                poses[i : i + m] = np.column_stack(cols[1:4])
+                first[i : i + m] = cols[4]
+                last[i : i + m] = cols[5]
+                visits[i : i + m] = cols[6]
+                rooms[i : i + m] = [-1 if r is None else r for r in cols[7]]
+                blob = b"".join(cols[8])
+                if len(blob) != m * d * 4:
+                    raise CorruptStoreError(self.path, f"place embeddings are not {d} float32 values each")
+                embs[i : i + m] = np.frombuffer(blob, dtype="<f4").reshape(m, d)
+                i += m
+            if i != n:
+                raise CorruptStoreError(self.path, "places table changed while loading")
+            objects = [ObjectRow(id=r[0], class_id=r[1], instance_id=r[2], label=r[3], position_m=(r[4], r[5], r[6]),
+                                 first_seen_ns=r[7], last_seen_ns=r[8], observation_count=r[9], room_id=r[10],
+                                 embedding=None if r[11] is None else np.frombuffer(r[11], "<f4").copy())
+                       for r in self._conn.execute("SELECT id, class_id, instance_id, label, x_m, y_m, z_m, "
+                                                   "first_seen_ns, last_seen_ns, observation_count, room_id, "
+                                                   "embedding FROM objects ORDER BY id")]
+            room_rows = [tuple(r) for r in self._conn.execute("SELECT id, x_m, y_m FROM rooms ORDER BY id")]
+            edges = [tuple(r) for r in self._conn.execute("SELECT a, b, kind, distance_m FROM edges")]
+            next_id = int(self._conn.execute("SELECT value FROM meta WHERE key = 'next_node_id'").fetchone()[0])
+        except sqlite3.DatabaseError as err:
+            raise CorruptStoreError(self.path, f"malformed database while loading: {err}") from err
+        for obj in objects:
+            if obj.embedding is not None and obj.embedding.shape != (d,):
+                raise CorruptStoreError(self.path, f"object {obj.id} embedding is not {d} float32 values")
+        return LoadedGraph(ids, poses, first, last, visits, rooms, embs, objects, room_rows, edges, next_id)
+
+    def close(self) -> None:
+        """Commit nothing further and close (a WAL checkpoint folds the log into the main file)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None  # type: ignore[assignment]
+
+
+def _blob(vec: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vec, dtype="<f4").tobytes()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# keyframe thumbnails as PNG bytes (RGB, 8 bit, no interlace), written and read without extra dependencies
+
+
+def encode_png(rgb: np.ndarray) -> bytes:
+    """Encode an (H, W, 3) uint8 image as PNG bytes (filter 0, zlib level 6)."""
+    img = np.ascontiguousarray(rgb, dtype=np.uint8)
+    if img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f"thumbnail must be (H, W, 3) uint8, got shape {img.shape}")
+    h, w = img.shape[:2]
+    raw = np.concatenate([np.zeros((h, 1), np.uint8), img.reshape(h, w * 3)], axis=1).tobytes()
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """Decode PNG bytes written by `encode_png` (8-bit RGB, filter 0) to an (H, W, 3) uint8 array.
+
+    Raises:
+        ValueError: if the bytes are not such a PNG.
+    """
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("thumbnail is not PNG data")
+    pos, idat, header = 8, [], None
+    while pos + 8 <= len(data):
+        length, tag = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        if tag == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif tag == b"IDAT":
+            idat.append(body)
+        elif tag == b"IEND":
+            break
+        pos += 12 + length
+    if header is None or header[2:] != (8, 2, 0, 0, 0):
+        raise ValueError("thumbnail PNG must be 8-bit RGB without interlace")
+    w, h = header[0], header[1]
+    raw = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8).reshape(h, 1 + w * 3)
+    if np.any(raw[:, 0] != 0):
+        raise ValueError("thumbnail PNG uses row filters this reader does not support")
+    return raw[:, 1:].reshape(h, w, 3).copy()

@@ -1,0 +1,123 @@
+import hashlib
+import sqlite3
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from memnav.core.memory.store import (
+    SCHEMA_VERSION,
+    CorruptStoreError,
+    MemoryStoreError,
+    SceneGraphStore,
+    SchemaVersionError,
+    decode_png,
+    encode_png,
+)
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_store(path, dim=8):
+    store = SceneGraphStore(path, dim)
+    with store.transaction():
+        store.insert_place(0, (1.0, 2.0, 0.5), 10, 1, None, np.ones(dim, np.float32), None)
+    store.close()
+    return path
+
+
+def test_png_round_trip_and_valid_chunks():
+    img = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    data = encode_png(img)
+    np.testing.assert_array_equal(decode_png(data), img)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, tag = struct.unpack(">I4s", data[8:16])
+    assert tag == b"IHDR" and length == 13
+    crc = struct.unpack(">I", data[16 + length : 20 + length])[0]
+    assert crc == zlib.crc32(data[12 : 16 + length]) & 0xFFFFFFFF
+    with pytest.raises(ValueError):
+        decode_png(b"not a png")
+
+
+def test_new_file_is_versioned_wal_and_reloads(tmp_path):
+    path = make_store(tmp_path / "m.sqlite")
+    conn = sqlite3.connect(path)
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    assert int(meta["schema_version"]) == SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    store = SceneGraphStore(path, 8)
+    data = store.load()
+    store.close()
+    assert data.place_ids.tolist() == [0]
+    np.testing.assert_allclose(data.place_poses, [[1.0, 2.0, 0.5]])
+    np.testing.assert_allclose(data.place_embeddings, np.ones((1, 8)))
+
+
+def test_transaction_rolls_back_on_error(tmp_path):
+    store = SceneGraphStore(tmp_path / "m.sqlite", 4)
+    with pytest.raises(RuntimeError), store.transaction():
+        store.insert_place(0, (0.0, 0.0, 0.0), 1, 1, None, np.ones(4, np.float32), None)
+        raise RuntimeError("boom")
+    assert store.count("places") == 0
+    store.close()
+
+
+def test_newer_schema_is_refused_and_file_untouched(tmp_path):
+    path = make_store(tmp_path / "m.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    conn.commit()
+    conn.close()
+    before = digest(path)
+    with pytest.raises(SchemaVersionError) as info:
+        SceneGraphStore(path, 8)
+    err = info.value
+    assert err.found == SCHEMA_VERSION + 1 and err.supported == SCHEMA_VERSION
+    assert str(path) in str(err) and f"schema_version {SCHEMA_VERSION + 1}" in str(err)
+    assert digest(path) == before
+
+
+def test_garbage_file_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "m.sqlite"
+    path.write_bytes(b"definitely not sqlite" * 100)
+    before = digest(path)
+    with pytest.raises(CorruptStoreError, match="not an SQLite database") as info:
+        SceneGraphStore(path, 8)
+    assert info.value.path == str(path)
+    assert digest(path) == before
+
+
+def test_foreign_sqlite_database_is_refused(tmp_path):
+    path = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER)")
+    conn.commit()
+    conn.close()
+    before = digest(path)
+    with pytest.raises(CorruptStoreError, match="not a memnav memory"):
+        SceneGraphStore(path, 8)
+    assert digest(path) == before
+
+
+def test_damaged_pages_are_refused_and_untouched(tmp_path):
+    path = make_store(tmp_path / "m.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    raw = bytearray(path.read_bytes())
+    raw[100:4096] = b"\xff" * (4096 - 100)   # wipe the schema page after the 100-byte file header
+    path.write_bytes(bytes(raw))
+    before = digest(path)
+    with pytest.raises(CorruptStoreError, match="malformed|not a memnav"):
+        SceneGraphStore(path, 8)
+    assert digest(path) == before
+
+
+def test_embedding_dim_mismatch_is_refused(tmp_path):
+    path = make_store(tmp_path / "m.sqlite", dim=8)
+    with pytest.raises(MemoryStoreError, match="embedding_dim is 8 in the file but 16"):
+        SceneGraphStore(path, 16)

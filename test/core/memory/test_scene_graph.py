@@ -1,0 +1,547 @@
+import itertools
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memnav.core.memory import (
+    SCHEMA_VERSION,
+    CorruptStoreError,
+    EdgeKind,
+    InsertKind,
+    InvalidInputError,
+    Layer,
+    ObjectDetection,
+    SceneGraphConfig,
+    SceneGraphMemory,
+    SchemaVersionError,
+)
+from memnav.core.types import Pose2D
+
+ROOT = Path(__file__).resolve().parents[3]
+DIM = 32
+S = 1_000_000_000  # ns per second
+
+
+class SmoothEmbedder:
+    """Unit embeddings that vary smoothly with pose (random Fourier features, 1.5 m length scale)."""
+
+    def __init__(self, dim=DIM, seed=0, length_m=1.5):
+        rng = np.random.default_rng(seed)
+        self.w = rng.standard_normal((4, dim))
+        self.b = rng.uniform(0, 2 * np.pi, dim)
+        self.length_m = length_m
+
+    def __call__(self, x, y, yaw=0.0):
+        phi = np.array([x / self.length_m, y / self.length_m, 1.3 * math.cos(yaw), 1.3 * math.sin(yaw)])
+        e = np.cos(phi @ self.w + self.b)
+        return e / np.linalg.norm(e)
+
+
+def random_unit(rng, dim=DIM):
+    v = rng.standard_normal(dim)
+    return v / np.linalg.norm(v)
+
+
+def cfg(tmp_path=None, **kw):
+    base = {"embedding_dim": DIM, "consolidate_every": 0, "db_path": None if tmp_path is None else str(tmp_path / "m.db")}
+    base.update(kw)
+    return SceneGraphConfig(**base)
+
+
+def drive(memory, embed, xs, start_stamp=0, y=0.0, yaw=0.0, odom_offset=(0.0, 0.0), dt_ns=S):
+    """Insert observations along x at the given true positions; odometry is shifted by odom_offset."""
+    results = []
+    for i, x in enumerate(xs):
+        pose = [x + odom_offset[0], y + odom_offset[1], yaw]
+        results.append(memory.insert_observation(start_stamp + i * dt_ns, pose, embed(x, y, yaw)))
+    return results
+
+
+def db_counts(path):
+    conn = sqlite3.connect(path)
+    try:
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("places", "objects", "edges")}
+    finally:
+        conn.close()
+
+
+# --- insertion --------------------------------------------------------------------------------------------
+
+
+def test_places_are_created_only_when_novel_in_pose_or_appearance():
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg())
+    results = drive(m, embed, np.arange(0, 10.01, 0.25))
+    kinds = [r.kind for r in results]
+    assert kinds[0] is InsertKind.NEW_PLACE
+    n_places = m.stats().places
+    assert 5 <= n_places <= 21  # about one place per new_place_distance_m (1 m) over 10 m, never per step
+    # consecutive places are linked with their distance
+    ids = m.place_ids()
+    path = m.shortest_path(int(ids[0]), int(ids[-1]))
+    assert path is not None and path.length_m == pytest.approx(m.place(int(ids[-1])).pose.x_m, abs=0.01)
+    # the same spot again: updated, not duplicated
+    again = m.insert_observation(100 * S, [0.0, 0.0, 0.0], embed(0.0, 0.0))
+    assert again.kind is InsertKind.UPDATED_PLACE and again.node_id == results[0].node_id
+    assert m.place(again.node_id).visit_count >= 2 and m.stats().places == n_places
+    # same pose, different appearance (e.g. the scene changed): a new place
+    other = m.insert_observation(101 * S, [0.0, 0.0, 0.0], random_unit(np.random.default_rng(5)))
+    assert other.kind is InsertKind.NEW_PLACE
+    # same position, turned around: a new place
+    turned = m.insert_observation(102 * S, [0.0, 0.0, math.pi], embed(0.0, 0.0, math.pi))
+    assert turned.kind is InsertKind.NEW_PLACE
+
+
+def test_loop_closure_links_old_place_under_drift_and_corrects_odometry():
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg())
+    first = drive(m, embed, np.arange(0, 6.01, 0.5))
+    start_id = first[0].node_id
+    places_before = m.stats().places
+    # 5 minutes later the robot comes back to x = 0 but odometry has drifted by 3 m
+    later = drive(m, embed, np.arange(0, 6.01, 0.5), start_stamp=300 * S, odom_offset=(3.0, 0.0))
+    assert later[0].kind is InsertKind.LOOP_CLOSURE and later[0].node_id == start_id
+    assert later[0].similarity >= m.config.loop_closure_similarity
+    # after re-anchoring, the rest of the revisit maps onto the old places: the graph does not grow much
+    assert m.stats().places <= places_before + 2
+    assert {r.node_id for r in later} <= {r.node_id for r in first} | set(m.place_ids().tolist())
+    tx, ty, _ = m.drift_correction
+    assert tx == pytest.approx(-3.0, abs=0.75) and abs(ty) < 0.5
+    assert m.to_memory_frame([3.0, 0.0, 0.0]).x_m == pytest.approx(0.0, abs=0.75)
+
+
+def test_verifier_can_reject_loop_closures_and_sees_the_candidate():
+    embed = SmoothEmbedder()
+    seen = []
+
+    def reject(candidate):
+        seen.append(candidate)
+        return False
+
+    m = SceneGraphMemory(cfg(), loop_closure_verifier=reject)
+    first = drive(m, embed, [0.0])
+    result = m.insert_observation(300 * S, [3.0, 0.0, 0.0], embed(0.0, 0.0))
+    assert result.kind is InsertKind.NEW_PLACE
+    assert seen and seen[0].node_id == first[0].node_id and seen[0].place_pose == Pose2D(0.0, 0.0, 0.0)
+    assert seen[0].odometry_pose == Pose2D(3.0, 0.0, 0.0) and seen[0].similarity > 0.85
+    # a per-call verifier overrides the constructor's
+    accepted = m.insert_observation(301 * S, [3.0, 0.0, 0.0], embed(0.0, 0.0), verifier=lambda c: True)
+    assert accepted.kind in (InsertKind.LOOP_CLOSURE, InsertKind.UPDATED_PLACE)
+
+
+def test_recent_places_are_not_loop_closure_candidates():
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(loop_closure_min_age_s=30.0))
+    drive(m, embed, [0.0])
+    # 10 s later, 3 m away in odometry, same view: too recent to be a revisit
+    result = m.insert_observation(10 * S, [3.0, 0.0, 0.0], embed(0.0, 0.0))
+    assert result.kind is InsertKind.NEW_PLACE
+
+
+def test_repeated_patrol_with_drift_stays_bounded():
+    embed = SmoothEmbedder(seed=3)
+    m = SceneGraphMemory(cfg(consolidate_every=50))
+    # a 4 m x 4 m square loop at 0.25 m per step
+    side = np.arange(0, 4, 0.25)
+    loop = ([(x, 0.0, 0.0) for x in side] + [(4.0, y, math.pi / 2) for y in side]
+            + [(4.0 - x, 4.0, math.pi) for x in side] + [(0.0, 4.0 - y, -math.pi / 2) for y in side])
+    stamp, drift = 0, np.zeros(2)
+    counts = []
+    for _ in range(6):
+        for x, y, yaw in loop:
+            drift += (0.01, 0.004)   # odometry drifts ~0.6 m per loop
+            m.insert_observation(stamp, [x + drift[0], y + drift[1], yaw], embed(x, y, yaw))
+            stamp += S // 2
+        counts.append(m.stats().places)
+    assert counts[-1] <= 1.3 * counts[0]
+
+
+def test_retrieve_returns_best_matches_first():
+    rng = np.random.default_rng(0)
+    m = SceneGraphMemory(cfg())
+    embs = [random_unit(rng) for _ in range(20)]
+    ids = [m.insert_observation(i * S, [5.0 * i, 0.0, 0.0], e).node_id for i, e in enumerate(embs)]
+    hits = m.retrieve(embs[7] + 0.05 * random_unit(rng), k=5)
+    assert hits[0].node_id == ids[7] and hits[0].pose.x_m == 35.0
+    assert len(hits) == 5 and all(a.similarity >= b.similarity for a, b in itertools.pairwise(hits))
+    assert len(m.retrieve(embs[0], k=100)) == 20
+    with pytest.raises(InvalidInputError, match="k"):
+        m.retrieve(embs[0], k=0)
+
+
+def test_shortest_path_uses_traversability_only():
+    rng = np.random.default_rng(1)
+    m = SceneGraphMemory(cfg())
+    a = m.insert_observation(0, [0.0, 0.0, 0.0], random_unit(rng)).node_id
+    b = m.insert_observation(S, [1.5, 0.0, 0.0], random_unit(rng)).node_id
+    c = m.insert_observation(2 * S, [3.0, 0.0, 0.0], random_unit(rng)).node_id
+    far = m.insert_observation(3 * S, [50.0, 0.0, 0.0], random_unit(rng)).node_id  # a jump: not linked
+    path = m.shortest_path(a, c)
+    assert path.node_ids == (a, b, c) and path.length_m == pytest.approx(3.0)
+    # all places share a room, but containment edges are not paths
+    assert m.shortest_path(a, far) is None
+    with pytest.raises(InvalidInputError, match="goal_id"):
+        m.shortest_path(a, 12345)
+
+
+def test_objects_are_associated_by_instance_or_class_and_distance():
+    rng = np.random.default_rng(2)
+    m = SceneGraphMemory(cfg())
+    chair = ObjectDetection(class_id=3, position_m=(1.0, 1.0, 0.4), instance_id=42, label="chair")
+    r1 = m.insert_observation(0, [0.0, 0.0, 0.0], random_unit(rng), objects=[chair])
+    r2 = m.insert_observation(S, [4.0, 0.0, 0.0], random_unit(rng),
+                              objects=[ObjectDetection(3, (1.2, 1.0, 0.4), instance_id=42)])
+    assert r1.object_ids == r2.object_ids
+    (obj,) = m.objects()
+    assert obj.observation_count == 2 and obj.position_m[0] == pytest.approx(1.1) and obj.label == "chair"
+    assert m.graph.nodes[obj.id]["layer"] is Layer.OBJECT
+    for place in (r1.node_id, r2.node_id):
+        assert m.graph.edges[place, obj.id]["kind"] is EdgeKind.OBSERVED_FROM
+    # detector without ids: same class nearby joins, other class or far away does not
+    d1 = m.insert_observation(2 * S, [8.0, 0.0, 0.0], random_unit(rng), objects=[ObjectDetection(5, (8.0, 1.0, 0.0))])
+    d2 = m.insert_observation(3 * S, [12.0, 0.0, 0.0], random_unit(rng),
+                              objects=[ObjectDetection(5, (8.2, 1.1, 0.0)), ObjectDetection(6, (8.0, 1.0, 0.0)),
+                                       ObjectDetection(5, (20.0, 1.0, 0.0))])
+    assert d2.object_ids[0] == d1.object_ids[0]
+    assert len(set(d2.object_ids)) == 3 and len(m.objects(class_id=5)) == 2
+
+
+def test_rooms_group_places_by_connectivity():
+    embed = SmoothEmbedder(seed=4)
+    m = SceneGraphMemory(cfg(room_resolution=1.0))
+    # two 4 x 3 grids of places joined by a single corridor edge
+    stamp = 0
+    for x0 in (0.0, 20.0):
+        for y in (0.0, 1.5, 3.0):
+            for x in np.arange(x0, x0 + 6.0, 1.5):
+                m.insert_observation(stamp, [x, y, 0.0], embed(x, y))
+                stamp += S
+    for x in np.arange(6.0, 20.0, 1.5):
+        m.insert_observation(stamp, [x, 3.0, 0.0], embed(x, 3.0))
+        stamp += S
+    n_rooms = m.segment_rooms()
+    rooms = m.rooms()
+    assert n_rooms >= 2 and len(rooms) == n_rooms
+    assert sorted(p for members in rooms.values() for p in members) == m.place_ids().tolist()
+    left = m.place(int(m.place_ids()[0])).room_id
+    right = m.place(int(m.retrieve(embed(21.5, 1.5))[0].node_id)).room_id
+    assert left != right
+    for pid in m.place_ids().tolist():
+        room = m.place(pid).room_id
+        assert m.graph.edges[pid, room]["kind"] is EdgeKind.PLACE_IN_ROOM
+    adjacent = [e for e in m.graph.edges(data=True) if e[2]["kind"] is EdgeKind.ROOM_ADJACENT]
+    assert adjacent and all(m.graph.nodes[n]["layer"] is Layer.ROOM for a, b, _ in adjacent for n in (a, b))
+
+
+# --- consolidation and forgetting ---------------------------------------------------------------------------
+
+
+def test_consolidation_merges_redundant_places_and_rewires_edges(tmp_path):
+    rng = np.random.default_rng(3)
+    m = SceneGraphMemory(cfg(tmp_path))
+    e = random_unit(rng)
+    near = e + 0.05 * random_unit(rng)
+    # the bulk path has no novelty test: two places at the same spot with the same view, linked in a chain
+    ids = m.add_places_bulk(np.array([0, 1, 2]), np.array([[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [1.2, 0.0, 0.0]]),
+                            np.stack([e, near, random_unit(rng)]))
+    assert m.stats().places == 3
+    report = m.consolidate(full=True)
+    assert report.merged_places == 1 and m.stats().places == 2
+    survivor = next(i for i in ids[:2].tolist() if i in m.graph)
+    assert m.place(survivor).visit_count == 2
+    assert m.shortest_path(survivor, int(ids[2])) is not None
+    m.close()
+    assert db_counts(tmp_path / "m.db")["places"] == 2
+    with SceneGraphMemory.open(tmp_path / "m.db", cfg()) as again:
+        assert again.place(survivor).visit_count == 2 and again.stats().places == 2
+
+
+def test_capacity_forgets_least_valuable_places_and_keeps_paths():
+    rng = np.random.default_rng(4)
+    m = SceneGraphMemory(cfg(max_places=30, forget_batch_fraction=0.1))
+    embs = [random_unit(rng) for _ in range(40)]
+    stamp = 0
+    # the first five places of a corridor are visited again and again: valuable
+    for _ in range(5):
+        for i in range(5):
+            m.insert_observation(stamp, [1.5 * i, 0.0, 0.0], embs[i])
+            stamp += S
+    ids = [m.retrieve(embs[i], 1)[0].node_id for i in range(5)]
+    assert all(m.place(i).visit_count == 5 for i in ids)
+    forgotten = 0
+    for i in range(5, 40):   # then the corridor goes on, once
+        result = m.insert_observation(stamp, [1.5 * i, 0.0, 0.0], embs[i])
+        forgotten += result.forgotten_places
+        stamp += S
+        assert m.stats().places <= 30
+    assert forgotten > 0 and m.stats().places == 40 - forgotten
+    survivors = set(m.place_ids().tolist())
+    assert set(ids) <= survivors            # frequently visited places survive
+    assert result.node_id in survivors      # the place the robot is at is never forgotten
+    path = m.shortest_path(ids[0], result.node_id)   # bypass edges keep the corridor connected
+    assert path is not None and path.length_m == pytest.approx(1.5 * 39, abs=1e-6)
+    assert len(path.node_ids) < 40
+
+
+def test_place_values_prefer_recent_frequent_distinct():
+    rng = np.random.default_rng(5)
+    m = SceneGraphMemory(cfg(forget_half_life_s=100.0))
+    a = m.insert_observation(0, [0.0, 0.0, 0.0], random_unit(rng)).node_id
+    b = m.insert_observation(S, [10.0, 0.0, 0.0], random_unit(rng)).node_id
+    c = m.insert_observation(1000 * S, [20.0, 0.0, 0.0], random_unit(rng)).node_id
+    ids, values = m.place_values(1000 * S)
+    v = dict(zip(ids.tolist(), values.tolist()))
+    assert v[c] > v[b] > v[a]
+
+
+# --- persistence ---------------------------------------------------------------------------------------------
+
+
+def test_memory_survives_restart(tmp_path):
+    embed = SmoothEmbedder()
+    thumb = np.random.default_rng(0).integers(0, 256, (64, 48, 3), dtype=np.uint8)
+    m = SceneGraphMemory(cfg(tmp_path))
+    results = drive(m, embed, np.arange(0, 5.01, 0.5))
+    tagged = m.insert_observation(20 * S, [10.0, 0.0, 0.0], embed(10.0, 0.0), thumbnail=thumb,
+                                  objects=[ObjectDetection(7, (10.0, 1.0, 0.3), instance_id=9, label="plant")])
+    m.segment_rooms()
+    before = {pid: m.place(pid) for pid in m.place_ids().tolist()}
+    edges_before = {(min(a, b), max(a, b), d["kind"]) for a, b, d in m.graph.edges(data=True)}
+    stats_before = m.stats()
+    nodes_before = set(m.graph.nodes)
+    m.close()
+
+    m2 = SceneGraphMemory.open(tmp_path / "m.db", cfg())
+    assert m2.stats().places == stats_before.places and m2.stats().objects == 1
+    for pid, info in before.items():
+        got = m2.place(pid)
+        assert got.pose == info.pose and got.visit_count == info.visit_count and got.room_id == info.room_id
+        assert (got.first_seen_ns, got.last_seen_ns) == (info.first_seen_ns, info.last_seen_ns)
+        np.testing.assert_allclose(got.embedding, info.embedding, atol=1e-6)
+    assert {(min(a, b), max(a, b), d["kind"]) for a, b, d in m2.graph.edges(data=True)} == edges_before
+    small = m2.thumbnail(tagged.node_id)
+    assert small.shape == (32, 24, 3) and small.dtype == np.uint8
+    np.testing.assert_array_equal(small, thumb[1::2, 1::2][:32, :24])  # nearest-neighbour 2x downscale
+    assert m2.thumbnail(results[0].node_id) is None
+    assert m2.objects()[0].label == "plant"
+    # ids are never reused, and time must keep going forwards across restarts
+    new = m2.insert_observation(30 * S, [40.0, 0.0, 0.0], embed(40.0, 0.0))
+    assert new.node_id > max(nodes_before)
+    with pytest.raises(InvalidInputError, match="goes backwards"):
+        m2.insert_observation(29 * S, [40.0, 0.0, 0.0], embed(40.0, 0.0))
+    m2.close()
+
+
+def test_newer_schema_and_corrupt_files_are_refused_and_untouched(tmp_path):
+    m = SceneGraphMemory(cfg(tmp_path))
+    m.insert_observation(0, [0.0, 0.0, 0.0], random_unit(np.random.default_rng(0)))
+    m.close()
+    path = tmp_path / "m.db"
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(SchemaVersionError, match=f"schema_version 99 is newer than the supported version "
+                                                 f"{SCHEMA_VERSION}") as info:
+        SceneGraphMemory.open(path, cfg())
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == before
+
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(os.urandom(8192))
+    before = junk.read_bytes()
+    with pytest.raises(CorruptStoreError, match="junk.db"):
+        SceneGraphMemory.open(junk, cfg())
+    assert junk.read_bytes() == before
+
+
+# --- bad input -------------------------------------------------------------------------------------------------
+
+
+def _snapshot(m, path):
+    s = m.stats()
+    return (s.places, s.objects, s.rooms, s.graph_edges, s.last_stamp_ns, m.drift_correction,
+            m.place_ids().tolist(), db_counts(path))
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"pose": [np.nan, 0.0, 0.0]}, "pose.x_m"),
+    ({"pose": [0.0, 0.0, np.inf]}, "pose.yaw_rad"),
+    ({"pose": [0.0, 0.0]}, "pose"),
+    ({"embedding": np.full(DIM, np.nan)}, "embedding"),
+    ({"embedding": np.ones(DIM + 1)}, "embedding"),
+    ({"embedding": np.zeros(DIM)}, "embedding"),
+    ({"stamp_ns": 5 * S}, "stamp_ns"),
+    ({"stamp_ns": 20.5}, "stamp_ns"),
+    ({"thumbnail": np.zeros((8, 8), np.uint8)}, "thumbnail"),
+    ({"thumbnail": np.zeros((8, 8, 3), np.float32)}, "thumbnail"),
+    ({"objects": [ObjectDetection(1, (np.nan, 0.0, 0.0))]}, "objects[0].position_m"),
+    ({"objects": [ObjectDetection(1, (0.0, 0.0, 0.0), embedding=np.ones(3))]}, "objects[0].embedding"),
+    ({"objects": ["chair"]}, "objects[0]"),
+])
+def test_bad_input_is_rejected_naming_the_field_and_memory_unchanged(tmp_path, kwargs, field):
+    rng = np.random.default_rng(6)
+    m = SceneGraphMemory(cfg(tmp_path))
+    for i in range(5):
+        m.insert_observation((10 + i) * S, [1.5 * i, 0.0, 0.0], random_unit(rng),
+                             objects=[ObjectDetection(1, (1.5 * i, 1.0, 0.0), instance_id=1)])
+    before = _snapshot(m, tmp_path / "m.db")
+    call = {"stamp_ns": 20 * S, "pose": [0.0, 0.0, 0.0], "embedding": random_unit(rng)}
+    call.update(kwargs)
+    with pytest.raises(InvalidInputError) as info:
+        m.insert_observation(**call)
+    assert info.value.field == field and str(info.value).startswith(field)
+    assert _snapshot(m, tmp_path / "m.db") == before
+    m.close()
+
+
+def test_bulk_insert_rejects_bad_rows_without_change(tmp_path):
+    m = SceneGraphMemory(cfg(tmp_path))
+    good = np.tile(np.eye(DIM)[0], (3, 1))
+    poses = np.zeros((3, 3))
+    bad_poses = poses.copy()
+    bad_poses[1, 2] = np.nan
+    for kwargs, field in (({"poses": bad_poses}, "poses[1]"),
+                          ({"stamps_ns": np.array([0, 2, 1])}, "stamps_ns[2]"),
+                          ({"embeddings": np.ones((3, DIM + 1))}, "embeddings")):
+        call = {"stamps_ns": np.array([0, 1, 2]), "poses": poses, "embeddings": good}
+        call.update(kwargs)
+        with pytest.raises(InvalidInputError) as info:
+            m.add_places_bulk(**call)
+        assert info.value.field == field
+    assert m.stats().places == 0 and db_counts(tmp_path / "m.db")["places"] == 0
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="new_place_distance_m"):
+        SceneGraphConfig(new_place_distance_m=0.0)
+    with pytest.raises(ValueError, match="merge_similarity"):
+        SceneGraphConfig(merge_similarity=1.5)
+    with pytest.raises(ValueError, match="unknown keys"):
+        SceneGraphConfig.from_dict({"embedding_dim": 8, "bogus": 1})
+    assert SceneGraphConfig.from_dict({"embedding_dim": 8}).embedding_dim == 8
+
+
+# --- crash safety ------------------------------------------------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from memnav.core.memory import SceneGraphConfig, SceneGraphMemory
+
+    memory = SceneGraphMemory.open(sys.argv[1], SceneGraphConfig(embedding_dim=64, consolidate_every=0))
+    i = 0
+    while True:
+        emb = np.random.default_rng(i).standard_normal(64)
+        result = memory.insert_observation(i * 1_000_000_000, [5.0 * i, 0.0, 0.0], emb)
+        print(i, result.node_id, flush=True)
+        i += 1
+""")
+
+
+def test_sigkill_loses_at_most_the_last_insert(tmp_path):
+    path = tmp_path / "crash.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    watchdog = threading.Timer(60.0, proc.kill)
+    watchdog.start()
+    try:
+        printed = []
+        while len(printed) < 200:
+            line = proc.stdout.readline()
+            assert line, "child exited early"
+            printed.append(tuple(map(int, line.split())))
+        os.kill(proc.pid, signal.SIGKILL)
+        rest = proc.stdout.read()  # lines already in the pipe
+        proc.wait()
+    finally:
+        watchdog.cancel()
+    assert proc.returncode == -signal.SIGKILL
+    printed += [tuple(map(int, line.split())) for line in rest.splitlines() if len(line.split()) == 2]
+    last_i = printed[-1][0]
+
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    conn.close()
+    with SceneGraphMemory.open(path, SceneGraphConfig(embedding_dim=64)) as m:
+        n = m.stats().places
+        # every acknowledged insert is there; at most one more (committed, killed before printing)
+        assert last_i + 1 <= n <= last_i + 2
+        for i, node_id in printed:
+            info = m.place(node_id)
+            assert info.pose.x_m == 5.0 * i
+            emb = np.random.default_rng(i).standard_normal(64)
+            np.testing.assert_allclose(info.embedding, emb / np.linalg.norm(emb), atol=1e-6)
+        # and the memory keeps working after the crash
+        assert m.insert_observation((last_i + 10) * S, [0.0, 50.0, 0.0], np.ones(64)).kind is InsertKind.NEW_PLACE
+
+
+# --- bookkeeping invariants under a mixed workload --------------------------------------------------------------
+
+
+def _check_invariants(m):
+    g = m.graph
+    places = set(m.place_ids().tolist())
+    rooms = {n for n, d in g.nodes(data=True) if d["layer"] is Layer.ROOM}
+    assert {n for n, d in g.nodes(data=True) if d["layer"] is Layer.PLACE} == places
+    membership = m.rooms()
+    assert set(membership) == rooms and all(membership.values())   # no empty rooms
+    for room, members in membership.items():
+        for p in members:
+            assert m.place(p).room_id == room and g.edges[p, room]["kind"] is EdgeKind.PLACE_IN_ROOM
+    expected_adjacent = set()
+    for a, b, d in g.edges(data=True):
+        if d["kind"] is EdgeKind.TRAVERSABLE:
+            assert a in places and b in places and d["distance_m"] > 0
+            ra, rb = m.place(a).room_id, m.place(b).room_id
+            if ra != rb:
+                expected_adjacent.add((min(ra, rb), max(ra, rb)))
+        elif d["kind"] is EdgeKind.OBSERVED_FROM:
+            assert {g.nodes[a]["layer"], g.nodes[b]["layer"]} == {Layer.PLACE, Layer.OBJECT}
+    adjacent = {(min(a, b), max(a, b)) for a, b, d in g.edges(data=True) if d["kind"] is EdgeKind.ROOM_ADJACENT}
+    assert adjacent == expected_adjacent
+    for obj in m.objects():
+        in_rooms = [n for n, d in g[obj.id].items() if d["kind"] is EdgeKind.OBJECT_IN_ROOM]
+        assert in_rooms == ([] if obj.room_id is None else [obj.room_id])
+
+
+def test_invariants_hold_and_survive_restart_under_merges_forgetting_and_rooms(tmp_path):
+    embed = SmoothEmbedder(seed=7)
+    rng = np.random.default_rng(7)
+    m = SceneGraphMemory(cfg(tmp_path, consolidate_every=25, max_places=20, forget_batch_fraction=0.2,
+                             merge_similarity=0.8, merge_distance_m=0.9))
+    stamp = 0
+    for lap in range(4):
+        for t in np.arange(0, 2 * np.pi, 0.08):
+            x, y = 6 * np.cos(t), 4 * np.sin(t)
+            yaw = t + np.pi / 2
+            drift = 0.05 * lap
+            dets = [ObjectDetection(int(rng.integers(1, 4)), (x + 1.0, y, 0.5))] if rng.random() < 0.2 else []
+            m.insert_observation(stamp, [x + drift, y, yaw], embed(x, y, yaw), objects=dets)
+            stamp += S
+        _check_invariants(m)
+    m.consolidate(full=True)
+    _check_invariants(m)
+    places = {p: m.place(p) for p in m.place_ids().tolist()}
+    edges = {(min(a, b), max(a, b), d["kind"]) for a, b, d in m.graph.edges(data=True)}
+    objects = {o.id: (o.room_id, o.observation_count) for o in m.objects()}
+    assert len(places) <= 20
+    m.close()
+    with SceneGraphMemory.open(tmp_path / "m.db", cfg()) as again:
+        _check_invariants(again)
+        assert {p: again.place(p) for p in again.place_ids().tolist()}.keys() == places.keys()
+        for p, info in places.items():
+            got = again.place(p)
+            assert (got.pose, got.visit_count, got.room_id) == (info.pose, info.visit_count, info.room_id)
+        assert {(min(a, b), max(a, b), d["kind"]) for a, b, d in again.graph.edges(data=True)} == edges
+        assert {o.id: (o.room_id, o.observation_count) for o in again.objects()} == objects
