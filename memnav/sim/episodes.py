@@ -1,0 +1,242 @@
+"""Habitat PointNav/ImageNav episode datasets: load (three layouts), validate, save deterministically."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from memnav.core.frames import yaw_from_quat_xyzw
+
+
+class EpisodeFormatError(ValueError):
+    """An episode file is unreadable or an episode field is malformed (names file, episode, field)."""
+
+
+@dataclass
+class NavGoal:
+    """A navigation goal: position (3,) in Habitat world coordinates, optional radius and camera rotation."""
+
+    position: np.ndarray
+    radius: float | None = None
+    rotation: np.ndarray | None = None
+
+
+@dataclass
+class Episode:
+    """One ImageNav/PointNav episode in Habitat's schema."""
+
+    episode_id: str
+    scene_id: str
+    start_position: np.ndarray
+    start_rotation: np.ndarray
+    goals: list[NavGoal]
+    geodesic_distance: float | None = None
+    info: dict = field(default_factory=dict)
+    scene_path: Path | None = None
+
+    @property
+    def goal(self) -> NavGoal:
+        return self.goals[0]
+
+    def goal_yaw_rad(self) -> float:
+        """Heading of the goal camera: from the goal's rotation, else a fixed hash of the episode."""
+        if self.goal.rotation is not None:
+            return yaw_from_quat_xyzw(self.goal.rotation)
+        h = zlib.crc32(f"{self.scene_id}:{self.episode_id}".encode())
+        return (h / 2**32) * 2.0 * math.pi - math.pi
+
+    def to_json(self) -> dict:
+        goals = []
+        for g in self.goals:
+            d: dict = {"position": [float(v) for v in g.position], "radius": g.radius}
+            if g.rotation is not None:
+                d["rotation"] = [float(v) for v in g.rotation]
+            goals.append(d)
+        info = {k: v for k, v in self.info.items() if not k.startswith("_")}
+        if self.geodesic_distance is not None:
+            info["geodesic_distance"] = float(self.geodesic_distance)
+        return {
+            "episode_id": self.episode_id,
+            "scene_id": self.scene_id,
+            "start_position": [float(v) for v in self.start_position],
+            "start_rotation": [float(v) for v in self.start_rotation],
+            "goals": goals,
+            "info": info,
+        }
+
+    @classmethod
+    def from_json(cls, d: object, *, source: str, index: int) -> Episode:
+        where = f"{source}: episode {index}"
+        if not isinstance(d, dict):
+            raise EpisodeFormatError(f"{where}: expected an object, got {type(d).__name__}")
+        if "episode_id" in d:
+            where = f"{source}: episode {index} (id {d['episode_id']!r})"
+        for key in ("episode_id", "scene_id", "start_position", "start_rotation", "goals"):
+            if key not in d:
+                raise EpisodeFormatError(f"{where}: missing field '{key}'")
+        scene_id = d["scene_id"]
+        if not isinstance(scene_id, str) or not scene_id:
+            raise EpisodeFormatError(f"{where}: field 'scene_id' must be a non-empty string")
+        start = _vector(d["start_position"], 3, f"{where}: field 'start_position'")
+        rot = _vector(d["start_rotation"], 4, f"{where}: field 'start_rotation'")
+        if np.linalg.norm(rot) < 1e-6:
+            raise EpisodeFormatError(f"{where}: field 'start_rotation' must be a non-zero quaternion [x, y, z, w]")
+        goals_raw = d["goals"]
+        if not isinstance(goals_raw, list) or not goals_raw:
+            raise EpisodeFormatError(f"{where}: field 'goals' must be a non-empty list")
+        goals = []
+        for j, g in enumerate(goals_raw):
+            gw = f"{where}: field 'goals[{j}]"
+            if not isinstance(g, dict) or "position" not in g:
+                raise EpisodeFormatError(f"{gw}.position' is missing")
+            pos = _vector(g["position"], 3, f"{gw}.position'")
+            radius = g.get("radius")
+            if radius is not None:
+                if not isinstance(radius, (int, float)) or not math.isfinite(radius) or radius <= 0:
+                    raise EpisodeFormatError(f"{gw}.radius' must be a positive number or null, got {radius!r}")
+                radius = float(radius)
+            grot = g.get("rotation")
+            if grot is not None:
+                grot = _vector(grot, 4, f"{gw}.rotation'")
+            goals.append(NavGoal(position=pos, radius=radius, rotation=grot))
+        info = d.get("info") or {}
+        if not isinstance(info, dict):
+            raise EpisodeFormatError(f"{where}: field 'info' must be an object")
+        geo = info.get("geodesic_distance")
+        if geo is not None and (not isinstance(geo, (int, float)) or not math.isfinite(geo) or geo < 0):
+            raise EpisodeFormatError(f"{where}: field 'info.geodesic_distance' must be a finite number >= 0")
+        return cls(episode_id=str(d["episode_id"]), scene_id=scene_id, start_position=start,
+                   start_rotation=rot, goals=goals, geodesic_distance=None if geo is None else float(geo),
+                   info=info)
+
+
+def _vector(value: object, n: int, where: str) -> np.ndarray:
+    if not isinstance(value, (list, tuple)) or len(value) != n:
+        raise EpisodeFormatError(f"{where} must be a list of {n} numbers, got {value!r}")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise EpisodeFormatError(f"{where} must hold numbers, got {value!r}")
+    arr = np.asarray(value, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise EpisodeFormatError(f"{where} must be finite, got {value!r}")
+    return arr
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                data = json.load(f)
+        else:
+            data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise EpisodeFormatError(f"{path}: not a readable episode file ({type(err).__name__}: {err})") from err
+    if not isinstance(data, dict) or not isinstance(data.get("episodes", []), list):
+        raise EpisodeFormatError(f"{path}: expected an object with an 'episodes' list")
+    return data
+
+
+def _episodes_from(path: Path) -> list[Episode]:
+    data = _read_json(path)
+    return [Episode.from_json(d, source=str(path), index=i) for i, d in enumerate(data.get("episodes", []))]
+
+
+def episode_files(data: Path, split: str) -> list[Path]:
+    """The files that hold a split, in load order (raises FileNotFoundError listing what was tried)."""
+    data = Path(data)
+    if data.is_file():
+        return [data]
+    tried = [data / "episodes" / f"{split}.json.gz", data / f"{split}" / f"{split}.json.gz",
+             data / f"{split}.json.gz", data / "episodes" / f"{split}.json", data / f"{split}" / f"{split}.json"]
+    for path in tried:
+        if path.is_file():
+            files = [path]
+            content = path.parent / "content"
+            if path.parent.name == split and content.is_dir():
+                files += sorted(content.glob("*.json.gz")) + sorted(content.glob("*.json"))
+            return files
+    raise FileNotFoundError(f"no episodes for split {split!r} under {data}; tried: "
+                            + ", ".join(str(p) for p in tried))
+
+
+def search_dirs(data: Path, scenes_dir: Path | None = None) -> list[Path]:
+    data = Path(data)
+    base = data.parent if data.is_file() else data
+    dirs = [scenes_dir] if scenes_dir is not None else []
+    dirs += [base, base / "scenes", base.parent, base.parent.parent]
+    env = os.environ.get("MEMNAV_SCENES_DIR")
+    if env:
+        dirs.append(Path(env))
+    dirs.append(Path.cwd())
+    return [d for d in dirs if d is not None]
+
+
+def resolve_scene(scene_id: str, dirs: list[Path]) -> Path | None:
+    """Find the scene file for a scene_id: absolute, relative, Habitat-style prefixes, or by name."""
+    p = Path(scene_id)
+    if p.is_absolute():
+        return p if p.is_file() else None
+    parts = p.parts
+    for d in dirs:
+        for k in range(len(parts)):
+            cand = Path(d).joinpath(*parts[k:])
+            if cand.is_file():
+                return cand
+    for d in dirs[:2]:
+        if Path(d).is_dir():
+            for cand in sorted(Path(d).rglob(p.name)):
+                if cand.is_file():
+                    return cand
+    return None
+
+
+def require_scene(episode: Episode) -> Path:
+    """The episode's scene file, or FileNotFoundError naming the episode and scene_id."""
+    if episode.scene_path is None or not Path(episode.scene_path).is_file():
+        searched = episode.info.get("_searched_dirs", [])
+        raise FileNotFoundError(f"episode {episode.episode_id}: scene {episode.scene_id!r} not found "
+                                f"(searched: {', '.join(searched) or 'nothing'}; use --scenes-dir)")
+    return Path(episode.scene_path)
+
+
+def load_episodes(data: Path | str, split: str, scenes_dir: Path | None = None,
+                  limit: int | None = None) -> list[Episode]:
+    """Load a split from memnav's layout, Habitat's split layout, or a single file."""
+    data = Path(data)
+    if not data.exists():
+        raise FileNotFoundError(f"dataset not found: {data}")
+    episodes: list[Episode] = []
+    for path in episode_files(data, split):
+        episodes.extend(_episodes_from(path))
+        if limit is not None and len(episodes) >= limit:
+            break
+    if limit is not None:
+        episodes = episodes[:limit]
+    dirs = search_dirs(data, scenes_dir)
+    cache: dict[str, Path | None] = {}
+    for ep in episodes:
+        if ep.scene_id not in cache:
+            cache[ep.scene_id] = resolve_scene(ep.scene_id, dirs)
+        ep.scene_path = cache[ep.scene_id]
+        if ep.scene_path is None:
+            ep.info["_searched_dirs"] = [str(d) for d in dirs]
+    return episodes
+
+
+def save_episodes(path: Path, episodes: list[Episode]) -> None:
+    """Write {"episodes": [...]} as gzip JSON, byte-identical for identical input."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps({"episodes": [e.to_json() for e in episodes]}, separators=(",", ":")).encode()
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as f:
+        f.write(payload)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
