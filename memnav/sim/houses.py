@@ -300,7 +300,8 @@ def _split_rooms(cfg: HouseConfig, rng: np.random.Generator) -> tuple[list[tuple
     depth = rng.uniform(max(cfg.room_min_m * 1.5, 6.0), min(cfg.room_max_m * 2.2, 12.0))
     rects = [(np.array([0.0, 0.0]), np.array([width, depth]))]
     for _ in range(200):
-        if len(rects) >= n_rooms and all(np.all(hi - lo <= cfg.room_max_m) for lo, hi in rects):
+        small_enough = all(np.all(hi - lo <= cfg.room_max_m) for lo, hi in rects)
+        if len(rects) >= cfg.max_rooms or (len(rects) >= n_rooms and small_enough):
             break
         # split the largest splittable rectangle along its longer side
         order = sorted(range(len(rects)), key=lambda i: -np.prod(rects[i][1] - rects[i][0]))
