@@ -16,7 +16,7 @@ $(STAMP): requirements.txt setup.py setup.cfg package.xml
 
 setup: $(STAMP) $(DATA)/.complete
 
-$(DATA)/.complete: $(STAMP)
+$(DATA)/.complete: | $(STAMP)
 	$(VENV)/bin/memnav scenes --out $(DATA) --houses $(HOUSES) --seed $(SEED)
 
 data: $(DATA)/.complete

@@ -41,18 +41,19 @@ class RandomAgent:
 
 
 class OracleAgent:
-    """Privileged agent: follows the simulator's shortest path and stops at the goal.
+    """Privileged agent: follows the shortest path to the goal and stops there.
 
-    Each step it looks at the shortest path from where it stands, takes the first waypoint more than
-    `lookahead_m` away, turns toward it while the heading error exceeds half a turn, otherwise moves
-    forward, and calls STOP once the geodesic distance to the goal is below `stop_distance_m`.
+    Each step it scores the twelve headings it can reach by turning (30 deg apart) by the geodesic
+    distance to the goal after one forward step in that heading (skipping steps that would cross
+    non-navigable space); it moves forward when its own heading is the best one, else turns toward the best
+    one. It calls STOP once the geodesic distance to the goal is below `stop_distance_m`. Greedy descent of
+    the geodesic distance is the shortest path, discretised to the action set.
     """
 
     name = "oracle"
 
-    def __init__(self, stop_distance_m: float = 0.5, lookahead_m: float = 0.1) -> None:
+    def __init__(self, stop_distance_m: float = 0.5) -> None:
         self.stop_distance_m = stop_distance_m
-        self.lookahead_m = lookahead_m
         self._sim: Simulator | None = None
         self._goal = np.zeros(3)
 
@@ -65,24 +66,27 @@ class OracleAgent:
         assert sim is not None, "OracleAgent.reset must be called first"
         state = sim.agent_state
         pos = state.position
-        if sim.geodesic_distance(pos, self._goal) < self.stop_distance_m:
+        here = sim.geodesic_distance(pos, self._goal)
+        if here < self.stop_distance_m:
             return Action.STOP
-        path = sim.shortest_path(pos, self._goal)
-        if len(path) < 2:
-            return Action.STOP
-        target = path[-1]
-        for p in path[1:]:
-            if math.hypot(p[0] - pos[0], p[2] - pos[2]) > self.lookahead_m:
-                target = p
-                break
-        desired = math.atan2(-(target[0] - pos[0]), -(target[2] - pos[2]))
-        err = wrap_angle(desired - state.yaw_rad)
-        half_turn = 0.5 * sim.config.turn_angle_rad
-        if err > half_turn:
-            return Action.TURN_LEFT
-        if err < -half_turn:
-            return Action.TURN_RIGHT
-        return Action.MOVE_FORWARD
+        turn = sim.config.turn_angle_rad
+        n_headings = max(1, round(2 * math.pi / turn))
+        step = sim.config.forward_step_m
+        best_k, best_d = 0, math.inf
+        # k turns left (k > 0) or right (k < 0); prefer fewer turns on ties
+        for k in sorted(range(-(n_headings // 2) + 1, n_headings // 2 + 1), key=abs):
+            yaw = state.yaw_rad + k * turn
+            delta = step * np.array([-math.sin(yaw), 0.0, -math.cos(yaw)])
+            ahead = pos + delta
+            # the whole step must stay navigable, or the agent would slide along an obstacle
+            if not all(sim.is_navigable(pos + f * delta) for f in (0.25, 0.5, 0.75, 1.0)):
+                continue
+            d = sim.geodesic_distance(ahead, self._goal)
+            if d < best_d - 1e-6:
+                best_k, best_d = k, d
+        if best_k == 0:
+            return Action.MOVE_FORWARD
+        return Action.TURN_LEFT if best_k > 0 else Action.TURN_RIGHT
 
 
 AGENTS = {"random": RandomAgent, "oracle": OracleAgent}

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from memnav.sim.mesh import SceneMesh
 from memnav.sim.render import RayCaster
@@ -209,52 +210,21 @@ class NavGrid:
         start = self.snap(a)
         if field is None or start is None or not math.isfinite(field[start]):
             return np.zeros((0, 3))
-        cells = [start]
-        r, c = start
-        goal_cell = self.snap(b)
-        offsets = [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)]
-        for _ in range(self.shape[0] * self.shape[1]):
-            if (r, c) == goal_cell or field[r, c] <= self.config.cell_m:
-                break
-            best, best_val = None, field[r, c]
-            for dr, dc in offsets:
-                rr, cc = r + dr, c + dc
-                if self.in_bounds(rr, cc):
-                    val = field[rr, cc]
-                    if val < best_val:
-                        best, best_val = (rr, cc), val
-            if best is None:
-                break
-            r, c = best
-            cells.append(best)
-        pts = [np.asarray(a, dtype=np.float64)]
-        pts += [self.cell_center(*cell) for cell in cells[1:]]
-        pts.append(np.asarray(b, dtype=np.float64))
-        return self._string_pull(np.array(pts))
+        cells = _descend(field, start[0], start[1], self.config.cell_m)
+        pts = np.empty((len(cells) + 1, 3))
+        pts[0] = np.asarray(a, dtype=np.float64)
+        c = self.config.cell_m
+        pts[1:-1, 0] = self.origin[0] + (cells[1:, 1] + 0.5) * c
+        pts[1:-1, 2] = self.origin[1] + (cells[1:, 0] + 0.5) * c
+        pts[1:-1, 1] = self.floor_y[cells[1:, 0], cells[1:, 1]]
+        pts[-1] = np.asarray(b, dtype=np.float64)
+        keep = _string_pull(self.navigable, self.origin, c, pts)
+        return pts[keep]
 
     def line_of_sight(self, p: np.ndarray, q: np.ndarray) -> bool:
         """Whether the straight segment p-q stays on navigable cells."""
-        d = float(np.hypot(q[0] - p[0], q[2] - p[2]))
-        n = max(2, int(math.ceil(d / (0.5 * self.config.cell_m))) + 1)
-        ts = np.linspace(0.0, 1.0, n)
-        xs = p[0] + ts * (q[0] - p[0])
-        zs = p[2] + ts * (q[2] - p[2])
-        cols = np.floor((xs - self.origin[0]) / self.config.cell_m).astype(np.int64)
-        rows = np.floor((zs - self.origin[1]) / self.config.cell_m).astype(np.int64)
-        if rows.min() < 0 or cols.min() < 0 or rows.max() >= self.shape[0] or cols.max() >= self.shape[1]:
-            return False
-        return bool(self.navigable[rows, cols].all())
-
-    def _string_pull(self, pts: np.ndarray) -> np.ndarray:
-        out = [pts[0]]
-        i = 0
-        while i < len(pts) - 1:
-            j = len(pts) - 1
-            while j > i + 1 and not self.line_of_sight(pts[i], pts[j]):
-                j -= 1
-            out.append(pts[j])
-            i = j
-        return np.array(out)
+        return bool(_line_of_sight(self.navigable, self.origin, self.config.cell_m,
+                                   np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)))
 
     # --- construction ---------------------------------------------------------------------------
     def _sample_free(self, caster: RayCaster) -> tuple[np.ndarray, np.ndarray]:
@@ -300,3 +270,53 @@ class NavGrid:
                                                 * self.winding_sign > 0.1)
             inside |= back.reshape(n, 4).sum(axis=1) >= 2
         return inside
+
+
+@njit(cache=True)
+def _descend(field, r, c, cell_m):  # pragma: no cover - compiled
+    """Cells visited by steepest descent on a distance field from (r, c) until the goal cell."""
+    rows, cols = field.shape
+    out = [(r, c)]
+    for _ in range(rows * cols):
+        if field[r, c] <= cell_m:
+            break
+        best_r, best_c, best_v = -1, -1, field[r, c]
+        for dr in (-1, 0, 1):
+            for dc in (-1, 0, 1):
+                rr, cc = r + dr, c + dc
+                if (dr != 0 or dc != 0) and 0 <= rr < rows and 0 <= cc < cols and field[rr, cc] < best_v:
+                    best_r, best_c, best_v = rr, cc, field[rr, cc]
+        if best_r < 0:
+            break
+        r, c = best_r, best_c
+        out.append((r, c))
+    return np.array(out, dtype=np.int64)
+
+
+@njit(cache=True)
+def _line_of_sight(navigable, origin, cell_m, p, q):  # pragma: no cover - compiled
+    rows, cols = navigable.shape
+    d = np.hypot(q[0] - p[0], q[2] - p[2])
+    n = max(2, int(np.ceil(d / (0.5 * cell_m))) + 1)
+    for i in range(n):
+        t = i / (n - 1)
+        col = int(np.floor((p[0] + t * (q[0] - p[0]) - origin[0]) / cell_m))
+        row = int(np.floor((p[2] + t * (q[2] - p[2]) - origin[1]) / cell_m))
+        if row < 0 or col < 0 or row >= rows or col >= cols or not navigable[row, col]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _string_pull(navigable, origin, cell_m, pts):  # pragma: no cover - compiled
+    """Indices of the points kept when each point jumps to the farthest one it can see."""
+    keep = [0]
+    i = 0
+    n = pts.shape[0]
+    while i < n - 1:
+        j = n - 1
+        while j > i + 1 and not _line_of_sight(navigable, origin, cell_m, pts[i], pts[j]):
+            j -= 1
+        keep.append(j)
+        i = j
+    return np.array(keep, dtype=np.int64)
