@@ -111,8 +111,9 @@ class RayCaster:
         return [Frame(rgb[i], depth[i], sem[i] if sem is not None else None) for i in range(b)]
 
 
-@njit(cache=True, nogil=True)
-def _shade(t_hit, prim_ids, prim_uvs, normals, dirs, uv0, duv1, duv2, face_tex, colors, tex_flat,
+# fastmath without nnan/ninf: misses are inf and must stay detectable
+@njit(cache=True, nogil=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy")
+def _shade(t_hit, prim_ids, prim_uvs, normals, rays, uv0, duv1, duv2, face_tex, colors, tex_flat,
            tex_size, face_sem, max_depth, rgb_out, depth_out, sem_out):  # pragma: no cover - compiled
     """Texture lookup, colour interpolation and headlight shading for every ray, in one pass."""
     n = t_hit.shape[0]
@@ -124,43 +125,34 @@ def _shade(t_hit, prim_ids, prim_uvs, normals, dirs, uv0, duv1, duv2, face_tex, 
             rgb_out[i, 2] = 0
             depth_out[i] = 0.0
             sem_out[i] = 0
-        else:
-            _shade_one(i, t, prim_ids, prim_uvs, normals, dirs, uv0, duv1, duv2, face_tex, colors, tex_flat,
-                       tex_size, face_sem, max_depth, rgb_out, depth_out, sem_out)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _shade_one(i, t, prim_ids, prim_uvs, normals, dirs, uv0, duv1, duv2, face_tex, colors, tex_flat,
-               tex_size, face_sem, max_depth, rgb_out, depth_out, sem_out):  # pragma: no cover - compiled
-    """Shade ray i, which hit something at parameter t."""
-    f = prim_ids[i]
-    w1 = prim_uvs[i, 0]
-    w2 = prim_uvs[i, 1]
-    w0 = 1.0 - w1 - w2
-    dx, dy, dz = dirs[i, 3], dirs[i, 4], dirs[i, 5]
-    cos = abs(normals[i, 0] * dx + normals[i, 1] * dy + normals[i, 2] * dz) / np.sqrt(dx * dx + dy * dy + dz * dz)
-    shade = AMBIENT + (1.0 - AMBIENT) * cos
-    tid = face_tex[f]
-    if tid >= 0:
-        u = uv0[f, 0] + w1 * duv1[f, 0] + w2 * duv2[f, 0]
-        v = uv0[f, 1] + w1 * duv1[f, 1] + w2 * duv2[f, 1]
-        u = u - np.floor(u)
-        v = 1.0 - (v - np.floor(v))
-        col = min(int(u * tex_size), tex_size - 1)
-        row = min(int(v * tex_size), tex_size - 1)
-        k = (tid * tex_size + row) * tex_size + col
-        s = shade / 255.0
-    else:
+            continue
+        f = prim_ids[i]
+        w1 = prim_uvs[i, 0]
+        w2 = prim_uvs[i, 1]
+        w0 = 1.0 - w1 - w2
+        dx, dy, dz = rays[i, 3], rays[i, 4], rays[i, 5]
+        cos = abs(normals[i, 0] * dx + normals[i, 1] * dy + normals[i, 2] * dz) / np.sqrt(dx * dx + dy * dy + dz * dz)
+        shade = AMBIENT + (1.0 - AMBIENT) * cos
+        tid = face_tex[f]
         k = -1
         s = shade
-    for ch in range(3):
-        a = w0 * colors[f, 0, ch] + w1 * colors[f, 1, ch] + w2 * colors[f, 2, ch]
-        if k >= 0:
-            a = a * tex_flat[k, ch]
-        val = a * s * 255.0 + 0.5
-        rgb_out[i, ch] = 255 if val >= 255.0 else (0 if val <= 0.0 else np.uint8(val))
-    depth_out[i] = t if t < max_depth else max_depth
-    sem_out[i] = face_sem[f]
+        if tid >= 0:
+            u = uv0[f, 0] + w1 * duv1[f, 0] + w2 * duv2[f, 0]
+            v = uv0[f, 1] + w1 * duv1[f, 1] + w2 * duv2[f, 1]
+            u = u - np.floor(u)
+            v = 1.0 - (v - np.floor(v))
+            col = min(int(u * tex_size), tex_size - 1)
+            row = min(int(v * tex_size), tex_size - 1)
+            k = (tid * tex_size + row) * tex_size + col
+            s = shade / 255.0
+        for ch in range(3):
+            a = w0 * colors[f, 0, ch] + w1 * colors[f, 1, ch] + w2 * colors[f, 2, ch]
+            if k >= 0:
+                a = a * tex_flat[k, ch]
+            val = a * s * 255.0 + 0.5
+            rgb_out[i, ch] = 255 if val >= 255.0 else (0 if val <= 0.0 else np.uint8(val))
+        depth_out[i] = t if t < max_depth else max_depth
+        sem_out[i] = face_sem[f]
 
 
 @njit(cache=True, nogil=True)

@@ -164,3 +164,11 @@ def test_default_frame_is_z_up_like_habitat(tmp_path):
     lo, hi = mesh.bounds
     # the file's Y (height 2.6 m incl. slabs) is now along -Z
     assert hi[2] - lo[2] == pytest.approx(2.7, abs=1e-3)
+
+
+def test_rays_that_miss_read_zero_depth_and_black(sim):
+    from memnav.sim.render import Camera
+
+    # far above the scene, looking level: nothing to hit
+    frame = sim.scene.caster.render(np.array([[4.0, 50.0, 2.0]]), np.array([0.0]), Camera(16, 16, 90.0))[0]
+    assert np.all(frame.depth == 0.0) and np.all(frame.rgb == 0)
