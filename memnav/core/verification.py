@@ -1,0 +1,96 @@
+"""Geometric verification of an image match: ORB keypoints, Lowe ratio test, RANSAC.
+
+Works on any camera images (no learning involved), so it can confirm a place match on a real robot
+where the learned encoder has never been trained.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class VerificationConfig:
+    """Parameters of the verifier.
+
+    Attributes:
+        max_features: ORB keypoints per image.
+        ratio: Lowe ratio test threshold (best / second-best Hamming distance).
+        ransac_px: RANSAC reprojection threshold for the fundamental matrix, pixels.
+        min_inliers: inliers at which the score saturates to 1.
+        upscale_to_px: images smaller than this (shorter side) are upscaled first, pixels.
+    """
+
+    max_features: int = 500
+    ratio: float = 0.7
+    ransac_px: float = 1.0
+    min_inliers: int = 15
+    upscale_to_px: int = 256
+
+
+@dataclass
+class Features:
+    keypoints: np.ndarray      # (N, 2) float32 pixel coordinates
+    descriptors: np.ndarray    # (N, 32) uint8 ORB descriptors
+
+
+@dataclass
+class VerificationResult:
+    """score in [0, 1] (inliers / min_inliers, capped), inliers and ratio-test matches."""
+
+    score: float
+    inliers: int
+    matches: int
+
+
+def _gray(img: np.ndarray, cfg: VerificationConfig) -> tuple[np.ndarray, float]:
+    import cv2
+
+    img = np.asarray(img)
+    if img.ndim not in (2, 3) or img.dtype != np.uint8:
+        raise ValueError(f"image must be uint8 (H, W) or (H, W, 3), got {img.dtype} {img.shape}")
+    gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img
+    scale = max(1.0, cfg.upscale_to_px / min(gray.shape))
+    if scale > 1.0:
+        gray = cv2.resize(gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+    return gray, scale
+
+
+def extract_features(img: np.ndarray, cfg: VerificationConfig | None = None) -> Features:
+    """ORB keypoints and descriptors of an image (cache them to verify against many candidates)."""
+    import cv2
+
+    cfg = cfg or VerificationConfig()
+    gray, scale = _gray(img, cfg)
+    orb = cv2.ORB_create(nfeatures=cfg.max_features, fastThreshold=5, edgeThreshold=15, patchSize=15)
+    kps, desc = orb.detectAndCompute(gray, None)
+    if desc is None or not kps:
+        return Features(np.zeros((0, 2), np.float32), np.zeros((0, 32), np.uint8))
+    pts = np.array([k.pt for k in kps], dtype=np.float32) / scale
+    return Features(pts, desc)
+
+
+def verify_features(a: Features, b: Features, cfg: VerificationConfig | None = None) -> VerificationResult:
+    """Score how well two feature sets agree on one rigid scene (epipolar geometry)."""
+    import cv2
+
+    cfg = cfg or VerificationConfig()
+    if len(a.descriptors) < 8 or len(b.descriptors) < 8:
+        return VerificationResult(0.0, 0, 0)
+    matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
+    pairs = matcher.knnMatch(a.descriptors, b.descriptors, k=2)
+    good = [p[0] for p in pairs if len(p) == 2 and p[0].distance < cfg.ratio * p[1].distance]
+    if len(good) < 8:
+        return VerificationResult(0.0, 0, len(good))
+    pa = a.keypoints[[m.queryIdx for m in good]]
+    pb = b.keypoints[[m.trainIdx for m in good]]
+    _, mask = cv2.findFundamentalMat(pa, pb, cv2.FM_RANSAC, cfg.ransac_px, 0.99)
+    inliers = int(mask.sum()) if mask is not None else 0
+    return VerificationResult(min(1.0, inliers / cfg.min_inliers), inliers, len(good))
+
+
+def verify_pair(img_a: np.ndarray, img_b: np.ndarray, cfg: VerificationConfig | None = None) -> VerificationResult:
+    """Geometric verification score that two images show the same place."""
+    cfg = cfg or VerificationConfig()
+    return verify_features(extract_features(img_a, cfg), extract_features(img_b, cfg), cfg)

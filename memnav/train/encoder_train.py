@@ -1,0 +1,257 @@
+"""`memnav train encoder`: self-supervised training of the perception encoder.
+
+Views taken within `positive_m` and `positive_deg` of each other should embed close together, all
+others apart. Training pairs are rendered by the embedded simulator in the TRAIN houses (random poses
+and poses along shortest-path walks, each with a jittered second view); the loss is a symmetric InfoNCE
+over the batch where other views of the same place are removed from the negatives, and batches mix a
+few houses so most negatives come from the same house (hard negatives). Augmentations (brightness,
+contrast, colour gain, noise, depth noise and dropout, small shifts) make it robust to lighting and
+sensor noise. Resumable: the optimiser state and curve live in `<out>.state`; re-running the same command
+continues up to `--steps`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
+from memnav.train.frame_bank import FrameSet, houses_of_split, recall_at_1, render_set, same_place
+
+
+@dataclass
+class EncoderTrainConfig:
+    """Training settings.
+
+    Attributes:
+        steps: total optimisation steps (a resumed run continues up to this).
+        batch_pairs: positive pairs per batch.
+        houses_per_batch: houses a batch is drawn from (hard negatives come from the same house).
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        temperature: InfoNCE temperature.
+        pairs_per_house: rendered training pairs per train house.
+        positive_m: positives are rendered within this distance, meters.
+        positive_deg: positives are rendered within this heading change, degrees.
+        eval_every: steps between validation recall@1 evaluations.
+        seed: random seed.
+    """
+
+    steps: int = 3000
+    batch_pairs: int = 96
+    houses_per_batch: int = 3
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    temperature: float = 0.07
+    pairs_per_house: int = 1200
+    positive_m: float = 0.5
+    positive_deg: float = 15.0
+    eval_every: int = 250
+    seed: int = 0
+
+
+def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Photometric + sensor-noise augmentation of a (B, 4, P, P) batch."""
+    b = x.shape[0]
+    rgb, depth = x[:, :3], x[:, 3:]
+    gain = 1.0 + 0.1 * torch.randn(b, 3, 1, 1, generator=gen)
+    bright = 0.7 + 0.6 * torch.rand(b, 1, 1, 1, generator=gen)
+    mean = rgb.mean(dim=(1, 2, 3), keepdim=True)
+    contrast = 0.7 + 0.6 * torch.rand(b, 1, 1, 1, generator=gen)
+    rgb = ((rgb - mean) * contrast + mean) * bright * gain
+    rgb = rgb + 0.03 * torch.randn(rgb.shape, generator=gen)
+    depth = depth * (1.0 + 0.02 * torch.randn(depth.shape, generator=gen))
+    depth = depth * (torch.rand(depth.shape, generator=gen) > 0.05)
+    out = torch.cat([rgb.clamp(0, 1), depth.clamp(0, 1)], dim=1)
+    # small translations (up to 3 px) stand in for small pose differences
+    dx, dy = (int(v) for v in torch.randint(-3, 4, (2,), generator=gen))
+    return torch.roll(out, shifts=(dy, dx), dims=(2, 3))
+
+
+def info_nce(za: torch.Tensor, zb: torch.Tensor, same: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Symmetric InfoNCE; `same` (B, B) marks off-diagonal pairs that are the same place (not negatives)."""
+    logits = za @ zb.T / temperature
+    eye = torch.eye(len(za), dtype=torch.bool)
+    logits = logits.masked_fill(same & ~eye, float("-inf"))
+    target = torch.arange(len(za))
+    return 0.5 * (torch.nn.functional.cross_entropy(logits, target)
+                  + torch.nn.functional.cross_entropy(logits.T, target))
+
+
+def embed(model: FrameEncoder, frames: np.ndarray, batch: int = 256) -> np.ndarray:
+    model.eval()
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(frames), batch):
+            out.append(model(torch.from_numpy(frames[i:i + batch].astype(np.float32))).numpy())
+    return np.concatenate(out)
+
+
+def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: int, pairs: bool,
+          cache_dir: Path) -> tuple[FrameSet, FrameSet | None]:
+    """Render (or load from the cache) a split's frames."""
+    houses = houses_of_split(data, split)
+    key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{'pairs' if pairs else 'single'}"
+    path = cache_dir / f"encoder_bank_{key}.npz"
+    if path.is_file():
+        z = np.load(path)
+        a = FrameSet(z["frames"], z["poses"], z["house"])
+        b = FrameSet(z["pframes"], z["pposes"], z["house"]) if pairs else None
+        return a, b
+    jitter = None
+    if pairs:
+        jitter = (0.5, math.radians(15))
+    a, b = render_set(houses, per_house, enc_cfg, seed, pair_jitter=jitter, desc=f"render {split}")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    extra = {"pframes": b.frames, "pposes": b.poses} if b is not None else {}
+    np.savez(path, frames=a.frames, poses=a.poses, house=a.house, **extra)
+    return a, b
+
+
+def validation_recall(model: FrameEncoder, db: FrameSet, queries: FrameSet) -> float:
+    match = same_place(queries.poses, db.poses, queries.house, db.house)
+    r, _ = recall_at_1(embed(model, db.frames), embed(model, queries.frames), match)
+    return r
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = EncoderTrainConfig()
+    parser.add_argument("--out", type=Path, default=Path("models/encoder.pt"), help="checkpoint to write")
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+                        metavar="DIR", help="generated dataset (its train houses are used; val for recall)")
+    parser.add_argument("--steps", type=int, default=d.steps, help="total training steps (resume continues to it)")
+    parser.add_argument("--batch", type=int, default=d.batch_pairs, help="positive pairs per batch")
+    parser.add_argument("--lr", type=float, default=d.lr, help="learning rate")
+    parser.add_argument("--pairs-per-house", type=int, default=d.pairs_per_house,
+                        help="rendered training pairs per train house")
+    parser.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between val recall@1")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop cleanly after this many minutes (state saved; re-run to continue)")
+    parser.add_argument("--restart", action="store_true", help="ignore an existing <out>.state and start over")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="where rendered frame banks are cached (default: DATA/cache)")
+    parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    cfg = EncoderTrainConfig(steps=args.steps, batch_pairs=args.batch, lr=args.lr,
+                             pairs_per_house=args.pairs_per_house, eval_every=args.eval_every, seed=args.seed)
+    if cfg.steps <= 0 or cfg.batch_pairs < 2:
+        raise ValueError("--steps must be > 0 and --batch >= 2")
+    torch.set_num_threads(args.threads)
+    enc_cfg = EncoderConfig()
+    cache = args.cache_dir or (args.data / "cache")
+    train_a, train_b = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True, cache)
+    val_db, _ = _bank(args.data, "val", 300, enc_cfg, cfg.seed + 1, False, cache)
+    val_q, _ = _bank(args.data, "val", 100, enc_cfg, cfg.seed + 2, False, cache)
+    assert train_b is not None
+
+    torch.manual_seed(cfg.seed)
+    model = FrameEncoder(enc_cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warmup = max(1, min(100, cfg.steps // 10))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
+        1.0 + math.cos(math.pi * min(1.0, s / cfg.steps))))
+    state_path = args.out.with_name(args.out.name + ".state")
+    curve: dict = {"step": [], "loss": [], "val_step": [], "val_recall_at_1": []}
+    step = 0
+    gen = torch.Generator().manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    if state_path.is_file() and not args.restart:
+        st = torch.load(state_path, map_location="cpu", weights_only=False)
+        if st["total_steps"] != cfg.steps:
+            raise ValueError(f"{state_path}: was started for --steps {st['total_steps']}; pass the same "
+                             f"--steps to resume or --restart to start over")
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        sched.load_state_dict(st["sched"])
+        gen.set_state(st["gen"])
+        rng.bit_generator.state = st["rng"]
+        curve, step = st["curve"], st["step"]
+        print(f"resuming {args.out} at step {step}/{cfg.steps}", file=sys.stderr)
+
+    def save_state() -> None:
+        save_checkpoint(model, args.out, extra={"train_config": asdict(cfg), "step": step,
+                                                 "val_recall_at_1": (curve["val_recall_at_1"] or [None])[-1]})
+        tmp = state_path.with_name(state_path.name + ".tmp")
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                    "gen": gen.get_state(), "rng": rng.bit_generator.state, "curve": curve, "step": step,
+                    "total_steps": cfg.steps}, tmp)
+        tmp.replace(state_path)
+        write_curve(args.out, curve)
+
+    houses = np.unique(train_a.house)
+    by_house = {h: np.flatnonzero(train_a.house == h) for h in houses}
+    start = time.monotonic()
+    bar = tqdm(total=cfg.steps, initial=step, desc="train encoder", unit="step", disable=args.no_progress,
+               file=sys.stderr)
+    while step < cfg.steps:
+        model.train()
+        hs = rng.choice(houses, size=min(cfg.houses_per_batch, len(houses)), replace=False)
+        per = cfg.batch_pairs // len(hs)
+        idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
+        xa = augment(torch.from_numpy(train_a.frames[idx].astype(np.float32)), gen)
+        xb = augment(torch.from_numpy(train_b.frames[idx].astype(np.float32)), gen)
+        same = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[idx], train_a.house[idx],
+                                           train_a.house[idx]))
+        z = model(torch.cat([xa, xb]))
+        loss = info_nce(z[:len(idx)], z[len(idx):], same, cfg.temperature)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        curve["step"].append(step)
+        curve["loss"].append(loss.item())
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            r = validation_recall(model, val_db, val_q)
+            curve["val_step"].append(step)
+            curve["val_recall_at_1"].append(r)
+            bar.set_postfix(loss=f"{loss.item():.3f}", val_r1=f"{r:.3f}")
+            save_state()
+        if args.max_minutes is not None and time.monotonic() - start > 60 * args.max_minutes:
+            save_state()
+            print(f"stopped after {args.max_minutes} min at step {step}/{cfg.steps}; re-run to continue",
+                  file=sys.stderr)
+            return 0
+    bar.close()
+    save_state()
+    print(f"wrote {args.out} (step {step}, val recall@1 {curve['val_recall_at_1'][-1]:.3f})")
+    return 0
+
+
+def write_curve(out: Path, curve: dict) -> None:
+    """`<out>.curve.json` and `<out>.curve.png` (loss and validation recall@1 against step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.with_suffix(".curve.json").write_text(json.dumps(curve) + "\n")
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+    if curve["loss"]:
+        k = max(1, len(curve["loss"]) // 200)
+        loss = np.convolve(curve["loss"], np.ones(k) / k, mode="valid")
+        ax[0].plot(curve["step"][k - 1:], loss)
+    ax[0].set(xlabel="step", ylabel="InfoNCE loss", title="training loss")
+    ax[1].plot(curve["val_step"], curve["val_recall_at_1"], marker="o")
+    ax[1].set(xlabel="step", ylabel="recall@1", title="val place recognition (1 m, 30 deg)", ylim=(0, 1))
+    for a in ax:
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".curve.png"), dpi=80)
+    plt.close(fig)

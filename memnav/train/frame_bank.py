@@ -1,0 +1,135 @@
+"""Frames rendered by the embedded simulator at sampled poses, for encoder training and evaluation."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from memnav.core.encoder import EncoderConfig, frames_to_array
+from memnav.sim.base import SimConfig
+
+
+@dataclass
+class FrameSet:
+    """Preprocessed frames with their poses.
+
+    Attributes:
+        frames: (N, 4, P, P) float16 network inputs.
+        poses: (N, 3) map-frame (x_m, y_m, yaw_rad).
+        house: (N,) int index of the house each frame comes from.
+        rgb: (N, H, W, 3) uint8 raw colour frames (kept for baselines), or None.
+    """
+
+    frames: np.ndarray
+    poses: np.ndarray
+    house: np.ndarray
+    rgb: np.ndarray | None = None
+
+
+def houses_of_split(data: Path, split: str) -> list[Path]:
+    """Scene files of the houses in a split of a generated dataset (from splits.json)."""
+    splits_file = Path(data) / "splits.json"
+    if not splits_file.is_file():
+        raise FileNotFoundError(f"{splits_file} not found: generate houses first (memnav scenes --out {data})")
+    splits = json.loads(splits_file.read_text())["splits"]
+    houses = [Path(data) / "scenes" / f"{name}.glb" for name, s in sorted(splits.items()) if s == split]
+    if not houses:
+        raise ValueError(f"{data}: no houses in split {split!r}")
+    return houses
+
+
+def sample_poses(sim, n: int, rng: np.random.Generator, path_fraction: float = 0.5) -> list[tuple[np.ndarray, float]]:
+    """n (Habitat position, yaw) pairs: uniform random, and along shortest-path walks (heading along the path)."""
+    poses: list[tuple[np.ndarray, float]] = []
+    while len(poses) < n:
+        if rng.random() < path_fraction:
+            path = sim.shortest_path(sim.sample_navigable_point(), sim.sample_navigable_point())
+            for a, b in zip(path[:-1], path[1:]):
+                seg = b - a
+                length = float(np.hypot(seg[0], seg[2]))
+                if length < 1e-6:
+                    continue
+                yaw = math.atan2(-seg[0], -seg[2])
+                for t in np.arange(rng.uniform(0, 0.75), length, 0.75):
+                    p = a + seg * (t / length)
+                    if len(poses) < n and sim.is_navigable(p):
+                        poses.append((p, yaw + rng.normal(0.0, 0.3)))
+        else:
+            poses.append((sim.sample_navigable_point(), float(rng.uniform(-math.pi, math.pi))))
+    return poses
+
+
+def jitter_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, max_dist_m: float,
+                max_angle_rad: float) -> tuple[np.ndarray, float]:
+    """A navigable pose within max_dist_m and max_angle_rad of (pos, yaw) (the pose itself as fallback)."""
+    for _ in range(20):
+        r = max_dist_m * math.sqrt(rng.random())
+        a = rng.uniform(-math.pi, math.pi)
+        q = pos + np.array([r * math.cos(a), 0.0, r * math.sin(a)])
+        if sim.is_navigable(q):
+            return q, yaw + rng.uniform(-max_angle_rad, max_angle_rad)
+    return pos.copy(), yaw + rng.uniform(-max_angle_rad, max_angle_rad)
+
+
+def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed: int, keep_rgb: bool = False,
+               pair_jitter: tuple[float, float] | None = None, progress: bool = True,
+               desc: str = "render") -> tuple[FrameSet, FrameSet | None]:
+    """Render frames at sampled poses in each house; with pair_jitter also a positive view of each.
+
+    Returns (frames, positives or None). Positives lie within pair_jitter = (meters, radians).
+    """
+    from tqdm import tqdm
+
+    from memnav.core.frames import pose2d_from_habitat
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    rng = np.random.default_rng(seed)
+    sim = EmbeddedSimulator(config=SimConfig(seed=seed))
+    frames, poses, idx, rgbs = [], [], [], []
+    pframes, pposes = [], []
+    bar = tqdm(total=len(houses) * per_house, desc=desc, unit="frame", disable=not progress, file=sys.stderr)
+    for h, scene in enumerate(houses):
+        sim.load_scene(scene)
+        for pos, yaw in sample_poses(sim, per_house, rng):
+            obs = sim.render_at(pos, yaw)
+            frames.append(frames_to_array(obs.rgb, obs.depth, enc_cfg)[0].astype(np.float16))
+            poses.append(pose2d_from_habitat(pos, yaw))
+            idx.append(h)
+            if keep_rgb:
+                rgbs.append(obs.rgb)
+            if pair_jitter is not None:
+                q, qyaw = jitter_pose(sim, pos, yaw, rng, *pair_jitter)
+                pobs = sim.render_at(q, qyaw)
+                pframes.append(frames_to_array(pobs.rgb, pobs.depth, enc_cfg)[0].astype(np.float16))
+                pposes.append(pose2d_from_habitat(q, qyaw))
+            bar.update(1)
+        sim.close()
+    bar.close()
+    main = FrameSet(np.stack(frames), np.asarray(poses), np.asarray(idx), np.stack(rgbs) if keep_rgb else None)
+    pos_set = None
+    if pair_jitter is not None:
+        pos_set = FrameSet(np.stack(pframes), np.asarray(pposes), np.asarray(idx))
+    return main, pos_set
+
+
+def same_place(poses_a: np.ndarray, poses_b: np.ndarray, house_a: np.ndarray, house_b: np.ndarray,
+               max_dist_m: float = 1.0, max_angle_rad: float = math.radians(30)) -> np.ndarray:
+    """(Na, Nb) bool: pose pairs in the same house within max_dist_m and max_angle_rad."""
+    d = np.hypot(poses_a[:, None, 0] - poses_b[None, :, 0], poses_a[:, None, 1] - poses_b[None, :, 1])
+    dyaw = np.abs((poses_a[:, None, 2] - poses_b[None, :, 2] + math.pi) % (2 * math.pi) - math.pi)
+    return (d <= max_dist_m) & (dyaw <= max_angle_rad) & (house_a[:, None] == house_b[None, :])
+
+
+def recall_at_1(db_emb: np.ndarray, q_emb: np.ndarray, match: np.ndarray) -> tuple[float, int]:
+    """Fraction of queries (with at least one true match) whose nearest database item is a true match."""
+    valid = match.any(axis=1)
+    if not valid.any():
+        return math.nan, 0
+    sims = q_emb[valid] @ db_emb.T
+    best = np.argmax(sims, axis=1)
+    hits = match[valid][np.arange(valid.sum()), best]
+    return float(hits.mean()), int(valid.sum())
