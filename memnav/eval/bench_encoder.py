@@ -1,0 +1,125 @@
+"""`memnav bench encoder`: place recognition on the TEST houses, against two baselines, and latency.
+
+A database of views at sampled poses (random and along shortest paths) and a separate set of query
+views are rendered in the test houses. A query counts when its nearest database view (cosine
+similarity, over all test houses together) lies in the same house within 1 m and 30 deg; queries with no
+such database view are left out. Baselines in the same run: downsampled raw pixels (16x16 RGB,
+zero-mean, unit norm) and an ORB bag of visual words (k-means vocabulary on train-house frames, tf-idf).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from memnav.core.encoder import Encoder
+from memnav.core.verification import VerificationConfig, extract_features
+from memnav.train.frame_bank import houses_of_split, recall_at_1, render_set, same_place
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+                        metavar="DIR", help="generated dataset (test houses are evaluated)")
+    parser.add_argument("--db-per-house", type=int, default=300, help="database views per test house")
+    parser.add_argument("--queries-per-house", type=int, default=100, help="query views per test house")
+    parser.add_argument("--vocab-words", type=int, default=256, help="ORB bag-of-words vocabulary size")
+    parser.add_argument("--seed", type=int, default=123, help="random seed of the sampled poses")
+
+
+def pixel_descriptors(rgb: np.ndarray, size: int = 16) -> np.ndarray:
+    import cv2
+
+    out = np.stack([cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA).astype(np.float32).ravel()
+                    for img in rgb])
+    out -= out.mean(axis=1, keepdims=True)
+    return out / (np.linalg.norm(out, axis=1, keepdims=True) + 1e-9)
+
+
+def _orb_bits(rgb: np.ndarray) -> list[np.ndarray]:
+    cfg = VerificationConfig()
+    return [np.unpackbits(extract_features(img, cfg).descriptors, axis=1).astype(np.float32) for img in rgb]
+
+
+class OrbBagOfWords:
+    """ORB descriptors quantised to a k-means vocabulary, tf-idf weighted, L2-normalised histograms."""
+
+    def __init__(self, train_rgb: np.ndarray, words: int, seed: int) -> None:
+        import cv2
+
+        descs = [d for d in _orb_bits(train_rgb) if len(d)]
+        data = np.concatenate(descs)
+        rng = np.random.default_rng(seed)
+        if len(data) > 60_000:
+            data = data[rng.choice(len(data), 60_000, replace=False)]
+        cv2.setRNGSeed(seed)
+        crit = (cv2.TERM_CRITERIA_EPS + cv2.TERM_CRITERIA_MAX_ITER, 20, 1e-3)
+        _, _, self.centers = cv2.kmeans(data, words, None, crit, 1, cv2.KMEANS_PP_CENTERS)
+        hist = self._hist(descs)
+        df = (hist > 0).sum(axis=0)
+        self.idf = np.log((1 + len(hist)) / (1 + df)).astype(np.float32)
+
+    def _hist(self, descs: list[np.ndarray]) -> np.ndarray:
+        k = len(self.centers)
+        c2 = (self.centers ** 2).sum(axis=1)
+        out = np.zeros((len(descs), k), dtype=np.float32)
+        for i, d in enumerate(descs):
+            if len(d):
+                words = np.argmin(c2[None, :] - 2 * d @ self.centers.T, axis=1)
+                out[i] = np.bincount(words, minlength=k)
+        return out
+
+    def describe(self, rgb: np.ndarray) -> np.ndarray:
+        h = self._hist(_orb_bits(rgb)) * self.idf
+        return h / (np.linalg.norm(h, axis=1, keepdims=True) + 1e-9)
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    encoder = Encoder.from_checkpoint(args.checkpoint)
+    torch.set_num_threads(2)
+    houses = houses_of_split(args.data, "test")
+    db, _ = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database")
+    qs, _ = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries")
+    match = same_place(qs.poses, db.poses, qs.house, db.house)
+
+    def emb(frames: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return np.concatenate([encoder.model(torch.from_numpy(frames[i:i + 256].astype(np.float32))).numpy()
+                                   for i in range(0, len(frames), 256)])
+
+    r_enc, n_valid = recall_at_1(emb(db.frames), emb(qs.frames), match)
+    r_pix, _ = recall_at_1(pixel_descriptors(db.rgb), pixel_descriptors(qs.rgb), match)
+    train_rgb = render_set(houses_of_split(args.data, "train"), 40, encoder.cfg, args.seed + 2, keep_rgb=True,
+                           desc="orb vocabulary")[0].rgb
+    bow = OrbBagOfWords(train_rgb, args.vocab_words, args.seed)
+    r_orb, _ = recall_at_1(bow.describe(db.rgb), bow.describe(qs.rgb), match)
+
+    # latency: one 128x128 RGB-D frame at a time, preprocessing included
+    rgb, depth = db.rgb[0], np.full(db.rgb.shape[1:3], 2.0, dtype=np.float32)
+    for _ in range(20):
+        encoder.encode(rgb, depth)
+    times = []
+    for i in range(300):
+        t0 = time.perf_counter()
+        encoder.encode(db.rgb[i % len(db.rgb)], depth)
+        times.append((time.perf_counter() - t0) * 1000.0)
+    print(f"test houses: {len(houses)}, database {len(db.poses)}, queries {len(qs.poses)} ({n_valid} with a "
+          f"true match)", file=sys.stderr)
+    return {
+        "recall_at_1": round(r_enc, 4),
+        "baseline_pixels_recall_at_1": round(r_pix, 4),
+        "baseline_orb_recall_at_1": round(r_orb, 4),
+        "encode_ms_p50": round(float(np.median(times)), 3),
+        "encode_ms_p99": round(float(np.percentile(times, 99)), 3),
+        "queries_evaluated": n_valid,
+        "database_size": int(len(db.poses)),
+        "test_houses": len(houses),
+        "checkpoint": str(args.checkpoint),
+        "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0},
+    }

@@ -1,0 +1,73 @@
+import numpy as np
+import pytest
+import torch
+
+from memnav.core.encoder import (CheckpointError, Encoder, EncoderConfig, FrameEncoder, frames_to_array,
+                                 load_checkpoint, save_checkpoint)
+
+
+@pytest.fixture
+def frame():
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 255, (128, 128, 3), dtype=np.uint8), rng.uniform(0.5, 8, (128, 128)).astype(np.float32)
+
+
+def test_embedding_shape_unit_norm_and_deterministic(frame):
+    torch.manual_seed(0)
+    enc = Encoder(FrameEncoder(EncoderConfig()))
+    e1 = enc.encode(*frame)
+    e2 = enc.encode(*frame)
+    assert e1.shape == (256,) and e1.dtype == np.float32
+    assert np.linalg.norm(e1) == pytest.approx(1.0, abs=1e-5)
+    assert np.array_equal(e1, e2)
+    batch = enc.encode_batch(np.stack([frame[0]] * 3), np.stack([frame[1]] * 3))
+    assert batch.shape == (3, 256) and np.allclose(batch[0], e1, atol=1e-5)
+
+
+def test_other_sizes_resized_and_missing_depth(frame):
+    cfg = EncoderConfig()
+    x = frames_to_array(np.zeros((480, 640, 3), np.uint8), None, cfg)
+    assert x.shape == (1, 4, 64, 64) and np.all(x[:, 3] == 0)
+    x = frames_to_array(frame[0], frame[1], cfg)
+    assert 0 <= x.min() and x.max() <= 1
+
+
+@pytest.mark.parametrize("rgb, depth, msg", [
+    (np.zeros((64, 64), np.uint8), None, "rgb must be"),
+    (np.zeros((64, 64, 3), np.float32), None, "uint8"),
+    (np.zeros((64, 64, 3), np.uint8), np.zeros((32, 32), np.float32), "depth must match"),
+])
+def test_bad_frames_are_named(rgb, depth, msg):
+    with pytest.raises(ValueError, match=msg):
+        frames_to_array(rgb, depth, EncoderConfig())
+
+
+def test_checkpoint_round_trip_and_refusals(tmp_path, frame):
+    torch.manual_seed(1)
+    model = FrameEncoder(EncoderConfig())
+    path = tmp_path / "enc.pt"
+    save_checkpoint(model, path)
+    loaded = Encoder.from_checkpoint(path)
+    assert np.allclose(loaded.encode(*frame), Encoder(model.eval()).encode(*frame), atol=1e-6)
+
+    payload = torch.load(path, weights_only=True)
+    payload["version"] = 99
+    torch.save(payload, tmp_path / "v99.pt")
+    with pytest.raises(CheckpointError, match="version 99"):
+        load_checkpoint(tmp_path / "v99.pt")
+    payload["version"] = 1
+    payload["format"] = "someone-else"
+    torch.save(payload, tmp_path / "fmt.pt")
+    with pytest.raises(CheckpointError, match="someone-else"):
+        load_checkpoint(tmp_path / "fmt.pt")
+    other = FrameEncoder(EncoderConfig(widths=(16, 32, 48, 64)))
+    payload = torch.load(path, weights_only=True)
+    payload["state_dict"] = other.state_dict()
+    torch.save(payload, tmp_path / "arch.pt")
+    with pytest.raises(CheckpointError, match="shape"):
+        load_checkpoint(tmp_path / "arch.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="junk.pt"):
+        load_checkpoint(tmp_path / "junk.pt")
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")

@@ -1,0 +1,37 @@
+"""A few steps of encoder training on a tiny generated dataset: checkpoint, curve, resume."""
+import json
+
+import pytest
+
+from memnav.cli import main
+from memnav.core.encoder import load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("enc") / "houses"
+    assert main(["scenes", "--out", str(out), "--houses", "3", "--seed", "2", "--train-episodes", "1",
+                 "--val-episodes", "1", "--test-episodes", "1", "--no-progress"]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_train_writes_checkpoint_curve_and_resumes(tiny_data, tmp_path, capsys):
+    out = tmp_path / "encoder.pt"
+    args = ["train", "encoder", "--out", str(out), "--data", str(tiny_data), "--steps", "4", "--batch", "8",
+            "--pairs-per-house", "12", "--eval-every", "2", "--no-progress", "--max-minutes", "0"]
+    assert main(args) == 0          # stops after the first step (0 minutes), state saved
+    state = out.with_name("encoder.pt.state")
+    assert state.exists() and out.exists()
+    assert "re-run to continue" in capsys.readouterr().err
+    assert main(args[:-2]) == 0     # resumes and finishes
+    curve = json.loads(out.with_suffix(".curve.json").read_text())
+    assert curve["step"] == [1, 2, 3, 4]
+    assert len(curve["val_recall_at_1"]) == 2 and 0.0 <= curve["val_recall_at_1"][-1] <= 1.0
+    assert out.with_suffix(".curve.png").stat().st_size > 1000
+    model = load_checkpoint(out)
+    assert model.cfg.embedding_dim == 256
+    with pytest.raises(SystemExit):
+        main(["train", "encoder", "--bogus"])
+    other_steps = [a if a != "4" else "9" for a in args[:-2]]
+    assert main(other_steps) == 2   # resuming with a different --steps than the state is refused
