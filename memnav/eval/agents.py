@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from memnav.core.types import Action, Observation, wrap_angle
+from memnav.core.types import Action, Observation
 
 if TYPE_CHECKING:
     from memnav.sim.base import Simulator

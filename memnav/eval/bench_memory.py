@@ -339,7 +339,8 @@ def bench_patrol(args: argparse.Namespace, embedder: SmoothPlaceEmbedder, workdi
             dyaw += PATROL_ODOM_YAW_BIAS_RAD_PER_M * dist + rng.normal(
                 0, 0.02 * abs(dyaw) + PATROL_ODOM_YAW_NOISE_RAD_PER_M * dist)
             co, so = math.cos(odom[2]), math.sin(odom[2])
-            odom = np.array([odom[0] + co * fwd - so * left, odom[1] + so * fwd + co * left, wrap_angle(odom[2] + dyaw)])
+            odom = np.array([odom[0] + co * fwd - so * left, odom[1] + so * fwd + co * left,
+                             wrap_angle(odom[2] + dyaw)])
             prev_true = true
 
             emb = embedder.observe(true[None], rng)[0]

@@ -17,6 +17,7 @@ from memnav.core.types import Action, Observation, Pose2D, wrap_angle
 from memnav.sim.base import AgentState, SimConfig
 from memnav.sim.mesh import SceneMesh, load_scene_mesh
 from memnav.sim.navmesh import NavGrid, NavGridConfig
+from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command
 from memnav.sim.render import Camera, RayCaster
 
 if TYPE_CHECKING:
@@ -123,11 +124,7 @@ class EmbeddedSimulator:
         return self._observe()
 
     def step_velocity(self, v_mps: float, w_radps: float, dt_s: float) -> Observation:
-        for name, value in (("v_mps", v_mps), ("w_radps", w_radps), ("dt_s", dt_s)):
-            if not math.isfinite(value):
-                raise ValueError(f"step_velocity: {name} must be finite, got {value}")
-        if dt_s <= 0:
-            raise ValueError(f"step_velocity: dt_s must be > 0, got {dt_s}")
+        check_velocity_command(v_mps, w_radps, dt_s)
         self._steps += 1
         self._collided = False
         n = max(1, int(math.ceil(abs(v_mps) * dt_s / SUBSTEP_M)), int(math.ceil(abs(w_radps) * dt_s / 0.05)))
@@ -201,10 +198,8 @@ class EmbeddedSimulator:
 
     def _rotate(self, angle_rad: float) -> None:
         self._yaw = wrap_angle(self._yaw + angle_rad)
-        noise = self._rng.normal(0.0, self.config.odom_noise_rot_std * abs(angle_rad)) \
-            if self.config.odom_noise_rot_std > 0 and angle_rad != 0 else 0.0
-        o = self._odom
-        self._odom = Pose2D(o.x_m, o.y_m, wrap_angle(o.yaw_rad + angle_rad + noise))
+        if angle_rad != 0.0:
+            self._odom = apply_odometry(self._odom, 0.0, 0.0, angle_rad, self.config, self._rng)
 
     def _translate(self, distance_m: float) -> None:
         """Move along the heading, sliding along obstacles; records a collision when blocked."""
@@ -232,18 +227,6 @@ class EmbeddedSimulator:
                 break
         pos[1] = grid.height_at(pos)
         self._position = pos
-        moved = pos - start
-        # odometry: true displacement in the body frame, plus noise proportional to the distance
-        c, s = math.cos(self._yaw), math.sin(self._yaw)
-        mx, my, _ = pose2d_from_habitat(moved, 0.0)
-        fwd, left = c * mx + s * my, -s * mx + c * my
-        dist = math.hypot(fwd, left)
-        if self.config.odom_noise_trans_std > 0 and dist > 0:
-            fwd += self._rng.normal(0.0, self.config.odom_noise_trans_std * dist)
-            left += self._rng.normal(0.0, self.config.odom_noise_trans_std * dist)
-        dyaw = self._rng.normal(0.0, self.config.odom_noise_rot_std * dist) \
-            if self.config.odom_noise_rot_std > 0 and dist > 0 else 0.0
-        o = self._odom
-        oc, os_ = math.cos(o.yaw_rad), math.sin(o.yaw_rad)
-        self._odom = Pose2D(o.x_m + oc * fwd - os_ * left, o.y_m + os_ * fwd + oc * left,
-                            wrap_angle(o.yaw_rad + dyaw))
+        fwd, left, _ = body_motion(start, self._yaw, pos, self._yaw)
+        self._odom = apply_odometry(self._odom, fwd, left, 0.0, self.config, self._rng)
+

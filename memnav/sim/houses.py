@@ -10,7 +10,6 @@ Coordinates are Habitat's: +Y up, floor at y = 0, the house spans x >= 0 and z >
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-
 from numba import njit
 
 from memnav.sim.mesh import SceneMesh

@@ -2,8 +2,15 @@ import numpy as np
 import pytest
 import torch
 
-from memnav.core.encoder import (CheckpointError, Encoder, EncoderConfig, FrameEncoder, frames_to_array,
-                                 load_checkpoint, save_checkpoint)
+from memnav.core.encoder import (
+    CheckpointError,
+    Encoder,
+    EncoderConfig,
+    FrameEncoder,
+    frames_to_array,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from memnav.core.frames import quat_xyzw_from_yaw
-from memnav.sim.episodes import (Episode, EpisodeFormatError, NavGoal, load_episodes, require_scene,
-                                 save_episodes)
+from memnav.sim.episodes import Episode, EpisodeFormatError, NavGoal, load_episodes, require_scene, save_episodes
 
 
 def _episode(i: int, scene_id: str = "scenes/a.glb") -> Episode:
@@ -70,7 +69,8 @@ def test_goal_yaw_fallback_is_deterministic():
 
 
 def _episode_copy_yaw(e: Episode) -> float:
-    return Episode(e.episode_id, e.scene_id, e.start_position, e.start_rotation, [NavGoal(e.goal.position)]).goal_yaw_rad()
+    copy = Episode(e.episode_id, e.scene_id, e.start_position, e.start_rotation, [NavGoal(e.goal.position)])
+    return copy.goal_yaw_rad()
 
 
 @pytest.mark.parametrize("mutate, field", [

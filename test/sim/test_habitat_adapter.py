@@ -10,6 +10,7 @@ from memnav.core.types import Pose2D
 from memnav.sim import habitat as hab
 from memnav.sim.base import SimConfig
 from memnav.sim.factory import make_simulator
+from memnav.sim.odometry import apply_odometry, body_motion
 
 
 def test_module_import_does_not_import_habitat_sim():
@@ -64,7 +65,7 @@ def test_body_motion_and_noiseless_odometry_round_trip():
     p0 = np.array([0.0, 0.0, 0.0])
     yaw0 = math.radians(30)
     p1 = p0 + 0.25 * np.array([-math.sin(yaw0), 0.0, -math.cos(yaw0)])   # one step forward
-    fwd, left, dyaw = hab.body_motion(p0, yaw0, p1, yaw0)
+    fwd, left, dyaw = body_motion(p0, yaw0, p1, yaw0)
     assert fwd == pytest.approx(0.25) and left == pytest.approx(0.0, abs=1e-12) and dyaw == 0.0
-    odom = hab.apply_odometry(Pose2D(0, 0, yaw0), fwd, left, dyaw, SimConfig(), np.random.default_rng(0))
+    odom = apply_odometry(Pose2D(0, 0, yaw0), fwd, left, dyaw, SimConfig(), np.random.default_rng(0))
     assert odom.x_m == pytest.approx(0.25 * math.cos(yaw0)) and odom.y_m == pytest.approx(0.25 * math.sin(yaw0))

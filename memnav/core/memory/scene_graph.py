@@ -506,7 +506,7 @@ class SceneGraphMemory:
                 self._grid.add(s, x, y)
             self.graph.add_nodes_from(data.place_ids.tolist(), layer=Layer.PLACE)
             self._last_stamp_ns = int(data.place_last_seen_ns.max())
-        for room_id, x, y in data.rooms:
+        for room_id, _x, _y in data.rooms:
             self.graph.add_node(room_id, layer=Layer.ROOM)
             self._room_sums[room_id] = [0.0, 0.0, 0]
         unknown_rooms = set(np.unique(pl.room[pl.alive_slots()]).tolist()) - set(self._room_sums) - {-1}

@@ -180,7 +180,8 @@ class WorkingBuffer:
             goal_embedding: the current goal; replaces the stored goal (None keeps it).
 
         Raises:
-            memnav.core.memory.index.InvalidInputError: bad stamp, embedding, pose or goal (naming the field); the buffer is unchanged.
+            memnav.core.memory.index.InvalidInputError: bad stamp, embedding, pose or goal (naming the
+                field); the buffer is unchanged.
         """
         stamp = check_stamp(stamp_ns, self._last_stamp_ns)
         emb = check_embedding(embedding, self.config.embedding_dim)

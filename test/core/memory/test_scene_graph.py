@@ -52,7 +52,8 @@ def random_unit(rng, dim=DIM):
 
 
 def cfg(tmp_path=None, **kw):
-    base = {"embedding_dim": DIM, "consolidate_every": 0, "db_path": None if tmp_path is None else str(tmp_path / "m.db")}
+    base = {"embedding_dim": DIM, "consolidate_every": 0,
+            "db_path": None if tmp_path is None else str(tmp_path / "m.db")}
     base.update(kw)
     return SceneGraphConfig(**base)
 
