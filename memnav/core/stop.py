@@ -1,0 +1,191 @@
+"""Value-of-information stop controller and its calibrated goal belief.
+
+Belief. `GoalBeliefCalibrator` maps evidence features (cosine similarity between the current and the
+goal embedding, geometric verification score, ...) to p = P(goal within the success radius) with a
+logistic model fitted on labelled examples from the train houses; `reliability()` gives the data of a
+reliability diagram and the expected calibration error.
+
+Decision. With belief p the agent can
+- STOP now: expected value  V_stop(p) = p * success_reward;
+- act once more and look again: pay `look_cost`, receive a new belief p', then choose the better of
+  stopping (V_stop(p')) and searching on (`search_value`, the value of continuing to navigate).
+The next belief is uncertain; before seeing it, p' ~ Beta(k p, k (1 - p)) with k = `evidence_strength`
+(its mean is p: beliefs are a martingale; larger k = one more view changes the belief less). Then
+
+    V_look(p) = E[max(V_stop(p'), search_value)] - look_cost      (closed form with incomplete betas)
+    VoI(p)    = E[max(V_stop(p'), search_value)] - max(V_stop(p), search_value)   (>= 0)
+
+and the controller stops when V_stop(p) >= max(V_look(p), search_value - look_cost): stopping now is
+worth at least as much as looking once more (the value of the extra observation minus its cost) and as
+moving on. `FixedThresholdStop` (stop when p >= threshold) is the baseline it is compared with.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+
+class StopReason(Enum):
+    """Why the controller decided as it did."""
+
+    CONFIDENT = "confident"              # stopping beats looking again and moving on
+    LOOK_AGAIN = "look_again"            # the next observation is worth its cost
+    KEEP_SEARCHING = "keep_searching"    # the goal is probably elsewhere
+    THRESHOLD = "threshold"              # fixed-threshold baseline fired
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    """stop: whether to call STOP; belief: P(goal within radius); voi: value of one more look."""
+
+    stop: bool
+    belief: float
+    voi: float
+    value_stop: float
+    value_look: float
+    reason: StopReason
+
+
+@dataclass
+class VoIStopConfig:
+    """Parameters of the value-of-information stop rule (values in units of the success reward).
+
+    Attributes:
+        success_reward: value of stopping within the success radius.
+        look_cost: cost of one more action and observation (path length / time), same units.
+        search_value: value of continuing to navigate instead of stopping here (e.g. the policy's value
+            estimate, or a constant prior).
+        evidence_strength: k of the Beta predictive of the next belief; larger = one more view is less
+            informative.
+    """
+
+    success_reward: float = 1.0
+    look_cost: float = 0.02
+    search_value: float = 0.3
+    evidence_strength: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.success_reward <= 0 or self.look_cost < 0 or self.evidence_strength <= 0:
+            raise ValueError("VoIStopConfig: success_reward and evidence_strength must be > 0, look_cost >= 0")
+
+
+def expected_max_stop_or_search(p: float, success_reward: float, search_value: float, k: float) -> float:
+    """E[max(R p', V)] for p' ~ Beta(k p, k (1 - p)), in closed form."""
+    from scipy.special import betainc
+
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    a, b = k * p, k * (1.0 - p)
+    t = search_value / success_reward
+    if t <= 0:
+        return success_reward * p
+    if t >= 1:
+        return search_value
+    below = betainc(a, b, t)                         # P(p' < t)
+    upper_mean = (a / (a + b)) * (1.0 - betainc(a + 1.0, b, t))   # E[p' ; p' >= t]
+    return float(search_value * below + success_reward * upper_mean)
+
+
+class VoIStopController:
+    """Stops when the expected value of stopping is at least that of acting once more and looking again."""
+
+    def __init__(self, success_reward: float = 1.0, look_cost: float = 0.02, search_value: float = 0.3,
+                 evidence_strength: float = 8.0) -> None:
+        self.config = VoIStopConfig(success_reward, look_cost, search_value, evidence_strength)
+
+    @classmethod
+    def from_config(cls, cfg: VoIStopConfig) -> VoIStopController:
+        return cls(cfg.success_reward, cfg.look_cost, cfg.search_value, cfg.evidence_strength)
+
+    def decide(self, belief: float, search_value: float | None = None) -> StopDecision:
+        """Decide for a calibrated belief in [0, 1] (search_value overrides the configured one)."""
+        if not math.isfinite(belief) or not 0.0 <= belief <= 1.0:
+            raise ValueError(f"belief must be a probability in [0, 1], got {belief}")
+        cfg = self.config
+        v_search = cfg.search_value if search_value is None else float(search_value)
+        v_stop = belief * cfg.success_reward
+        e_next = expected_max_stop_or_search(belief, cfg.success_reward, v_search, cfg.evidence_strength)
+        voi = max(0.0, e_next - max(v_stop, v_search))
+        v_look = e_next - cfg.look_cost
+        if v_stop >= max(v_look, v_search - cfg.look_cost):
+            reason, stop = StopReason.CONFIDENT, True
+        elif v_look > v_search - cfg.look_cost and voi > cfg.look_cost:
+            reason, stop = StopReason.LOOK_AGAIN, False
+        else:
+            reason, stop = StopReason.KEEP_SEARCHING, False
+        return StopDecision(stop, belief, voi, v_stop, v_look, reason)
+
+
+class FixedThresholdStop:
+    """Baseline: stop when the belief reaches a fixed threshold."""
+
+    def __init__(self, threshold: float = 0.5) -> None:
+        self.threshold = threshold
+
+    def decide(self, belief: float, search_value: float | None = None) -> StopDecision:
+        stop = belief >= self.threshold
+        return StopDecision(stop, belief, 0.0, belief, 0.0,
+                            StopReason.THRESHOLD if stop else StopReason.KEEP_SEARCHING)
+
+
+class GoalBeliefCalibrator:
+    """Logistic regression from evidence features to P(goal within the success radius)."""
+
+    def __init__(self, weights: np.ndarray | None = None, feature_names: tuple[str, ...] = ("similarity",)) -> None:
+        self.feature_names = tuple(feature_names)
+        self.weights = np.zeros(len(self.feature_names) + 1) if weights is None else np.asarray(weights, float)
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        """P(within radius) for (N, F) or (F,) features."""
+        x = np.atleast_2d(np.asarray(features, dtype=np.float64))
+        if x.shape[1] != len(self.feature_names):
+            raise ValueError(f"expected {len(self.feature_names)} features {self.feature_names}, got {x.shape[1]}")
+        z = x @ self.weights[:-1] + self.weights[-1]
+        p = 1.0 / (1.0 + np.exp(-np.clip(z, -40, 40)))
+        return p if np.ndim(features) > 1 else p[:1]
+
+    def fit(self, features: np.ndarray, labels: np.ndarray, l2: float = 1e-3, iters: int = 50) -> GoalBeliefCalibrator:
+        """Newton's method on the L2-regularised log-likelihood."""
+        x = np.asarray(features, dtype=np.float64)
+        y = np.asarray(labels, dtype=np.float64)
+        if x.ndim != 2 or x.shape[0] != y.shape[0] or x.shape[1] != len(self.feature_names):
+            raise ValueError(f"features must be (N, {len(self.feature_names)}) matching labels (N,)")
+        xb = np.hstack([x, np.ones((len(x), 1))])
+        w = np.zeros(xb.shape[1])
+        for _ in range(iters):
+            p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -40, 40)))
+            grad = xb.T @ (p - y) + l2 * w
+            hess = (xb * (p * (1 - p))[:, None]).T @ xb + l2 * np.eye(len(w))
+            step = np.linalg.solve(hess, grad)
+            w -= step
+            if np.abs(step).max() < 1e-8:
+                break
+        self.weights = w
+        return self
+
+    def reliability(self, features: np.ndarray, labels: np.ndarray, bins: int = 10) -> dict:
+        """Reliability-diagram data: per-bin mean prediction, observed frequency, count; and the ECE."""
+        p = self.predict(features)
+        y = np.asarray(labels, dtype=np.float64)
+        edges = np.linspace(0, 1, bins + 1)
+        idx = np.clip(np.digitize(p, edges) - 1, 0, bins - 1)
+        mean_pred, freq, count = [], [], []
+        ece = 0.0
+        for b in range(bins):
+            m = idx == b
+            count.append(int(m.sum()))
+            mean_pred.append(float(p[m].mean()) if m.any() else math.nan)
+            freq.append(float(y[m].mean()) if m.any() else math.nan)
+            if m.any():
+                ece += m.mean() * abs(p[m].mean() - y[m].mean())
+        return {"bin_edges": edges.tolist(), "mean_predicted": mean_pred, "observed_frequency": freq,
+                "count": count, "ece": float(ece)}
+
+    def to_dict(self) -> dict:
+        return {"feature_names": list(self.feature_names), "weights": self.weights.tolist()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GoalBeliefCalibrator:
+        return cls(np.asarray(d["weights"], float), tuple(d["feature_names"]))

@@ -1,0 +1,64 @@
+import numpy as np
+import pytest
+
+from memnav.core.stop import (FixedThresholdStop, GoalBeliefCalibrator, StopReason, VoIStopController,
+                              expected_max_stop_or_search)
+
+
+def test_expected_max_matches_monte_carlo():
+    rng = np.random.default_rng(0)
+    for p, v, k in ((0.3, 0.4, 8.0), (0.7, 0.2, 3.0), (0.5, 0.5, 20.0)):
+        samples = rng.beta(k * p, k * (1 - p), 400_000)
+        mc = np.maximum(samples, v).mean()
+        assert expected_max_stop_or_search(p, 1.0, v, k) == pytest.approx(mc, abs=2e-3)
+
+
+def test_voi_is_non_negative_and_largest_near_the_decision_boundary():
+    ctrl = VoIStopController(search_value=0.4, look_cost=0.0)
+    vois = {p: ctrl.decide(p).voi for p in (0.02, 0.2, 0.4, 0.6, 0.98)}
+    assert all(v >= 0 for v in vois.values())
+    assert vois[0.4] == max(vois.values())
+    assert vois[0.02] < 0.01 and vois[0.98] < 0.01
+
+
+def test_decisions_follow_belief_and_cost():
+    ctrl = VoIStopController(search_value=0.3, look_cost=0.02)
+    assert ctrl.decide(0.95).stop and ctrl.decide(0.95).reason is StopReason.CONFIDENT
+    assert not ctrl.decide(0.05).stop and ctrl.decide(0.05).reason is StopReason.KEEP_SEARCHING
+    d = ctrl.decide(0.35)
+    assert not d.stop and d.reason is StopReason.LOOK_AGAIN and d.voi > 0.02
+    # looking is free and very informative -> wait longer; expensive -> stop earlier
+    cheap = VoIStopController(search_value=0.3, look_cost=0.0, evidence_strength=1.0)
+    dear = VoIStopController(search_value=0.3, look_cost=0.3)
+    assert not cheap.decide(0.6).stop
+    assert dear.decide(0.6).stop
+    # stopping never happens below the point where stopping beats searching on
+    assert not any(ctrl.decide(p).stop for p in np.linspace(0, 0.29, 30))
+
+
+def test_bad_belief_rejected():
+    with pytest.raises(ValueError, match="belief"):
+        VoIStopController().decide(1.5)
+    with pytest.raises(ValueError, match="belief"):
+        VoIStopController().decide(float("nan"))
+
+
+def test_fixed_threshold_baseline():
+    s = FixedThresholdStop(0.7)
+    assert s.decide(0.71).stop and not s.decide(0.69).stop
+
+
+def test_calibrator_recovers_logistic_model_and_is_calibrated():
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (20_000, 2))
+    true_w = np.array([4.0, -2.0, 0.5])
+    p = 1 / (1 + np.exp(-(x @ true_w[:2] + true_w[2])))
+    y = rng.random(len(p)) < p
+    cal = GoalBeliefCalibrator(feature_names=("similarity", "verification")).fit(x, y)
+    assert np.allclose(cal.weights, true_w, atol=0.15)
+    rel = cal.reliability(x, y)
+    assert rel["ece"] < 0.02 and sum(rel["count"]) == len(x)
+    again = GoalBeliefCalibrator.from_dict(cal.to_dict())
+    assert np.allclose(again.predict(x[:5]), cal.predict(x[:5]))
+    with pytest.raises(ValueError, match="features"):
+        cal.predict(np.zeros((3, 5)))
