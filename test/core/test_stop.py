@@ -1,8 +1,13 @@
 import numpy as np
 import pytest
 
-from memnav.core.stop import (FixedThresholdStop, GoalBeliefCalibrator, StopReason, VoIStopController,
-                              expected_max_stop_or_search)
+from memnav.core.stop import (
+    FixedThresholdStop,
+    GoalBeliefCalibrator,
+    StopReason,
+    VoIStopController,
+    expected_max_stop_or_search,
+)
 
 
 def test_expected_max_matches_monte_carlo():
