@@ -1,0 +1,46 @@
+"""`memnav bench sim` and `memnav bench encoder` through the CLI on tiny settings (keys and value ranges)."""
+import json
+
+import pytest
+import torch
+
+from memnav.cli import main
+from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "houses"
+    assert main(["scenes", "--out", str(out), "--houses", "3", "--seed", "9", "--train-episodes", "1",
+                 "--val-episodes", "1", "--test-episodes", "1", "--no-progress"]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_bench_sim_keys(tiny_data, tmp_path):
+    out = tmp_path / "sim.json"
+    assert main(["bench", "sim", "--data", str(tiny_data), "--steps", "20", "--chunks", "2",
+                 "--heavy-triangles", "30000", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    for key in ("rgbd_128_steps_per_s", "rgbd_256_steps_per_s", "heavy_128_steps_per_s"):
+        assert res[key] > 0
+    assert res["heavy_128_triangles"] >= 30000
+
+
+@pytest.mark.slow
+def test_bench_encoder_keys(tiny_data, tmp_path):
+    torch.manual_seed(0)
+    ckpt = tmp_path / "enc.pt"
+    save_checkpoint(FrameEncoder(EncoderConfig()), ckpt)
+    out = tmp_path / "enc.json"
+    assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--db-per-house", "30",
+                 "--queries-per-house", "10", "--vocab-words", "16", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    for key in ("recall_at_1", "baseline_pixels_recall_at_1", "baseline_orb_recall_at_1"):
+        assert 0.0 <= res[key] <= 1.0
+    assert res["encode_ms_p50"] > 0 and res["queries_evaluated"] > 0
+
+
+def test_bench_encoder_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
+    assert main(["bench", "encoder", "--checkpoint", str(tmp_path / "none.pt")]) == 2
+    assert "none.pt" in capsys.readouterr().err
