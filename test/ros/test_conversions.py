@@ -1,0 +1,74 @@
+"""Message conversions, built from messages directly (no rclpy.init)."""
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sensor_msgs.msg")
+
+from geometry_msgs.msg import Twist  # noqa: E402
+from sensor_msgs.msg import Image  # noqa: E402
+
+from memnav.core.types import Pose2D  # noqa: E402
+from memnav.ros import conversions as cv  # noqa: E402
+
+
+def _img(arr: np.ndarray, enc: str, step_pad: int = 0) -> Image:
+    h, w = arr.shape[:2]
+    row = arr[0].nbytes
+    data = np.zeros((h, row + step_pad), np.uint8)
+    data[:, :row] = arr.reshape(h, -1).view(np.uint8)
+    return Image(height=h, width=w, encoding=enc, step=row + step_pad, data=data.tobytes(),
+                 is_bigendian=0)
+
+
+def test_rgb_round_trip_and_other_colour_encodings():
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 255, (5, 7, 3), dtype=np.uint8)
+    assert np.array_equal(cv.image_to_rgb(cv.rgb_to_image(rgb)), rgb)
+    assert np.array_equal(cv.image_to_rgb(_img(rgb[..., ::-1].copy(), "bgr8")), rgb)
+    rgba = np.concatenate([rgb, np.full((5, 7, 1), 255, np.uint8)], axis=2)
+    assert np.array_equal(cv.image_to_rgb(_img(rgba, "rgba8", step_pad=4)), rgb)
+    mono = rgb[..., 0].copy()[..., None]
+    assert np.array_equal(cv.image_to_rgb(_img(mono, "mono8"))[..., 2], mono[..., 0])
+
+
+def test_depth_encodings():
+    d = np.array([[1.5, 0.0], [np.nan, 4.25]], np.float32)
+    out = cv.image_to_depth(cv.depth_to_image(d))
+    assert out.tolist() == [[1.5, 0.0], [0.0, 4.25]]
+    mm = np.array([[1500, 0], [65535, 250]], np.uint16)[..., None]
+    assert np.allclose(cv.image_to_depth(_img(mm, "16UC1")), [[1.5, 0.0], [65.535, 0.25]])
+
+
+@pytest.mark.parametrize("mutate, msg", [
+    (lambda m: setattr(m, "encoding", "yuv422"), "encoding"),
+    (lambda m: setattr(m, "height", 6), "bytes"),
+    (lambda m: setattr(m, "step", 3), "step"),
+])
+def test_bad_images_are_named(mutate, msg):
+    m = cv.rgb_to_image(np.zeros((5, 7, 3), np.uint8))
+    mutate(m)
+    with pytest.raises(cv.MessageError, match=msg):
+        cv.image_to_rgb(m)
+    with pytest.raises(cv.MessageError, match="not a depth"):
+        cv.image_to_depth(cv.rgb_to_image(np.zeros((2, 2, 3), np.uint8)))
+
+
+def test_odometry_round_trip_and_nan():
+    pose = Pose2D(1.5, -2.0, 2.5)
+    back = cv.odometry_to_pose(cv.pose_to_odometry(pose))
+    assert back.x_m == 1.5 and back.y_m == -2.0 and back.yaw_rad == pytest.approx(2.5)
+    bad = cv.pose_to_odometry(pose)
+    bad.pose.pose.position.x = math.nan
+    with pytest.raises(cv.MessageError, match="non-finite"):
+        cv.odometry_to_pose(bad)
+
+
+def test_twist():
+    t = Twist()
+    t.linear.x, t.angular.z = 0.3, -0.5
+    assert cv.twist_to_command(t) == (0.3, -0.5)
+    t.angular.z = math.inf
+    with pytest.raises(cv.MessageError, match="Twist"):
+        cv.twist_to_command(t)
