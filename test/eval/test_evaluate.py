@@ -69,3 +69,16 @@ def test_eval_bad_inputs_exit_nonzero(tiny_dataset, tmp_path, capsys):
     assert main(["eval", "--data", str(tmp_path / "missing"), "--no-progress"]) == 2
     with pytest.raises(SystemExit):
         main(["eval", "--agent", "teleporter"])
+
+
+def test_corrupt_episode_file_exits_2_and_names_it(tmp_path, capsys):
+    bad = tmp_path / "broken.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08garbage")
+    assert main(["eval", "--data", str(bad), "--no-progress"]) == 2
+    assert "broken.json.gz" in capsys.readouterr().err
+    assert bad.read_bytes() == b"\x1f\x8b\x08garbage"   # nothing touched
+
+
+def test_bad_config_value_exits_2(tiny_dataset, capsys):
+    assert main(["eval", "--data", str(tiny_dataset), "--max-steps", "0", "--no-progress"]) == 2
+    assert "max_episode_steps" in capsys.readouterr().err

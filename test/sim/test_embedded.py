@@ -172,3 +172,20 @@ def test_rays_that_miss_read_zero_depth_and_black(sim):
     # far above the scene, looking level: nothing to hit
     frame = sim.scene.caster.render(np.array([[4.0, 50.0, 2.0]]), np.array([0.0]), Camera(16, 16, 90.0))[0]
     assert np.all(frame.depth == 0.0) and np.all(frame.rgb == 0)
+
+
+def test_start_off_navigable_area_is_named(sim, two_room_scene):
+    from memnav.sim.embedded import StartNotNavigableError
+    from memnav.sim.episodes import Episode, NavGoal
+
+    ep = Episode("e7", "two_rooms.glb", np.array([4.0, 0.0, 3.2]), np.array([0, 0, 0, 1.0]),
+                 [NavGoal(np.array([2.0, 0.0, 2.0]))], scene_path=two_room_scene)
+    with pytest.raises(StartNotNavigableError, match="e7.*start_position"):
+        sim.reset(ep)
+
+
+@pytest.mark.parametrize("field, value", [("width_px", 0), ("hfov_deg", 190.0), ("agent_radius_m", -0.1),
+                                          ("odom_noise_trans_std", -1.0), ("max_episode_steps", 0)])
+def test_bad_config_fields_are_named(field, value):
+    with pytest.raises(ValueError, match=field):
+        SimConfig(**{field: value})
