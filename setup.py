@@ -26,6 +26,7 @@ setup(
     entry_points={
         "console_scripts": [
             "memnav = memnav.cli:main",
+            "sim_bridge_node = memnav.ros.sim_bridge_node:main",
         ],
     },
 )

@@ -64,6 +64,16 @@ class ImageNavEnv:
             self.done, self._status = True, EpisodeStatus.STEP_LIMIT
         return obs
 
+    def step_velocity(self, v_mps: float, w_radps: float, dt_s: float) -> Observation:
+        """Apply a velocity command; it adds to the path length but not to the action count."""
+        if self.done:
+            raise RuntimeError("episode is over: call reset(episode) first")
+        obs = self.sim.step_velocity(v_mps, w_radps, dt_s)
+        pos = self.sim.agent_state.position
+        self._path_length += float(np.linalg.norm(pos - self._last_position))
+        self._last_position = pos
+        return obs
+
     def distance_to_goal(self) -> float:
         assert self.episode is not None
         return self.sim.geodesic_distance(self.sim.agent_state.position, self.episode.goal.position)

@@ -1,0 +1,86 @@
+"""Episode sequencing for a simulator served to a robot stack (used by the sim bridge node)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from memnav.core.types import Action, Observation
+from memnav.sim.base import SimConfig
+from memnav.sim.env import ImageNavEnv
+from memnav.sim.metrics import EpisodeResult
+
+
+@dataclass
+class RunnerConfig:
+    """Which episodes to serve.
+
+    Attributes:
+        data: dataset folder or episode file (see `memnav eval --data`).
+        split: dataset split.
+        first_episode: index of the first episode served.
+        episodes: how many episodes to serve (0 = all from first_episode on).
+        backend: "embedded" or "habitat".
+        scenes_dir: where scene files live when not beside the data ("" = beside the data).
+    """
+
+    data: str = "data/houses"
+    split: str = "test"
+    first_episode: int = 0
+    episodes: int = 0
+    backend: str = "embedded"
+    scenes_dir: str = ""
+
+
+class EpisodeRunner:
+    """Serves episodes one after another; actions and velocity commands go to the current one."""
+
+    def __init__(self, cfg: RunnerConfig, sim_cfg: SimConfig) -> None:
+        from memnav.sim.episodes import load_episodes
+        from memnav.sim.factory import make_simulator
+
+        episodes = load_episodes(Path(cfg.data), cfg.split, Path(cfg.scenes_dir) if cfg.scenes_dir else None)
+        end = len(episodes) if cfg.episodes <= 0 else cfg.first_episode + cfg.episodes
+        self.episodes = episodes[cfg.first_episode:end]
+        if not self.episodes:
+            raise ValueError(f"{cfg.data}: no episodes in split {cfg.split!r} from index {cfg.first_episode}")
+        self.env = ImageNavEnv(make_simulator(cfg.backend, sim_cfg))
+        self.index = -1
+        self.results: list[EpisodeResult] = []
+        self.observation: Observation | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.index >= len(self.episodes) - 1 and self.env.done
+
+    @property
+    def goal(self) -> Observation | None:
+        return self.env.goal_observation
+
+    def next_episode(self) -> Observation:
+        """Start the next episode (wrapping around after the last)."""
+        self.index = (self.index + 1) % len(self.episodes)
+        self.observation = self.env.reset(self.episodes[self.index])
+        return self.observation
+
+    def restart_episode(self) -> Observation:
+        self.observation = self.env.reset(self.episodes[max(self.index, 0)])
+        self.index = max(self.index, 0)
+        return self.observation
+
+    def act(self, action: Action | int | str) -> tuple[Observation, EpisodeResult | None]:
+        """Apply a discrete action; returns the observation and the result when the episode ended."""
+        if self.env.done:
+            raise RuntimeError("the episode is over: start the next one")
+        self.observation = self.env.step(action)
+        result = None
+        if self.env.done:
+            result = self.env.result()
+            self.results.append(result)
+        return self.observation, result
+
+    def drive(self, v_mps: float, w_radps: float, dt_s: float) -> Observation:
+        """Apply a velocity command (robot-like control); episodes then end by STOP on the action topic."""
+        if self.env.done:
+            raise RuntimeError("the episode is over: start the next one")
+        self.observation = self.env.step_velocity(v_mps, w_radps, dt_s)
+        return self.observation
