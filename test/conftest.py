@@ -51,3 +51,12 @@ def write_two_room_scene(folder: Path, name: str = "two_rooms", with_stage_confi
 @pytest.fixture
 def two_room_scene(tmp_path: Path) -> Path:
     return write_two_room_scene(tmp_path / "scenes")
+
+
+def make_tiny_dataset(out: Path, houses: int = 3, seed: int = 2, train: int = 1, val: int = 1, test: int = 1) -> Path:
+    """A small generated dataset (houses split by house) written through the real `memnav scenes` CLI."""
+    from memnav.cli import main
+
+    assert main(["scenes", "--out", str(out), "--houses", str(houses), "--seed", str(seed), "--train-episodes",
+                 str(train), "--val-episodes", str(val), "--test-episodes", str(test), "--no-progress"]) == 0
+    return out

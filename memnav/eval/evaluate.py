@@ -22,7 +22,8 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
                              "layout (DIR/{split}/{split}.json.gz + content/*.json.gz) or one .json.gz file "
                              "(env MEMNAV_DATA sets the default)")
     parser.add_argument("--scenes-dir", type=Path, default=None, metavar="DIR",
-                        help="where to look for the scene files named by scene_id (default: beside the data)%(default).0s")
+                        help="where to look for the scene files named by scene_id "
+                             "(default: beside the data)%(default).0s")
     parser.add_argument("--split", default="test", help="dataset split: train, val or test")
     parser.add_argument("--episodes", type=int, default=None, metavar="N",
                         help="evaluate the first N episodes of the split (default: all)%(default).0s")

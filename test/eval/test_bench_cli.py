@@ -3,6 +3,7 @@ import json
 
 import pytest
 import torch
+from conftest import make_tiny_dataset
 
 from memnav.cli import main
 from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
@@ -10,10 +11,7 @@ from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
 
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "houses"
-    assert main(["scenes", "--out", str(out), "--houses", "3", "--seed", "9", "--train-episodes", "1",
-                 "--val-episodes", "1", "--test-episodes", "1", "--no-progress"]) == 0
-    return out
+    return make_tiny_dataset(tmp_path_factory.mktemp("bench") / "houses", seed=9)
 
 
 @pytest.mark.slow

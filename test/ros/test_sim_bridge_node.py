@@ -11,17 +11,14 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from memnav.cli import main as memnav_main  # noqa: E402
+from conftest import make_tiny_dataset  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bridge") / "houses"
-    assert memnav_main(["scenes", "--out", str(out), "--houses", "2", "--seed", "4", "--train-episodes", "1",
-                        "--test-episodes", "3", "--no-progress"]) == 0
-    return out
+    return make_tiny_dataset(tmp_path_factory.mktemp("bridge") / "houses", houses=2, seed=4, test=3)
 
 
 @pytest.fixture

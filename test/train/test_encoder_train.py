@@ -2,6 +2,7 @@
 import json
 
 import pytest
+from conftest import make_tiny_dataset
 
 from memnav.cli import main
 from memnav.core.encoder import load_checkpoint
@@ -9,10 +10,7 @@ from memnav.core.encoder import load_checkpoint
 
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("enc") / "houses"
-    assert main(["scenes", "--out", str(out), "--houses", "3", "--seed", "2", "--train-episodes", "1",
-                 "--val-episodes", "1", "--test-episodes", "1", "--no-progress"]) == 0
-    return out
+    return make_tiny_dataset(tmp_path_factory.mktemp("enc") / "houses", seed=2)
 
 
 @pytest.mark.slow
