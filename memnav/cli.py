@@ -28,6 +28,7 @@ BENCH_TARGETS: dict[str, tuple[str, str]] = {
 # train target -> (module, one-line help)
 TRAIN_TARGETS: dict[str, tuple[str, str]] = {
     "encoder": ("memnav.train.encoder_train", "self-supervised training of the perception encoder"),
+    "stop": ("memnav.train.stop_calibration", "fit the stop controller's calibrated goal belief"),
 }
 
 

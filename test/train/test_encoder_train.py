@@ -33,3 +33,24 @@ def test_train_writes_checkpoint_curve_and_resumes(tiny_data, tmp_path, capsys):
         main(["train", "encoder", "--bogus"])
     other_steps = [a if a != "4" else "9" for a in args[:-2]]
     assert main(other_steps) == 2   # resuming with a different --steps than the state is refused
+
+
+@pytest.mark.slow
+def test_stop_calibration_writes_belief_and_reliability(tiny_data, tmp_path):
+    import torch
+
+    from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
+    from memnav.core.stop import GoalBeliefCalibrator
+
+    torch.manual_seed(0)
+    ckpt = tmp_path / "enc.pt"
+    save_checkpoint(FrameEncoder(EncoderConfig()), ckpt)
+    out = tmp_path / "stop.json"
+    assert main(["train", "stop", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--examples-per-house", "12",
+                 "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["feature_names"] == ["similarity", "verification"] and len(res["weights"]) == 3
+    assert res["examples"] == {"train": 12, "val": 12} and 0 <= res["ece"]["val"] <= 1
+    assert out.with_suffix(".png").stat().st_size > 1000
+    belief = GoalBeliefCalibrator.from_dict(res).predict([[0.9, 1.0]])
+    assert 0.0 <= float(belief[0]) <= 1.0

@@ -1,0 +1,118 @@
+"""`memnav train stop`: fit the stop controller's goal belief on train houses, check it on val houses.
+
+Examples: a goal photo at a random pose, and a current view at a pose 0-4 m from the goal position
+(heading near the goal heading, as at the end of a navigation run). Features: cosine similarity of the
+encoder embeddings and the geometric verification score; label: geodesic distance below the success
+radius (1 m). A logistic model maps features to P(goal within radius); the reliability diagram on the
+val houses shows whether that probability can be trusted (what the VoI rule needs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from memnav.core.encoder import Encoder
+from memnav.core.stop import GoalBeliefCalibrator
+from memnav.core.verification import verify_pair
+from memnav.sim.base import SimConfig
+from memnav.train.frame_bank import houses_of_split
+
+FEATURES = ("similarity", "verification")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("models/stop_calibration.json"),
+                        help="calibration JSON to write (a reliability diagram PNG goes beside it)")
+    parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+                        metavar="DIR", help="generated dataset (train houses fit, val houses check)")
+    parser.add_argument("--examples-per-house", type=int, default=150, help="examples per house")
+    parser.add_argument("--max-distance", type=float, default=4.0, help="farthest current view from the goal, m")
+    parser.add_argument("--success-distance", type=float, default=1.0, help="success radius, m")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+
+
+def make_examples(encoder: Encoder, houses: list[Path], per_house: int, max_dist_m: float, radius_m: float,
+                  seed: int, desc: str) -> tuple[np.ndarray, np.ndarray]:
+    """(features (N, 2), labels (N,)) from rendered goal/current view pairs."""
+    from tqdm import tqdm
+
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    rng = np.random.default_rng(seed)
+    sim = EmbeddedSimulator(config=SimConfig(seed=seed))
+    feats, labels = [], []
+    bar = tqdm(total=len(houses) * per_house, desc=desc, unit="ex", file=sys.stderr)
+    for scene in houses:
+        sim.load_scene(scene)
+        n = 0
+        while n < per_house:
+            goal = sim.sample_navigable_point()
+            goal_yaw = float(rng.uniform(-math.pi, math.pi))
+            r = max_dist_m * math.sqrt(rng.random())
+            a = rng.uniform(-math.pi, math.pi)
+            cur = goal + np.array([r * math.cos(a), 0.0, r * math.sin(a)])
+            if not sim.is_navigable(cur):
+                continue
+            geo = sim.geodesic_distance(cur, goal)
+            if not math.isfinite(geo):
+                continue
+            yaw = goal_yaw + rng.normal(0.0, math.radians(45))
+            g_obs, c_obs = sim.render_at(goal, goal_yaw), sim.render_at(cur, yaw)
+            e = encoder.encode_batch(np.stack([g_obs.rgb, c_obs.rgb]), np.stack([g_obs.depth, c_obs.depth]))
+            feats.append((float(e[0] @ e[1]), verify_pair(g_obs.rgb, c_obs.rgb).score))
+            labels.append(geo < radius_m)
+            n += 1
+            bar.update(1)
+        sim.close()
+    bar.close()
+    return np.asarray(feats), np.asarray(labels, dtype=bool)
+
+
+def plot_reliability(rel: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
+    pred, freq = np.array(rel["mean_predicted"]), np.array(rel["observed_frequency"])
+    ok = np.isfinite(pred)
+    ax.plot(pred[ok], freq[ok], "o-", label=f"fitted belief (ECE {rel['ece']:.3f})")
+    ax.set(xlabel="predicted P(goal within radius)", ylabel="observed frequency", title=title, xlim=(0, 1),
+           ylim=(0, 1))
+    ax.legend(loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(2)
+    encoder = Encoder.from_checkpoint(args.checkpoint)
+    train_x, train_y = make_examples(encoder, houses_of_split(args.data, "train"), args.examples_per_house,
+                                     args.max_distance, args.success_distance, args.seed, "train examples")
+    val_x, val_y = make_examples(encoder, houses_of_split(args.data, "val"), args.examples_per_house,
+                                 args.max_distance, args.success_distance, args.seed + 1, "val examples")
+    cal = GoalBeliefCalibrator(feature_names=FEATURES).fit(train_x, train_y)
+    rel_train, rel_val = cal.reliability(train_x, train_y), cal.reliability(val_x, val_y)
+    out = dict(cal.to_dict(), success_distance_m=args.success_distance, checkpoint=str(args.checkpoint),
+               examples={"train": int(len(train_y)), "val": int(len(val_y))},
+               positive_rate={"train": float(train_y.mean()), "val": float(val_y.mean())},
+               ece={"train": rel_train["ece"], "val": rel_val["ece"]}, reliability_val=rel_val)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    plot_reliability(rel_val, args.out.with_suffix(".png"), "goal belief on val houses")
+    print(f"wrote {args.out}: weights {np.round(cal.weights, 3).tolist()}, ECE train {rel_train['ece']:.3f} "
+          f"val {rel_val['ece']:.3f}")
+    return 0
