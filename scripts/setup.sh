@@ -27,12 +27,15 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # A child started from another interpreter must not inherit the ROS wheels' bootstrap marks.
 unset _ROS_WHEELS_BOOTSTRAP_COMPLETE || true
-"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-# torch first and pinned so that nothing later can resolve a CUDA build.
-"$VENV/bin/python" -m pip install -q "torch==2.13.0"
 LOG="$VENV/setup-pip.log"
-# pip prints many harmless "Location ... is ignored" lines for the ROS wheels: keep them in a log.
-if ! "$VENV/bin/python" -m pip install -q -r requirements.txt >"$LOG" 2>&1; then
+# pip prints many harmless "Location ... is ignored" lines: keep them in a log, show it on failure.
+"$VENV/bin/python" -m pip install -q --upgrade pip >"$LOG" 2>&1 || true
+# torch first and pinned so that nothing later can resolve a CUDA build.
+echo "memnav setup: installing torch 2.13.0 (CPU), ROS 2 Kilted wheels, open3d and the rest (a few minutes)"
+if ! "$VENV/bin/python" -m pip install -q "torch==2.13.0" >>"$LOG" 2>&1; then
+  grep -v -E "Location .* is ignored" "$LOG" >&2; echo "memnav setup: installing torch failed (log: $LOG)" >&2; exit 1
+fi
+if ! "$VENV/bin/python" -m pip install -q -r requirements.txt >>"$LOG" 2>&1; then
   grep -v -E "Location .* is ignored" "$LOG" >&2; echo "memnav setup: pip install failed (full log: $LOG)" >&2; exit 1
 fi
 if ! "$VENV/bin/python" -m pip install -q --no-deps -e . >>"$LOG" 2>&1; then
