@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memnav.core.frames import heading_habitat, pose2d_from_habitat, quat_xyzw_from_yaw
+from memnav.core.frames import heading_habitat, pose2d_from_habitat, quat_xyzw_from_yaw, yaw_from_quat_xyzw
 from memnav.core.types import Action, Observation, Pose2D, wrap_angle
 from memnav.sim.base import AgentState, SimConfig
 from memnav.sim.mesh import SceneMesh, load_scene_mesh
@@ -101,8 +101,6 @@ class EmbeddedSimulator:
             start = self.grid.cell_center(*cell)
         self._position = start.copy()
         self._position[1] = self.grid.height_at(start)
-        from memnav.core.frames import yaw_from_quat_xyzw
-
         self._yaw = yaw_from_quat_xyzw(episode.start_rotation)
         self._steps = 0
         self._collided = False

@@ -95,6 +95,7 @@ class NavGrid:
         sizes[0] = 0
         self.largest_component = int(np.argmax(sizes)) if self.num_components else 0
         self._fields: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._component_cells: dict[int, np.ndarray] = {}
 
     # --- grid <-> world -------------------------------------------------------------------------
     def to_cell(self, point: np.ndarray) -> tuple[int, int]:
@@ -133,7 +134,9 @@ class NavGrid:
     def sample(self, rng: np.random.Generator, component: int | None = None) -> np.ndarray:
         """Uniform random navigable point (in the largest component unless one is given)."""
         comp = self.largest_component if component is None else component
-        cells = np.flatnonzero(self.labels.ravel() == comp)
+        if comp not in self._component_cells:
+            self._component_cells[comp] = np.flatnonzero(self.labels.ravel() == comp)
+        cells = self._component_cells[comp]
         if cells.size == 0:
             raise ValueError("the scene has no navigable area for this agent")
         idx = int(cells[rng.integers(cells.size)])
