@@ -30,7 +30,20 @@ class NavGoal:
 
 @dataclass
 class Episode:
-    """One ImageNav/PointNav episode in Habitat's schema."""
+    """One ImageNav/PointNav episode in Habitat's schema.
+
+    Attributes:
+        episode_id: unique id within the dataset.
+        scene_id: the scene as written in the file (absolute, relative, or Habitat-style
+            "data/scene_datasets/gibson/Adrian.glb").
+        start_position: (3,) agent start in Habitat world coordinates, meters.
+        start_rotation: (4,) start rotation quaternion [x, y, z, w].
+        goals: one or more goals; `goal` is the first.
+        geodesic_distance: start-to-goal shortest path length from the file, meters (None if absent).
+        info: the file's `info` object, kept for round trips.
+        scene_path: the resolved scene file, or None when it was not found (see `require_scene`).
+        scene_search_dirs: where the scene was looked for (for the error message).
+    """
 
     episode_id: str
     scene_id: str
@@ -40,6 +53,7 @@ class Episode:
     geodesic_distance: float | None = None
     info: dict = field(default_factory=dict)
     scene_path: Path | None = None
+    scene_search_dirs: list[Path] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def goal(self) -> NavGoal:
@@ -50,7 +64,7 @@ class Episode:
         if self.goal.rotation is not None:
             return yaw_from_quat_xyzw(self.goal.rotation)
         h = zlib.crc32(f"{self.scene_id}:{self.episode_id}".encode())
-        return (h / 2**32) * 2.0 * math.pi - math.pi
+        return (h / 2**32) * 2.0 * math.pi - math.pi   # h < 2**32, so the result is in [-pi, pi)
 
     def to_json(self) -> dict:
         goals = []
@@ -59,7 +73,7 @@ class Episode:
             if g.rotation is not None:
                 d["rotation"] = [float(v) for v in g.rotation]
             goals.append(d)
-        info = {k: v for k, v in self.info.items() if not k.startswith("_")}
+        info = dict(self.info)   # keeps the file's key order, so a load/save round trip reproduces its bytes
         if self.geodesic_distance is not None:
             info["geodesic_distance"] = float(self.geodesic_distance)
         return {
@@ -81,6 +95,10 @@ class Episode:
         for key in ("episode_id", "scene_id", "start_position", "start_rotation", "goals"):
             if key not in d:
                 raise EpisodeFormatError(f"{where}: missing field '{key}'")
+        episode_id = d["episode_id"]
+        if isinstance(episode_id, bool) or not isinstance(episode_id, (str, int)) or episode_id == "":
+            raise EpisodeFormatError(f"{where}: field 'episode_id' must be a non-empty string or an integer, "
+                                     f"got {episode_id!r}")
         scene_id = d["scene_id"]
         if not isinstance(scene_id, str) or not scene_id:
             raise EpisodeFormatError(f"{where}: field 'scene_id' must be a non-empty string")
@@ -99,28 +117,34 @@ class Episode:
             pos = _vector(g["position"], 3, f"{gw}.position'")
             radius = g.get("radius")
             if radius is not None:
-                if not isinstance(radius, (int, float)) or not math.isfinite(radius) or radius <= 0:
+                if not _is_number(radius) or not math.isfinite(radius) or radius <= 0:
                     raise EpisodeFormatError(f"{gw}.radius' must be a positive number or null, got {radius!r}")
                 radius = float(radius)
             grot = g.get("rotation")
             if grot is not None:
                 grot = _vector(grot, 4, f"{gw}.rotation'")
+                if np.linalg.norm(grot) < 1e-6:
+                    raise EpisodeFormatError(f"{gw}.rotation' must be a non-zero quaternion [x, y, z, w]")
             goals.append(NavGoal(position=pos, radius=radius, rotation=grot))
         info = d.get("info") or {}
         if not isinstance(info, dict):
             raise EpisodeFormatError(f"{where}: field 'info' must be an object")
         geo = info.get("geodesic_distance")
-        if geo is not None and (not isinstance(geo, (int, float)) or not math.isfinite(geo) or geo < 0):
+        if geo is not None and (not _is_number(geo) or not math.isfinite(geo) or geo < 0):
             raise EpisodeFormatError(f"{where}: field 'info.geodesic_distance' must be a finite number >= 0")
-        return cls(episode_id=str(d["episode_id"]), scene_id=scene_id, start_position=start,
+        return cls(episode_id=str(episode_id), scene_id=scene_id, start_position=start,
                    start_rotation=rot, goals=goals, geodesic_distance=None if geo is None else float(geo),
                    info=info)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _vector(value: object, n: int, where: str) -> np.ndarray:
     if not isinstance(value, (list, tuple)) or len(value) != n:
         raise EpisodeFormatError(f"{where} must be a list of {n} numbers, got {value!r}")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if not all(_is_number(v) for v in value):
         raise EpisodeFormatError(f"{where} must hold numbers, got {value!r}")
     arr = np.asarray(value, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
@@ -130,11 +154,10 @@ def _vector(value: object, n: int, where: str) -> np.ndarray:
 
 def _read_json(path: Path) -> dict:
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                data = json.load(f)
-        else:
-            data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":   # gzip magic: decide by content, not by the file name
+            raw = gzip.decompress(raw)
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise EpisodeFormatError(f"{path}: not a readable episode file ({type(err).__name__}: {err})") from err
     if not isinstance(data, dict) or not isinstance(data.get("episodes", []), list):
@@ -166,29 +189,43 @@ def episode_files(data: Path, split: str) -> list[Path]:
 
 
 def search_dirs(data: Path, scenes_dir: Path | None = None) -> list[Path]:
+    """Where scene ids are looked up, in order: scenes_dir, DATA, DATA/scenes, DATA/.., DATA/../..,
+    every `scene_datasets` folder beside an ancestor of DATA (Habitat's data/ layout), $MEMNAV_SCENES_DIR, cwd."""
     data = Path(data)
     base = data.parent if data.is_file() else data
-    dirs = [scenes_dir] if scenes_dir is not None else []
+    dirs = [Path(scenes_dir)] if scenes_dir is not None else []
     dirs += [base, base / "scenes", base.parent, base.parent.parent]
+    dirs += [a / "scene_datasets" for a in base.resolve().parents if (a / "scene_datasets").is_dir()]
     env = os.environ.get("MEMNAV_SCENES_DIR")
     if env:
         dirs.append(Path(env))
     dirs.append(Path.cwd())
-    return [d for d in dirs if d is not None]
-
-
-def resolve_scene(scene_id: str, dirs: list[Path]) -> Path | None:
-    """Find the scene file for a scene_id: absolute, relative, Habitat-style prefixes, or by name."""
-    p = Path(scene_id)
-    if p.is_absolute():
-        return p if p.is_file() else None
-    parts = p.parts
+    unique: list[Path] = []
     for d in dirs:
-        for k in range(len(parts)):
+        if d not in unique:
+            unique.append(d)
+    return unique
+
+
+def resolve_scene(scene_id: str, dirs: list[Path], name_search_dirs: list[Path] | None = None) -> Path | None:
+    """Find the scene file for a scene_id, or None.
+
+    Tried in order: the path itself when absolute; then the full relative path and each shorter suffix
+    of it (dropping leading components, so "data/scene_datasets/gibson/Adrian.glb" matches
+    DIR/gibson/Adrian.glb, then DIR/Adrian.glb), longest suffix first across all `dirs` so that a more
+    specific match beats a same-named file elsewhere; last, a recursive search by file name under
+    `name_search_dirs` (default: the first two of `dirs`).
+    """
+    p = Path(scene_id)
+    if p.is_absolute() and p.is_file():
+        return p
+    parts = p.parts[1:] if p.is_absolute() else p.parts   # an absolute path from another machine: try its tail
+    for k in range(len(parts)):
+        for d in dirs:
             cand = Path(d).joinpath(*parts[k:])
             if cand.is_file():
                 return cand
-    for d in dirs[:2]:
+    for d in dirs[:2] if name_search_dirs is None else name_search_dirs:
         if Path(d).is_dir():
             for cand in sorted(Path(d).rglob(p.name)):
                 if cand.is_file():
@@ -197,17 +234,41 @@ def resolve_scene(scene_id: str, dirs: list[Path]) -> Path | None:
 
 
 def require_scene(episode: Episode) -> Path:
-    """The episode's scene file, or FileNotFoundError naming the episode and scene_id."""
+    """The episode's scene file.
+
+    Raises:
+        FileNotFoundError: naming the episode, its scene_id and the folders searched.
+    """
     if episode.scene_path is None or not Path(episode.scene_path).is_file():
-        searched = episode.info.get("_searched_dirs", [])
+        searched = ", ".join(str(d) for d in episode.scene_search_dirs) or "nothing"
         raise FileNotFoundError(f"episode {episode.episode_id}: scene {episode.scene_id!r} not found "
-                                f"(searched: {', '.join(searched) or 'nothing'}; use --scenes-dir)")
+                                f"(searched: {searched}); pass --scenes-dir or set MEMNAV_SCENES_DIR")
     return Path(episode.scene_path)
 
 
 def load_episodes(data: Path | str, split: str, scenes_dir: Path | None = None,
                   limit: int | None = None) -> list[Episode]:
-    """Load a split from memnav's layout, Habitat's split layout, or a single file."""
+    """Load a split of an ImageNav/PointNav episode dataset and resolve each episode's scene file.
+
+    Args:
+        data: one of (a) memnav's layout, DATA/episodes/{split}.json.gz with scenes in DATA/scenes;
+            (b) Habitat's split layout, DATA/{split}/{split}.json.gz plus the per-scene files
+            DATA/{split}/content/*.json.gz (sorted, appended); (c) a single .json.gz or .json file
+            (`split` is then ignored).
+        split: split name, e.g. "train" or "val".
+        scenes_dir: where scene files live (searched first); see `search_dirs` for the rest.
+        limit: keep only the first `limit` episodes (later content files are then not read).
+
+    Returns:
+        The episodes in file order; `scene_path` is None where the scene was not found (`require_scene`
+        raises for those).
+
+    Raises:
+        FileNotFoundError: DATA does not exist, or no file for the split (the message lists the paths tried).
+        EpisodeFormatError: a file is not readable JSON, or a field is malformed (names file, episode, field).
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
     data = Path(data)
     if not data.exists():
         raise FileNotFoundError(f"dataset not found: {data}")
@@ -219,13 +280,15 @@ def load_episodes(data: Path | str, split: str, scenes_dir: Path | None = None,
     if limit is not None:
         episodes = episodes[:limit]
     dirs = search_dirs(data, scenes_dir)
+    base = data.parent if data.is_file() else data
+    by_name = ([Path(scenes_dir)] if scenes_dir is not None else []) + [base / "scenes"]
     cache: dict[str, Path | None] = {}
     for ep in episodes:
         if ep.scene_id not in cache:
-            cache[ep.scene_id] = resolve_scene(ep.scene_id, dirs)
+            cache[ep.scene_id] = resolve_scene(ep.scene_id, dirs, by_name)
         ep.scene_path = cache[ep.scene_id]
         if ep.scene_path is None:
-            ep.info["_searched_dirs"] = [str(d) for d in dirs]
+            ep.scene_search_dirs = list(dirs)
     return episodes
 
 

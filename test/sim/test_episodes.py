@@ -2,6 +2,8 @@
 import gzip
 import json
 import math
+import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,20 +59,88 @@ def test_habitat_split_layout_with_content_and_scene_resolution(tmp_path):
 
 
 def test_missing_split_lists_paths(tmp_path):
-    with pytest.raises(FileNotFoundError, match="train"):
+    with pytest.raises(FileNotFoundError, match="train") as info:
         load_episodes(tmp_path, "train")
+    assert str(tmp_path / "episodes" / "train.json.gz") in str(info.value)
+    assert str(tmp_path / "train" / "train.json.gz") in str(info.value)
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_episodes(tmp_path / "nowhere", "train")
+
+
+def test_memnav_layout_resolves_relative_and_bare_scene_ids(tmp_path):
+    (tmp_path / "scenes" / "sub").mkdir(parents=True)
+    (tmp_path / "scenes" / "a.glb").write_bytes(b"x")
+    (tmp_path / "scenes" / "sub" / "deep.glb").write_bytes(b"x")
+    eps = [_episode(0, "scenes/a.glb"), _episode(1, "a.glb"), _episode(2, "elsewhere/deep.glb"),
+           _episode(3, str(tmp_path / "scenes" / "a.glb"))]
+    save_episodes(tmp_path / "episodes" / "val.json.gz", eps)
+    back = load_episodes(tmp_path, "val")
+    assert [e.scene_path for e in back] == [tmp_path / "scenes" / "a.glb", tmp_path / "scenes" / "a.glb",
+                                            tmp_path / "scenes" / "sub" / "deep.glb", tmp_path / "scenes" / "a.glb"]
+    assert all(require_scene(e).is_file() for e in back)
+
+
+def test_more_specific_scene_match_wins(tmp_path):
+    # Replica-style ids share a file name: "apartment_0/mesh.ply" must not resolve to another scene's mesh.ply
+    (tmp_path / "mesh.ply").write_bytes(b"wrong")   # DATA itself is searched before DATA/scenes
+    right = tmp_path / "scenes" / "apartment_0" / "mesh.ply"
+    right.parent.mkdir(parents=True)
+    right.write_bytes(b"right")
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"episodes": [_raw(0, "apartment_0/mesh.ply")]}))
+    assert load_episodes(path, "x")[0].scene_path == right
+
+
+def test_habitat_style_scene_ids(tmp_path, monkeypatch):
+    # Habitat's data/ tree: episodes under data/datasets/..., scenes under data/scene_datasets/...
+    root = tmp_path / "data"
+    data = root / "datasets" / "pointnav" / "gibson" / "v1"
+    gib = root / "scene_datasets" / "gibson"
+    gib.mkdir(parents=True)
+    (gib / "Adrian.glb").write_bytes(b"x")
+    ids = ["data/scene_datasets/gibson/Adrian.glb", "gibson/Adrian.glb",
+           "/home/someone/habitat/data/scene_datasets/gibson/Adrian.glb"]   # absolute, from another machine
+    (data / "val").mkdir(parents=True)
+    with gzip.open(data / "val" / "val.json.gz", "wt") as f:
+        json.dump({"episodes": [_raw(k, sid) for k, sid in enumerate(ids)]}, f)
+    monkeypatch.chdir(tmp_path)
+    eps = load_episodes(data, "val")   # no scenes_dir: found through data/scene_datasets
+    assert [e.scene_path.resolve() for e in eps] == [(gib / "Adrian.glb").resolve()] * 3
+    monkeypatch.setenv("MEMNAV_SCENES_DIR", str(gib))
+    elsewhere = tmp_path / "ep.json"
+    elsewhere.write_text(json.dumps({"episodes": [_raw(0, "Adrian.glb")]}))
+    assert load_episodes(elsewhere, "x")[0].scene_path == gib / "Adrian.glb"
+
+
+def test_unresolved_scene_error_names_episode_and_dirs(tmp_path):
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps({"episodes": [_raw(42, "gibson/Nowhere.glb")]}))
+    (ep,) = load_episodes(path, "x", scenes_dir=tmp_path / "my_scenes")
+    assert ep.scene_path is None
+    with pytest.raises(FileNotFoundError) as info:
+        require_scene(ep)
+    msg = str(info.value)
+    assert "episode 42" in msg and "gibson/Nowhere.glb" in msg and str(tmp_path / "my_scenes") in msg
+
+
+def test_goal_yaw_from_rotation():
+    for yaw in (-3.0, -1.0, 0.0, 0.5, 3.0):
+        e = _episode(0)
+        e.goals[0].rotation = quat_xyzw_from_yaw(yaw)
+        assert e.goal_yaw_rad() == pytest.approx(yaw)
 
 
 def test_goal_yaw_fallback_is_deterministic():
     e = _episode(0)
     e.goals[0].rotation = None
     yaw = e.goal_yaw_rad()
-    assert -math.pi <= yaw < math.pi and yaw == _episode_copy_yaw(e)
-
-
-def _episode_copy_yaw(e: Episode) -> float:
+    expected = zlib.crc32(b"scenes/a.glb:0") / 2**32 * 2 * math.pi - math.pi   # fixed across runs and machines
+    assert yaw == pytest.approx(expected) and -math.pi <= yaw < math.pi
     copy = Episode(e.episode_id, e.scene_id, e.start_position, e.start_rotation, [NavGoal(e.goal.position)])
-    return copy.goal_yaw_rad()
+    assert copy.goal_yaw_rad() == yaw
+    others = {Episode(str(i), "s.glb", e.start_position, e.start_rotation, [NavGoal(e.goal.position)]).goal_yaw_rad()
+              for i in range(20)}
+    assert len(others) == 20 and all(-math.pi <= y < math.pi for y in others)
 
 
 @pytest.mark.parametrize("mutate, field", [
@@ -81,6 +151,16 @@ def _episode_copy_yaw(e: Episode) -> float:
     (lambda d: d.update(goals=[]), "goals"),
     (lambda d: d.update(goals=[{"position": [0, 0, "a"]}]), "goals\\[0\\].position"),
     (lambda d: d.update(goals=[{"position": [0, 0, 0], "radius": -1}]), "goals\\[0\\].radius"),
+    (lambda d: d.update(goals=[{"position": [0, 0, 0], "radius": True}]), "goals\\[0\\].radius"),
+    (lambda d: d.update(goals=[{"position": [0, 0, 0], "rotation": [0, 0, 0, 0]}]), "goals\\[0\\].rotation"),
+    (lambda d: d.update(goals=[{"radius": 1.0}]), "goals\\[0\\].position"),
+    (lambda d: d.update(goals={"position": [0, 0, 0]}), "goals"),
+    (lambda d: d.update(episode_id=None), "episode_id"),
+    (lambda d: d.update(scene_id=""), "scene_id"),
+    (lambda d: d.update(start_rotation=[0, 0, 1]), "start_rotation"),
+    (lambda d: d.update(start_position="0 0 0"), "start_position"),
+    (lambda d: d.update(info=[1]), "info"),
+    (lambda d: d.update(info={"geodesic_distance": -2.0}), "geodesic_distance"),
 ])
 def test_bad_fields_are_named(tmp_path, mutate, field):
     raw = _raw(7, "x.glb")
@@ -92,8 +172,50 @@ def test_bad_fields_are_named(tmp_path, mutate, field):
     assert "bad.json" in str(info.value) and "episode 1" in str(info.value)
 
 
-def test_corrupt_file_is_named(tmp_path):
-    path = tmp_path / "broken.json.gz"
-    path.write_bytes(b"\x1f\x8b\x08\x00garbage")
-    with pytest.raises(EpisodeFormatError, match="broken.json.gz"):
+@pytest.mark.parametrize("name, payload", [
+    ("broken.json.gz", b"\x1f\x8b\x08\x00garbage"),
+    ("truncated.json.gz", gzip.compress(b'{"episodes": [')[:-6]),
+    ("bad.json", b'{"episodes": [}'),
+    ("latin1.json", '{"episodes": [], "n": "\u00e9"}'.encode("latin-1")),
+    ("list.json", b"[1, 2]"),
+    ("episodes_not_list.json", b'{"episodes": {}}'),
+])
+def test_corrupt_file_is_named(tmp_path, name, payload):
+    path = tmp_path / name
+    path.write_bytes(payload)
+    with pytest.raises(EpisodeFormatError, match=name.replace(".", "\\.")):
         load_episodes(path, "any")
+
+
+def test_gzip_detected_by_content_not_name(tmp_path):
+    path = tmp_path / "really_gzip.json"
+    path.write_bytes(gzip.compress(json.dumps({"episodes": [_raw(1, "x.glb")]}).encode()))
+    assert load_episodes(path, "any")[0].episode_id == "1"
+
+
+def test_save_header_is_deterministic_and_round_trip_reproduces_bytes(tmp_path):
+    save_episodes(tmp_path / "a.json.gz", [_episode(i) for i in range(2)])
+    raw = (tmp_path / "a.json.gz").read_bytes()
+    assert raw[4:8] == b"\x00\x00\x00\x00"   # gzip mtime field zeroed
+    assert raw[3] & 0x08 == 0                  # no file name in the header
+    assert not list(tmp_path.glob("*.tmp"))
+    save_episodes(tmp_path / "b.json.gz", load_episodes(tmp_path / "a.json.gz", "x"))
+    assert (tmp_path / "b.json.gz").read_bytes() == raw
+
+
+def test_shipped_dataset_round_trips_byte_for_byte(tmp_path):
+    shipped = Path(__file__).resolve().parents[2] / "data" / "houses" / "episodes" / "val.json.gz"
+    if not shipped.is_file():
+        pytest.skip("data/houses not generated")
+    eps = load_episodes(shipped.parents[1], "val")
+    assert eps and all(e.scene_path is not None and e.scene_path.is_file() for e in eps)
+    save_episodes(tmp_path / "val.json.gz", eps)
+    assert (tmp_path / "val.json.gz").read_bytes() == shipped.read_bytes()
+
+
+def test_limit(tmp_path):
+    save_episodes(tmp_path / "e.json.gz", [_episode(i) for i in range(5)])
+    assert [e.episode_id for e in load_episodes(tmp_path / "e.json.gz", "x", limit=2)] == ["0", "1"]
+    assert load_episodes(tmp_path / "e.json.gz", "x", limit=0) == []
+    with pytest.raises(ValueError, match="limit"):
+        load_episodes(tmp_path / "e.json.gz", "x", limit=-1)
