@@ -9,7 +9,6 @@ zero-mean, unit norm) and an ORB bag of visual words (k-means vocabulary on trai
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,12 +17,13 @@ import numpy as np
 
 from memnav.core.encoder import Encoder
 from memnav.core.verification import VerificationConfig, extract_features
+from memnav.sim.dataset import default_data_dir
 from memnav.train.frame_bank import houses_of_split, recall_at_1, render_set, same_place
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+    parser.add_argument("--data", type=Path, default=default_data_dir(),
                         metavar="DIR", help="generated dataset (test houses are evaluated)")
     parser.add_argument("--db-per-house", type=int, default=300, help="database views per test house")
     parser.add_argument("--queries-per-house", type=int, default=100, help="query views per test house")

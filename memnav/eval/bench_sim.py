@@ -17,10 +17,11 @@ import numpy as np
 
 from memnav.core.types import Action
 from memnav.sim.base import SimConfig
+from memnav.sim.dataset import default_data_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+    parser.add_argument("--data", type=Path, default=default_data_dir(),
                         metavar="DIR", help="dataset whose first house is used (generated if absent)")
     parser.add_argument("--steps", type=int, default=300, help="actions per timing chunk")
     parser.add_argument("--chunks", type=int, default=5, help="timing chunks; the median is reported")

@@ -3,21 +3,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from memnav.eval.agents import AGENTS, Agent, make_agent
 from memnav.sim.base import SimConfig
+from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
 from memnav.sim.metrics import EpisodeResult, aggregate
-
-DEFAULT_DATA = Path(os.environ.get("MEMNAV_DATA", "data/houses"))
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that reads episodes."""
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, metavar="DIR",
+    parser.add_argument("--data", type=Path, default=default_data_dir(), metavar="DIR",
                         help="dataset: memnav's generated set (DIR/episodes/{split}.json.gz), Habitat's split "
                              "layout (DIR/{split}/{split}.json.gz + content/*.json.gz) or one .json.gz file "
                              "(env MEMNAV_DATA sets the default)")

@@ -24,6 +24,11 @@ from memnav.sim.base import SimConfig
 SPLITS = ("train", "val", "test")
 
 
+def default_data_dir() -> Path:
+    """Where commands read and write the generated dataset unless told otherwise: $MEMNAV_DATA or data/houses."""
+    return Path(os.environ.get("MEMNAV_DATA", "data/houses"))
+
+
 @dataclass
 class EpisodeSamplingConfig:
     """How episodes are drawn in each house.
@@ -136,7 +141,7 @@ def generate_dataset(out: Path, houses: int, seed: int, per_split: dict[str, int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+    parser.add_argument("--out", type=Path, default=default_data_dir(),
                         metavar="DIR", help="output folder (scenes/, episodes/)")
     parser.add_argument("--houses", type=int, default=24, metavar="N", help="number of houses")
     parser.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")

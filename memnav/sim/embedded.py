@@ -34,14 +34,13 @@ class StartNotNavigableError(ValueError):
 class _LoadedScene:
     """Everything built once per scene file: mesh, ray caster, navigable grid."""
 
-    def __init__(self, path: Path, config: SimConfig, floor_height_m: float | None) -> None:
+    def __init__(self, path: Path, config: SimConfig) -> None:
         self.path = path
         self.mesh: SceneMesh = load_scene_mesh(path)
         self.caster = RayCaster(self.mesh)
         self.grid = NavGrid(self.mesh, self.caster, NavGridConfig(
             cell_m=config.navmesh_cell_m, agent_radius_m=config.agent_radius_m,
-            agent_height_m=config.agent_height_m, max_climb_m=config.max_climb_m,
-            floor_height_m=floor_height_m))
+            agent_height_m=config.agent_height_m, max_climb_m=config.max_climb_m))
 
 
 class EmbeddedSimulator:
@@ -65,12 +64,15 @@ class EmbeddedSimulator:
     # --- scene --------------------------------------------------------------------------------
     def load_scene(self, scene_path: Path | str) -> None:
         """Load (or reuse) a scene and place the agent at a random navigable point."""
-        path = Path(scene_path).resolve()
-        if path not in self._scenes:
-            self._scenes[path] = _LoadedScene(path, self.config, None)
-        self._scene = self._scenes[path]
+        self._use_scene(Path(scene_path).resolve())
         self._position = self.sample_navigable_point()
         self._yaw = 0.0
+
+    def _use_scene(self, path: Path) -> None:
+        """Make `path` the current scene, building it on first use and reusing it after."""
+        if path not in self._scenes:
+            self._scenes[path] = _LoadedScene(path, self.config)
+        self._scene = self._scenes[path]
 
     @property
     def scene(self) -> _LoadedScene:
@@ -86,11 +88,7 @@ class EmbeddedSimulator:
     def reset(self, episode: Episode) -> Observation:
         from memnav.sim.episodes import require_scene
 
-        path = require_scene(episode).resolve()
-        if self._scene is None or self._scene.path != path:
-            if path not in self._scenes:
-                self._scenes[path] = _LoadedScene(path, self.config, None)
-            self._scene = self._scenes[path]
+        self._use_scene(require_scene(episode).resolve())
         start = np.asarray(episode.start_position, dtype=np.float64)
         if not self.grid.is_navigable(start):
             cell = self.grid.snap(start, START_SNAP_M)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
+from memnav.sim.dataset import default_data_dir
 from memnav.train.frame_bank import FrameSet, houses_of_split, recall_at_1, render_set, same_place
 
 
@@ -125,7 +125,7 @@ def validation_recall(model: FrameEncoder, db: FrameSet, queries: FrameSet) -> f
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EncoderTrainConfig()
     parser.add_argument("--out", type=Path, default=Path("models/encoder.pt"), help="checkpoint to write")
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+    parser.add_argument("--data", type=Path, default=default_data_dir(),
                         metavar="DIR", help="generated dataset (its train houses are used; val for recall)")
     parser.add_argument("--steps", type=int, default=d.steps, help="total training steps (resume continues to it)")
     parser.add_argument("--batch", type=int, default=d.batch_pairs, help="positive pairs per batch")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from memnav.core.encoder import Encoder
 from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.verification import verify_pair
 from memnav.sim.base import SimConfig
+from memnav.sim.dataset import default_data_dir
 from memnav.train.frame_bank import houses_of_split
 
 FEATURES = ("similarity", "verification")
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("models/stop_calibration.json"),
                         help="calibration JSON to write (a reliability diagram PNG goes beside it)")
     parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
-    parser.add_argument("--data", type=Path, default=Path(os.environ.get("MEMNAV_DATA", "data/houses")),
+    parser.add_argument("--data", type=Path, default=default_data_dir(),
                         metavar="DIR", help="generated dataset (train houses fit, val houses check)")
     parser.add_argument("--examples-per-house", type=int, default=150, help="examples per house")
     parser.add_argument("--max-distance", type=float, default=4.0, help="farthest current view from the goal, m")
