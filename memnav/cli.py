@@ -16,6 +16,8 @@ from pathlib import Path
 COMMANDS: dict[str, tuple[str, str]] = {
     "scenes": ("memnav.sim.dataset", "generate procedural multi-room houses and ImageNav episodes"),
     "eval": ("memnav.eval.evaluate", "evaluate an agent on ImageNav episodes (success, SPL, SoftSPL)"),
+    "launch": ("memnav.ros.launch_command",
+               "run a ROS 2 YAML launch file (args, nodes, params, remaps) and supervise its processes"),
 }
 
 # bench target -> (module, one-line help); each module has add_arguments(parser) and run(args) -> dict
@@ -23,12 +25,14 @@ BENCH_TARGETS: dict[str, tuple[str, str]] = {
     "sim": ("memnav.eval.bench_sim", "simulator RGB-D steps/s at 128x128, 256x256 and on a >=1M-triangle mesh"),
     "memory": ("memnav.eval.bench_memory", "long-term memory insert/retrieve latency and patrol growth"),
     "encoder": ("memnav.eval.bench_encoder", "encoder place-recognition recall@1 vs baselines, latency"),
+    "agent": ("memnav.eval.bench_agent", "per-step latency of encoder + memory + policy + stop"),
 }
 
 # train target -> (module, one-line help)
 TRAIN_TARGETS: dict[str, tuple[str, str]] = {
     "encoder": ("memnav.train.encoder_train", "self-supervised training of the perception encoder"),
     "stop": ("memnav.train.stop_calibration", "fit the stop controller's calibrated goal belief"),
+    "policy": ("memnav.train.policy_train", "image-goal navigation policy: DAgger warm start, then PPO"),
 }
 
 

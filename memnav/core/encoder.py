@@ -13,12 +13,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from memnav.core.checkpoint import CheckpointError, load_model, save_model
+
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "CheckpointError", "Encoder", "EncoderConfig", "FrameEncoder",
+           "frames_to_array", "load_checkpoint", "save_checkpoint"]
+
 CHECKPOINT_FORMAT = "memnav-encoder"
 CHECKPOINT_VERSION = 1
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, unreadable, or of another format, version or architecture."""
 
 
 @dataclass
@@ -142,13 +143,7 @@ class Encoder:
 
 def save_checkpoint(model: FrameEncoder, path: Path | str, extra: dict | None = None) -> None:
     """Write a checkpoint loadable with torch.load(weights_only=True)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": model.cfg.to_dict(),
-               "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "extra": extra or {}}
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
+    save_model(model, path, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, model.cfg.to_dict(), extra)
 
 
 def load_checkpoint(path: Path | str) -> FrameEncoder:
@@ -157,32 +152,6 @@ def load_checkpoint(path: Path | str) -> FrameEncoder:
     Raises:
         CheckpointError: what differs (format, version, config field or tensor shape).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"encoder checkpoint not found: {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for foreign/corrupt files
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(err).__name__}: {err})") from err
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise CheckpointError(f"{path}: format is {found!r}, expected {CHECKPOINT_FORMAT!r}")
-    if payload.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{path}: version {payload.get('version')!r}, this memnav reads version "
-                              f"{CHECKPOINT_VERSION}")
-    try:
-        cfg = EncoderConfig(**payload["config"])
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{path}: config does not describe this encoder architecture: {err}") from err
-    model = FrameEncoder(cfg)
-    state = payload["state_dict"]
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    if missing or unexpected:
-        raise CheckpointError(f"{path}: architecture differs: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    for k, v in state.items():
-        if tuple(v.shape) != tuple(own[k].shape):
-            raise CheckpointError(f"{path}: tensor {k} has shape {tuple(v.shape)}, expected {tuple(own[k].shape)}")
-    model.load_state_dict(state)
-    return model.eval()
+    model, _ = load_model(path, CHECKPOINT_FORMAT, CHECKPOINT_VERSION,
+                          lambda cfg: FrameEncoder(EncoderConfig(**cfg)), "encoder")
+    return model

@@ -89,16 +89,36 @@ class OracleAgent:
         return Action.TURN_LEFT if best_k > 0 else Action.TURN_RIGHT
 
 
-AGENTS = {"random": RandomAgent, "oracle": OracleAgent}
+class ForwardAgent:
+    """Baseline: always MOVE_FORWARD (never stops, so it never succeeds; it shows what motion alone gives)."""
+
+    name = "forward"
+
+    def reset(self, episode: Episode, goal: Observation, sim: Simulator) -> None:
+        del episode, goal, sim
+
+    def act(self, obs: Observation) -> Action:
+        return Action.MOVE_FORWARD
 
 
-def make_agent(name: str, seed: int = 0) -> Agent:
-    """Build an agent by name.
+SIMPLE_AGENTS = {"random": RandomAgent, "forward": ForwardAgent, "oracle": OracleAgent}
+LEARNED_AGENTS = ("gru", "episodic", "memnav", "memnav-fixed")
+AGENTS = (*SIMPLE_AGENTS, *LEARNED_AGENTS)
+
+
+def make_agent(name: str, seed: int = 0, options: object | None = None, encoder: object | None = None) -> Agent:
+    """Build an agent by name (learned agents take LearnedAgentOptions and may share one encoder).
 
     Raises:
         ValueError: for an unknown name, listing the known ones.
+        CheckpointError, FileNotFoundError: a learned agent's checkpoint is missing or does not fit.
     """
-    if name not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}; available: {', '.join(sorted(AGENTS))}")
-    cls = AGENTS[name]
-    return cls(seed=seed) if cls is RandomAgent else cls()
+    if name in LEARNED_AGENTS:
+        from memnav.eval.learned_agents import LearnedAgent
+
+        return LearnedAgent(name, options, encoder)  # type: ignore[arg-type]
+    if name not in SIMPLE_AGENTS:
+        raise ValueError(f"unknown agent {name!r}; available: {', '.join(AGENTS)}")
+    if name == "random":
+        return RandomAgent(seed=seed)
+    return SIMPLE_AGENTS[name]()

@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from memnav.eval.agents import AGENTS, Agent, make_agent
+from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
+from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
@@ -25,6 +26,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", help="dataset split: train, val or test")
     parser.add_argument("--episodes", type=int, default=None, metavar="N",
                         help="evaluate the first N episodes of the split (default: all)%(default).0s")
+    parser.add_argument("--spread", action="store_true",
+                        help="with --episodes N: take the N episodes round-robin over the split's houses "
+                             "instead of the first N (a fair sample when N is small)")
     parser.add_argument("--backend", choices=("embedded", "habitat"), default="embedded",
                         help="simulator: the embedded CPU ray caster, or habitat-sim (installed with conda)")
     parser.add_argument("--max-steps", type=int, default=500, metavar="STEPS",
@@ -33,9 +37,25 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agent", default="oracle", choices=sorted(AGENTS),
-                        help="agent to evaluate")
+    parser.add_argument("--agent", default="oracle", choices=AGENTS,
+                        help="agent to evaluate (learned agents read models/policy_<agent>.pt)")
+    parser.add_argument("--compare", default=None, metavar="A,B,...",
+                        help="evaluate several agents on the same episodes and print one table, e.g. "
+                             "random,gru,episodic,memnav,oracle (memnav-fixed = memnav with the fixed-threshold "
+                             "stop instead of the value-of-information stop)")
     add_data_arguments(parser)
+    parser.add_argument("--lifelong", action="store_true",
+                        help="keep the long-term memory across consecutive episodes in the same house, in one "
+                             "SQLite database per house under --memory-dir; reports SPL against visit index")
+    parser.add_argument("--memory-dir", type=Path, default=None, metavar="DIR",
+                        help="lifelong memory databases (default: a fresh temporary folder, so a run starts "
+                             "with empty memories; give a folder to continue from an earlier run)%(default).0s")
+    parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
+                        help="folder with the learned agents' policy_<agent>.pt checkpoints")
+    parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
+                        help="encoder checkpoint of the learned agents")
+    parser.add_argument("--calibration", type=Path, default=MODELS / "stop_calibration.json", metavar="PATH",
+                        help="stop-belief calibration of the learned agents")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="write summary + per-episode results to this JSON file")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -71,11 +91,11 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
 def format_table(rows: dict[str, dict]) -> str:
     """A fixed-width table of per-agent summaries."""
     cols = ("episodes", "success", "spl", "soft_spl", "mean_steps", "distance_to_goal")
-    head = f"{'agent':<10}" + "".join(f"{c:>18}" for c in cols)
+    head = f"{'agent':<14}" + "".join(f"{c:>18}" for c in cols)
     lines = [head, "-" * len(head)]
     for name, s in rows.items():
         cells = "".join(f"{s[c]:>18d}" if isinstance(s[c], int) else f"{s[c]:>18.3f}" for c in cols)
-        lines.append(f"{name:<10}{cells}")
+        lines.append(f"{name:<14}{cells}")
     return "\n".join(lines)
 
 
@@ -84,22 +104,92 @@ def load_split(args: argparse.Namespace) -> list:
 
     if args.episodes is not None and args.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {args.episodes}")
-    return load_episodes(args.data, args.split, scenes_dir=args.scenes_dir, limit=args.episodes)
+    spread = getattr(args, "spread", False) and args.episodes is not None
+    episodes = load_episodes(args.data, args.split, scenes_dir=args.scenes_dir,
+                             limit=None if spread else args.episodes)
+    return spread_over_scenes(episodes, args.episodes) if spread else episodes
+
+
+def spread_over_scenes(episodes: list, n: int) -> list:
+    """n episodes taken round-robin over scenes (each scene's in file order), grouped by scene."""
+    by_scene: dict[str, list] = {}
+    for ep in episodes:
+        by_scene.setdefault(ep.scene_id, []).append(ep)
+    queues = [list(v) for v in by_scene.values()]
+    chosen: dict[int, list] = {i: [] for i in range(len(queues))}
+    taken = 0
+    while taken < n and any(queues):
+        for i, q in enumerate(queues):
+            if q and taken < n:
+                chosen[i].append(q.pop(0))
+                taken += 1
+    return [ep for i in sorted(chosen) for ep in chosen[i]]
+
+
+def lifelong_spl_by_visit(results: list[EpisodeResult]) -> list[float]:
+    """Mean SPL of each house's k-th episode (k = 1, 2, ...), over the houses that had a k-th episode."""
+    per_visit: dict[int, list[float]] = {}
+    count: dict[str, int] = {}
+    for r in results:
+        k = count.get(r.scene_id, 0)
+        count[r.scene_id] = k + 1
+        per_visit.setdefault(k, []).append(r.spl)
+    return [float(sum(v) / len(v)) for _, v in sorted(per_visit.items())]
 
 
 def run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    names = [a.strip() for a in args.compare.split(",") if a.strip()] if args.compare else [args.agent]
+    unknown = [a for a in names if a not in AGENTS]
+    if unknown:
+        raise ValueError(f"--compare: unknown agent(s) {', '.join(unknown)}; available: {', '.join(AGENTS)}")
     episodes = load_split(args)
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")
     config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed)
-    agent = make_agent(args.agent, seed=args.seed)
-    results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,
-                           desc=args.agent)
-    summary = aggregate(results)
-    print(format_table({args.agent: summary}))
+    encoder = None
+    if any(a in LEARNED_AGENTS for a in names):
+        from memnav.core.encoder import Encoder
+
+        encoder = Encoder.from_checkpoint(args.encoder)
+    summaries: dict[str, dict] = {}
+    per_episode: dict[str, list] = {}
+    lifelong: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="memnav-lifelong-") as tmp:
+        for name in names:
+            memory_dir = None
+            if args.lifelong:
+                memory_dir = (args.memory_dir or Path(tmp)) / name
+            options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
+                                          calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed)
+            agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
+            try:
+                results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,
+                                       desc=name)
+            finally:
+                close = getattr(agent, "close", None)
+                if close is not None:
+                    close()
+            summaries[name] = aggregate(results)
+            per_episode[name] = [r.to_json() for r in results]
+            if args.lifelong:
+                lifelong[name] = lifelong_spl_by_visit(results)
+                summaries[name]["lifelong_spl_by_visit"] = lifelong[name]
+    print(format_table(summaries))
+    if args.lifelong:
+        for name, curve in lifelong.items():
+            shown = ", ".join(f"{v:.2f}" for v in curve[:10])
+            print(f"{name}: lifelong SPL by visit 1..{min(10, len(curve))}: {shown}")
     if args.json is not None:
-        out = dict(summary, agent=args.agent, split=args.split, data=str(args.data), backend=args.backend,
-                   per_episode=[r.to_json() for r in results])
+        meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
+                "lifelong": bool(args.lifelong)}
+        if args.compare:
+            out = dict(meta, agents={n: dict(summaries[n], per_episode=per_episode[n]) for n in names})
+            out.update({n: summaries[n] for n in names})  # per-agent summaries also at the top level
+        else:
+            out = dict(summaries[names[0]], agent=names[0], **meta, per_episode=per_episode[names[0]])
+            out["episodes"] = len(episodes)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0

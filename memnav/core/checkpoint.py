@@ -1,0 +1,77 @@
+"""Versioned model checkpoints shared by the encoder and the policy.
+
+A checkpoint is a plain dict {format, version, config, state_dict, extra} saved with torch.save and read
+with `torch.load(..., weights_only=True)`, so loading never runs pickled code. Loading checks the format
+name, the version, the config (through the caller's config class) and every tensor name and shape, and
+names what differs.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, unreadable, or of another format, version or architecture."""
+
+
+def save_model(model: nn.Module, path: Path | str, fmt: str, version: int, config: dict,
+               extra: dict | None = None) -> None:
+    """Write `model` atomically (temp file + rename), loadable with weights_only=True."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": fmt, "version": version, "config": config,
+               "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "extra": extra or {}}
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+
+
+def read_payload(path: Path | str, fmt: str, version: int, what: str) -> dict:
+    """The checked payload dict of a checkpoint of format `fmt` and `version` (`what` names it in errors)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{what} checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for foreign/corrupt files
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(err).__name__}: {err})") from err
+    if not isinstance(payload, dict) or payload.get("format") != fmt:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise CheckpointError(f"{path}: format is {found!r}, expected {fmt!r}")
+    if payload.get("version") != version:
+        raise CheckpointError(f"{path}: version {payload.get('version')!r}, this memnav reads version {version}")
+    return payload
+
+
+def load_model(path: Path | str, fmt: str, version: int, build: Callable[[dict], M], what: str) -> tuple[M, dict]:
+    """Load a checkpoint: check it, build the model from its config with `build`, load the weights.
+
+    Returns:
+        (model in eval mode, the payload's `extra` dict).
+
+    Raises:
+        CheckpointError: what differs (format, version, config field or tensor name/shape).
+    """
+    payload = read_payload(path, fmt, version, what)
+    try:
+        model = build(dict(payload["config"]))
+    except (TypeError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{path}: config does not describe this {what} architecture: {err}") from err
+    state = payload["state_dict"]
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: architecture differs: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    for k, v in state.items():
+        if tuple(v.shape) != tuple(own[k].shape):
+            raise CheckpointError(f"{path}: tensor {k} has shape {tuple(v.shape)}, expected {tuple(own[k].shape)}")
+    model.load_state_dict(state)
+    return model.eval(), dict(payload.get("extra") or {})

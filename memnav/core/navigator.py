@@ -1,0 +1,281 @@
+"""The agent's per-step loop without ROS or simulator: encode -> update memory -> policy -> stop.
+
+`Navigator` owns the memories of one robot and turns each observation into the policy's inputs
+(`StepInput`), then into an action:
+
+- memory kind `none` (the `gru` baseline): no memory tokens;
+- `episodic`: the last M observations of this episode, FIFO (attention over an episodic memory of past
+  embeddings, no scene graph);
+- `scene_graph` (memnav): the working buffer (KARMA-style replacement) plus the top-k places of the
+  long-term scene-graph memory most similar to the goal image, each with its pose relative to the robot.
+
+The stop controller reads a calibrated belief from the cosine similarity of the current and goal
+embeddings and a geometric verification score (ORB + RANSAC, computed only when the similarity makes a
+stop plausible, since it costs milliseconds). Time comes in as `stamp_ns`; nothing here reads a clock.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import torch
+
+from memnav.core.encoder import Encoder
+from memnav.core.memory.scene_graph import SceneGraphMemory
+from memnav.core.memory.working_buffer import WorkingBuffer
+from memnav.core.policy import (
+    MOVES,
+    NUM_TOKEN_TYPES,
+    TOKEN_EPISODIC,
+    TOKEN_GEOMETRY,
+    TOKEN_PLACE,
+    TOKEN_WORKING,
+    MemoryPolicy,
+    depth_profile,
+    step_vector,
+)
+from memnav.core.stop import FixedThresholdStop, GoalBeliefCalibrator, StopDecision, VoIStopController
+from memnav.core.types import Action, Pose2D
+from memnav.core.verification import Features, VerificationConfig, extract_features, verify_features
+
+
+class MemoryKind(Enum):
+    """Which memory the policy reads."""
+
+    NONE = "none"
+    EPISODIC = "episodic"
+    SCENE_GRAPH = "scene_graph"
+
+
+@dataclass
+class NavigatorConfig:
+    """Per-step behaviour of the agent.
+
+    Attributes:
+        memory: none | episodic | scene_graph (see the module docstring).
+        buffer_capacity: working-buffer items given to the policy (scene_graph memory).
+        retrieval_k: long-term places retrieved by goal similarity per step (scene_graph memory).
+        verify_min_similarity: run geometric verification only at or above this embedding cosine similarity.
+        stop_rule: "voi" (value of information) or "fixed" (belief threshold baseline).
+        fixed_threshold: belief at which the fixed rule stops.
+        max_depth_m: depth profile scale, meters.
+        greedy: take the most likely action (evaluation) instead of sampling.
+    """
+
+    memory: str = MemoryKind.SCENE_GRAPH.value
+    buffer_capacity: int = 16
+    retrieval_k: int = 8
+    verify_min_similarity: float = 0.6
+    stop_rule: str = "voi"
+    fixed_threshold: float = 0.5
+    max_depth_m: float = 5.0
+    greedy: bool = True
+
+    def __post_init__(self) -> None:
+        MemoryKind(self.memory)
+        if self.stop_rule not in ("voi", "fixed"):
+            raise ValueError(f"NavigatorConfig.stop_rule must be 'voi' or 'fixed', got {self.stop_rule!r}")
+
+    @property
+    def memory_tokens(self) -> int:
+        """Tokens the policy must accept for this memory kind."""
+        kind = MemoryKind(self.memory)
+        if kind is MemoryKind.NONE:
+            return 0
+        return self.buffer_capacity + self.retrieval_k
+
+
+@dataclass
+class StepInput:
+    """Everything the policy and the stop rule read at one step (numpy, ready to batch)."""
+
+    step: np.ndarray            # [step_dim]
+    tokens: np.ndarray          # [M, token_features]
+    token_mask: np.ndarray      # [M] bool
+    similarity: float           # cosine(current, goal)
+    verification: float         # geometric verification score (0 when not computed)
+    belief: float               # calibrated P(goal within the success radius)
+    stop: StopDecision
+
+
+class Navigator:
+    """Encoder + memory + stop rule (+ policy for `act`) for one agent.
+
+    Args:
+        encoder: frame encoder.
+        calibrator: goal-belief calibrator (features: similarity, verification).
+        config: behaviour.
+        policy: the trained policy (needed by `act`, not by `observe`).
+        memory: long-term scene graph (scene_graph kind; default: a new RAM-only memory). Pass an opened
+            persistent memory to keep it across episodes (lifelong mode).
+        stop_params: keyword arguments of VoIStopController.
+    """
+
+    def __init__(self, encoder: Encoder, calibrator: GoalBeliefCalibrator, config: NavigatorConfig | None = None,
+                 policy: MemoryPolicy | None = None, memory: SceneGraphMemory | None = None,
+                 stop_params: dict | None = None) -> None:
+        self.cfg = cfg = config or NavigatorConfig()
+        self.encoder = encoder
+        self.calibrator = calibrator
+        self.policy = policy
+        if policy is not None and policy.cfg.memory_tokens != cfg.memory_tokens:
+            raise ValueError(f"policy reads {policy.cfg.memory_tokens} memory tokens, the {cfg.memory} memory "
+                             f"gives {cfg.memory_tokens}")
+        self.kind = MemoryKind(cfg.memory)
+        self.stop_rule = (VoIStopController(**(stop_params or {})) if cfg.stop_rule == "voi"
+                          else FixedThresholdStop(cfg.fixed_threshold))
+        self.verification_cfg = VerificationConfig()
+        dim = encoder.embedding_dim
+        self.memory: SceneGraphMemory | None = None
+        self.buffer: WorkingBuffer | None = None
+        if self.kind is MemoryKind.SCENE_GRAPH:
+            self.memory = memory if memory is not None else SceneGraphMemory()
+            self.buffer = WorkingBuffer(cfg.buffer_capacity, dim)
+        self._episodic: deque[tuple[np.ndarray, Pose2D, int]] = deque(maxlen=max(1, cfg.memory_tokens))
+        self.goal = np.zeros(dim, np.float32)
+        self._goal_features: Features | None = None
+        self.prev_action = -1
+        self.hidden: torch.Tensor | None = None
+        self.last: StepInput | None = None
+
+    # -- episode -----------------------------------------------------------------------------------------
+    def reset(self, goal_rgb: np.ndarray, goal_depth: np.ndarray | None = None) -> None:
+        """Start an episode towards the place shown by the goal image (long-term memory is kept).
+
+        Raises:
+            ValueError: an empty or malformed goal image.
+        """
+        goal_rgb = check_goal_image(goal_rgb)
+        if goal_depth is not None and np.asarray(goal_depth).shape != goal_rgb.shape[:2]:
+            goal_depth = None  # a depth map of another size cannot be paired with this image
+        self.goal = self.encoder.encode(goal_rgb, goal_depth).astype(np.float32)
+        self._goal_features = extract_features(goal_rgb, self.verification_cfg)
+        self.prev_action = -1
+        self.hidden = None
+        self.last = None
+        self._episodic.clear()
+        if self.buffer is not None:
+            self.buffer.clear()
+            self.buffer.set_goal(self.goal)
+
+    # -- per step ----------------------------------------------------------------------------------------
+    def observe(self, rgb: np.ndarray, depth: np.ndarray, pose: Pose2D, stamp_ns: int,
+                collided: bool = False) -> StepInput:
+        """Encode the frame, update the memories, and build the policy input and stop decision."""
+        emb = self.encoder.encode(rgb, depth).astype(np.float32)
+        sim = float(np.dot(emb, self.goal))
+        verification = 0.0
+        if sim >= self.cfg.verify_min_similarity and self._goal_features is not None:
+            verification = verify_features(extract_features(rgb, self.verification_cfg), self._goal_features,
+                                           self.verification_cfg).score
+        belief = float(self.calibrator.predict(np.array([[sim, verification]]))[0])
+        decision = self.stop_rule.decide(belief)
+        tokens, mask = self._update_memory(emb, pose, stamp_ns, rgb)
+        step = step_vector(emb, self.goal, depth_profile(depth, self._depth_bins(), self.cfg.max_depth_m),
+                           self.prev_action, collided)
+        self.last = StepInput(step, tokens, mask, sim, verification, belief, decision)
+        return self.last
+
+    def _depth_bins(self) -> int:
+        return self.policy.cfg.depth_bins if self.policy is not None else 16
+
+    def _update_memory(self, emb: np.ndarray, pose: Pose2D, stamp_ns: int,
+                       rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m = self.cfg.memory_tokens
+        feats = emb.shape[0] + TOKEN_GEOMETRY + NUM_TOKEN_TYPES
+        tokens = np.zeros((m, feats), np.float32)
+        mask = np.zeros(m, bool)
+        if self.kind is MemoryKind.NONE:
+            return tokens, mask
+        if self.kind is MemoryKind.EPISODIC:
+            self._episodic.append((emb, pose, stamp_ns))
+            for i, (e, p, t) in enumerate(self._episodic):
+                self._fill(tokens[i], e, p.relative_to(pose), (stamp_ns - t) / 1e9, TOKEN_EPISODIC)
+                mask[i] = True
+            return tokens, mask
+        assert self.memory is not None and self.buffer is not None
+        self.memory.insert_observation(stamp_ns, pose, emb, thumbnail=rgb)
+        self.buffer.add(stamp_ns, emb, pose)
+        b_emb, b_rel, b_age, b_mask = self.buffer.as_arrays(origin=pose, now_ns=stamp_ns)
+        n = int(b_mask.sum())
+        for i in range(n):
+            self._fill(tokens[i], b_emb[i], Pose2D(*b_rel[i].tolist()), float(b_age[i]), TOKEN_WORKING)
+        mask[:n] = True
+        robot = self.memory.to_memory_frame(pose)
+        base = self.cfg.buffer_capacity
+        for j, hit in enumerate(self.memory.retrieve(self.goal, self.cfg.retrieval_k)):
+            place = self.memory.place(hit.node_id)
+            age_s = max(0.0, (stamp_ns - place.last_seen_ns) / 1e9)
+            self._fill(tokens[base + j], place.embedding, hit.pose.relative_to(robot), age_s, TOKEN_PLACE)
+            mask[base + j] = True
+        return tokens, mask
+
+    def _fill(self, row: np.ndarray, emb: np.ndarray, rel: Pose2D, age_s: float, kind: int) -> None:
+        d = emb.shape[0]
+        row[:d] = emb
+        dist = math.hypot(rel.x_m, rel.y_m)
+        row[d: d + TOKEN_GEOMETRY] = (rel.x_m / 5.0, rel.y_m / 5.0, math.cos(rel.yaw_rad), math.sin(rel.yaw_rad),
+                                      math.log1p(max(age_s, 0.0)) / 5.0, float(np.dot(emb, self.goal)),
+                                      math.log1p(dist))
+        row[d + TOKEN_GEOMETRY + kind] = 1.0
+
+    @torch.inference_mode()
+    def act(self, rgb: np.ndarray, depth: np.ndarray, pose: Pose2D, stamp_ns: int,
+            collided: bool = False, rng: np.random.Generator | None = None) -> tuple[Action, StepInput, float]:
+        """One decision: STOP when the stop rule says so, else the policy's move.
+
+        Returns:
+            (action, the step input, the policy's goal-reached probability).
+        """
+        if self.policy is None:
+            raise RuntimeError("Navigator.act needs a policy; observe() works without one")
+        inp = self.observe(rgb, depth, pose, stamp_ns, collided)
+        if self.hidden is None:
+            self.hidden = self.policy.initial_state(1)
+        tokens = torch.from_numpy(inp.tokens).unsqueeze(0) if self.cfg.memory_tokens else None
+        mask = torch.from_numpy(inp.token_mask).unsqueeze(0) if self.cfg.memory_tokens else None
+        logits, _, goal_logit, self.hidden = self.policy(torch.from_numpy(inp.step).unsqueeze(0), tokens, mask,
+                                                         self.hidden)
+        goal_p = float(torch.sigmoid(goal_logit)[0])
+        if inp.stop.stop:
+            action = Action.STOP
+        else:
+            if self.cfg.greedy or rng is None:
+                idx = int(torch.argmax(logits[0]))
+            else:
+                probs = torch.softmax(logits[0], 0).numpy().astype(np.float64)
+                idx = int(rng.choice(len(MOVES), p=probs / probs.sum()))
+            action = MOVES[idx]
+        self.prev_action = int(action)
+        return action, inp, goal_p
+
+
+def check_goal_image(image: object) -> np.ndarray:
+    """A goal image as uint8 (H, W, 3): grey and RGBA are converted, float [0, 1] scaled.
+
+    Raises:
+        ValueError: empty, not an image, or not finite.
+    """
+    img = np.asarray(image)
+    if img.size == 0:
+        raise ValueError("goal image is empty")
+    if img.ndim == 2:
+        img = np.repeat(img[:, :, None], 3, axis=2)
+    if img.ndim != 3 or img.shape[2] not in (1, 3, 4):
+        raise ValueError(f"goal image must be (H, W), (H, W, 3) or (H, W, 4), got shape {img.shape}")
+    if img.shape[2] == 1:
+        img = np.repeat(img, 3, axis=2)
+    img = img[:, :, :3]
+    if img.dtype != np.uint8:
+        f = img.astype(np.float64)
+        if not np.isfinite(f).all():
+            raise ValueError("goal image has non-finite values")
+        if f.max() <= 1.0:
+            f = f * 255.0
+        img = np.clip(f, 0, 255).astype(np.uint8)
+    if min(img.shape[:2]) < 8:
+        raise ValueError(f"goal image of {img.shape[1]}x{img.shape[0]} px is too small to encode")
+    return np.ascontiguousarray(img)

@@ -1,0 +1,108 @@
+"""Learned agents for the evaluation harness: `gru`, `episodic`, `memnav` (and `memnav-fixed`).
+
+Each wraps a `Navigator` (encoder -> memory -> policy -> stop rule) with a trained policy checkpoint. They
+see only what a robot sees: RGB-D frames, odometry and the goal photo; the simulator handle given to
+`reset` is not used. In lifelong mode the memnav agent keeps one long-term memory database per house under
+`memory_dir` and reopens it on every visit, so the scene graph grows (and consolidates) across episodes.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from memnav.core.encoder import Encoder
+from memnav.core.memory.scene_graph import SceneGraphMemory
+from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig
+from memnav.core.policy import load_policy
+from memnav.core.stop import GoalBeliefCalibrator
+from memnav.core.types import Action, Observation
+
+if TYPE_CHECKING:
+    from memnav.sim.base import Simulator
+    from memnav.sim.episodes import Episode
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+# agent name -> (default checkpoint file in models/, memory kind, stop rule)
+LEARNED: dict[str, tuple[str, MemoryKind, str]] = {
+    "gru": ("policy_gru.pt", MemoryKind.NONE, "voi"),
+    "episodic": ("policy_episodic.pt", MemoryKind.EPISODIC, "voi"),
+    "memnav": ("policy_memnav.pt", MemoryKind.SCENE_GRAPH, "voi"),
+    "memnav-fixed": ("policy_memnav.pt", MemoryKind.SCENE_GRAPH, "fixed"),
+}
+
+
+@dataclass
+class LearnedAgentOptions:
+    """Where an agent's files are and how it runs.
+
+    Attributes:
+        policy_dir: folder holding policy_<variant>.pt checkpoints.
+        encoder_checkpoint: encoder checkpoint.
+        calibration: stop-belief calibration JSON.
+        lifelong_dir: lifelong mode: one memory database per house here (None = fresh memory per episode).
+        seed: sampling seed (used only when not greedy).
+    """
+
+    policy_dir: Path = MODELS
+    encoder_checkpoint: Path = MODELS / "encoder.pt"
+    calibration: Path = MODELS / "stop_calibration.json"
+    lifelong_dir: Path | None = None
+    seed: int = 0
+
+
+class LearnedAgent:
+    """A trained policy behind the Agent interface (see memnav.eval.agents.Agent)."""
+
+    def __init__(self, name: str, options: LearnedAgentOptions | None = None,
+                 encoder: Encoder | None = None) -> None:
+        if name not in LEARNED:
+            raise ValueError(f"unknown learned agent {name!r}; available: {', '.join(sorted(LEARNED))}")
+        self.name = name
+        self.options = opts = options or LearnedAgentOptions()
+        ckpt, kind, stop_rule = LEARNED[name]
+        path = Path(opts.policy_dir) / ckpt
+        policy, extra = load_policy(path)
+        if extra.get("memory", kind.value) != kind.value:
+            raise ValueError(f"{path}: trained with memory {extra.get('memory')!r}, agent {name!r} needs "
+                             f"{kind.value!r}")
+        self.encoder = encoder or Encoder.from_checkpoint(opts.encoder_checkpoint)
+        if not Path(opts.calibration).is_file():
+            raise FileNotFoundError(f"stop calibration not found: {opts.calibration}")
+        calibrator = GoalBeliefCalibrator.from_dict(json.loads(Path(opts.calibration).read_text()))
+        cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True)
+        self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy)
+        self._scene: str | None = None
+        self._stamp_ns = 0
+        self.visits: dict[str, int] = {}
+
+    def reset(self, episode: Episode, goal: Observation, sim: Simulator) -> None:
+        del sim  # not a privileged agent
+        nav = self.navigator
+        if nav.kind is MemoryKind.SCENE_GRAPH:
+            lifelong = self.options.lifelong_dir
+            if lifelong is None:
+                nav.memory.close()
+                nav.memory = SceneGraphMemory()
+            elif episode.scene_id != self._scene:
+                nav.memory.close()
+                Path(lifelong).mkdir(parents=True, exist_ok=True)
+                nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{Path(episode.scene_id).stem}.db")
+                last = nav.memory.stats().last_stamp_ns
+                if last is not None:  # a database from an earlier run: continue its clock
+                    self._stamp_ns = max(self._stamp_ns, last)
+        self._scene = episode.scene_id
+        self.visits[episode.scene_id] = self.visits.get(episode.scene_id, 0) + 1
+        nav.reset(goal.rgb, goal.depth)
+
+    def act(self, obs: Observation) -> Action:
+        # one second per step of memory time; stamps keep increasing across episodes (lifelong memory)
+        self._stamp_ns += 1_000_000_000
+        action, _, _ = self.navigator.act(obs.rgb, obs.depth, obs.pose, self._stamp_ns, obs.collided)
+        return action
+
+    def close(self) -> None:
+        if self.navigator.memory is not None:
+            self.navigator.memory.close()

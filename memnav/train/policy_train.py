@@ -1,0 +1,450 @@
+"""`memnav train policy`: DAgger warm start from the oracle, then PPO, on the train houses.
+
+Vectorised embedded-simulator environments (one `Navigator` each: the same encoder, memory and stop rule
+the evaluated agent uses) produce the policy's inputs; the policy runs batched over all environments.
+
+Phase 1, DAgger (`--bc-updates`): the executed action is the oracle's with probability beta (annealed from
+1 to 0) and the policy's otherwise; the loss is the cross-entropy to the oracle's action on every visited
+state (so the policy learns to recover from its own mistakes), plus the goal-reached head.
+Phase 2, PPO with GAE: reward = geodesic progress (m) - `step_penalty` per action + `success_bonus` when the
+stop rule stops within the success radius; a decaying behaviour-cloning term keeps the warm start. The
+recurrent core is trained on whole rollout chunks (hidden state stored at each chunk start).
+
+STOP is decided by the stop controller inside the environment: when its belief says stop, the episode ends
+with STOP right after the policy's move, so the policy is rewarded for bringing the robot to where the goal
+photo was taken and facing the same way (the belief needs the view to match).
+
+Resumable: model, optimiser, counters and curves live in `<out>.state`; re-running the same command continues
+up to `--updates`, and `--max-minutes` ends a chunk cleanly so runs fit a session.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from memnav.core.encoder import Encoder
+from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig, StepInput
+from memnav.core.policy import MOVES, MemoryPolicy, PolicyConfig, save_policy
+from memnav.core.stop import GoalBeliefCalibrator
+from memnav.core.types import Action
+from memnav.sim.base import SimConfig
+from memnav.sim.dataset import default_data_dir
+
+VARIANTS = {"memnav": MemoryKind.SCENE_GRAPH, "episodic": MemoryKind.EPISODIC, "gru": MemoryKind.NONE}
+
+
+@dataclass
+class PolicyTrainConfig:
+    """Training settings.
+
+    Attributes:
+        variant: memnav (scene graph + working buffer), episodic, or gru (no memory).
+        updates: total updates (a resumed run continues up to this).
+        bc_updates: first updates trained by DAgger from the oracle (beta annealed 1 -> 0 over them).
+        envs: parallel environments.
+        rollout_steps: steps per environment per update (the recurrent chunk length).
+        max_episode_steps: step limit of training episodes (shorter than evaluation's 500 keeps data fresh).
+        lr: Adam learning rate.
+        ppo_epochs: passes over each rollout.
+        minibatch_envs: environments per PPO minibatch (whole chunks).
+        clip: PPO ratio clip.
+        gamma: discount.
+        gae_lambda: GAE lambda.
+        value_coef: value-loss weight.
+        entropy_coef: entropy bonus weight.
+        bc_coef_ppo: behaviour-cloning weight at the start of PPO (decays linearly to 0 by the last update).
+        goal_coef: goal-reached head loss weight.
+        step_penalty: reward per action.
+        success_bonus: reward for stopping within the success radius.
+        episodes_per_house: episodes an environment runs in one house before moving to another.
+        dagger_replay: rollouts kept in the DAgger dataset (aggregated over the last this many updates).
+        dagger_steps: gradient steps per DAgger update, each on `minibatch_envs` chunks drawn from the dataset.
+        seed: random seed.
+    """
+
+    variant: str = "memnav"
+    updates: int = 300
+    bc_updates: int = 150
+    envs: int = 8
+    rollout_steps: int = 64
+    max_episode_steps: int = 300
+    lr: float = 3e-4
+    ppo_epochs: int = 3
+    minibatch_envs: int = 4
+    clip: float = 0.2
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    bc_coef_ppo: float = 0.5
+    goal_coef: float = 0.2
+    step_penalty: float = 0.01
+    success_bonus: float = 2.5
+    episodes_per_house: int = 8
+    dagger_replay: int = 40
+    dagger_steps: int = 12
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {self.variant!r}")
+        if self.envs % self.minibatch_envs:
+            raise ValueError(f"envs ({self.envs}) must be a multiple of minibatch_envs ({self.minibatch_envs})")
+
+
+@dataclass
+class Transition:
+    """What one environment returns after a step."""
+
+    inp: StepInput
+    reward: float
+    done: bool
+    oracle: int          # index into MOVES, -1 where the oracle would stop
+    at_goal: float       # 1 when within the success radius (goal-head label)
+    finished: dict | None  # episode summary when `done`
+
+
+class TrainEnv:
+    """One embedded-simulator ImageNav environment with its own Navigator (no policy inside)."""
+
+    def __init__(self, index: int, episodes_by_house: list[list], encoder: Encoder,
+                 calibrator: GoalBeliefCalibrator, nav_cfg: NavigatorConfig, cfg: PolicyTrainConfig) -> None:
+        from memnav.eval.agents import OracleAgent
+        from memnav.sim.embedded import EmbeddedSimulator
+        from memnav.sim.env import ImageNavEnv
+
+        self.cfg = cfg
+        self.rng = np.random.default_rng(cfg.seed * 1000 + index)
+        self.houses = episodes_by_house
+        self.house = index % len(episodes_by_house)
+        self.sim = EmbeddedSimulator(config=SimConfig(max_episode_steps=cfg.max_episode_steps, seed=cfg.seed + index))
+        self.env = ImageNavEnv(self.sim)
+        self.nav = Navigator(encoder, calibrator, nav_cfg)
+        self.oracle = OracleAgent()
+        self.episodes_here = 0
+        self.stamp_ns = 0
+        self.dist = 0.0
+
+    def _oracle_label(self, obs) -> int:
+        a = self.oracle.act(obs)
+        return -1 if a == Action.STOP else MOVES.index(a)
+
+    def _observe(self, obs) -> StepInput:
+        self.stamp_ns += 1_000_000_000
+        return self.nav.observe(obs.rgb, obs.depth, obs.pose, self.stamp_ns, obs.collided)
+
+    def reset(self) -> Transition:
+        if self.episodes_here >= self.cfg.episodes_per_house:
+            self.house = int(self.rng.integers(len(self.houses)))
+            self.episodes_here = 0
+        self.episodes_here += 1
+        pool = self.houses[self.house]
+        ep = pool[int(self.rng.integers(len(pool)))]
+        obs = self.env.reset(ep)
+        goal = self.env.goal_observation
+        self.oracle.reset(ep, goal, self.sim)
+        self.nav.reset(goal.rgb, goal.depth)
+        if self.nav.memory is not None:  # a new episode starts with an empty long-term memory in training
+            from memnav.core.memory.scene_graph import SceneGraphMemory
+            self.nav.memory.close()
+            self.nav.memory = SceneGraphMemory()
+        self.dist = self.env.distance_to_goal()
+        inp = self._observe(obs)
+        return Transition(inp, 0.0, False, self._oracle_label(obs), float(self.dist < 1.0), None)
+
+    def step(self, move: int) -> Transition:
+        action = MOVES[move]
+        obs = self.env.step(action)
+        self.nav.prev_action = int(action)
+        inp = self._observe(obs)
+        d = self.env.distance_to_goal()
+        reward = (self.dist - d) - self.cfg.step_penalty
+        self.dist = d
+        if not self.env.done and inp.stop.stop:
+            self.env.step(Action.STOP)
+            if d < self.sim.config.success_distance_m:
+                reward += self.cfg.success_bonus
+        finished = None
+        if self.env.done:
+            r = self.env.result()
+            finished = {"success": r.success, "spl": r.spl, "steps": r.steps, "stopped": r.status.value}
+        return Transition(inp, float(reward), self.env.done, -1 if self.env.done else self._oracle_label(obs),
+                          float(d < 1.0), finished)
+
+
+def _stack(trs: list[Transition]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    step = torch.from_numpy(np.stack([t.inp.step for t in trs]))
+    tokens = torch.from_numpy(np.stack([t.inp.tokens for t in trs]))
+    mask = torch.from_numpy(np.stack([t.inp.token_mask for t in trs]))
+    return step, tokens, mask
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = PolicyTrainConfig()
+    parser.add_argument("--out", type=Path, default=Path("models/policy_memnav.pt"), help="checkpoint to write")
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default=d.variant,
+                        help="memory the policy reads: memnav (scene graph + working buffer), episodic, gru (none)")
+    parser.add_argument("--updates", type=int, default=d.updates, help="total updates (resumed runs continue)")
+    parser.add_argument("--bc-updates", type=int, default=d.bc_updates, help="DAgger updates before PPO")
+    parser.add_argument("--envs", type=int, default=d.envs, help="parallel environments")
+    parser.add_argument("--rollout-steps", type=int, default=d.rollout_steps, help="steps per env per update")
+    parser.add_argument("--max-episode-steps", type=int, default=d.max_episode_steps,
+                        help="step limit of training episodes, actions")
+    parser.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate")
+    parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
+    parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
+    parser.add_argument("--calibration", type=Path, default=Path("models/stop_calibration.json"),
+                        help="stop belief calibration JSON (memnav train stop)")
+    parser.add_argument("--data", type=Path, default=default_data_dir(), metavar="DIR",
+                        help="generated dataset; episodes of its train split are used")
+    parser.add_argument("--houses", type=int, default=0, help="use only the first N train houses (0 = all)")
+    parser.add_argument("--max-minutes", type=float, default=0.0,
+                        help="stop this chunk cleanly after this many minutes (0 = no limit); resume by re-running")
+    parser.add_argument("--save-every", type=int, default=10, help="updates between checkpoint/state saves")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def load_calibrator(path: Path) -> GoalBeliefCalibrator:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"stop calibration not found: {path} (make one with `memnav train stop`)")
+    return GoalBeliefCalibrator.from_dict(json.loads(Path(path).read_text()))
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from memnav.sim.episodes import load_episodes
+
+    torch.set_num_threads(1)
+    cfg = PolicyTrainConfig(variant=args.variant, updates=args.updates, bc_updates=args.bc_updates, envs=args.envs,
+                            rollout_steps=args.rollout_steps, max_episode_steps=args.max_episode_steps, lr=args.lr,
+                            seed=args.seed, minibatch_envs=min(4, args.envs) if args.envs % 4 else 4)
+    episodes = load_episodes(args.data, "train")
+    by_house: dict[str, list] = {}
+    for ep in episodes:
+        by_house.setdefault(ep.scene_id, []).append(ep)
+    houses = [by_house[k] for k in sorted(by_house)]
+    if args.houses > 0:
+        houses = houses[: args.houses]
+    encoder = Encoder.from_checkpoint(args.checkpoint)
+    calibrator = load_calibrator(args.calibration)
+    nav_cfg = NavigatorConfig(memory=VARIANTS[cfg.variant].value, greedy=False)
+    pcfg = PolicyConfig(embedding_dim=encoder.embedding_dim, memory_tokens=nav_cfg.memory_tokens)
+    torch.manual_seed(cfg.seed)
+    model = MemoryPolicy(pcfg)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    state_path = args.out.with_name(args.out.name + ".state")
+    update, curve = 0, []
+    if state_path.is_file():
+        st = torch.load(state_path, map_location="cpu", weights_only=True)
+        # `updates` may grow between chunks (train longer); every other setting must match
+        diff = {k: (st["train_config"].get(k), v) for k, v in asdict(cfg).items()
+                if k != "updates" and st["train_config"].get(k) != v}
+        if diff:
+            raise ValueError(f"{state_path}: resuming with other settings {diff}; use the same options or delete it")
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["optimizer"])
+        update, curve = st["update"], st["curve"]
+        print(f"resuming from update {update}", file=sys.stderr)
+    if update >= cfg.updates:
+        print(f"{args.out}: already trained for {update} updates", file=sys.stderr)
+        return 0
+    rng = np.random.default_rng(cfg.seed + update)
+    envs = [TrainEnv(i, houses, encoder, calibrator, nav_cfg, cfg) for i in range(cfg.envs)]
+    for e in envs:
+        e.rng = np.random.default_rng(cfg.seed * 1000 + update * 31 + envs.index(e))
+    cur = [e.reset() for e in envs]
+    hidden = model.initial_state(cfg.envs)
+    finished: list[dict] = []
+    replay: deque = deque(maxlen=cfg.dagger_replay)
+    t0 = time.monotonic()
+    bar = tqdm(total=cfg.updates, initial=update, desc=f"policy[{cfg.variant}]", unit="upd",
+               disable=args.no_progress, file=sys.stderr)
+    while update < cfg.updates:
+        bc_phase = update < cfg.bc_updates
+        beta = max(0.0, 1.0 - update / max(1, cfg.bc_updates)) if bc_phase else 0.0
+        T, N = cfg.rollout_steps, cfg.envs
+        h0 = hidden.clone()
+        steps, toks, masks, acts, logps, vals, rews, dones, labels, goals = ([] for _ in range(10))
+        with torch.no_grad():
+            for _ in range(T):
+                s, tk, mk = _stack(cur)
+                logits, value, _, hidden = model(s, tk if pcfg.memory_tokens else None,
+                                                 mk if pcfg.memory_tokens else None, hidden)
+                dist = torch.distributions.Categorical(logits=logits)
+                a = dist.sample()
+                oracle = torch.tensor([t.oracle for t in cur])
+                if bc_phase:
+                    use_oracle = (torch.from_numpy(rng.random(N) < beta)) & (oracle >= 0)
+                    a = torch.where(use_oracle, oracle, a)
+                steps.append(s), toks.append(tk), masks.append(mk), acts.append(a)
+                logps.append(dist.log_prob(a)), vals.append(value)
+                labels.append(oracle), goals.append(torch.tensor([t.at_goal for t in cur]))
+                nxt = [e.step(int(ai)) for e, ai in zip(envs, a)]
+                rews.append(torch.tensor([t.reward for t in nxt])), dones.append(torch.tensor([t.done for t in nxt]))
+                for i, t in enumerate(nxt):
+                    if t.done:
+                        finished.append(t.finished)
+                        nxt[i] = envs[i].reset()
+                        hidden[i] = 0.0
+                cur = nxt
+            s, tk, mk = _stack(cur)
+            _, last_value, _, _ = model(s, tk if pcfg.memory_tokens else None, mk if pcfg.memory_tokens else None,
+                                        hidden)
+        R, D, V = torch.stack(rews), torch.stack(dones).float(), torch.stack(vals)
+        adv = torch.zeros(T, N)
+        gae = torch.zeros(N)
+        for t in reversed(range(T)):
+            nv = last_value if t == T - 1 else V[t + 1]
+            delta = R[t] + cfg.gamma * nv * (1 - D[t]) - V[t]
+            gae = delta + cfg.gamma * cfg.gae_lambda * (1 - D[t]) * gae
+            adv[t] = gae
+        ret = adv + V
+        batch = {"s": torch.stack(steps), "tk": torch.stack(toks), "mk": torch.stack(masks), "a": torch.stack(acts),
+                 "logp": torch.stack(logps), "adv": adv, "ret": ret, "lab": torch.stack(labels),
+                 "goal": torch.stack(goals), "done": D}
+        frac = (update - cfg.bc_updates) / max(1, cfg.updates - cfg.bc_updates)
+        bc_coef = 1.0 if bc_phase else cfg.bc_coef_ppo * max(0.0, 1.0 - frac)
+        if bc_phase:
+            replay.append((batch, h0))
+            stats = _dagger(model, opt, replay, cfg, pcfg, rng)
+        else:
+            replay.clear()
+            stats = _optimise(model, opt, batch, h0, cfg, pcfg, bc_coef)
+        update += 1
+        recent = finished[-50:]
+        row = {"update": update, "phase": "dagger" if bc_phase else "ppo", "beta": beta, "bc_coef": bc_coef,
+               "episodes": len(finished), "reward_per_step": float(R.mean()),
+               "success": float(np.mean([f["success"] for f in recent])) if recent else math.nan,
+               "spl": float(np.mean([f["spl"] for f in recent])) if recent else math.nan, **stats}
+        curve.append(row)
+        bar.update(1)
+        bar.set_postfix(phase=row["phase"], succ=f"{row['success']:.2f}", bc=f"{stats['bc_loss']:.2f}")
+        out_of_time = args.max_minutes > 0 and (time.monotonic() - t0) / 60 >= args.max_minutes
+        if update % args.save_every == 0 or update >= cfg.updates or out_of_time:
+            _save(model, opt, cfg, update, curve, args.out, state_path, args)
+        if out_of_time:
+            print(f"stopped after {args.max_minutes} min at update {update}/{cfg.updates}; re-run to resume",
+                  file=sys.stderr)
+            break
+    bar.close()
+    return 0
+
+
+def _unroll(model: MemoryPolicy, b: dict, h: torch.Tensor, chunk: torch.Tensor, pcfg: PolicyConfig
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Re-run the recurrent policy over the stored chunk of environments `chunk` from hidden state `h`."""
+    logits_l, values_l, goal_l = [], [], []
+    for t in range(b["a"].shape[0]):
+        tk = b["tk"][t, chunk] if pcfg.memory_tokens else None
+        mk = b["mk"][t, chunk] if pcfg.memory_tokens else None
+        logits, value, goal_logit, h = model(b["s"][t, chunk], tk, mk, h)
+        logits_l.append(logits), values_l.append(value), goal_l.append(goal_logit)
+        h = h * (1 - b["done"][t, chunk]).unsqueeze(1)
+    return torch.stack(logits_l), torch.stack(values_l), torch.stack(goal_l)
+
+
+def _imitation_losses(logits: torch.Tensor, goal_logit: torch.Tensor, b: dict, chunk: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    lab = b["lab"][:, chunk]
+    valid = lab >= 0
+    bc = nn.functional.cross_entropy(logits[valid], lab[valid]) if valid.any() else torch.zeros(())
+    goal_loss = nn.functional.binary_cross_entropy_with_logits(goal_logit, b["goal"][:, chunk])
+    return bc, goal_loss
+
+
+def _step(model: MemoryPolicy, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    opt.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    opt.step()
+
+
+def _dagger(model: MemoryPolicy, opt: torch.optim.Optimizer, replay: deque, cfg: PolicyTrainConfig,
+            pcfg: PolicyConfig, rng: np.random.Generator) -> dict:
+    """Supervised steps on chunks drawn from the aggregated DAgger dataset (oracle labels on visited states)."""
+    bc_sum = goal_sum = 0.0
+    for _ in range(cfg.dagger_steps):
+        b, h0 = replay[int(rng.integers(len(replay)))]
+        chunk = torch.from_numpy(rng.choice(b["a"].shape[1], cfg.minibatch_envs, replace=False))
+        logits, _, goal_logit = _unroll(model, b, h0[chunk], chunk, pcfg)
+        bc, goal_loss = _imitation_losses(logits, goal_logit, b, chunk)
+        _step(model, opt, bc + cfg.goal_coef * goal_loss)
+        bc_sum += float(bc.detach())
+        goal_sum += float(goal_loss.detach())
+    n = max(1, cfg.dagger_steps)
+    return {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "bc_loss": bc_sum / n, "goal_loss": goal_sum / n}
+
+
+def _optimise(model: MemoryPolicy, opt: torch.optim.Optimizer, b: dict, h0: torch.Tensor, cfg: PolicyTrainConfig,
+              pcfg: PolicyConfig, bc_coef: float) -> dict:
+    """PPO epochs over one rollout (whole chunks per minibatch), plus the decaying imitation term."""
+    N = b["a"].shape[1]
+    adv = b["adv"]
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "bc_loss": 0.0, "goal_loss": 0.0}
+    count = 0
+    for _ in range(cfg.ppo_epochs):
+        for chunk in torch.randperm(N).split(cfg.minibatch_envs):
+            logits, values, goal_logit = _unroll(model, b, h0[chunk], chunk, pcfg)
+            dist = torch.distributions.Categorical(logits=logits)
+            bc, goal_loss = _imitation_losses(logits, goal_logit, b, chunk)
+            ratio = torch.exp(dist.log_prob(b["a"][:, chunk]) - b["logp"][:, chunk])
+            a_ = adv[:, chunk]
+            pl = -torch.min(ratio * a_, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a_).mean()
+            vl = (values - b["ret"][:, chunk]).pow(2).mean()
+            ent = dist.entropy().mean()
+            _step(model, opt, pl + cfg.value_coef * vl - cfg.entropy_coef * ent + bc_coef * bc
+                  + cfg.goal_coef * goal_loss)
+            for k, v in (("policy_loss", pl), ("value_loss", vl), ("entropy", ent), ("bc_loss", bc),
+                         ("goal_loss", goal_loss)):
+                totals[k] += float(v.detach())
+            count += 1
+    return {k: v / max(1, count) for k, v in totals.items()}
+
+
+def _save(model: MemoryPolicy, opt: torch.optim.Optimizer, cfg: PolicyTrainConfig, update: int, curve: list,
+          out: Path, state_path: Path, args: argparse.Namespace) -> None:
+    save_policy(model, out, extra={"variant": cfg.variant, "memory": VARIANTS[cfg.variant].value,
+                                   "update": update, "train_config": asdict(cfg),
+                                   "encoder_checkpoint": str(args.checkpoint)})
+    tmp = state_path.with_name(state_path.name + ".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "update": update, "curve": curve,
+                "train_config": asdict(cfg)}, tmp)
+    tmp.replace(state_path)
+    curve_path = out.with_suffix(".curve.json")
+    curve_path.write_text(json.dumps(curve, indent=1) + "\n")
+    _plot(curve, out.with_suffix(".curve.png"), cfg.variant)
+
+
+def _plot(curve: list[dict], path: Path, variant: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [r["update"] for r in curve]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    axes[0].plot(x, [r["success"] for r in curve], label="success (last 50 eps)")
+    axes[0].plot(x, [r["spl"] for r in curve], label="SPL")
+    axes[0].set_ylim(0, 1)
+    axes[1].plot(x, [r["bc_loss"] for r in curve], label="BC cross-entropy")
+    axes[1].plot(x, [r["goal_loss"] for r in curve], label="goal-head BCE")
+    axes[2].plot(x, [r["reward_per_step"] for r in curve], label="reward / step")
+    for ax in axes:
+        ax.set_xlabel("update")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"memnav train policy --variant {variant}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,112 @@
+"""Navigator: memory tokens per memory kind, stop decisions, goal-image checks (real encoder network)."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memnav.core.encoder import Encoder
+from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig, check_goal_image
+from memnav.core.policy import MOVES, TOKEN_GEOMETRY, MemoryPolicy, PolicyConfig
+from memnav.core.stop import GoalBeliefCalibrator
+from memnav.core.types import Action, Pose2D
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    # the shipped encoder: an untrained one maps all random frames to nearly the same embedding
+    return Encoder.from_checkpoint(MODELS / "encoder.pt")
+
+
+def _calibrator():
+    # p > 0.5 only for (near-)identical views
+    return GoalBeliefCalibrator(np.array([4000.0, 2.0, -3997.0]), ("similarity", "verification"))
+
+
+def _frame(seed: int):
+    rng = np.random.default_rng(seed)
+    rgb = (rng.random((64, 64, 3)) * 255).astype(np.uint8)
+    depth = rng.uniform(0.5, 4.0, (64, 64)).astype(np.float32)
+    return rgb, depth
+
+
+def _nav(encoder, kind: MemoryKind, **kw):
+    cfg = NavigatorConfig(memory=kind.value, buffer_capacity=4, retrieval_k=3, **kw)
+    policy = MemoryPolicy(PolicyConfig(memory_tokens=cfg.memory_tokens, hidden_dim=32, token_dim=16, heads=2))
+    return Navigator(encoder, _calibrator(), cfg, policy=policy)
+
+
+def test_scene_graph_tokens_hold_buffer_items_and_retrievals(encoder):
+    nav = _nav(encoder, MemoryKind.SCENE_GRAPH)
+    goal_rgb, goal_depth = _frame(99)
+    nav.reset(goal_rgb, goal_depth)
+    for i in range(6):
+        rgb, depth = _frame(i)
+        inp = nav.observe(rgb, depth, Pose2D(1.5 * i, 0.0, 0.0), (i + 1) * 10**9)
+    assert inp.tokens.shape == (7, encoder.embedding_dim + TOKEN_GEOMETRY + 3)
+    assert inp.token_mask[:4].all()          # working buffer full (capacity 4)
+    assert inp.token_mask[4:].sum() == 3     # top-3 long-term places
+    assert nav.memory.stats().places == 6    # every frame was 1.5 m apart: all new places
+    # the newest buffer item is the robot itself: relative pose zero
+    d = encoder.embedding_dim
+    assert np.allclose(inp.tokens[3, d:d + 2], 0.0)
+    # a retrieved place's geometry is relative to the robot (behind it: x < 0)
+    assert (inp.tokens[4:, d] <= 0).all()
+
+
+def test_episodic_tokens_fifo_and_none_has_no_tokens(encoder):
+    nav = _nav(encoder, MemoryKind.EPISODIC)
+    nav.reset(*_frame(50))
+    for i in range(10):
+        inp = nav.observe(*_frame(i), Pose2D(0.25 * i, 0.0, 0.0), (i + 1) * 10**9)
+    assert inp.token_mask.all() and len(inp.token_mask) == 7   # FIFO of the last 7
+    d = encoder.embedding_dim
+    assert inp.tokens[0, d] == pytest.approx(-6 * 0.25 / 5.0)   # oldest kept is 6 steps behind
+    gru = _nav(encoder, MemoryKind.NONE)
+    gru.reset(*_frame(50))
+    inp = gru.observe(*_frame(1), Pose2D(0, 0, 0), 1)
+    assert inp.tokens.shape[0] == 0 and gru.memory is None
+
+
+def test_stop_fires_on_the_goal_view_and_not_elsewhere(encoder):
+    nav = _nav(encoder, MemoryKind.NONE)
+    goal = _frame(7)
+    nav.reset(*goal)
+    action, inp, goal_p = nav.act(*_frame(3), Pose2D(0, 0, 0), 1)
+    assert action in MOVES and not inp.stop.stop and 0.0 <= goal_p <= 1.0
+    action, inp, _ = nav.act(*goal, Pose2D(0, 0, 0), 2)
+    assert inp.similarity == pytest.approx(1.0, abs=1e-4)
+    assert action == Action.STOP and inp.belief > 0.5
+
+
+def test_fixed_threshold_rule(encoder):
+    nav = _nav(encoder, MemoryKind.NONE, stop_rule="fixed", fixed_threshold=0.99)
+    nav.reset(*_frame(7))
+    _, inp, _ = nav.act(*_frame(7), Pose2D(0, 0, 0), 1)
+    assert inp.stop.stop == (inp.belief >= 0.99)
+
+
+def test_policy_memory_size_must_match(encoder):
+    policy = MemoryPolicy(PolicyConfig(memory_tokens=3, hidden_dim=32, token_dim=16, heads=2))
+    with pytest.raises(ValueError, match="memory tokens"):
+        Navigator(encoder, _calibrator(), NavigatorConfig(memory="scene_graph"), policy=policy)
+
+
+def test_goal_image_checks():
+    with pytest.raises(ValueError, match="empty"):
+        check_goal_image(np.zeros((0, 0, 3), np.uint8))
+    with pytest.raises(ValueError, match="shape"):
+        check_goal_image(np.zeros((4, 4, 4, 4)))
+    grey = check_goal_image(np.full((20, 30), 0.5))
+    assert grey.shape == (20, 30, 3) and grey.dtype == np.uint8 and grey[0, 0, 0] == 127
+    rgba = check_goal_image(np.zeros((16, 16, 4), np.uint8))
+    assert rgba.shape == (16, 16, 3)
+
+
+def test_goal_of_another_size_is_resized(encoder):
+    nav = _nav(encoder, MemoryKind.NONE)
+    big = (np.random.default_rng(0).random((240, 320, 3)) * 255).astype(np.uint8)
+    nav.reset(big, np.ones((10, 10), np.float32))   # mismatched depth is dropped, not an error
+    assert nav.goal.shape == (encoder.embedding_dim,)
+    assert np.linalg.norm(nav.goal) == pytest.approx(1.0, abs=1e-4)

@@ -1,0 +1,110 @@
+"""`memnav eval --compare` / `--lifelong` with learned agents, and `memnav bench agent`, on a tiny dataset."""
+import json
+
+import pytest
+import torch
+from conftest import make_tiny_dataset
+
+from memnav.cli import main
+from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy
+from memnav.eval.evaluate import lifelong_spl_by_visit, spread_over_scenes
+from memnav.sim.metrics import EpisodeResult
+
+MODELS_ARGS = ["--encoder", "models/encoder.pt", "--calibration", "models/stop_calibration.json"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    data = make_tiny_dataset(root / "houses", houses=3, seed=6, train=1, val=1, test=3)
+    torch.manual_seed(0)
+    for variant, tokens in (("memnav", 24), ("episodic", 24), ("gru", 0)):
+        save_policy(MemoryPolicy(PolicyConfig(memory_tokens=tokens)), root / f"policy_{variant}.pt",
+                    extra={"variant": variant, "memory": {"memnav": "scene_graph"}.get(variant, variant)
+                           if tokens else "none"})
+    return root, data
+
+
+@pytest.mark.slow
+def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
+    root, data = setup
+    out = tmp_path / "cmp.json"
+    agents = "random,forward,gru,episodic,memnav,memnav-fixed,oracle"
+    assert main(["eval", "--compare", agents, "--data", str(data), "--episodes", "2", "--spread",
+                 "--max-steps", "30", "--policy-dir", str(root), *MODELS_ARGS, "--json", str(out),
+                 "--no-progress"]) == 0
+    table = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    for name in agents.split(","):
+        assert name in table
+        for key in ("success", "spl", "soft_spl", "mean_steps"):
+            assert key in res[name] and key in res["agents"][name]
+        assert len(res["agents"][name]["per_episode"]) == 2
+        assert {e["scene_id"] for e in res["agents"][name]["per_episode"]} == \
+            {e["scene_id"] for e in res["agents"]["oracle"]["per_episode"]}
+    for e in res["agents"]["oracle"]["per_episode"]:   # the oracle fails only by running out of steps
+        assert e["success"] == 1.0 or e["steps"] == 30
+    assert res["forward"]["success"] == 0.0 and res["forward"]["mean_steps"] == 30
+
+
+@pytest.mark.slow
+def test_lifelong_keeps_memory_per_house(setup, tmp_path):
+    root, data = setup
+    out = tmp_path / "life.json"
+    mem = tmp_path / "mem"
+    assert main(["eval", "--agent", "memnav", "--lifelong", "--memory-dir", str(mem), "--data", str(data),
+                 "--episodes", "3", "--max-steps", "15", "--policy-dir", str(root), *MODELS_ARGS,
+                 "--json", str(out), "--no-progress"]) == 0
+    res = json.loads(out.read_text())
+    assert len(res["lifelong_spl_by_visit"]) == 3   # the first 3 test episodes are in one house
+    dbs = list((mem / "memnav").glob("*.db"))
+    assert len(dbs) == 1
+    from memnav.core.memory.scene_graph import SceneGraphMemory
+    m = SceneGraphMemory.open(dbs[0])
+    try:
+        stats = m.stats()
+        assert stats.places > 0 and stats.last_stamp_ns >= 3 * 10**9   # stamps grew across the 3 visits
+    finally:
+        m.close()
+    # a second run continues the same databases (stamps continue, nothing is refused)
+    assert main(["eval", "--agent", "memnav", "--lifelong", "--memory-dir", str(mem), "--data", str(data),
+                 "--episodes", "1", "--max-steps", "5", "--policy-dir", str(root), *MODELS_ARGS,
+                 "--no-progress"]) == 0
+
+
+def test_unknown_compare_agent_and_wrong_checkpoint_are_clear_errors(setup, tmp_path, capsys):
+    root, data = setup
+    assert main(["eval", "--compare", "oracle,telepathy", "--data", str(data)]) == 2
+    assert "telepathy" in capsys.readouterr().err
+    bad = tmp_path / "pol"
+    bad.mkdir()
+    save_policy(MemoryPolicy(PolicyConfig(memory_tokens=0)), bad / "policy_memnav.pt", extra={"memory": "none"})
+    assert main(["eval", "--agent", "memnav", "--data", str(data), "--episodes", "1", "--policy-dir", str(bad),
+                 *MODELS_ARGS]) == 2
+    assert "policy_memnav.pt" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_agent_keys(setup, tmp_path):
+    root, data = setup
+    out = tmp_path / "agent.json"
+    assert main(["bench", "agent", "--data", str(data), "--policy-dir", str(root), "--steps", "15", "--warmup", "2",
+                 "--prefill", "200", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["steps"] == 15 and 0 < res["step_ms_p50"] <= res["step_ms_p99"]
+
+
+def test_lifelong_spl_by_visit_and_spread():
+    def r(scene, spl):
+        return EpisodeResult(episode_id="x", scene_id=scene, success=1.0, spl=spl, soft_spl=spl,
+                             distance_to_goal_m=0.1, geodesic_distance_m=3.0, path_length_m=3.0, steps=10,
+                             status=None)
+    res = [r("a", 0.2), r("a", 0.4), r("b", 0.6), r("a", 0.8), r("b", 1.0)]
+    assert lifelong_spl_by_visit(res) == pytest.approx([0.4, 0.7, 0.8])
+
+    class Ep:
+        def __init__(self, scene, i):
+            self.scene_id, self.i = scene, i
+    eps = [Ep("a", i) for i in range(5)] + [Ep("b", i) for i in range(2)] + [Ep("c", i) for i in range(3)]
+    picked = spread_over_scenes(eps, 5)
+    assert [(e.scene_id, e.i) for e in picked] == [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0)]
