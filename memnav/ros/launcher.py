@@ -1,0 +1,1175 @@
+"""Runner for ROS 2 YAML launch files (`memnav launch`), because launch / launch_ros are not on PyPI.
+
+The same `launch/*.launch.yaml` files work with `ros2 launch memnav FILE` on a full ROS 2 install. This module
+runs the subset of ROS 2's YAML launch format below itself; anything else raises `LaunchError` naming the file,
+the key and what is supported, so a file is never half-understood:
+
+    launch:
+    - arg: {name: data, default: data/houses, description: "dataset folder", choices: [...]}
+    - set_env: {name: ROS_DOMAIN_ID, value: "7"}
+    - push_ros_namespace: {namespace: robot1}     # also spelled push-ros-namespace
+    - group: {scoped: true, children: [...]}       # or `group: [...]`; scoped keeps env/args/namespace inside
+    - node:
+        pkg: memnav                 # optional; also searches <prefix>/lib/<pkg> for the executable
+        exec: sim_bridge_node       # required: an executable / console script name
+        name: sim_bridge_node       # -r __node:=NAME
+        namespace: robot1           # -r __ns:=/robot1 (relative names go under pushed namespaces)
+        param:                      # in order, later wins (as in ROS 2)
+        - from: $(find-pkg-share memnav)/config/memnav.yaml     # --params-file FILE
+        - {name: split, value: test}                            # -p split:=test
+        remap: [{from: /odom, to: odom}]                        # -r /odom:=odom
+        args: "--extra arguments"   # before --ros-args, split like a shell
+        output: screen              # screen | log | both (default log, as in ROS 2)
+        respawn: true               # restart the node whenever it exits
+        respawn_delay: 2.0          # seconds before a restart
+        on_exit: shutdown           # end the whole launch when this node exits
+
+Substitutions, in any string: `$(var NAME)`, `$(env NAME)`, `$(env NAME DEFAULT)`, `$(find-pkg-share PACKAGE)`
+(an installed share folder, or for memnav installed editable the repository root holding launch/ and config/).
+
+Stages: `load_launch_file` checks structure and substitution syntax (templates stay unresolved, so
+`--show-args` needs no values); `resolve_launch` applies `name:=value` overrides and substitutions in document
+order into a `LaunchPlan` of typed `NodeSpec`s; `build_command` turns one into a command line; `Supervisor`
+runs them. This module is plain process supervision: it imports nothing from ROS.
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import os
+import queue
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+import yaml
+
+SUPPORTED_ACTIONS = ("arg", "group", "node", "push_ros_namespace", "set_env")
+SUPPORTED_SUBSTITUTIONS = "$(var NAME), $(env NAME [DEFAULT]), $(find-pkg-share PACKAGE)"
+ARG_KEYS = ("name", "default", "description", "choices")
+SET_ENV_KEYS = ("name", "value")
+GROUP_KEYS = ("children", "scoped")
+PUSH_NAMESPACE_KEYS = ("namespace",)
+NODE_KEYS = ("pkg", "exec", "name", "namespace", "param", "remap", "args", "output", "respawn", "respawn_delay",
+             "on_exit")
+PARAM_KEYS = ("from", "name", "value")
+REMAP_KEYS = ("from", "to")
+_ACTION_ALIASES = {"push-ros-namespace": "push_ros_namespace"}
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+_BOOTSTRAP_MARK = "_ROS_WHEELS_BOOTSTRAP_COMPLETE"
+
+
+class LaunchError(ValueError):
+    """A launch file, argument or node that memnav cannot run; the message names the file and key."""
+
+
+class Output(str, Enum):
+    """Where a node's stdout and stderr go."""
+
+    SCREEN = "screen"  # printed, each line prefixed with [label]
+    LOG = "log"  # written to <log dir>/<label>.log only
+    BOTH = "both"  # both of the above
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Parsed (unresolved) launch file: every string is a template that may hold substitutions.
+
+
+@dataclass(frozen=True)
+class LaunchArg:
+    """A declared launch argument (`arg`), overridable on the command line as `name:=value`.
+
+    Attributes:
+        name: argument name, used as `$(var name)`.
+        default: default value template; None makes the argument required.
+        description: one line shown by `memnav launch FILE --show-args`.
+        choices: allowed values; empty allows any.
+    """
+
+    name: str
+    default: str | None = None
+    description: str = ""
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SetEnv:
+    """`set_env`: an environment variable for the nodes that follow it (and for `$(env ...)`)."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class PushRosNamespace:
+    """`push_ros_namespace`: prefix the namespace of the nodes that follow it in the same scope."""
+
+    namespace: str
+
+
+@dataclass(frozen=True)
+class ParamFile:
+    """`param: [{from: FILE}]`: a ROS 2 parameter file, passed as `--params-file FILE`."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class ParamValue:
+    """`param: [{name: N, value: V}]`: one parameter, passed as `-p N:=V` (V a YAML scalar or list)."""
+
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Remap:
+    """`remap: [{from: A, to: B}]`: passed as `-r A:=B`."""
+
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True)
+class NodeAction:
+    """A `node` action as written: templates, not yet resolved (see `NodeSpec` for the resolved form).
+
+    Attributes:
+        executable: the `exec` key: an executable or console script name.
+        pkg: ROS package; adds `<prefix>/lib/<pkg>` to the executable search.
+        name: node name (`-r __node:=`), None keeps the node's own.
+        namespace: node namespace, None keeps the pushed one (if any).
+        params: parameter files and values, in the order given.
+        remaps: topic/service remappings.
+        args: extra command-line arguments before `--ros-args`.
+        output: "screen", "log" or "both".
+        respawn: template of a boolean: restart the node when it exits.
+        respawn_delay: template of seconds to wait before a restart.
+        shutdown_on_exit: `on_exit: shutdown`: the end of this node ends the launch.
+        where: location in the file, for error messages.
+    """
+
+    executable: str
+    pkg: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    params: tuple[ParamFile | ParamValue, ...] = ()
+    remaps: tuple[Remap, ...] = ()
+    args: str = ""
+    output: str = Output.LOG.value
+    respawn: str = "false"
+    respawn_delay: str = "0.0"
+    shutdown_on_exit: bool = False
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class Group:
+    """`group`: child actions; when scoped, their args, env and namespace changes stay inside."""
+
+    children: tuple[Action, ...]
+    scoped: bool = True
+
+
+Action = LaunchArg | SetEnv | PushRosNamespace | NodeAction | Group
+
+
+@dataclass(frozen=True)
+class LaunchFile:
+    """A parsed launch file.
+
+    Attributes:
+        path: the file.
+        actions: top-level actions in document order.
+    """
+
+    path: Path
+    actions: tuple[Action, ...]
+
+    @property
+    def args(self) -> tuple[LaunchArg, ...]:
+        """Every declared argument, groups included, in document order (first declaration of a name)."""
+        seen: dict[str, LaunchArg] = {}
+        for action in _walk(self.actions):
+            if isinstance(action, LaunchArg) and action.name not in seen:
+                seen[action.name] = action
+        return tuple(seen.values())
+
+    @property
+    def nodes(self) -> tuple[NodeAction, ...]:
+        """Every node action, groups included, in document order."""
+        return tuple(a for a in _walk(self.actions) if isinstance(a, NodeAction))
+
+
+def _walk(actions: Sequence[Action]) -> Iterator[Action]:
+    for action in actions:
+        yield action
+        if isinstance(action, Group):
+            yield from _walk(action.children)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Resolved plan
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node ready to start: every substitution resolved, every value typed.
+
+    Attributes:
+        label: unique name for output prefixes and reports (node name, else exec; `-2`, `-3` for repeats).
+        executable: executable / console script name.
+        pkg: ROS package, or None.
+        name: node name, or None.
+        namespace: absolute namespace, or None.
+        params: parameter files (absolute paths that exist) and values, in order.
+        remaps: remappings.
+        args: extra arguments before `--ros-args`.
+        output: where output goes.
+        respawn: restart the node when it exits.
+        respawn_delay_s: wait before a restart, seconds.
+        shutdown_on_exit: the end of this node ends the launch.
+        env: variables set by `set_env` before this node, on top of the launcher's environment.
+        where: location in the launch file.
+    """
+
+    label: str
+    executable: str
+    pkg: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    params: tuple[ParamFile | ParamValue, ...] = ()
+    remaps: tuple[Remap, ...] = ()
+    args: tuple[str, ...] = ()
+    output: Output = Output.LOG
+    respawn: bool = False
+    respawn_delay_s: float = 0.0
+    shutdown_on_exit: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A resolved launch file.
+
+    Attributes:
+        path: the launch file.
+        args: value of every argument (overrides applied).
+        nodes: nodes to start, in document order.
+    """
+
+    path: Path
+    args: Mapping[str, str]
+    nodes: tuple[NodeSpec, ...]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Substitutions
+
+
+def _parse_template(text: str, where: str) -> list[str | tuple[str, list[str]]]:
+    """Split `text` into literal strings and (kind, args) substitutions; raise on unknown or malformed ones."""
+    parts: list[str | tuple[str, list[str]]] = []
+    pos = 0
+    while (start := text.find("$(", pos)) >= 0:
+        parts.append(text[pos:start])
+        end = text.find(")", start + 2)
+        if end < 0:
+            raise LaunchError(f"{where}: unterminated substitution in {text!r}; supported: {SUPPORTED_SUBSTITUTIONS}")
+        inner = text[start + 2:end]
+        if "$(" in inner:
+            raise LaunchError(f"{where}: nested substitutions are not supported: {text!r}")
+        try:
+            tokens = shlex.split(inner)
+        except ValueError as err:
+            raise LaunchError(f"{where}: malformed substitution $({inner}): {err}") from err
+        kind, args = (tokens[0], tokens[1:]) if tokens else ("", [])
+        arity = {"var": (1, 1), "env": (1, 2), "find-pkg-share": (1, 1)}.get(kind)
+        if arity is None:
+            raise LaunchError(f"{where}: unsupported substitution $({inner}); memnav launch supports "
+                              f"{SUPPORTED_SUBSTITUTIONS}")
+        if not arity[0] <= len(args) <= arity[1]:
+            raise LaunchError(f"{where}: $({inner}) takes {arity[0]}"
+                              f"{'' if arity[0] == arity[1] else f' or {arity[1]}'} argument(s)")
+        parts.append((kind, args))
+        pos = end + 1
+    parts.append(text[pos:])
+    return [p for p in parts if p != ""]
+
+
+def find_package_share(package: str) -> Path:
+    """The share folder of a ROS package, as `$(find-pkg-share PACKAGE)`.
+
+    Looks in the ament index of every prefix in AMENT_PREFIX_PATH and of this Python's prefix. memnav installed
+    editable (`pip install -e .`, no share folder) resolves to the repository root, which holds launch/ and config/.
+
+    Raises:
+        LaunchError: the package is not found.
+    """
+    prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p] + [sys.prefix]
+    for prefix in prefixes:
+        if (Path(prefix) / "share" / "ament_index" / "resource_index" / "packages" / package).is_file():
+            share = Path(prefix) / "share" / package
+            if share.is_dir():
+                return share
+    if package == "memnav":
+        import memnav
+
+        root = Path(memnav.__file__).resolve().parent.parent
+        if (root / "package.xml").is_file():
+            return root
+    raise LaunchError(f"package {package!r} not found: no share/ament_index entry under {prefixes}")
+
+
+def _substitute(text: str, where: str, variables: Mapping[str, str], env: Mapping[str, str]) -> str:
+    out = []
+    for part in _parse_template(text, where):
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        kind, args = part
+        if kind == "var":
+            if args[0] not in variables:
+                declared = ", ".join(sorted(variables)) or "none"
+                raise LaunchError(f"{where}: $(var {args[0]}) names no argument declared before it "
+                                  f"(declared so far: {declared})")
+            out.append(variables[args[0]])
+        elif kind == "env":
+            if args[0] in env:
+                out.append(env[args[0]])
+            elif len(args) == 2:
+                out.append(args[1])
+            else:
+                raise LaunchError(f"{where}: environment variable {args[0]} is not set "
+                                  f"(give a default: $(env {args[0]} DEFAULT))")
+        else:  # find-pkg-share
+            try:
+                out.append(str(find_package_share(args[0])))
+            except LaunchError as err:
+                raise LaunchError(f"{where}: {err}") from err
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def load_launch_file(path: str | Path) -> LaunchFile:
+    """Parse a ROS 2 YAML launch file, checking every action, key and substitution.
+
+    Raises:
+        LaunchError: the file cannot be read, is not YAML, or uses anything outside the supported subset.
+    """
+    path = Path(path)
+    if path.suffix not in (".yaml", ".yml"):
+        raise LaunchError(f"{path}: only YAML launch files (*.launch.yaml) are supported; Python and XML launch "
+                          "files need launch_ros (`ros2 launch`)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise LaunchError(f"{path}: cannot read the launch file: {err}") from err
+    except yaml.YAMLError as err:
+        raise LaunchError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(data, dict) or set(data) != {"launch"}:
+        raise LaunchError(f"{path}: expected one top-level key `launch:` holding a list of actions")
+    return LaunchFile(path=path, actions=_parse_actions(data["launch"] or [], path, "launch"))
+
+
+def _parse_actions(items: Any, path: Path, where: str) -> tuple[Action, ...]:
+    if not isinstance(items, list):
+        raise LaunchError(f"{path}: {where}: expected a list of actions, got {type(items).__name__}")
+    actions: list[Action] = []
+    for i, item in enumerate(items):
+        loc = f"{where}[{i}]"
+        if not isinstance(item, dict) or len(item) != 1:
+            raise LaunchError(f"{path}: {loc}: each action is a mapping with one key, the action type "
+                              f"(one of {', '.join(SUPPORTED_ACTIONS)})")
+        ((kind, body),) = item.items()
+        kind = _ACTION_ALIASES.get(kind, kind)
+        loc = f"{loc}.{kind}"
+        if kind not in SUPPORTED_ACTIONS:
+            raise LaunchError(f"{path}: {loc}: unsupported action {kind!r}; memnav launch supports "
+                              f"{', '.join(SUPPORTED_ACTIONS)}")
+        if kind == "group":
+            actions.append(_parse_group(body, path, loc))
+            continue
+        body = _mapping(body, path, loc)
+        if kind == "arg":
+            _check_keys(body, ARG_KEYS, ("name",), path, loc)
+            choices = body.get("choices", [])
+            if not isinstance(choices, list):
+                raise LaunchError(f"{path}: {loc}.choices: expected a list of values")
+            default = body.get("default")
+            actions.append(LaunchArg(
+                name=_plain(body["name"], path, f"{loc}.name"),
+                default=None if default is None else _text(default, path, f"{loc}.default"),
+                description=_plain(body.get("description", ""), path, f"{loc}.description"),
+                choices=tuple(_plain(c, path, f"{loc}.choices") for c in choices)))
+        elif kind == "set_env":
+            _check_keys(body, SET_ENV_KEYS, SET_ENV_KEYS, path, loc)
+            actions.append(SetEnv(_text(body["name"], path, f"{loc}.name"), _text(body["value"], path, f"{loc}.value")))
+        elif kind == "push_ros_namespace":
+            _check_keys(body, PUSH_NAMESPACE_KEYS, PUSH_NAMESPACE_KEYS, path, loc)
+            actions.append(PushRosNamespace(_text(body["namespace"], path, f"{loc}.namespace")))
+        else:
+            actions.append(_parse_node(body, path, loc))
+    return tuple(actions)
+
+
+def _parse_group(body: Any, path: Path, loc: str) -> Group:
+    if isinstance(body, list):
+        return Group(children=_parse_actions(body, path, loc))
+    body = _mapping(body, path, loc)
+    _check_keys(body, GROUP_KEYS, ("children",), path, loc)
+    scoped = body.get("scoped", True)
+    if isinstance(scoped, str) and scoped.lower() in _TRUE + _FALSE:
+        scoped = scoped.lower() in _TRUE
+    if not isinstance(scoped, bool):
+        raise LaunchError(f"{path}: {loc}.scoped: expected true or false, got {scoped!r}")
+    return Group(children=_parse_actions(body["children"], path, f"{loc}.children"), scoped=scoped)
+
+
+def _parse_node(body: dict, path: Path, loc: str) -> NodeAction:
+    _check_keys(body, NODE_KEYS, ("exec",), path, loc)
+    params: list[ParamFile | ParamValue] = []
+    for i, entry in enumerate(_entries(body.get("param", []), path, f"{loc}.param")):
+        ploc = f"{loc}.param[{i}]"
+        if "param" in entry:
+            raise LaunchError(f"{path}: {ploc}: nested parameter groups are not supported; use dotted names "
+                              "(`name: sim.width_px`) or a parameter file")
+        _check_keys(entry, PARAM_KEYS, (), path, ploc)
+        if "from" in entry:
+            if set(entry) != {"from"}:
+                raise LaunchError(f"{path}: {ploc}: `from` takes a parameter file and no other key")
+            params.append(ParamFile(_text(entry["from"], path, f"{ploc}.from")))
+        elif {"name", "value"} <= set(entry):
+            params.append(ParamValue(_text(entry["name"], path, f"{ploc}.name"),
+                                     _param_value(entry["value"], path, f"{ploc}.value")))
+        else:
+            raise LaunchError(f"{path}: {ploc}: expected `from: FILE` or `name:` with `value:`")
+    remaps = []
+    for i, entry in enumerate(_entries(body.get("remap", []), path, f"{loc}.remap")):
+        _check_keys(entry, REMAP_KEYS, REMAP_KEYS, path, f"{loc}.remap[{i}]")
+        remaps.append(Remap(_text(entry["from"], path, f"{loc}.remap[{i}].from"),
+                            _text(entry["to"], path, f"{loc}.remap[{i}].to")))
+    on_exit = body.get("on_exit")
+    if on_exit is not None and on_exit != "shutdown":
+        raise LaunchError(f"{path}: {loc}.on_exit: only `on_exit: shutdown` is supported, got {on_exit!r}")
+    optional = {k: _text(body[k], path, f"{loc}.{k}") for k in ("pkg", "name", "namespace") if k in body}
+    return NodeAction(
+        executable=_text(body["exec"], path, f"{loc}.exec"),
+        params=tuple(params),
+        remaps=tuple(remaps),
+        args=_text(body.get("args", ""), path, f"{loc}.args"),
+        output=_text(body.get("output", Output.LOG.value), path, f"{loc}.output"),
+        respawn=_text(body.get("respawn", False), path, f"{loc}.respawn"),
+        respawn_delay=_text(body.get("respawn_delay", 0.0), path, f"{loc}.respawn_delay"),
+        shutdown_on_exit=on_exit == "shutdown",
+        where=f"{path}: {loc}",
+        **optional,
+    )
+
+
+def _mapping(body: Any, path: Path, loc: str) -> dict:
+    if not isinstance(body, dict):
+        raise LaunchError(f"{path}: {loc}: expected a mapping of keys, got {type(body).__name__}")
+    return body
+
+
+def _entries(items: Any, path: Path, loc: str) -> list[dict]:
+    if not isinstance(items, list) or not all(isinstance(e, dict) for e in items):
+        raise LaunchError(f"{path}: {loc}: expected a list of mappings")
+    return items
+
+
+def _check_keys(body: dict, allowed: Sequence[str], required: Sequence[str], path: Path, loc: str) -> None:
+    unknown = [str(k) for k in body if k not in allowed]
+    if unknown:
+        raise LaunchError(f"{path}: {loc}: unsupported key(s) {', '.join(unknown)}; memnav launch supports "
+                          f"{', '.join(allowed)}")
+    missing = [k for k in required if k not in body]
+    if missing:
+        raise LaunchError(f"{path}: {loc}: missing required key(s) {', '.join(missing)}")
+
+
+def _plain(value: Any, path: Path, loc: str) -> str:
+    """A scalar as text (YAML true -> "true"); lists and mappings are refused."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise LaunchError(f"{path}: {loc}: expected a string or number, got {type(value).__name__}")
+
+
+def _text(value: Any, path: Path, loc: str) -> str:
+    """A scalar as a template whose substitutions are checked now (and resolved later)."""
+    text = _plain(value, path, loc)
+    _parse_template(text, f"{path}: {loc}")
+    return text
+
+
+def _param_value(value: Any, path: Path, loc: str) -> Any:
+    if isinstance(value, list):
+        if any(isinstance(v, (list, dict)) for v in value):
+            _bad_param(value, path, loc)
+        return [_param_value(v, path, f"{loc}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str):
+        _parse_template(value, f"{path}: {loc}")
+        return value
+    if isinstance(value, (bool, int, float)):
+        return value
+    _bad_param(value, path, loc)
+
+
+def _bad_param(value: Any, path: Path, loc: str) -> NoReturn:
+    raise LaunchError(f"{path}: {loc}: a parameter value is a scalar or a flat list, got {value!r}; "
+                      "put structured parameters in a parameter file (`from:`)")
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """`name:=value` command-line items as a dict.
+
+    Raises:
+        LaunchError: an item without `:=` or with an empty name.
+    """
+    overrides: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition(":=")
+        if not sep or not name:
+            raise LaunchError(f"launch argument {item!r}: expected NAME:=VALUE")
+        overrides[name] = value
+    return overrides
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Resolution
+
+
+@dataclass
+class _Scope:
+    variables: dict[str, str]
+    env: dict[str, str]  # set_env values only
+    namespace: str | None
+
+    def copy(self) -> _Scope:
+        return _Scope(dict(self.variables), dict(self.env), self.namespace)
+
+
+def resolve_launch(launch: LaunchFile, overrides: Mapping[str, str] | None = None,
+                   environ: Mapping[str, str] | None = None) -> LaunchPlan:
+    """Resolve arguments and substitutions in document order into nodes ready to start.
+
+    Args:
+        launch: the parsed file.
+        overrides: `name -> value` from the command line; each name must be a declared argument.
+        environ: the environment `$(env ...)` reads before any `set_env` (default: os.environ).
+
+    Raises:
+        LaunchError: an unknown override, a required argument not given, a value outside `choices`, an undefined
+            variable or environment variable, a missing parameter file or a bad `output`/`respawn` value.
+    """
+    overrides = dict(overrides or {})
+    declared = {a.name: a for a in launch.args}
+    unknown = sorted(set(overrides) - set(declared))
+    if unknown:
+        raise LaunchError(f"{launch.path}: unknown launch argument(s) {', '.join(unknown)}; declared arguments: "
+                          f"{', '.join(declared) or 'none'}")
+    environ = os.environ if environ is None else environ
+    values: dict[str, str] = {}
+    nodes: list[NodeSpec] = []
+    labels: collections.Counter[str] = collections.Counter()
+
+    def visit(actions: Sequence[Action], scope: _Scope) -> None:
+        for action in actions:
+            env = {**environ, **scope.env}
+            if isinstance(action, LaunchArg):
+                where = f"{launch.path}: arg {action.name}"
+                if action.name in overrides:
+                    value = overrides[action.name]
+                elif action.default is not None:
+                    value = _substitute(action.default, where, scope.variables, env)
+                else:
+                    raise LaunchError(f"{launch.path}: launch argument {action.name!r} has no default and was not "
+                                      f"given; pass {action.name}:=VALUE")
+                if action.choices and value not in action.choices:
+                    raise LaunchError(f"{launch.path}: launch argument {action.name}:={value} is not one of "
+                                      f"{', '.join(action.choices)}")
+                scope.variables[action.name] = value
+                values.setdefault(action.name, value)
+            elif isinstance(action, SetEnv):
+                where = f"{launch.path}: set_env {action.name}"
+                name = _substitute(action.name, where, scope.variables, env)
+                scope.env[name] = _substitute(action.value, where, scope.variables, env)
+            elif isinstance(action, PushRosNamespace):
+                pushed = _substitute(action.namespace, f"{launch.path}: push_ros_namespace", scope.variables, env)
+                scope.namespace = _join_namespace(scope.namespace, pushed)
+            elif isinstance(action, Group):
+                visit(action.children, scope.copy() if action.scoped else scope)
+            else:
+                nodes.append(_resolve_node(action, scope, env, labels))
+
+    visit(launch.actions, _Scope({}, {}, None))
+    return LaunchPlan(path=launch.path, args=values, nodes=tuple(nodes))
+
+
+def _join_namespace(base: str | None, namespace: str | None) -> str | None:
+    """ROS 2's rule: an absolute namespace replaces the pushed one, a relative one goes under it."""
+    if not namespace:
+        return base
+    if namespace.startswith("/") or base is None:
+        joined = namespace
+    else:
+        joined = f"{base.rstrip('/')}/{namespace}"
+    return "/" + joined.strip("/")
+
+
+def _resolve_node(node: NodeAction, scope: _Scope, env: Mapping[str, str],
+                  labels: collections.Counter[str]) -> NodeSpec:
+    where = node.where
+
+    def sub(text: str) -> str:
+        return _substitute(text, where, scope.variables, env)
+
+    executable = sub(node.executable)
+    if not executable or "/" in executable:
+        raise LaunchError(f"{where}.exec: expected an executable name (found on the search path), got "
+                          f"{executable!r}")
+    name = sub(node.name) if node.name is not None else None
+    if name is not None and (not name or "/" in name):
+        raise LaunchError(f"{where}.name: a node name has no '/' (use namespace), got {name!r}")
+    namespace = _join_namespace(scope.namespace, sub(node.namespace) if node.namespace is not None else None)
+    params: list[ParamFile | ParamValue] = []
+    for p in node.params:
+        if isinstance(p, ParamFile):
+            file = Path(sub(p.path)).expanduser().absolute()
+            if not file.is_file():
+                raise LaunchError(f"{where}.param: parameter file not found: {file}")
+            params.append(ParamFile(str(file)))
+        else:
+            values = p.value if isinstance(p.value, list) else [p.value]
+            resolved = [sub(v) if isinstance(v, str) else v for v in values]
+            params.append(ParamValue(sub(p.name), resolved if isinstance(p.value, list) else resolved[0]))
+    output = sub(node.output)
+    if output not in {o.value for o in Output}:
+        raise LaunchError(f"{where}.output: expected one of {', '.join(o.value for o in Output)}, got {output!r}")
+    respawn = sub(node.respawn).lower()
+    if respawn not in _TRUE + _FALSE:
+        raise LaunchError(f"{where}.respawn: expected true or false, got {respawn!r}")
+    try:
+        delay = float(sub(node.respawn_delay))
+    except ValueError as err:
+        raise LaunchError(f"{where}.respawn_delay: expected seconds, got {node.respawn_delay!r}") from err
+    if delay < 0:
+        raise LaunchError(f"{where}.respawn_delay: expected a non-negative number of seconds, got {delay}")
+    try:
+        args = tuple(shlex.split(sub(node.args)))
+    except ValueError as err:
+        raise LaunchError(f"{where}.args: {err}") from err
+    base = name or executable
+    labels[base] += 1
+    return NodeSpec(
+        label=base if labels[base] == 1 else f"{base}-{labels[base]}",
+        executable=executable,
+        pkg=sub(node.pkg) if node.pkg is not None else None,
+        name=name,
+        namespace=namespace,
+        params=tuple(params),
+        remaps=tuple(Remap(sub(r.src), sub(r.dst)) for r in node.remaps),
+        args=args,
+        output=Output(output),
+        respawn=respawn in _TRUE,
+        respawn_delay_s=delay,
+        shutdown_on_exit=node.shutdown_on_exit,
+        env=dict(scope.env),
+        where=where,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Command lines
+
+
+def executable_search_path(pkg: str | None = None, exec_paths: Sequence[str | Path] = ()) -> list[Path]:
+    """Folders searched for a node's executable, in order.
+
+    `exec_paths` first, then the folder of this Python (the venv's console scripts), then `<prefix>/lib/<pkg>`
+    for this Python's prefix and each AMENT_PREFIX_PATH entry (where `colcon build` puts ament_python scripts),
+    then PATH.
+    """
+    folders = [Path(p) for p in exec_paths] + [Path(sys.executable).parent]
+    if pkg:
+        prefixes = [sys.prefix] + [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+        folders += [Path(prefix) / "lib" / pkg for prefix in prefixes]
+    folders += [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    return list(dict.fromkeys(folders))
+
+
+def find_executable(name: str, pkg: str | None = None, exec_paths: Sequence[str | Path] = ()) -> Path:
+    """The first executable file `name` in `executable_search_path(pkg, exec_paths)`.
+
+    Raises:
+        LaunchError: not found (the message lists the folders searched).
+    """
+    folders = executable_search_path(pkg, exec_paths)
+    for folder in folders:
+        candidate = folder / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise LaunchError(f"executable {name!r} not found (is the package installed?); searched "
+                      f"{', '.join(map(str, folders))}")
+
+
+def format_param_value(value: Any) -> str:
+    """A parameter value in the YAML syntax `-p name:=value` reads (strings pass through unchanged)."""
+    if isinstance(value, str):
+        return value or "''"
+    return yaml.safe_dump(value, default_flow_style=True, width=2**31).strip().removesuffix("...").strip()
+
+
+def build_command(node: NodeSpec, exec_paths: Sequence[str | Path] = ()) -> list[str]:
+    """The command line that starts `node`: `EXEC [args] --ros-args -r __node:= -r __ns:= ... -r from:=to`.
+
+    Raises:
+        LaunchError: the executable is not found.
+    """
+    try:
+        cmd = [str(find_executable(node.executable, node.pkg, exec_paths)), *node.args]
+    except LaunchError as err:
+        raise LaunchError(f"{node.where}: {err}") from err
+    ros: list[str] = []
+    if node.name is not None:
+        ros += ["-r", f"__node:={node.name}"]
+    if node.namespace is not None:
+        ros += ["-r", f"__ns:={node.namespace}"]
+    for p in node.params:
+        if isinstance(p, ParamFile):
+            ros += ["--params-file", p.path]
+        else:
+            ros += ["-p", f"{p.name}:={format_param_value(p.value)}"]
+    for r in node.remaps:
+        ros += ["-r", f"{r.src}:={r.dst}"]
+    return cmd + (["--ros-args", *ros] if ros else [])
+
+
+def child_environment(node: NodeSpec, executable: str | Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a node starts with: `base` (os.environ) + its `set_env` values + unbuffered Python output.
+
+    The ROS wheels re-execute every Python of this venv once with LD_LIBRARY_PATH extended and mark it with
+    _ROS_WHEELS_BOOTSTRAP_COMPLETE; a program of another interpreter or venv inheriting that mark would not
+    bootstrap itself and fail to load its libraries. For those, the mark and this venv's additions are removed.
+    """
+    env = dict(os.environ if base is None else base)
+    env.update(node.env)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # line by line through the pipe, and nothing lost on a crash
+    if _BOOTSTRAP_MARK in env and not _same_environment(Path(executable)):
+        del env[_BOOTSTRAP_MARK]
+        ours = {str(Path(sys.prefix) / "lib")}
+        site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        ours |= {str(p.resolve()) for p in site.glob("ros_*.libs")}
+        kept = [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p not in ours]
+        if kept:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(kept)
+        else:
+            env.pop("LD_LIBRARY_PATH", None)
+    return env
+
+
+def _same_environment(executable: Path) -> bool:
+    """Whether `executable` lives in, or is a script run by an interpreter of, this Python's prefix."""
+    prefix = os.path.realpath(sys.prefix)
+
+    def inside(path: str) -> bool:
+        return os.path.realpath(os.path.dirname(path)).startswith(prefix + os.sep)
+
+    try:
+        with open(executable, "rb") as f:
+            head = f.readline(512)
+    except OSError:
+        return False
+    if not head.startswith(b"#!"):
+        return inside(str(executable))
+    words = head[2:].decode(errors="replace").split()
+    if not words:
+        return False
+    interpreter = words[0]
+    if os.path.basename(interpreter) == "env" and len(words) > 1:
+        interpreter = shutil.which(words[1]) or words[1]
+    return inside(interpreter)
+
+
+def locate_launch_file(text: str) -> Path:
+    """A launch file given as a path, or as a bare name found in `$(find-pkg-share memnav)/launch/`.
+
+    Raises:
+        LaunchError: neither exists.
+    """
+    path = Path(text)
+    if path.is_file():
+        return path
+    if path.parent == Path("."):
+        try:
+            candidate = find_package_share("memnav") / "launch" / text
+        except LaunchError:
+            candidate = None
+        if candidate is not None and candidate.is_file():
+            return candidate
+        raise LaunchError(f"launch file not found: {text} (nor {candidate})")
+    raise LaunchError(f"launch file not found: {text}")
+
+
+def default_log_dir() -> Path:
+    """Where `output: log` nodes write: $ROS_LOG_DIR, else $ROS_HOME/log, else ~/.ros/log, one folder per run."""
+    base = os.environ.get("ROS_LOG_DIR") or (
+        str(Path(os.environ["ROS_HOME"]) / "log") if os.environ.get("ROS_HOME") else str(Path.home() / ".ros" / "log"))
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H-%M-%S")
+    return Path(base).expanduser() / f"memnav_launch_{stamp}_{os.getpid()}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Supervision
+
+
+@dataclass
+class NodeReport:
+    """What happened to one node during a launch.
+
+    Attributes:
+        label: the node's label.
+        starts: how many times it was started (restarts = starts - 1).
+        pids: process id of each start.
+        returncode: exit status of its last run (negative: killed by that signal), None if it never ended.
+        crashed: it ended with a non-zero status while the launch was running and was not respawned.
+        tail: its last output lines.
+    """
+
+    label: str
+    starts: int = 0
+    pids: list[int] = field(default_factory=list)
+    returncode: int | None = None
+    crashed: bool = False
+    tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=50))
+
+    @property
+    def restarts(self) -> int:
+        """Respawns after the first start."""
+        return max(0, self.starts - 1)
+
+
+@dataclass
+class _Managed:
+    spec: NodeSpec
+    cmd: list[str]
+    env: dict[str, str]
+    report: NodeReport
+    popen: subprocess.Popen | None = None
+    reader: threading.Thread | None = None
+    respawn_at: float | None = None
+    groups: list[int] = field(default_factory=list)
+
+
+class Supervisor:
+    """Starts a launch plan's nodes, relays their output, respawns, reports crashes and shuts everything down.
+
+    Every node runs in its own session and process group (so a terminal's Ctrl-C reaches only the launcher,
+    which then shuts the nodes down in order, and so a node's own children are found again). Shutdown, on
+    SIGINT/SIGTERM, `stop()`, the exit of an `on_exit: shutdown` node or the end of the last node: SIGINT to each
+    process group, up to `shutdown_timeout_s` to exit, then SIGTERM, again up to `shutdown_timeout_s`, then SIGKILL.
+    A second Ctrl-C skips the wait. Leftover processes of a node that exited (children it did not end) get
+    SIGTERM at once. No process of any group is left when `run` returns.
+
+    Exit status of `run`: 0 when every node ended with status 0 or the launch was stopped (Ctrl-C), 1 when a
+    node crashed (ended non-zero, not respawned, outside shutdown). As in ROS 2, a crash of a node without
+    `on_exit: shutdown` is reported and the other nodes keep running.
+
+    Attributes:
+        reports: per node label, what happened to it (starts, pids, exit status, last output lines).
+        interrupted: the launch was ended by SIGINT or SIGTERM.
+    """
+
+    def __init__(self, nodes: Sequence[NodeSpec], *, exec_paths: Sequence[str | Path] = (),
+                 shutdown_timeout_s: float = 5.0, out: TextIO | None = None, log: TextIO | None = None,
+                 log_dir: Path | None = None, tail_lines: int = 50) -> None:
+        """Build every command line now, so a missing executable fails before anything starts.
+
+        Args:
+            nodes: resolved nodes (`resolve_launch(...).nodes`).
+            exec_paths: extra folders searched first for executables.
+            shutdown_timeout_s: wait after SIGINT before SIGTERM, and after SIGTERM before SIGKILL, seconds.
+            out: where `screen` output goes, prefixed with `[label]` (default stdout).
+            log: where the launcher's own messages and crash reports go (default stderr).
+            log_dir: folder for `output: log` files (default: `default_log_dir()`, made only when needed).
+            tail_lines: output lines kept per node for crash reports.
+
+        Raises:
+            LaunchError: an executable is not found.
+        """
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self._out = out
+        self._log = log
+        self._log_dir = log_dir
+        self._lock = threading.Lock()
+        self._events: queue.SimpleQueue[tuple] = queue.SimpleQueue()  # put() is safe inside signal handlers
+        self._managed: list[_Managed] = []
+        for spec in nodes:
+            cmd = build_command(spec, exec_paths)
+            self._managed.append(_Managed(
+                spec=spec, cmd=cmd, env=child_environment(spec, cmd[0]),
+                report=NodeReport(spec.label, tail=collections.deque(maxlen=tail_lines))))
+        self.reports: dict[str, NodeReport] = {m.spec.label: m.report for m in self._managed}
+        self.interrupted = False
+
+    # -- public ----------------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start every node, supervise until the launch ends, shut down; return the exit status.
+
+        SIGINT and SIGTERM handlers are installed for the duration when called from the main thread.
+        """
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                handlers[signum] = signal.signal(signum, self._on_signal)
+        try:
+            try:
+                for m in self._managed:
+                    self._start(m)
+                self._supervise()
+            finally:
+                self._shutdown()
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+        return 1 if any(r.crashed for r in self.reports.values()) else 0
+
+    def stop(self) -> None:
+        """Ask `run` (possibly in another thread) to shut everything down."""
+        self._events.put(("stop",))
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._events.put(("signal", signum))
+
+    def _say(self, message: str) -> None:
+        with self._lock:
+            stream = self._log or sys.stderr
+            stream.write(f"[launch] {message}\n")
+            stream.flush()
+
+    def _start(self, m: _Managed) -> None:
+        log_file = None
+        if m.spec.output in (Output.LOG, Output.BOTH):
+            if self._log_dir is None:
+                self._log_dir = default_log_dir()
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+            log_file = open(self._log_dir / f"{m.spec.label}.log", "a")  # closed by the reader thread
+        try:
+            popen = subprocess.Popen(m.cmd, env=m.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as err:
+            if log_file is not None:
+                log_file.close()
+            m.report.crashed = True
+            self._say(f"{m.spec.label}: cannot start {m.cmd[0]}: {err}")
+            return
+        m.popen = popen
+        m.groups.append(popen.pid)  # start_new_session: the group id is the pid
+        m.report.starts += 1
+        m.report.pids.append(popen.pid)
+        m.respawn_at = None
+        self._say(f"{m.spec.label}: started, pid {popen.pid}" + (f", log {log_file.name}" if log_file else ""))
+        m.reader = threading.Thread(target=self._pump, args=(m, popen, log_file), daemon=True,
+                                    name=f"launch-out-{m.spec.label}")
+        m.reader.start()
+        threading.Thread(target=lambda: self._events.put(("exit", m, popen, popen.wait())), daemon=True,
+                         name=f"launch-wait-{m.spec.label}").start()
+
+    def _pump(self, m: _Managed, popen: subprocess.Popen, log_file: TextIO | None) -> None:
+        assert popen.stdout is not None
+        try:
+            for raw in iter(popen.stdout.readline, b""):
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                m.report.tail.append(line)
+                if m.spec.output in (Output.SCREEN, Output.BOTH):
+                    with self._lock:
+                        stream = self._out or sys.stdout
+                        stream.write(f"[{m.spec.label}] {line}\n")
+                        stream.flush()
+                if log_file is not None:
+                    log_file.write(line + "\n")
+                    log_file.flush()
+        finally:
+            popen.stdout.close()
+            if log_file is not None:
+                log_file.close()
+
+    def _running(self) -> bool:
+        return any(m.popen is not None or m.respawn_at is not None for m in self._managed)
+
+    def _supervise(self) -> None:
+        while self._running():
+            pending = [m.respawn_at for m in self._managed if m.respawn_at is not None]
+            timeout = max(0.0, min(pending) - time.monotonic()) if pending else None
+            try:
+                event = self._events.get(timeout=timeout)
+            except queue.Empty:
+                event = None
+            for m in self._managed:
+                if m.respawn_at is not None and m.respawn_at <= time.monotonic():
+                    self._start(m)
+            if event is None:
+                continue
+            if event[0] == "signal":
+                self.interrupted = True
+                self._say(f"{signal.Signals(event[1]).name} received, shutting down")
+                return
+            if event[0] == "stop":
+                self._say("stop requested, shutting down")
+                return
+            _, m, popen, returncode = event
+            if popen is not m.popen:
+                continue
+            if self._on_exit(m, returncode):
+                return
+
+    def _on_exit(self, m: _Managed, returncode: int) -> bool:
+        """Handle a node's end during the launch; True when the launch must shut down."""
+        m.popen = None
+        m.report.returncode = returncode
+        self._end_leftovers(m)
+        if m.reader is not None:
+            m.reader.join(timeout=2.0)  # the last lines, for the report
+        how = _describe_exit(returncode)
+        if m.spec.respawn and not m.spec.shutdown_on_exit:
+            m.respawn_at = time.monotonic() + m.spec.respawn_delay_s
+            self._say(f"{m.spec.label}: {how}; respawning in {m.spec.respawn_delay_s:g} s"
+                      + (self._tail_text(m) if returncode != 0 else ""))
+            return False
+        if returncode != 0:
+            m.report.crashed = True
+            self._say(f"{m.spec.label} crashed: {how} (pid {m.report.pids[-1]}); {self._tail_text(m).lstrip()}")
+        else:
+            self._say(f"{m.spec.label}: finished ({how})")
+        if m.spec.shutdown_on_exit:
+            self._say(f"{m.spec.label} has on_exit: shutdown, shutting down")
+            return True
+        return False
+
+    def _tail_text(self, m: _Managed) -> str:
+        lines = list(m.report.tail)
+        if not lines:
+            return " it printed nothing"
+        body = "\n".join(f"    [{m.spec.label}] {line}" for line in lines)
+        return f" last {len(lines)} output line(s):\n{body}"
+
+    def _end_leftovers(self, m: _Managed) -> None:
+        for group in m.groups:
+            if _group_alive(group):
+                self._say(f"{m.spec.label}: ending processes it left behind (group {group})")
+                _signal_group(group, signal.SIGTERM)
+
+    def _shutdown(self) -> None:
+        for m in self._managed:
+            m.respawn_at = None
+        labels = {g: m.spec.label for m in self._managed for g in m.groups}
+        steps = ((signal.SIGINT, self.shutdown_timeout_s), (signal.SIGTERM, self.shutdown_timeout_s),
+                 (signal.SIGKILL, 5.0))
+        for signum, timeout in steps:
+            alive = sorted(_alive_groups(list(labels)))
+            if not alive:
+                break
+            if signum != signal.SIGINT:
+                names = ", ".join(sorted({labels[g] for g in alive}))
+                self._say(f"still running: {names}; sending {signal.Signals(signum).name}")
+            for group in alive:
+                _signal_group(group, signum)
+            self._wait_groups(alive, timeout)
+        for m in self._managed:
+            if m.popen is not None:
+                try:
+                    self._stopped(m, m.popen.wait(timeout=1.0))
+                except subprocess.TimeoutExpired:  # only if it escaped its group and ignored SIGKILL's group
+                    self._say(f"{m.spec.label}: pid {m.popen.pid} did not end")
+            if m.reader is not None:
+                m.reader.join(timeout=2.0)
+
+    def _stopped(self, m: _Managed, returncode: int) -> None:
+        m.popen = None
+        m.report.returncode = returncode
+        self._say(f"{m.spec.label}: stopped ({_describe_exit(returncode)})")
+
+    def _wait_groups(self, groups: Sequence[int], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while _alive_groups(groups):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                event = self._events.get(timeout=min(0.05, remaining))
+            except queue.Empty:
+                continue
+            if event[0] == "signal":
+                self._say(f"{signal.Signals(event[1]).name} received again, not waiting")
+                return
+            if event[0] == "exit" and event[2] is event[1].popen:
+                self._stopped(event[1], event[3])
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(group: int) -> bool:
+    """Whether any process of the group is still running (zombies waiting to be reaped do not count)."""
+    return bool(_alive_groups([group]))
+
+
+def _alive_groups(groups: Sequence[int]) -> set[int]:
+    """The process groups among `groups` with a running (non-zombie) process."""
+    candidates = set()
+    for group in groups:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            pass
+        candidates.add(group)
+    proc = Path("/proc")
+    if not candidates or not proc.is_dir():
+        return candidates
+    running = set()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) in candidates:
+            running.add(int(fields[2]))
+    return running

@@ -1,0 +1,473 @@
+"""`memnav launch`: YAML launch files parsed, resolved and refused; nodes supervised as real processes."""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import memnav
+from memnav.ros import launch_command
+from memnav.ros.launcher import (
+    LaunchError,
+    NodeSpec,
+    Output,
+    Supervisor,
+    build_command,
+    child_environment,
+    find_package_share,
+    load_launch_file,
+    locate_launch_file,
+    parse_overrides,
+    resolve_launch,
+)
+
+REPO = Path(memnav.__file__).resolve().parent.parent
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def executable(folder: Path, name: str, body: str, interpreter: str = "/bin/sh") -> Path:
+    """A tiny program `name` in `folder` (found through exec_paths or PATH like a console script)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!{interpreter}\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return path
+
+
+def plan_of(folder: Path, text: str, **overrides: str):
+    return resolve_launch(load_launch_file(write(folder, "t.launch.yaml", text)), overrides)
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie waiting for its parent to reap it is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def wait_for(cond, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Parsing, substitutions, command lines
+
+
+FULL = """\
+    launch:
+    - arg: {name: data, default: "$(find-pkg-share memnav)/data/houses", description: dataset folder}
+    - arg: {name: mode, default: sim, choices: [sim, robot]}
+    - arg: {name: robot}
+    - set_env: {name: MEMNAV_TEST_MODE, value: "mode-$(var mode)"}
+    - node:
+        pkg: memnav
+        exec: talker
+        name: "$(var robot)_talker"
+        namespace: "$(var robot)"
+        args: "--fast 'two words'"
+        output: screen
+        respawn: "true"
+        respawn_delay: 1.5
+        on_exit: shutdown
+        param:
+        - from: PARAMS
+        - {name: data, value: "$(var data)"}
+        - {name: rate_hz, value: 2.0}
+        - {name: lockstep, value: false}
+        - {name: size_px, value: [64, 48]}
+        - {name: note, value: ""}
+        remap:
+        - {from: /odom, to: "/$(var robot)/odom"}
+        - {from: cmd_vel, to: nav/cmd_vel}
+    """
+
+
+def test_parses_and_resolves_every_supported_node_key(tmp_path):
+    params = write(tmp_path, "params.yaml", "/**:\n  ros__parameters:\n    split: test\n")
+    bin_dir = tmp_path / "bin"
+    talker = executable(bin_dir, "talker", "exit 0\n")
+    launch = load_launch_file(write(tmp_path, "t.launch.yaml", FULL.replace("PARAMS", str(params))))
+    assert [(a.name, a.default, a.choices) for a in launch.args] == [
+        ("data", "$(find-pkg-share memnav)/data/houses", ()), ("mode", "sim", ("sim", "robot")), ("robot", None, ())]
+    assert launch.args[0].description == "dataset folder"
+
+    plan = resolve_launch(launch, {"robot": "r2", "mode": "robot"})
+    assert plan.args == {"data": f"{find_package_share('memnav')}/data/houses", "mode": "robot", "robot": "r2"}
+    (node,) = plan.nodes
+    assert (node.label, node.name, node.namespace, node.output) == ("r2_talker", "r2_talker", "/r2", Output.SCREEN)
+    assert node.respawn and node.respawn_delay_s == 1.5 and node.shutdown_on_exit
+    assert node.env == {"MEMNAV_TEST_MODE": "mode-robot"}
+    assert build_command(node, exec_paths=[bin_dir]) == [
+        str(talker), "--fast", "two words", "--ros-args",
+        "-r", "__node:=r2_talker", "-r", "__ns:=/r2",
+        "--params-file", str(params),
+        "-p", f"data:={find_package_share('memnav')}/data/houses",
+        "-p", "rate_hz:=2.0", "-p", "lockstep:=false", "-p", "size_px:=[64, 48]", "-p", "note:=''",
+        "-r", "/odom:=/r2/odom", "-r", "cmd_vel:=nav/cmd_vel"]
+
+
+def test_substitutions_var_env_and_find_pkg_share(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMNAV_TEST_HOME", "/home/x")
+    monkeypatch.delenv("MEMNAV_TEST_UNSET", raising=False)
+    plan = plan_of(tmp_path, """\
+        launch:
+        - arg: {name: a, default: "$(env MEMNAV_TEST_HOME)/y"}
+        - arg: {name: b, default: "$(env MEMNAV_TEST_UNSET 'fallback value')"}
+        - set_env: {name: MEMNAV_TEST_UNSET, value: "set by launch"}
+        - arg: {name: c, default: "[$(env MEMNAV_TEST_UNSET)] $(var a)"}
+        - arg: {name: share, default: "$(find-pkg-share memnav)"}
+        """)
+    assert plan.args["a"] == "/home/x/y"
+    assert plan.args["b"] == "fallback value"
+    assert plan.args["c"] == "[set by launch] /home/x/y"  # set_env is seen by later $(env ...)
+    share = Path(plan.args["share"])
+    assert (share / "package.xml").is_file()
+    if not (Path(sys.prefix) / "share" / "memnav").is_dir():  # editable install: the repository root
+        assert share == REPO
+
+    with pytest.raises(LaunchError, match=r"MEMNAV_TEST_NOPE is not set"):
+        plan_of(tmp_path, "launch:\n- arg: {name: a, default: $(env MEMNAV_TEST_NOPE)}\n")
+    with pytest.raises(LaunchError, match=r"\$\(var later\) names no argument declared before it"):
+        plan_of(tmp_path, "launch:\n- arg: {name: a, default: $(var later)}\n- arg: {name: later, default: x}\n")
+    with pytest.raises(LaunchError, match=r"package 'no_such_pkg' not found"):
+        plan_of(tmp_path, "launch:\n- arg: {name: a, default: $(find-pkg-share no_such_pkg)}\n")
+
+
+@pytest.mark.parametrize("body, names", [
+    ("- include: {file: other.launch.yaml}", ["unsupported action 'include'", "arg, group, node"]),
+    ("- node: {exec: x, if: $(var a)}", ["unsupported key(s) if", "pkg, exec, name"]),
+    ("- node: {exec: x, ros_args: --log-level debug}", ["ros_args"]),
+    ("- node: {exec: x, on_exit: restart}", ["on_exit", "shutdown", "restart"]),
+    ("- node: {exec: x, param: [{name: a, param: [{name: b, value: 1}]}]}", ["param[0]", "nested parameter"]),
+    ("- node: {exec: x, param: [{name: a, value: {b: 1}}]}", ["param[0].value", "parameter file"]),
+    ("- node: {exec: x, remap: [{from: a}]}", ["remap[0]", "missing required key(s) to"]),
+    ("- node: {name: x}", ["launch[0].node", "missing required key(s) exec"]),
+    ("- arg: {name: a, default: \"$(command ls)\"}", ["$(command ls)", "$(var NAME)", "$(find-pkg-share"]),
+    ("- arg: {name: a, default: \"$(var\"}", ["unterminated substitution"]),
+    ("- arg: {name: a, default: \"$(var $(var b))\"}", ["nested substitutions"]),
+    ("- set_env: {name: A}", ["set_env", "missing required key(s) value"]),
+    ("- group: {scoped: true, forwarding: false, children: []}", ["forwarding", "children, scoped"]),
+    ("- let: {name: a, value: b}", ["unsupported action 'let'"]),
+])
+def test_unsupported_content_is_refused_by_name(tmp_path, body, names):
+    path = write(tmp_path, "bad.launch.yaml", f"launch:\n{body}\n")
+    with pytest.raises(LaunchError) as err:
+        load_launch_file(path)
+    message = str(err.value)
+    assert str(path) in message
+    for name in names:
+        assert name in message
+
+
+def test_non_yaml_and_malformed_files_are_refused(tmp_path):
+    with pytest.raises(LaunchError, match="only YAML launch files"):
+        load_launch_file(write(tmp_path, "x.launch.py", "print()"))
+    with pytest.raises(LaunchError, match="top-level key `launch:`"):
+        load_launch_file(write(tmp_path, "x.launch.yaml", "nodes: []\n"))
+    with pytest.raises(LaunchError, match="not valid YAML"):
+        load_launch_file(write(tmp_path, "y.launch.yaml", "launch: [\n"))
+    with pytest.raises(LaunchError, match="cannot read"):
+        load_launch_file(tmp_path / "missing.launch.yaml")
+
+
+def test_argument_overrides_and_their_errors(tmp_path):
+    text = """\
+        launch:
+        - arg: {name: split, default: test, choices: [train, val, test]}
+        - arg: {name: data}
+        - group:
+          - arg: {name: inner, default: "$(var split)-inner"}
+        """
+    plan = plan_of(tmp_path, text, data="d")
+    assert plan.args == {"split": "test", "data": "d", "inner": "test-inner"}
+    assert plan_of(tmp_path, text, data="d", split="val", inner="i").args == {"split": "val", "data": "d", "inner": "i"}
+    with pytest.raises(LaunchError, match=r"argument\(s\) sploit; declared arguments: split, data, inner"):
+        plan_of(tmp_path, text, data="d", sploit="val")
+    with pytest.raises(LaunchError, match=r"'data' has no default and was not given; pass data:=VALUE"):
+        plan_of(tmp_path, text)
+    with pytest.raises(LaunchError, match=r"split:=all is not one of train, val, test"):
+        plan_of(tmp_path, text, data="d", split="all")
+    assert parse_overrides(["a:=1", "b:=x:=y", "c:="]) == {"a": "1", "b": "x:=y", "c": ""}
+    with pytest.raises(LaunchError, match="expected NAME:=VALUE"):
+        parse_overrides(["a=1"])
+
+
+def test_groups_scope_env_and_namespaces(tmp_path):
+    plan = plan_of(tmp_path, """\
+        launch:
+        - push-ros-namespace: {namespace: fleet}
+        - group:
+            children:
+            - push_ros_namespace: {namespace: r1}
+            - set_env: {name: SCOPED, value: "1"}
+            - node: {exec: a, namespace: cam}
+            - node: {exec: b, namespace: /abs}
+        - node: {exec: c}
+        - group:
+            scoped: false
+            children:
+            - set_env: {name: LEAKS, value: "1"}
+        - node: {exec: c, name: named}
+        - node: {exec: c}
+        """)
+    got = [(n.label, n.namespace, dict(n.env)) for n in plan.nodes]
+    assert got == [("a", "/fleet/r1/cam", {"SCOPED": "1"}), ("b", "/abs", {"SCOPED": "1"}), ("c", "/fleet", {}),
+                   ("named", "/fleet", {"LEAKS": "1"}), ("c-2", "/fleet", {"LEAKS": "1"})]
+
+
+def test_command_line_errors_name_the_node(tmp_path):
+    with pytest.raises(LaunchError, match=r"launch\[0\]\.node\.param: parameter file not found: .*nope\.yaml"):
+        plan_of(tmp_path, "launch:\n- node: {exec: a, param: [{from: nope.yaml}]}\n")
+    with pytest.raises(LaunchError, match=r"output: expected one of screen, log, both, got 'loud'"):
+        plan_of(tmp_path, "launch:\n- node: {exec: a, output: loud}\n")
+    with pytest.raises(LaunchError, match=r"respawn: expected true or false"):
+        plan_of(tmp_path, "launch:\n- node: {exec: a, respawn: sometimes}\n")
+    (node,) = plan_of(tmp_path, "launch:\n- node: {exec: memnav_no_such_exec, pkg: memnav}\n").nodes
+    with pytest.raises(LaunchError) as err:
+        build_command(node, exec_paths=[tmp_path / "bin"])
+    assert "memnav_no_such_exec" in str(err.value) and str(tmp_path / "bin") in str(err.value)
+    assert str(Path(sys.executable).parent) in str(err.value)
+
+
+def test_child_environment_strips_ros_wheel_bootstrap_for_foreign_interpreters(tmp_path):
+    base = {"_ROS_WHEELS_BOOTSTRAP_COMPLETE": "1", "LD_LIBRARY_PATH": f"/opt/x:{Path(sys.prefix) / 'lib'}", "K": "v"}
+    node = NodeSpec(label="n", executable="n", env={"K": "from set_env"})
+    ours = child_environment(node, executable(tmp_path, "ours", "", interpreter=sys.executable), base)
+    assert ours["_ROS_WHEELS_BOOTSTRAP_COMPLETE"] == "1" and ours["LD_LIBRARY_PATH"] == base["LD_LIBRARY_PATH"]
+    assert ours["K"] == "from set_env" and ours["PYTHONUNBUFFERED"] == "1"
+    foreign = child_environment(node, executable(tmp_path, "foreign", "", interpreter="/bin/sh"), base)
+    assert "_ROS_WHEELS_BOOTSTRAP_COMPLETE" not in foreign and foreign["LD_LIBRARY_PATH"] == "/opt/x"
+
+
+def test_cli_show_args_and_dry_run(tmp_path, capsys, monkeypatch):
+    executable(tmp_path / "bin", "talker", "exit 0\n")
+    path = write(tmp_path, "t.launch.yaml", """\
+        launch:
+        - arg: {name: rate, default: "5", description: publishing rate in Hz}
+        - arg: {name: robot, choices: [r1, r2]}
+        - set_env: {name: MEMNAV_X, value: "a b"}
+        - node: {exec: talker, name: talker, namespace: $(var robot), param: [{name: rate_hz, value: $(var rate)}]}
+        """)
+    parser = argparse.ArgumentParser()
+    launch_command.add_arguments(parser)
+    assert launch_command.run(parser.parse_args(["--show-args", str(path)])) == 0
+    shown = capsys.readouterr().out
+    assert "'rate':\n        publishing rate in Hz\n        (default: '5')" in shown
+    assert "'robot':" in shown and "Valid choices are: r1, r2" in shown and "(required)" in shown
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert launch_command.run(parser.parse_args(["--dry-run", str(path), "robot:=r2", "rate:=7"])) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["# talker (output=log)", f"env 'MEMNAV_X=a b' {tmp_path / 'bin' / 'talker'} --ros-args "
+                       "-r __node:=talker -r __ns:=/r2 -p rate_hz:=7"]
+    with pytest.raises(LaunchError, match="declared arguments: rate, robot"):
+        launch_command.run(parser.parse_args(["--dry-run", str(path), "robot:=r2", "speed:=1"]))
+    assert locate_launch_file(str(path)) == path
+    with pytest.raises(LaunchError, match=r"launch file not found: no_such\.launch\.yaml \(nor .*launch/no_such"):
+        locate_launch_file("no_such.launch.yaml")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Supervision with real processes
+
+
+def supervise(tmp_path: Path, text: str, timeout_s: float = 5.0, **overrides: str):
+    plan = plan_of(tmp_path, text, **overrides)
+    out, log = io.StringIO(), io.StringIO()
+    sup = Supervisor(plan.nodes, exec_paths=[tmp_path / "bin"], shutdown_timeout_s=timeout_s, out=out, log=log,
+                     log_dir=tmp_path / "logs")
+    start = time.monotonic()
+    status = sup.run()
+    return sup, status, out.getvalue(), log.getvalue(), time.monotonic() - start
+
+
+def test_crash_is_reported_with_name_code_and_output(tmp_path):
+    executable(tmp_path / "bin", "crasher", "echo 'loading map'\necho 'map has no floor' >&2\nexit 3\n")
+    executable(tmp_path / "bin", "worker", "echo working\nsleep 0.5\n")
+    sup, status, out, log, _ = supervise(tmp_path, """\
+        launch:
+        - node: {exec: crasher, name: planner, output: screen}
+        - node: {exec: worker, output: log}
+        """)
+    assert status == 1
+    assert sup.reports["planner"].crashed and sup.reports["planner"].returncode == 3
+    assert not sup.reports["worker"].crashed and sup.reports["worker"].returncode == 0
+    assert "[planner] loading map\n" in out and "[planner] map has no floor\n" in out
+    assert "working" not in out  # output: log goes to the file only
+    assert (tmp_path / "logs" / "worker.log").read_text() == "working\n"
+    report = log[log.index("planner crashed"):]
+    assert "exit code 3" in report and "[planner] loading map" in report and "[planner] map has no floor" in report
+
+
+def test_on_exit_shutdown_ends_the_launch_and_escalates_to_sigkill(tmp_path):
+    pids = tmp_path / "pids"
+    executable(tmp_path / "bin", "stubborn", f"""\
+        trap '' INT TERM
+        sleep 600 &
+        echo "$$ $!" > {pids}
+        wait
+        """)
+    executable(tmp_path / "bin", "mission", f"while [ ! -s {pids} ]; do sleep 0.05; done\necho done\n")
+    sup, status, out, log, elapsed = supervise(tmp_path, """\
+        launch:
+        - node: {exec: stubborn, output: screen}
+        - node: {exec: mission, output: screen, on_exit: shutdown}
+        """, timeout_s=0.3)
+    assert status == 0 and "[mission] done" in out
+    assert "mission has on_exit: shutdown" in log
+    assert "sending SIGTERM" in log and "sending SIGKILL" in log  # SIGINT and SIGTERM are ignored
+    parent, child = map(int, pids.read_text().split())
+    assert not running(parent) and not running(child)
+    assert sup.reports["stubborn"].returncode == -signal.SIGKILL
+    assert elapsed < 4.0
+
+
+def test_respawn_restarts_until_shutdown(tmp_path):
+    executable(tmp_path / "bin", "flaky", "echo up\nexit 1\n")
+    executable(tmp_path / "bin", "timer", "sleep 1.0\n")
+    sup, status, out, log, _ = supervise(tmp_path, """\
+        launch:
+        - node: {exec: flaky, output: screen, respawn: true, respawn_delay: 0.2}
+        - node: {exec: timer, on_exit: shutdown, output: screen}
+        """)
+    flaky = sup.reports["flaky"]
+    assert status == 0 and not flaky.crashed  # a respawning node's exit is no crash
+    assert 2 <= flaky.restarts <= 6, flaky.restarts  # ~1 s at one restart per 0.2 s
+    assert out.count("[flaky] up") == flaky.starts
+    assert len(set(flaky.pids)) == flaky.starts
+    assert log.count("flaky: exit code 1; respawning in 0.2 s") >= flaky.restarts
+
+
+def test_ctrl_c_shuts_down_cleanly_through_the_cli(tmp_path):
+    """`memnav launch` as the user runs it: PATH lookup, set_env, [name] output, Ctrl-C, no orphans."""
+    pids = tmp_path / "pids"
+    executable(tmp_path / "bin", "spawner", f"""\
+        import os, pathlib, subprocess, time
+        child = subprocess.Popen(["sleep", "600"])
+        print("greeting", os.environ["MEMNAV_TEST_GREETING"])
+        pathlib.Path("{pids}").write_text(f"{{os.getpid()}} {{child.pid}}")
+        time.sleep(600)
+        """, interpreter=sys.executable)
+    path = write(tmp_path, "t.launch.yaml", """\
+        launch:
+        - arg: {name: greeting, default: hi}
+        - set_env: {name: MEMNAV_TEST_GREETING, value: "$(var greeting)"}
+        - node: {exec: spawner, name: spawner, output: screen}
+        """)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "ROS_LOG_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(path), "greeting:=hello"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert wait_for(lambda: pids.exists() and pids.read_text().count(" ") == 1, 20), "spawner did not start"
+        parent, child = map(int, pids.read_text().split())
+        assert running(parent) and running(child)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the launcher's group only
+        out, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "[spawner] greeting hello" in out
+    assert "SIGINT received, shutting down" in out and "SIGTERM" not in out  # ended by SIGINT, no escalation
+    assert wait_for(lambda: not running(parent) and not running(child), 2)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The real sim_bridge_node
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    pytest.importorskip("rclpy")
+    from conftest import make_tiny_dataset
+
+    return make_tiny_dataset(tmp_path_factory.mktemp("launch") / "houses", houses=2, seed=4, val=0, test=1)
+
+
+BRIDGE = """\
+    launch:
+    - arg: {name: data}
+    - arg: {name: domain}
+    - set_env: {name: ROS_DOMAIN_ID, value: "$(var domain)"}
+    - set_env: {name: ROS_AUTOMATIC_DISCOVERY_RANGE, value: LOCALHOST}
+    - node:
+        pkg: memnav
+        exec: sim_bridge_node
+        name: bridge
+        namespace: sim
+        output: screen
+        param:
+        - from: PARAMS
+        - {name: data, value: "$(var data)"}
+        remap:
+        - {from: /odom, to: /sim/odom}
+    """
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_launches_the_real_sim_bridge_node(tmp_path, tiny_data, monkeypatch):
+    rclpy = pytest.importorskip("rclpy")
+    params = write(tmp_path, "params.yaml", "/**:\n  ros__parameters:\n    split: test\n    lockstep: true\n")
+    path = write(tmp_path, "bridge.launch.yaml", BRIDGE.replace("PARAMS", str(params)))
+    domain = 40 + (os.getpid() + 77) % 150
+    # The launcher itself is on another domain: the node is found on `domain` only through set_env.
+    env = {**os.environ, "ROS_DOMAIN_ID": str((domain + 1) % 230), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+
+    # A bad dataset: the node's crash is reported with its name and its own error output.
+    bad = subprocess.run([sys.executable, "-m", "memnav.cli", "launch", str(path), f"data:={tmp_path / 'none'}",
+                          f"domain:={domain}"], env=env, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "bridge crashed: exit code 1" in bad.stderr and "dataset not found" in bad.stderr
+
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(path), f"data:={tiny_data}",
+                             f"domain:={domain}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("launch_test_probe")
+    try:
+        def graph_ready() -> bool:
+            rclpy.spin_once(node, timeout_sec=0.05)
+            topics = {name for name, _ in node.get_topic_names_and_types()}
+            return ("bridge", "/sim") in node.get_node_names_and_namespaces() and "/sim/odom" in topics
+
+        assert wait_for(graph_ready, 30), "bridge did not appear as /sim/bridge publishing /sim/odom"
+        assert "/odom" not in {name for name, _ in node.get_topic_names_and_types()}
+        time.sleep(3.0)  # stays up
+        assert proc.poll() is None
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    pid = int(out.split("bridge: started, pid ")[1].split()[0].rstrip(","))
+    assert "crashed" not in out and "SIGTERM" not in out
+    assert not running(pid)
