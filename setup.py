@@ -27,6 +27,7 @@ setup(
         "console_scripts": [
             "memnav = memnav.cli:main",
             "sim_bridge_node = memnav.ros.sim_bridge_node:main",
+            "policy_node = memnav.ros.policy_node:main",
         ],
     },
 )

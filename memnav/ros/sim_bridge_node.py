@@ -7,7 +7,8 @@ Publishes (REP-103/105 frames: odom -> base_link):
     /odom                       nav_msgs/Odometry (odometry, noisy if configured)
     /memnav/ground_truth_pose   nav_msgs/Odometry (ground truth, frame "map")
     /memnav/goal_image          sensor_msgs/Image rgb8            (reliable, transient local)
-    /memnav/episode_result      std_msgs/String JSON              (reliable, transient local)
+    /memnav/episode_result      std_msgs/String JSON              (reliable, transient local; includes
+                                goal_stamp_ns, the stamp of the goal image of the episode it ends)
 Subscribes:
     /cmd_vel                    geometry_msgs/Twist  (velocity mode: applied every tick; zero when stale)
     /memnav/action              std_msgs/String      (STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT or index)
@@ -39,6 +40,8 @@ class BridgeConfig:
         cmd_timeout_s: a /cmd_vel older than this is treated as zero, seconds.
         camera_frame: frame_id of the camera images.
         auto_next: start the next episode as soon as one ends.
+        republish_s: lock-step: re-send the current observation (same stamp) after this long without an
+            action, so a late-joining agent gets it (0 = never), seconds.
     """
 
     lockstep: bool = True
@@ -46,6 +49,7 @@ class BridgeConfig:
     cmd_timeout_s: float = 0.5
     camera_frame: str = "camera_color_optical_frame"
     auto_next: bool = True
+    republish_s: float = 1.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         dropped["count"] += 1
         node.get_logger().warn(f"dropped {what} ({dropped['count']} so far): {err}", throttle_duration_sec=2.0)
 
-    def publish(obs: Observation) -> None:
-        stamp = node.get_clock().now().to_msg()
+    last = {"obs": None, "stamp": None, "wall": 0.0}
+
+    def publish(obs: Observation, stamp=None) -> None:
+        stamp = stamp if stamp is not None else node.get_clock().now().to_msg()
+        last.update(obs=obs, stamp=stamp, wall=time.monotonic())
         pub_rgb.publish(conv.rgb_to_image(obs.rgb, stamp, cfg.camera_frame))
         pub_depth.publish(conv.depth_to_image(obs.depth, stamp, cfg.camera_frame))
         info = CameraInfo(height=sim_cfg.height_px, width=sim_cfg.width_px, distortion_model="plumb_bob")
@@ -95,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         pub_odom.publish(conv.pose_to_odometry(obs.pose, stamp))
         pub_gt.publish(conv.pose_to_odometry(obs.gt_pose, stamp, frame_id="map"))
 
+    goal_stamp = {"ns": 0}
+
     def start(obs: Observation) -> None:
         goal = runner.goal
         if goal is not None:
-            pub_goal.publish(conv.rgb_to_image(goal.rgb, node.get_clock().now().to_msg(), cfg.camera_frame))
+            now = node.get_clock().now()
+            goal_stamp["ns"] = now.nanoseconds
+            pub_goal.publish(conv.rgb_to_image(goal.rgb, now.to_msg(), cfg.camera_frame))
         publish(obs)
 
     def on_action(msg: String) -> None:
@@ -112,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             return
         obs, result = runner.act(action)
         if result is not None:
-            body = dict(result.to_json(), index=runner.index)
+            # goal_stamp_ns tells agents which goal this result ends (the topics are not ordered)
+            body = dict(result.to_json(), index=runner.index, goal_stamp_ns=goal_stamp["ns"])
             pub_result.publish(String(data=json.dumps(body)))
             node.get_logger().info(f"episode {result.episode_id}: success {result.success:.0f} spl {result.spl:.3f}")
             if cfg.auto_next and not runner.finished:
@@ -148,8 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     node.create_subscription(Twist, "/cmd_vel", on_cmd, 10)
     node.create_service(Trigger, "~/reset", srv_reset)
     node.create_service(Trigger, "~/next_episode", srv_next)
+    def on_idle() -> None:
+        # lock-step: an agent that subscribed after the last publish would wait forever (sensor QoS is
+        # volatile), so re-send the current observation with its original stamp when no action came
+        if last["obs"] is not None and not runner.env.done and time.monotonic() - last["wall"] >= cfg.republish_s:
+            publish(last["obs"], last["stamp"])
+
     if not cfg.lockstep:
         node.create_timer(1.0 / cfg.rate_hz, on_tick)
+    elif cfg.republish_s > 0:
+        node.create_timer(cfg.republish_s / 2.0, on_idle)
     start(runner.next_episode())
     try:
         rclpy.spin(node)

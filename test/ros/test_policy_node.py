@@ -1,0 +1,82 @@
+"""policy_node drives sim_bridge_node over DDS in lock-step: both are real processes on an isolated domain."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from conftest import make_tiny_dataset  # noqa: E402
+
+from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy  # noqa: E402
+from memnav.core.types import Action  # noqa: E402
+from memnav.ros.policy_node import PolicyNodeConfig, action_velocity  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+
+def test_action_velocity():
+    cfg = PolicyNodeConfig(action_duration_s=0.5)
+    assert action_velocity(Action.MOVE_FORWARD, cfg) == pytest.approx((0.5, 0.0))
+    v, w = action_velocity(Action.TURN_RIGHT, cfg)
+    assert v == 0.0 and w == pytest.approx(-2 * 0.5235988)
+    assert action_velocity(Action.STOP, cfg) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        PolicyNodeConfig(action_duration_s=0.0)
+
+
+def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=2)
+    save_policy(MemoryPolicy(PolicyConfig(memory_tokens=24)), tmp_path / "policy_memnav.pt",
+                extra={"variant": "memnav", "memory": "scene_graph"})
+    domain = 40 + ((os.getpid() + 77) % 150)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
+                          "-p", "split:=test", "-p", "lockstep:=true", "-p", "sim.max_episode_steps:=6"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args",
+                          "-p", f"policy_dir:={tmp_path}", "-p", "lockstep:=true"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+    ]
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_observer")
+    got = {"state": [], "action": [], "result": []}
+    latched = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    node.create_subscription(String, "/memnav/policy_state", lambda m: got["state"].append(json.loads(m.data)), 50)
+    node.create_subscription(String, "/memnav/action", lambda m: got["action"].append(m.data), 50)
+    node.create_subscription(String, "/memnav/episode_result", lambda m: got["result"].append(json.loads(m.data)),
+                             latched)
+    try:
+        end = time.monotonic() + 120
+        while time.monotonic() < end and len({r["episode_id"] for r in got["result"]}) < 2:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        results = {r["episode_id"]: r for r in got["result"]}
+        if len(results) < 2:
+            for p in procs:
+                p.send_signal(signal.SIGINT)
+            outs = [p.communicate(timeout=10)[0][-3000:] for p in procs]
+            pytest.fail(f"episodes finished: {list(results)}; actions seen: {len(got['action'])}\n" + "\n".join(outs))
+        for r in results.values():
+            assert r["steps"] <= 6 and r["goal_stamp_ns"] > 0
+        assert got["state"] and all(0.0 <= s["belief"] <= 1.0 for s in got["state"])
+        assert set(got["action"]) <= {a.name for a in Action}
+        assert len(got["action"]) >= sum(r["steps"] for r in results.values())
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
