@@ -62,6 +62,8 @@ class NavigatorConfig:
         stop_rule: "voi" (value of information) or "fixed" (belief threshold baseline).
         fixed_threshold: belief at which the fixed rule stops.
         max_depth_m: depth profile scale, meters.
+        forward_step_m: MOVE_FORWARD distance; a forward action that moved the odometry less than 90% of it
+            counts as a collision when the caller gives no collision flag, meters.
         greedy: take the most likely action (evaluation) instead of sampling.
     """
 
@@ -72,6 +74,7 @@ class NavigatorConfig:
     stop_rule: str = "voi"
     fixed_threshold: float = 0.5
     max_depth_m: float = 5.0
+    forward_step_m: float = 0.25
     greedy: bool = True
 
     def __post_init__(self) -> None:
@@ -140,6 +143,7 @@ class Navigator:
         self.prev_action = -1
         self.hidden: torch.Tensor | None = None
         self.last: StepInput | None = None
+        self._prev_pose: Pose2D | None = None
 
     # -- episode -----------------------------------------------------------------------------------------
     def reset(self, goal_rgb: np.ndarray, goal_depth: np.ndarray | None = None) -> None:
@@ -156,6 +160,7 @@ class Navigator:
         self.prev_action = -1
         self.hidden = None
         self.last = None
+        self._prev_pose = None
         self._episodic.clear()
         if self.buffer is not None:
             self.buffer.clear()
@@ -163,8 +168,17 @@ class Navigator:
 
     # -- per step ----------------------------------------------------------------------------------------
     def observe(self, rgb: np.ndarray, depth: np.ndarray, pose: Pose2D, stamp_ns: int,
-                collided: bool = False) -> StepInput:
-        """Encode the frame, update the memories, and build the policy input and stop decision."""
+                collided: bool | None = None) -> StepInput:
+        """Encode the frame, update the memories, and build the policy input and stop decision.
+
+        `collided` None infers a collision from odometry (a forward action that fell short), as on a
+        robot without bumpers; the simulator and the ROS node then see the same input.
+        """
+        if collided is None:
+            prev = self._prev_pose
+            collided = (self.prev_action == int(Action.MOVE_FORWARD) and prev is not None
+                        and math.hypot(pose.x_m - prev.x_m, pose.y_m - prev.y_m) < 0.9 * self.cfg.forward_step_m)
+        self._prev_pose = pose
         emb = self.encoder.encode(rgb, depth).astype(np.float32)
         sim = float(np.dot(emb, self.goal))
         verification = 0.0
@@ -224,7 +238,7 @@ class Navigator:
 
     @torch.inference_mode()
     def act(self, rgb: np.ndarray, depth: np.ndarray, pose: Pose2D, stamp_ns: int,
-            collided: bool = False, rng: np.random.Generator | None = None) -> tuple[Action, StepInput, float]:
+            collided: bool | None = None, rng: np.random.Generator | None = None) -> tuple[Action, StepInput, float]:
         """One decision: STOP when the stop rule says so, else the policy's move.
 
         Returns:

@@ -80,28 +80,43 @@ class LearnedAgent:
 
     def reset(self, episode: Episode, goal: Observation, sim: Simulator) -> None:
         del sim  # not a privileged agent
+        self.begin(Path(episode.scene_id).stem, goal.rgb, goal.depth)
+
+    def begin(self, place_key: str, goal_rgb, goal_depth=None) -> None:
+        """Start an episode towards a goal photo in the environment named `place_key` (lifelong: its database).
+
+        Raises:
+            ValueError: an empty or malformed goal image.
+        """
         nav = self.navigator
         if nav.kind is MemoryKind.SCENE_GRAPH:
             lifelong = self.options.lifelong_dir
             if lifelong is None:
                 nav.memory.close()
                 nav.memory = SceneGraphMemory()
-            elif episode.scene_id != self._scene:
+            elif place_key != self._scene:
                 nav.memory.close()
                 Path(lifelong).mkdir(parents=True, exist_ok=True)
-                nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{Path(episode.scene_id).stem}.db")
+                nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db")
                 last = nav.memory.stats().last_stamp_ns
                 if last is not None:  # a database from an earlier run: continue its clock
                     self._stamp_ns = max(self._stamp_ns, last)
-        self._scene = episode.scene_id
-        self.visits[episode.scene_id] = self.visits.get(episode.scene_id, 0) + 1
-        nav.reset(goal.rgb, goal.depth)
+        self._scene = place_key
+        self.visits[place_key] = self.visits.get(place_key, 0) + 1
+        nav.reset(goal_rgb, goal_depth)
+
+    def step(self, rgb, depth, pose, stamp_ns: int | None = None):
+        """One decision on raw inputs; `stamp_ns` None advances the memory clock by one second per step.
+
+        Returns:
+            (action, step input, goal-reached probability) as `Navigator.act`.
+        """
+        self._stamp_ns = self._stamp_ns + 1_000_000_000 if stamp_ns is None else max(self._stamp_ns + 1, stamp_ns)
+        # collisions are inferred from odometry (not the simulator's flag), as on a robot without bumpers
+        return self.navigator.act(rgb, depth, pose, self._stamp_ns)
 
     def act(self, obs: Observation) -> Action:
-        # one second per step of memory time; stamps keep increasing across episodes (lifelong memory)
-        self._stamp_ns += 1_000_000_000
-        action, _, _ = self.navigator.act(obs.rgb, obs.depth, obs.pose, self._stamp_ns, obs.collided)
-        return action
+        return self.step(obs.rgb, obs.depth, obs.pose)[0]
 
     def close(self) -> None:
         if self.navigator.memory is not None:

@@ -5,6 +5,7 @@ Subscribes:
     /camera/depth/image_raw     sensor_msgs/Image 32FC1 m or 16UC1 mm       (sensor-data QoS)
     /odom                       nav_msgs/Odometry
     /memnav/goal_image          sensor_msgs/Image                           (reliable, transient local)
+    /memnav/goal_depth          sensor_msgs/Image 32FC1, optional: depth of the goal view, same stamp
     /memnav/episode_result      std_msgs/String JSON (an episode ended: wait for the next goal)
 Publishes:
     /memnav/action              std_msgs/String  STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from dataclasses import dataclass
 
 from memnav.core.types import Action
@@ -41,6 +43,11 @@ class PolicyNodeConfig:
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
         sync_tolerance_s: colour and depth frames closer than this in stamp form a pair, seconds.
+        goal_depth_wait_s: wait this long for /memnav/goal_depth of a new goal before acting on its RGB
+            alone (a goal photo from a user has no depth), seconds.
+        lifelong_dir: keep the long-term memory in a database under this folder across episodes and runs
+            ("" = a fresh memory for every goal, as in evaluation).
+        memory_key: name of this environment's database in lifelong_dir (e.g. the building).
     """
 
     agent: str = "memnav"
@@ -52,6 +59,9 @@ class PolicyNodeConfig:
     forward_step_m: float = 0.25
     turn_angle_deg: float = 30.0
     sync_tolerance_s: float = 0.02
+    goal_depth_wait_s: float = 0.5
+    lifelong_dir: str = ""
+    memory_key: str = "default"
 
     def __post_init__(self) -> None:
         if self.action_duration_s <= 0 or self.sync_tolerance_s < 0:
@@ -90,15 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     cfg = declare_dataclass(node, PolicyNodeConfig)
     opts = LearnedAgentOptions(policy_dir=Path(cfg.policy_dir or MODELS),
                                encoder_checkpoint=Path(cfg.encoder_checkpoint or MODELS / "encoder.pt"),
-                               calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"))
+                               calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
+                               lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     pub_action = node.create_publisher(String, "/memnav/action", 10)
     pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
     pub_state = node.create_publisher(String, "/memnav/policy_state", 10)
-    st = {"rgb": None, "depth": None, "pose": None, "goal_ns": None, "acted_ns": -1, "last_ns": 0, "dropped": 0,
-          "collided": False, "cmd": (0.0, 0.0), "cmd_until": 0.0}
+    st = {"goal_rgb": None, "goal_depth": None, "goal_has_depth": False, "rgb": None, "depth": None, "pose": None,
+          "goal_ns": None, "goal_wall": 0.0, "acted_ns": -1, "dropped": 0, "cmd": (0.0, 0.0), "cmd_until": 0.0}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -107,16 +118,36 @@ def main(argv: list[str] | None = None) -> int:
     def stamp_ns(msg) -> int:
         return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
-    def on_goal(msg: Image) -> None:
+    def begin() -> None:
+        t_goal, rgb = st["goal_rgb"]
+        depth = st["goal_depth"][1] if st["goal_depth"] is not None and st["goal_depth"][0] == t_goal else None
         try:
-            rgb = conv.image_to_rgb(msg)
-            nav.reset(rgb, None)
-        except (conv.MessageError, ValueError) as err:
+            agent.begin(cfg.memory_key, rgb, depth)
+        except ValueError as err:
             drop("goal image", err)
             return
-        st["goal_ns"] = stamp_ns(msg)
-        node.get_logger().info("new goal image: episode started")
+        st["goal_ns"], st["goal_has_depth"], st["goal_wall"] = t_goal, depth is not None, time.monotonic()
+        node.get_logger().info(f"new goal image ({'RGB-D' if depth is not None else 'RGB'}): episode started")
         maybe_act()
+
+    def on_goal(msg: Image) -> None:
+        try:
+            st["goal_rgb"] = (stamp_ns(msg), conv.image_to_rgb(msg))
+        except conv.MessageError as err:
+            drop("goal image", err)
+            return
+        begin()
+
+    def on_goal_depth(msg: Image) -> None:
+        try:
+            st["goal_depth"] = (stamp_ns(msg), conv.image_to_depth(msg))
+        except conv.MessageError as err:
+            drop("goal depth", err)
+            return
+        # the depth of the current goal arrived after its image and before any action: start again with it
+        if (st["goal_rgb"] is not None and st["goal_rgb"][0] == st["goal_depth"][0] and not st["goal_has_depth"]
+                and st["acted_ns"] < st["goal_rgb"][0]):
+            begin()
 
     def on_result(msg: String) -> None:
         try:
@@ -145,22 +176,28 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_odom(msg: Odometry) -> None:
         try:
-            st["pose"] = conv.odometry_to_pose(msg)
+            st["pose"] = (stamp_ns(msg), conv.odometry_to_pose(msg))
         except conv.MessageError as err:
             drop("odometry", err)
+            return
+        maybe_act()
 
     def maybe_act(timer: bool = False) -> None:
         if st["goal_ns"] is None or st["rgb"] is None or st["depth"] is None or st["pose"] is None:
             return
         (t_rgb, rgb), (t_depth, depth) = st["rgb"], st["depth"]
+        t_pose, pose = st["pose"]
         if abs(t_rgb - t_depth) > cfg.sync_tolerance_s * 1e9 or t_rgb < st["goal_ns"] or t_rgb <= st["acted_ns"]:
             return
+        if cfg.lockstep and abs(t_pose - t_rgb) > cfg.sync_tolerance_s * 1e9:
+            return  # lock-step: wait for the odometry of this very frame
         if not cfg.lockstep and not timer:
             return
+        if not st["goal_has_depth"] and time.monotonic() - st["goal_wall"] < cfg.goal_depth_wait_s:
+            return  # the goal's depth may still be on its way (topics are not ordered)
         st["acted_ns"] = t_rgb
-        # memory time must not go backwards even if a bag or simulator restarts its clock
-        st["last_ns"] = max(st["last_ns"] + 1, t_rgb)
-        action, inp, goal_p = nav.act(rgb, depth, st["pose"], st["last_ns"], st["collided"])
+        # lock-step: memory time advances one second per action, exactly as in the in-process evaluation
+        action, inp, goal_p = agent.step(rgb, depth, pose, None if cfg.lockstep else t_rgb)
         pub_action.publish(String(data=action.name))
         v, w = action_velocity(action, cfg)
         st["cmd"] = (v, w)
@@ -190,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     node.create_subscription(Image, "/camera/depth/image_raw", on_depth, qos_profile_sensor_data)
     node.create_subscription(Odometry, "/odom", on_odom, 10)
     node.create_subscription(Image, "/memnav/goal_image", on_goal, latched)
+    node.create_subscription(Image, "/memnav/goal_depth", on_goal_depth, latched)
     node.create_subscription(String, "/memnav/episode_result", on_result, latched)
     if not cfg.lockstep:
         node.create_timer(0.05, on_tick)

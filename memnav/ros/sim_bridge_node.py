@@ -7,6 +7,7 @@ Publishes (REP-103/105 frames: odom -> base_link):
     /odom                       nav_msgs/Odometry (odometry, noisy if configured)
     /memnav/ground_truth_pose   nav_msgs/Odometry (ground truth, frame "map")
     /memnav/goal_image          sensor_msgs/Image rgb8            (reliable, transient local)
+    /memnav/goal_depth          sensor_msgs/Image 32FC1, meters   (reliable, transient local; same stamp)
     /memnav/episode_result      std_msgs/String JSON              (reliable, transient local; includes
                                 goal_stamp_ns, the stamp of the goal image of the episode it ends)
 Subscribes:
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 from memnav.core.types import Action, Observation
 from memnav.sim.base import SimConfig
+from memnav.sim.metrics import aggregate
 from memnav.sim.runner import EpisodeRunner, RunnerConfig
 
 
@@ -40,6 +42,7 @@ class BridgeConfig:
         cmd_timeout_s: a /cmd_vel older than this is treated as zero, seconds.
         camera_frame: frame_id of the camera images.
         auto_next: start the next episode as soon as one ends.
+        exit_when_done: exit after the last episode (with `episodes` set), after logging the summary.
         republish_s: lock-step: re-send the current observation (same stamp) after this long without an
             action, so a late-joining agent gets it (0 = never), seconds.
     """
@@ -49,6 +52,7 @@ class BridgeConfig:
     cmd_timeout_s: float = 0.5
     camera_frame: str = "camera_color_optical_frame"
     auto_next: bool = True
+    exit_when_done: bool = False
     republish_s: float = 1.0
 
 
@@ -78,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     pub_odom = node.create_publisher(Odometry, "/odom", 10)
     pub_gt = node.create_publisher(Odometry, "/memnav/ground_truth_pose", 10)
     pub_goal = node.create_publisher(Image, "/memnav/goal_image", latched)
+    pub_goal_depth = node.create_publisher(Image, "/memnav/goal_depth", latched)
     pub_result = node.create_publisher(String, "/memnav/episode_result", latched)
     dropped = {"count": 0}
     cmd = {"v": 0.0, "w": 0.0, "stamp": 0.0}
@@ -87,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         node.get_logger().warn(f"dropped {what} ({dropped['count']} so far): {err}", throttle_duration_sec=2.0)
 
     last = {"obs": None, "stamp": None, "wall": 0.0}
+    done = {"flag": False}
 
     def publish(obs: Observation, stamp=None) -> None:
         stamp = stamp if stamp is not None else node.get_clock().now().to_msg()
@@ -110,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             now = node.get_clock().now()
             goal_stamp["ns"] = now.nanoseconds
             pub_goal.publish(conv.rgb_to_image(goal.rgb, now.to_msg(), cfg.camera_frame))
+            pub_goal_depth.publish(conv.depth_to_image(goal.depth, now.to_msg(), cfg.camera_frame))
         publish(obs)
 
     def on_action(msg: String) -> None:
@@ -126,7 +133,17 @@ def main(argv: list[str] | None = None) -> int:
             # goal_stamp_ns tells agents which goal this result ends (the topics are not ordered)
             body = dict(result.to_json(), index=runner.index, goal_stamp_ns=goal_stamp["ns"])
             pub_result.publish(String(data=json.dumps(body)))
-            node.get_logger().info(f"episode {result.episode_id}: success {result.success:.0f} spl {result.spl:.3f}")
+            node.get_logger().info(f"episode {result.episode_id}: success {result.success:.0f} spl {result.spl:.3f} "
+                                   f"soft_spl {result.soft_spl:.4f} steps {result.steps}")
+            if runner.finished:
+                summary = aggregate(runner.results)
+                node.get_logger().info(
+                    f"summary over {summary['episodes']} episodes: success {summary['success']:.3f} "
+                    f"spl {summary['spl']:.3f} soft_spl {summary['soft_spl']:.3f} "
+                    f"mean_steps {summary['mean_steps']:.1f}")
+                if cfg.exit_when_done:
+                    done["flag"] = True
+                    return
             if cfg.auto_next and not runner.finished:
                 start(runner.next_episode())
                 return
@@ -172,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         node.create_timer(cfg.republish_s / 2.0, on_idle)
     start(runner.next_episode())
     try:
-        rclpy.spin(node)
+        while rclpy.ok() and not done["flag"]:
+            rclpy.spin_once(node, timeout_sec=0.1)
     except KeyboardInterrupt:
         pass
     finally:

@@ -1,0 +1,44 @@
+"""The main job: `memnav launch launch/sim.launch.yaml` runs the stack as separate processes over DDS (isolated
+domain, localhost discovery), and its per-episode success/SPL match the in-process `memnav eval` on the same
+episodes (lock-step makes them comparable)."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rclpy")
+
+from conftest import make_tiny_dataset  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sim_launch_matches_in_process_eval(tmp_path):
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
+    env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 31) % 150)),
+               ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    memnav = [sys.executable, "-m", "memnav.cli"]
+    run = subprocess.run([*memnav, "launch", str(ROOT / "launch" / "sim.launch.yaml"), "episodes:=2",
+                          "max_steps:=25", f"data:={data}"], env=env, capture_output=True, text=True, timeout=240)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    over_dds = {m[0]: (float(m[1]), float(m[2]), float(m[3]), int(m[4])) for m in
+                re.findall(r"episode (\S+): success (\d) spl ([0-9.]+) soft_spl ([0-9.]+) steps (\d+)", out)}
+    assert len(over_dds) == 2, out[-3000:]
+    assert "summary over 2 episodes" in out
+
+    res_path = tmp_path / "eval.json"
+    subprocess.run([*memnav, "eval", "--agent", "memnav", "--data", str(data), "--episodes", "2",
+                    "--max-steps", "25", "--json", str(res_path), "--no-progress"], check=True, timeout=240)
+    in_process = {e["episode_id"]: e for e in json.loads(res_path.read_text())["per_episode"]}
+    assert set(in_process) == set(over_dds)
+    for ep, e in in_process.items():
+        succ, spl, soft, steps = over_dds[ep]
+        # the same trajectory: same steps and the same SoftSPL (which depends on the path and the end point)
+        assert (succ, steps) == (e["success"], e["steps"])
+        assert spl == pytest.approx(e["spl"], abs=1e-3) and soft == pytest.approx(e["soft_spl"], abs=1e-4)
