@@ -21,8 +21,10 @@ $(DATA)/.complete: | $(STAMP)
 
 data: $(DATA)/.complete
 
+# the main job: the whole stack as separate ROS 2 processes over DDS on the embedded simulator
 demo: setup
-	$(VENV)/bin/memnav eval --agent oracle --split test --episodes 10 --data $(DATA)
+	ROS_AUTOMATIC_DISCOVERY_RANGE=$${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST} \
+	  $(VENV)/bin/memnav launch launch/sim.launch.yaml episodes:=5 data:=$(DATA)
 
 test: setup
 	$(PY) -m pytest -q test

@@ -28,6 +28,9 @@ setup(
             "memnav = memnav.cli:main",
             "sim_bridge_node = memnav.ros.sim_bridge_node:main",
             "policy_node = memnav.ros.policy_node:main",
+            "encoder_node = memnav.ros.encoder_node:main",
+            "memory_node = memnav.ros.memory_node:main",
+            "stop_node = memnav.ros.stop_node:main",
         ],
     },
 )

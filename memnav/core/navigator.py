@@ -183,7 +183,8 @@ class Navigator:
         sim = float(np.dot(emb, self.goal))
         verification = 0.0
         if sim >= self.cfg.verify_min_similarity and self._goal_features is not None:
-            verification = verify_features(extract_features(rgb, self.verification_cfg), self._goal_features,
+            # goal first, as `memnav train stop` calibrated it (ratio-test matching is not symmetric)
+            verification = verify_features(self._goal_features, extract_features(rgb, self.verification_cfg),
                                            self.verification_cfg).score
         belief = float(self.calibrator.predict(np.array([[sim, verification]]))[0])
         decision = self.stop_rule.decide(belief)

@@ -12,7 +12,10 @@ import pytest
 
 pytest.importorskip("rclpy")
 
+import torch  # noqa: E402
 from conftest import make_tiny_dataset  # noqa: E402
+
+from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,11 +23,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_sim_launch_matches_in_process_eval(tmp_path):
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
+    # a policy of its own: the comparison must not depend on which checkpoint is shipped
+    torch.manual_seed(3)
+    save_policy(MemoryPolicy(PolicyConfig(memory_tokens=24)), tmp_path / "policy_memnav.pt",
+                extra={"variant": "memnav", "memory": "scene_graph"})
     env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 31) % 150)),
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     memnav = [sys.executable, "-m", "memnav.cli"]
     run = subprocess.run([*memnav, "launch", str(ROOT / "launch" / "sim.launch.yaml"), "episodes:=2",
-                          "max_steps:=25", f"data:={data}"], env=env, capture_output=True, text=True, timeout=240)
+                          "max_steps:=25", f"data:={data}", f"policy_dir:={tmp_path}"],
+                         env=env, capture_output=True, text=True, timeout=240)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
     over_dds = {m[0]: (float(m[1]), float(m[2]), float(m[3]), int(m[4])) for m in
@@ -34,7 +42,8 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
 
     res_path = tmp_path / "eval.json"
     subprocess.run([*memnav, "eval", "--agent", "memnav", "--data", str(data), "--episodes", "2",
-                    "--max-steps", "25", "--json", str(res_path), "--no-progress"], check=True, timeout=240)
+                    "--max-steps", "25", "--policy-dir", str(tmp_path), "--json", str(res_path), "--no-progress"],
+                   check=True, timeout=240)
     in_process = {e["episode_id"]: e for e in json.loads(res_path.read_text())["per_episode"]}
     assert set(in_process) == set(over_dds)
     for ep, e in in_process.items():

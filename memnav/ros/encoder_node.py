@@ -1,0 +1,199 @@
+"""encoder_node: camera frames -> unit-norm embeddings (the perception encoder on topics).
+
+Subscribes:
+    /camera/color/image_raw     sensor_msgs/Image rgb8/bgr8/rgba8/bgra8/mono8     (sensor-data QoS)
+    /camera/depth/image_raw     sensor_msgs/Image 32FC1 m or 16UC1/mono16 mm      (sensor-data QoS)
+    /memnav/goal_image          sensor_msgs/Image (colour)                        (reliable, transient local)
+    /memnav/goal_depth          sensor_msgs/Image 32FC1 m / 16UC1 mm, optional; same stamp as the goal image
+                                                                                  (reliable, transient local)
+Publishes:
+    /memnav/embedding           sensor_msgs/Image 32FC1, height 1, width D        (reliable, depth 10)
+    /memnav/goal_embedding      sensor_msgs/Image 32FC1, height 1, width D        (reliable, transient local)
+An embedding's header is a copy of its colour image's header (the goal embedding's, of the goal image's):
+the stamp names the frame it was computed from, so the memory and stop nodes pair it by stamp with the
+odometry and the colour image of that instant (see memnav.ros.embedding_msgs).
+Parameters: the fields of EncoderNodeConfig below.
+Pairing: each colour frame is paired with the depth frame nearest in stamp within `sync_tolerance_s`; the
+last `queue_size` unpaired frames of each stream wait for a partner, older ones are dropped unencoded.
+A frame re-sent with the stamp of the last one encoded (the lock-step simulator re-sends for late joiners)
+gets the same embedding message again without re-encoding.
+Depth: a checkpoint trained without depth (EncoderConfig.use_depth false) encodes every colour frame at once;
+one that uses depth waits for the matching depth frame (an empty depth channel would be out of its training
+distribution). Goal: encoded with /memnav/goal_depth of the same stamp when it comes within
+`goal_depth_wait_s` of the image (the simulator sends one), else with an empty depth channel (a user's goal
+photo), as policy_node does; a depth arriving later re-publishes the goal embedding with depth.
+Bad messages are dropped with a throttled warning and counted; the node never dies on one.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class EncoderNodeConfig:
+    """Encoder checkpoint and frame pairing.
+
+    Attributes:
+        checkpoint: encoder checkpoint (`memnav train encoder`); relative paths are looked up under the package
+            root, then the working directory.
+        sync_tolerance_s: colour and depth frames closer than this in stamp form a pair, seconds.
+        queue_size: unpaired frames kept per stream while waiting for a partner.
+        goal_depth_wait_s: how long a new goal image waits for /memnav/goal_depth of the same stamp before it is
+            encoded without depth (a goal photo from a user has none), seconds (wall clock).
+    """
+
+    checkpoint: str = "models/encoder.pt"
+    sync_tolerance_s: float = 0.02
+    queue_size: int = 10
+    goal_depth_wait_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (self.sync_tolerance_s >= 0 and self.goal_depth_wait_s >= 0) or self.queue_size < 1:
+            raise ValueError("EncoderNodeConfig: sync_tolerance_s and goal_depth_wait_s must be >= 0, queue_size >= 1; "
+                             f"got {self.sync_tolerance_s!r}, {self.goal_depth_wait_s!r}, {self.queue_size!r}")
+
+
+# (prefix, dataclass) of every parameter group this node declares, in declaration order
+PARAMETER_GROUPS = (("", EncoderNodeConfig),)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import rclpy
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    from memnav.core.encoder import Encoder
+    from memnav.ros import conversions as conv
+    from memnav.ros.embedding_msgs import embedding_to_image, stamp_to_ns
+    from memnav.ros.model_paths import resolve_model_path
+    from memnav.ros.params import declare_dataclass
+    from memnav.ros.stamp_sync import StampedQueue
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = Node("encoder_node")
+    cfg = declare_dataclass(node, EncoderNodeConfig)
+    checkpoint = resolve_model_path(cfg.checkpoint, "checkpoint")
+    encoder = Encoder.from_checkpoint(checkpoint)
+    needs_depth = encoder.cfg.use_depth
+    node.get_logger().info(f"encoder {checkpoint} (D={encoder.embedding_dim}, "
+                           f"{'RGB-D: waits for depth' if needs_depth else 'RGB only'})")
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    pub_emb = node.create_publisher(Image, "/memnav/embedding", 10)
+    pub_goal = node.create_publisher(Image, "/memnav/goal_embedding", latched)
+    tolerance_ns = int(round(cfg.sync_tolerance_s * 1e9))
+    colours: StampedQueue = StampedQueue(cfg.queue_size)   # raw colour messages awaiting depth
+    depths: StampedQueue = StampedQueue(cfg.queue_size)    # raw depth messages awaiting colour
+    st = {"dropped": 0, "last": None}   # last: (colour stamp, embedding message)
+    # rgb: (stamp, array, header); depth: (stamp, array); published: (stamp, with depth) of the last goal embedding
+    goal = {"rgb": None, "depth": None, "wall": 0.0, "published": None}
+
+    def drop(what: str, err: Exception) -> None:
+        st["dropped"] += 1
+        node.get_logger().warn(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
+
+    def encode_and_publish(colour: Image, depth: Image | None) -> None:
+        t = stamp_to_ns(colour.header.stamp)
+        if st["last"] is not None and st["last"][0] == t:
+            pub_emb.publish(st["last"][1])   # a re-sent frame (lock-step simulator, late joiners): same result
+            return
+        try:
+            rgb = conv.image_to_rgb(colour)
+            d = conv.image_to_depth(depth) if depth is not None else None
+            if d is not None and d.shape != rgb.shape[:2]:
+                raise conv.MessageError(f"depth image is {d.shape[1]}x{d.shape[0]}, colour image "
+                                        f"{rgb.shape[1]}x{rgb.shape[0]}; they must match")
+            emb = encoder.encode(rgb, d)
+        except (conv.MessageError, ValueError) as err:
+            drop("frame pair" if depth is not None else "colour image", err)
+            return
+        msg = embedding_to_image(emb, colour.header)
+        pub_emb.publish(msg)
+        st["last"] = (t, msg)
+
+    def on_colour(msg: Image) -> None:
+        t = stamp_to_ns(msg.header.stamp)
+        if not needs_depth:
+            encode_and_publish(msg, None)
+            return
+        match = depths.nearest(t, tolerance_ns)
+        if match is None:
+            colours.push(t, msg)
+            return
+        depths.drop_through(match[0])
+        colours.drop_through(t)
+        encode_and_publish(msg, match[1])
+
+    def on_depth(msg: Image) -> None:
+        if not needs_depth:
+            return
+        t = stamp_to_ns(msg.header.stamp)
+        match = colours.nearest(t, tolerance_ns)
+        if match is None:
+            depths.push(t, msg)
+            return
+        colours.drop_through(match[0])
+        depths.drop_through(t)
+        encode_and_publish(match[1], msg)
+
+    def encode_goal() -> None:
+        if goal["rgb"] is None:
+            return
+        t, rgb, header = goal["rgb"]
+        depth = goal["depth"][1] if needs_depth and goal["depth"] is not None and goal["depth"][0] == t else None
+        done = goal["published"]
+        if done is not None and done[0] == t and (done[1] or depth is None):
+            return   # this goal is encoded, with depth or with all there is
+        if needs_depth and depth is None and time.monotonic() - goal["wall"] < cfg.goal_depth_wait_s:
+            return   # its depth may still come (topics are not ordered); the timer retries
+        try:
+            emb = encoder.encode(rgb, depth)
+        except ValueError as err:
+            drop("goal image", err)
+            return
+        pub_goal.publish(embedding_to_image(emb, header))
+        goal["published"] = (t, depth is not None)
+        kind = "RGB-D" if depth is not None else "RGB"
+        node.get_logger().info(f"goal embedding published ({kind}, goal stamp {t} ns)")
+
+    def on_goal_image(msg: Image) -> None:
+        try:
+            goal.update(rgb=(stamp_to_ns(msg.header.stamp), conv.image_to_rgb(msg), msg.header), wall=time.monotonic())
+        except conv.MessageError as err:
+            drop("goal image", err)
+            return
+        encode_goal()
+
+    def on_goal_depth(msg: Image) -> None:
+        try:
+            depth = conv.image_to_depth(msg)
+            if goal["rgb"] is not None and goal["rgb"][0] == stamp_to_ns(msg.header.stamp) \
+                    and depth.shape != goal["rgb"][1].shape[:2]:
+                raise conv.MessageError(f"goal depth is {depth.shape[1]}x{depth.shape[0]}, goal image "
+                                        f"{goal['rgb'][1].shape[1]}x{goal['rgb'][1].shape[0]}; they must match")
+        except conv.MessageError as err:
+            drop("goal depth", err)
+            return
+        goal["depth"] = (stamp_to_ns(msg.header.stamp), depth)
+        encode_goal()
+
+    node.create_subscription(Image, "/camera/color/image_raw", on_colour, qos_profile_sensor_data)
+    node.create_subscription(Image, "/camera/depth/image_raw", on_depth, qos_profile_sensor_data)
+    node.create_subscription(Image, "/memnav/goal_image", on_goal_image, latched)
+    node.create_subscription(Image, "/memnav/goal_depth", on_goal_depth, latched)
+    node.create_timer(0.05, encode_goal)
+    try:
+        rclpy.spin(node)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""memory_node: embeddings + odometry -> the scene-graph long-term memory (SQLite) and the working buffer.
+
+Subscribes:
+    /memnav/embedding           sensor_msgs/Image 32FC1 1 x D (encoder_node; header = its colour frame's)
+    /odom                       nav_msgs/Odometry (pose in the odometry frame)
+    /memnav/goal_embedding      sensor_msgs/Image 32FC1 1 x D                    (reliable, transient local)
+Publishes:
+    /memnav/memory_event        std_msgs/String JSON per insert {stamp_ns, kind (InsertKind value: new_place,
+                                updated_place or loop_closure), node_id, similarity, merged_places,
+                                forgotten_places, buffer_size}
+    /memnav/retrievals          std_msgs/String JSON after each insert once a goal embedding is known
+                                {stamp_ns, goal_stamp_ns, robot, hits: top-k places by goal similarity with
+                                memory-frame pose and pose relative to the robot}
+    /memnav/scene_graph         std_msgs/String JSON snapshot (counts, places, rooms, objects, edges), at most
+                                every snapshot_period_s and only after a change    (reliable, transient local)
+    /memnav/scene_graph_markers visualization_msgs/MarkerArray (places as spheres coloured by room, traversability
+                                edges as a line list, room labels; frame `frame_id`), at most every
+                                markers_period_s and only after a change
+Services (std_srvs/Trigger):
+    ~/save    every insert is already committed in its own SQLite transaction: confirms that and reports
+              the counts (fails, saying so, when db_path is empty: a RAM-only memory cannot be saved)
+    ~/clear   forget everything: the working buffer, and the long-term memory with its database file
+    ~/query   message = JSON of the top-k places for the latest goal embedding (fails, saying so, before one)
+Parameters: the fields of MemoryNodeConfig, of SceneGraphConfig (db_path "" = RAM only, lost at exit; a file
+is created or loaded, so the memory survives restarts) and of WorkingBufferConfig (prefix "buffer.").
+Time sync: an embedding is inserted with the latest odometry stamped at or before it (at most odom_max_age_s
+older). An embedding newer than all odometry received waits up to odom_wait_s for odometry to catch up. A
+re-sent embedding (same stamp as the last insert) is skipped; an older one is dropped with a warning (the memory's
+time never goes backwards).
+Detections: not subscribed yet. No node publishes object detections (the simulator bridge sends no semantic
+images and vision_msgs is not on PyPI), so places carry no objects; memnav.core.detections builds the
+ObjectDetection list insert_observation takes once a detection topic exists.
+Bad messages are dropped with a throttled warning and counted; the node never dies on one.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from memnav.core.memory import SceneGraphConfig, WorkingBufferConfig
+
+
+@dataclass
+class SceneGraphParams(SceneGraphConfig):
+    """SceneGraphConfig as ROS parameters: a parameter cannot be None, so db_path "" means RAM only."""
+
+    db_path: str = ""
+
+    def to_config(self) -> SceneGraphConfig:
+        values = {f.name: getattr(self, f.name) for f in fields(SceneGraphConfig)}
+        return SceneGraphConfig(**dict(values, db_path=self.db_path or None))
+
+
+@dataclass
+class MemoryNodeConfig:
+    """Publishing and time sync.
+
+    Attributes:
+        frame_id: frame of the markers (the memory frame: odometry corrected at loop closures).
+        markers_period_s: shortest interval between marker arrays (0 = never publish markers), seconds.
+        snapshot_period_s: shortest interval between JSON snapshots (0 = never), seconds.
+        snapshot_max_places: above this many places the snapshot lists counts only (0 = no limit).
+        retrieval_k: places per retrieval list (/memnav/retrievals and ~/query).
+        odom_queue_size: odometry messages kept for pairing by stamp.
+        odom_wait_s: how long an embedding newer than all odometry waits for odometry, seconds (wall clock).
+        odom_max_age_s: the odometry used may be at most this much older than the embedding, seconds.
+    """
+
+    frame_id: str = "odom"
+    markers_period_s: float = 1.0
+    snapshot_period_s: float = 1.0
+    snapshot_max_places: int = 2000
+    retrieval_k: int = 8
+    odom_queue_size: int = 200
+    odom_wait_s: float = 0.5
+    odom_max_age_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.retrieval_k < 1 or self.odom_queue_size < 1 or self.snapshot_max_places < 0:
+            raise ValueError("MemoryNodeConfig: retrieval_k and odom_queue_size must be >= 1, snapshot_max_places >= 0")
+        for name in ("markers_period_s", "snapshot_period_s", "odom_wait_s", "odom_max_age_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"MemoryNodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+
+
+# (prefix, dataclass) of every parameter group this node declares, in declaration order
+PARAMETER_GROUPS = (("", MemoryNodeConfig), ("", SceneGraphParams), ("buffer.", WorkingBufferConfig))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import rclpy
+    from nav_msgs.msg import Odometry
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import String
+    from std_srvs.srv import Trigger
+    from visualization_msgs.msg import MarkerArray
+
+    from memnav.core.memory import InvalidInputError, MemoryStoreError, SceneGraphMemory, WorkingBuffer
+    from memnav.ros import conversions as conv
+    from memnav.ros.embedding_msgs import image_to_embedding, stamp_to_ns
+    from memnav.ros.params import declare_dataclass
+    from memnav.ros.scene_graph_msgs import retrievals_body, scene_graph_markers, scene_graph_snapshot
+    from memnav.ros.stamp_sync import StampedQueue
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = Node("memory_node")
+    cfg = declare_dataclass(node, MemoryNodeConfig)
+    graph_cfg = declare_dataclass(node, SceneGraphParams).to_config()
+    buffer_cfg = declare_dataclass(node, WorkingBufferConfig, prefix="buffer.")
+    if buffer_cfg.embedding_dim != graph_cfg.embedding_dim:
+        raise ValueError(f"buffer.embedding_dim {buffer_cfg.embedding_dim} differs from embedding_dim "
+                         f"{graph_cfg.embedding_dim}: both must be the encoder's embedding length")
+    st = {"memory": SceneGraphMemory.from_config(graph_cfg), "goal": None, "pose": None, "last_ns": None,
+          "dropped": 0, "duplicates": 0, "markers_dirty": True, "snapshot_dirty": True}
+    buffer = WorkingBuffer.from_config(buffer_cfg)
+    node.get_logger().info(f"memory {graph_cfg.db_path or 'in RAM only'}: {st['memory'].stats().places} places")
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    pub_event = node.create_publisher(String, "/memnav/memory_event", 50)
+    pub_retrievals = node.create_publisher(String, "/memnav/retrievals", 10)
+    pub_snapshot = node.create_publisher(String, "/memnav/scene_graph", latched)
+    pub_markers = node.create_publisher(MarkerArray, "/memnav/scene_graph_markers", 1)
+    odoms: StampedQueue = StampedQueue(cfg.odom_queue_size)
+    pending: list[tuple[int, float, object]] = []   # (stamp_ns, wall arrival, embedding) awaiting odometry
+    max_age_ns = int(cfg.odom_max_age_s * 1e9)
+
+    def drop(what: str, err: Exception) -> None:
+        st["dropped"] += 1
+        node.get_logger().warn(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
+
+    def query(stamp_ns: int | None) -> str:
+        goal_ns, goal = st["goal"]
+        return json.dumps(retrievals_body(st["memory"], goal, cfg.retrieval_k, st["pose"], stamp_ns, goal_ns))
+
+    def insert(stamp_ns: int, emb) -> None:
+        match = odoms.at_or_before(stamp_ns)
+        if match is None or stamp_ns - match[0] > max_age_ns:
+            drop("embedding", RuntimeError(f"no odometry within odom_max_age_s {cfg.odom_max_age_s} s at or "
+                                           f"before stamp {stamp_ns} ns"))
+            return
+        pose = match[1]
+        try:
+            result = st["memory"].insert_observation(stamp_ns, pose, emb)
+            buffer.add(stamp_ns, emb, pose)
+        except (InvalidInputError, MemoryStoreError) as err:
+            drop("embedding", err)
+            return
+        st.update(last_ns=stamp_ns, pose=pose, markers_dirty=True, snapshot_dirty=True)
+        event = {"stamp_ns": stamp_ns, "kind": result.kind.value, "node_id": result.node_id,
+                 "similarity": result.similarity, "merged_places": result.merged_places,
+                 "forgotten_places": result.forgotten_places, "buffer_size": len(buffer)}
+        pub_event.publish(String(data=json.dumps(event)))
+        if st["goal"] is not None:
+            pub_retrievals.publish(String(data=query(stamp_ns)))
+
+    def process() -> None:
+        newest = odoms.newest_stamp_ns
+        now = time.monotonic()
+        while pending:
+            stamp_ns, arrived, emb = pending[0]
+            if (newest is None or newest < stamp_ns) and now - arrived < cfg.odom_wait_s:
+                return   # odometry of that instant may still come
+            pending.pop(0)
+            insert(stamp_ns, emb)
+
+    def on_embedding(msg: Image) -> None:
+        try:
+            emb = image_to_embedding(msg, graph_cfg.embedding_dim)
+        except conv.MessageError as err:
+            drop("embedding", err)
+            return
+        t = stamp_to_ns(msg.header.stamp)
+        if t == st["last_ns"] or any(p[0] == t for p in pending):
+            st["duplicates"] += 1   # re-sent frame; an older stamp goes on to be refused by the memory, with a warning
+            return
+        pending.append((t, time.monotonic(), emb))
+        pending.sort(key=lambda p: p[0])
+        if len(pending) > 10:
+            drop("embedding", RuntimeError(f"no odometry for {cfg.odom_wait_s} s; queue full"))
+            pending.pop(0)
+        process()
+
+    def on_odom(msg: Odometry) -> None:
+        try:
+            odoms.push(stamp_to_ns(msg.header.stamp), conv.odometry_to_pose(msg))
+        except conv.MessageError as err:
+            drop("odometry", err)
+            return
+        process()
+
+    def on_goal(msg: Image) -> None:
+        try:
+            emb = image_to_embedding(msg, graph_cfg.embedding_dim)
+            buffer.set_goal(emb)
+        except (conv.MessageError, InvalidInputError) as err:
+            drop("goal embedding", err)
+            return
+        st["goal"] = (stamp_to_ns(msg.header.stamp), emb)
+
+    def publish_markers() -> None:
+        if st["markers_dirty"]:
+            st["markers_dirty"] = False
+            pub_markers.publish(scene_graph_markers(st["memory"], cfg.frame_id, node.get_clock().now().to_msg()))
+
+    def publish_snapshot() -> None:
+        if st["snapshot_dirty"]:
+            st["snapshot_dirty"] = False
+            body = dict(scene_graph_snapshot(st["memory"], cfg.snapshot_max_places), frame_id=cfg.frame_id)
+            pub_snapshot.publish(String(data=json.dumps(body)))
+
+    def srv_save(_req, resp):
+        stats = st["memory"].stats()
+        counts = {"db_path": graph_cfg.db_path, "places": stats.places, "objects": stats.objects, "rooms": stats.rooms}
+        resp.success = graph_cfg.db_path is not None
+        resp.message = (json.dumps(dict(counts, committed=True)) if resp.success else
+                        "db_path is empty: the memory lives in RAM only and cannot be saved; set db_path to persist it")
+        return resp
+
+    def srv_clear(_req, resp):
+        st["memory"].close()
+        if graph_cfg.db_path is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(graph_cfg.db_path + suffix).unlink(missing_ok=True)
+        st["memory"] = SceneGraphMemory.from_config(graph_cfg)
+        buffer.clear()
+        if st["goal"] is not None:
+            buffer.set_goal(st["goal"][1])
+        st.update(markers_dirty=True, snapshot_dirty=True)
+        publish_snapshot()
+        resp.success, resp.message = True, f"memory cleared ({graph_cfg.db_path or 'RAM only'})"
+        return resp
+
+    def srv_query(_req, resp):
+        if st["goal"] is None:
+            resp.success, resp.message = False, "no goal embedding received on /memnav/goal_embedding yet"
+        else:
+            resp.success, resp.message = True, query(st["last_ns"])
+        return resp
+
+    node.create_subscription(Image, "/memnav/embedding", on_embedding, 10)
+    node.create_subscription(Odometry, "/odom", on_odom, 50)
+    node.create_subscription(Image, "/memnav/goal_embedding", on_goal, latched)
+    node.create_service(Trigger, "~/save", srv_save)
+    node.create_service(Trigger, "~/clear", srv_clear)
+    node.create_service(Trigger, "~/query", srv_query)
+    node.create_timer(max(min(cfg.odom_wait_s / 2.0, 0.1), 0.01), process)
+    if cfg.markers_period_s > 0:
+        node.create_timer(cfg.markers_period_s, publish_markers)
+    if cfg.snapshot_period_s > 0:
+        node.create_timer(cfg.snapshot_period_s, publish_snapshot)
+        publish_snapshot()   # late joiners see a memory loaded from its file at once
+    try:
+        rclpy.spin(node)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        st["memory"].close()
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""`memnav record --out BAG [--storage mcap|sqlite3] [TOPIC ...]`: record live topics into a rosbag2 bag.
+
+A generic recorder (rclpy raw subscriptions -> `rosbags` writer) for machines without rosbag2: the bag is a
+rosbag2 folder (metadata.yaml version 8 + one .mcap or .db3 file) that `ros2 bag info/play` of Humble,
+Jazzy and Kilted read, and that `memnav eval-bag` and `memnav replay` take.
+
+Topics: the ones named, or every topic when none is named; the graph is re-checked every
+`--discovery-interval` seconds, so topics whose publishers appear later are picked up. Each topic is
+subscribed with QoS compatible with all its publishers (reliable only when every publisher is reliable,
+transient local when every publisher is, so latched topics such as /memnav/goal_image are recorded), and
+the publishers' QoS is stored as the topic's offered QoS (so `replay` offers the same). A topic whose type
+has no Python message package installed, or no definition in the Kilted typestore, is skipped with a
+warning. Messages are stored as received (CDR bytes), stamped with the node clock at reception (`--ros-args
+-p use_sim_time:=true` records /clock time).
+
+Recording ends at Ctrl-C, SIGTERM or after `--duration` seconds; the bag is then finished (index and
+metadata written). The output folder must not exist: a bag is never overwritten.
+For large images between processes over Fast DDS, see the FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA note in the
+README (set it for the publisher and the recorder alike).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from memnav.eval.bag_io import STORAGES, BagError, BagWriter, UnknownTypeError
+
+_ROS_QOS_TO_BAG = {"reliability": ("RELIABLE", "BEST_EFFORT"), "durability": ("TRANSIENT_LOCAL", "VOLATILE")}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("topics", nargs="*", metavar="TOPIC",
+                        help="topics to record (default: every topic in the graph, re-checked while recording)")
+    parser.add_argument("--out", type=Path, required=True, metavar="BAG",
+                        help="bag folder to create (must not exist)")
+    parser.add_argument("--storage", choices=STORAGES, default="mcap", help="storage format of the bag")
+    parser.add_argument("--duration", type=float, default=0.0, metavar="S",
+                        help="stop after this many seconds of wall time (0 = until Ctrl-C or SIGTERM)")
+    parser.add_argument("--discovery-interval", type=float, default=0.5, metavar="S",
+                        help="how often the graph is checked for new topics, seconds")
+    parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
+                        help="everything after this goes to ROS (e.g. -p use_sim_time:=true, -r __node:=NAME)")
+
+
+def message_class(msgtype: str) -> Any:
+    """The Python class of a ROS message type name such as "sensor_msgs/msg/Image".
+
+    Raises:
+        ImportError: its package is not installed (naming the type).
+    """
+    parts = msgtype.split("/")
+    if len(parts) != 3 or parts[1] != "msg":
+        raise ImportError(f"{msgtype!r} is not a message type name (package/msg/Type)")
+    try:
+        return getattr(importlib.import_module(f"{parts[0]}.msg"), parts[2])
+    except (ImportError, AttributeError) as err:
+        raise ImportError(f"message type {msgtype}: Python package {parts[0]} is not installed or lacks "
+                          f"{parts[2]} ({err})") from err
+
+
+def subscription_qos(infos: list[Any]) -> tuple[Any, bool, bool]:
+    """QoS matching every publisher in `infos` (rclpy TopicEndpointInfo): (profile, reliable, transient local)."""
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    reliable = bool(infos) and all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
+    latched = bool(infos) and all(i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
+    profile = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
+                         reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+    return profile, reliable, latched
+
+
+def offered_qos(infos: list[Any]) -> list[Any]:
+    """rosbags `Qos` tuples of the publishers' profiles (what rosbag2 stores as offered_qos_profiles)."""
+    from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+
+    from memnav.eval.bag_io import qos_profile
+
+    return [qos_profile(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE,
+                        i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL,
+                        max(1, int(i.qos_profile.depth or 1))) for i in infos]
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.duration < 0 or args.discovery_interval <= 0:
+        raise ValueError("--duration must be >= 0 and --discovery-interval > 0")
+    if args.out.exists():
+        raise BagError(f"--out {args.out} exists already; a bag is never overwritten")
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+
+    rclpy.init(args=["memnav_record", "--ros-args", *args.ros_args] if args.ros_args else ["memnav_record"])
+    node = rclpy.create_node("memnav_record")
+    log = node.get_logger()
+    writer = BagWriter(args.out, args.storage)
+    wanted = set(args.topics)
+    subs: dict[str, Any] = {}
+    refused: set[str] = set()
+    state = {"done": False}
+
+    def make_callback(topic: str):
+        def on_message(raw: bytes) -> None:
+            writer.write_raw(topic, node.get_clock().now().nanoseconds, raw)
+        return on_message
+
+    def discover() -> None:
+        for topic, types in node.get_topic_names_and_types():
+            if topic in subs or topic in refused or (wanted and topic not in wanted):
+                continue
+            infos = node.get_publishers_info_by_topic(topic)
+            if not infos:
+                continue
+            msgtype = types[0]
+            try:
+                cls = message_class(msgtype)
+                writer.add_topic(topic, msgtype, offered_qos(infos))
+            except (ImportError, UnknownTypeError) as err:
+                refused.add(topic)
+                log.warn(f"not recording {topic}: {err}")
+                continue
+            profile, reliable, latched = subscription_qos(infos)
+            subs[topic] = node.create_subscription(cls, topic, make_callback(topic), profile, raw=True)
+            log.info(f"recording {topic} ({msgtype}, {'reliable' if reliable else 'best effort'}"
+                     f"{', transient local' if latched else ''})")
+
+    def stop(*_: object) -> None:
+        state["done"] = True
+
+    signal.signal(signal.SIGTERM, stop)
+    node.create_timer(args.discovery_interval, discover)
+    if args.duration > 0:
+        node.create_timer(args.duration, stop)
+    discover()
+    log.info(f"recording into {args.out} ({args.storage}); Ctrl-C to stop")
+    try:
+        while rclpy.ok() and not state["done"]:
+            rclpy.spin_once(node, timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        writer.close()
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    never = sorted(wanted - set(subs) - refused)
+    counts = ", ".join(f"{t}: {n}" for t, n in sorted(writer.counts.items())) or "no messages"
+    print(f"wrote {args.out} ({counts})")
+    if never:
+        print(f"memnav record: never saw a publisher of {', '.join(never)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,144 @@
+"""The scene-graph memory as messages: a JSON snapshot, RViz markers, retrieval lists.
+
+Poses are in the memory frame (the odometry frame corrected at loop closures; identical to odometry until
+the first one). Nothing here changes the memory.
+"""
+from __future__ import annotations
+
+import colorsys
+from collections.abc import Sequence
+
+from memnav.core.memory import EdgeKind, Retrieval, SceneGraphMemory
+from memnav.core.types import Pose2D
+
+PLACE_DIAMETER_M = 0.25
+EDGE_WIDTH_M = 0.03
+_NO_ROOM_RGBA = (0.6, 0.6, 0.6, 1.0)
+
+
+def room_rgba(room_id: int | None) -> tuple[float, float, float, float]:
+    """A stable, well-separated colour per room (golden-ratio hues); grey for no room."""
+    if room_id is None:
+        return _NO_ROOM_RGBA
+    r, g, b = colorsys.hsv_to_rgb((room_id * 0.618033988749895) % 1.0, 0.75, 0.95)
+    return (r, g, b, 1.0)
+
+
+def _places(memory: SceneGraphMemory) -> list[dict]:
+    out = []
+    for node_id in memory.place_ids().tolist():
+        p = memory.place(int(node_id))
+        out.append({"id": p.node_id, "x_m": p.pose.x_m, "y_m": p.pose.y_m, "yaw_rad": p.pose.yaw_rad,
+                    "room_id": p.room_id, "visit_count": p.visit_count, "first_seen_ns": p.first_seen_ns,
+                    "last_seen_ns": p.last_seen_ns})
+    return out
+
+
+def scene_graph_snapshot(memory: SceneGraphMemory, max_places: int = 0) -> dict:
+    """JSON-ready summary: counts always; places, rooms, objects and edges up to `max_places` places.
+
+    Args:
+        memory: the memory to describe.
+        max_places: above this many places only counts are listed (`truncated` true); 0 = no limit.
+    """
+    stats = memory.stats()
+    body: dict = {
+        "counts": {"places": stats.places, "objects": stats.objects, "rooms": stats.rooms,
+                   "traversable_edges": stats.traversable_edges, "observed_from_edges": stats.observed_from_edges,
+                   "graph_nodes": stats.graph_nodes, "graph_edges": stats.graph_edges},
+        "last_stamp_ns": stats.last_stamp_ns,
+        "drift_correction": list(memory.drift_correction),
+        "truncated": bool(max_places) and stats.places > max_places,
+    }
+    if body["truncated"]:
+        return body
+    places = _places(memory)
+    pose = {p["id"]: (p["x_m"], p["y_m"]) for p in places}
+    rooms = []
+    for room_id, members in sorted(memory.rooms().items()):
+        xy = [pose[m] for m in members if m in pose]
+        cx = sum(x for x, _ in xy) / len(xy) if xy else 0.0
+        cy = sum(y for _, y in xy) / len(xy) if xy else 0.0
+        rooms.append({"id": room_id, "place_ids": sorted(members), "x_m": cx, "y_m": cy})
+    edges = [{"a": int(min(a, b)), "b": int(max(a, b)), "kind": d["kind"].name.lower(),
+              "distance_m": d.get("distance_m")} for a, b, d in memory.graph.edges(data=True)]
+    edges.sort(key=lambda e: (e["a"], e["b"]))
+    objects = [{"id": o.id, "class_id": o.class_id, "label": o.label, "position_m": list(o.position_m),
+                "room_id": o.room_id, "observation_count": o.observation_count} for o in memory.objects()]
+    body.update(places=places, rooms=rooms, objects=objects, edges=edges)
+    return body
+
+
+def retrievals_json(hits: Sequence[Retrieval], robot: Pose2D | None) -> list[dict]:
+    """Retrieval hits with memory-frame poses and, when the robot's memory-frame pose is known, the pose of
+    each place relative to the robot (x forward, y left)."""
+    out = []
+    for h in hits:
+        item = {"node_id": h.node_id, "similarity": h.similarity,
+                "pose": {"x_m": h.pose.x_m, "y_m": h.pose.y_m, "yaw_rad": h.pose.yaw_rad}}
+        if robot is not None:
+            rel = h.pose.relative_to(robot)
+            item["relative"] = {"x_m": rel.x_m, "y_m": rel.y_m, "yaw_rad": rel.yaw_rad,
+                                "distance_m": (rel.x_m ** 2 + rel.y_m ** 2) ** 0.5}
+        out.append(item)
+    return out
+
+
+def retrievals_body(memory: SceneGraphMemory, goal, k: int, odometry_pose: Pose2D | None, stamp_ns: int | None,
+                    goal_stamp_ns: int | None) -> dict:
+    """JSON-ready top-k places for a goal embedding, relative to the robot at `odometry_pose` (when known).
+
+    Raises:
+        memnav.core.memory.InvalidInputError: a goal embedding of the wrong length.
+    """
+    robot = memory.to_memory_frame(odometry_pose) if odometry_pose is not None else None
+    return {"stamp_ns": stamp_ns, "goal_stamp_ns": goal_stamp_ns,
+            "robot": None if robot is None else {"x_m": robot.x_m, "y_m": robot.y_m, "yaw_rad": robot.yaw_rad},
+            "hits": retrievals_json(memory.retrieve(goal, k), robot)}
+
+
+def scene_graph_markers(memory: SceneGraphMemory, frame_id: str, stamp=None):
+    """visualization_msgs/MarkerArray: a DELETEALL, places as one sphere list coloured by room, traversability
+    edges as one line list, and a text label per room at its centroid."""
+    from geometry_msgs.msg import Point
+    from std_msgs.msg import ColorRGBA
+    from visualization_msgs.msg import Marker, MarkerArray
+
+    def marker(ns: str, mid: int, kind: int) -> Marker:
+        m = Marker(ns=ns, id=mid, type=kind, action=Marker.ADD)
+        m.header.frame_id = frame_id
+        if stamp is not None:
+            m.header.stamp = stamp
+        m.pose.orientation.w = 1.0
+        return m
+
+    clear = Marker(action=Marker.DELETEALL)
+    clear.header.frame_id = frame_id
+    places = marker("places", 0, Marker.SPHERE_LIST)
+    places.scale.x = places.scale.y = places.scale.z = PLACE_DIAMETER_M
+    pose: dict[int, tuple[float, float]] = {}
+    for node_id in memory.place_ids().tolist():
+        p = memory.place(int(node_id))
+        pose[p.node_id] = (p.pose.x_m, p.pose.y_m)
+        places.points.append(Point(x=p.pose.x_m, y=p.pose.y_m, z=0.0))
+        places.colors.append(ColorRGBA(**dict(zip("rgba", room_rgba(p.room_id)))))
+    edges = marker("edges", 0, Marker.LINE_LIST)
+    edges.scale.x = EDGE_WIDTH_M
+    edges.color = ColorRGBA(r=0.9, g=0.9, b=0.9, a=0.8)
+    for a, b, d in memory.graph.edges(data=True):
+        if d["kind"] is EdgeKind.TRAVERSABLE and a in pose and b in pose:
+            edges.points += [Point(x=pose[a][0], y=pose[a][1]), Point(x=pose[b][0], y=pose[b][1])]
+    out = MarkerArray(markers=[clear, places, edges])
+    for room_id, members in sorted(memory.rooms().items()):
+        xy = [pose[m] for m in members if m in pose]
+        if not xy:
+            continue
+        label = marker("rooms", int(room_id), Marker.TEXT_VIEW_FACING)
+        label.pose.position.x = sum(x for x, _ in xy) / len(xy)
+        label.pose.position.y = sum(y for _, y in xy) / len(xy)
+        label.pose.position.z = 0.5
+        label.scale.z = 0.3
+        label.color = ColorRGBA(**dict(zip("rgba", room_rgba(room_id))))
+        label.text = f"room {room_id} ({len(xy)})"
+        out.markers.append(label)
+    return out

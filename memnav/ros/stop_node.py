@@ -1,0 +1,184 @@
+"""stop_node: is the robot at the goal? A calibrated goal belief and the value-of-information stop rule.
+
+Subscribes:
+    /memnav/embedding           sensor_msgs/Image 32FC1 1 x D (encoder_node; header = its colour frame's)
+    /memnav/goal_embedding      sensor_msgs/Image 32FC1 1 x D                    (reliable, transient local)
+    /camera/color/image_raw     sensor_msgs/Image rgb8/bgr8/... (for verification)  (sensor-data QoS)
+    /memnav/goal_image          sensor_msgs/Image (for verification)              (reliable, transient local)
+Publishes:
+    /memnav/stop_decision       std_msgs/String JSON per embedding once a goal is known {stamp_ns, goal_stamp_ns,
+                                stop, belief, reason (StopReason name), similarity, verification, verification_ran,
+                                voi, value_stop, value_look}
+Parameters: the fields of StopNodeConfig, VoIStopConfig (prefix "voi.") and VerificationConfig (prefix
+"verification.").
+Belief: GoalBeliefCalibrator (`memnav train stop`) on the features it was fitted with: the cosine similarity
+of the current and goal embeddings, and the ORB/RANSAC verification score of the goal image against the
+current colour image (goal first, as in training). Verification costs milliseconds, so it runs only when
+the similarity reaches `verify_min_similarity`; below that, and when the colour frame of the embedding's
+stamp or the goal image of the goal embedding's stamp is not at hand, the score is 0 (`verification_ran` false).
+Embeddings stamped before the goal image are skipped: they were taken before the goal was given. An embedding
+re-sent with the stamp of the last one decided (same goal) gets the same decision again, not recomputed.
+Bad messages are dropped with a throttled warning and counted; the node never dies on one.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+from memnav.core.stop import VoIStopConfig
+from memnav.core.verification import VerificationConfig
+
+FEATURES = ("similarity", "verification")
+
+
+@dataclass
+class StopNodeConfig:
+    """Calibration, verification gate and frame pairing.
+
+    Attributes:
+        calibration: goal-belief calibration JSON (`memnav train stop`); relative paths are looked up under the
+            package root, then the working directory.
+        verify_min_similarity: run geometric verification only at or above this embedding cosine similarity.
+        image_queue_size: recent colour frames kept to find the one an embedding was computed from.
+    """
+
+    calibration: str = "models/stop_calibration.json"
+    verify_min_similarity: float = 0.6
+    image_queue_size: int = 30
+
+    def __post_init__(self) -> None:
+        if not -1.0 <= self.verify_min_similarity <= 1.0 or self.image_queue_size < 1:
+            raise ValueError("StopNodeConfig: verify_min_similarity must be in [-1, 1] and image_queue_size >= 1, "
+                             f"got {self.verify_min_similarity!r} and {self.image_queue_size!r}")
+
+
+# (prefix, dataclass) of every parameter group this node declares, in declaration order
+PARAMETER_GROUPS = (("", StopNodeConfig), ("voi.", VoIStopConfig), ("verification.", VerificationConfig))
+
+
+def load_calibrator(path):
+    """The calibrator stored at `path`, checked to use this node's features.
+
+    Raises:
+        ValueError: the file is not a calibration JSON, or was fitted on other features.
+    """
+    from memnav.core.stop import GoalBeliefCalibrator
+
+    try:
+        cal = GoalBeliefCalibrator.from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a stop calibration JSON (feature_names, weights): {err}") from err
+    if cal.feature_names != FEATURES or cal.weights.shape != (len(FEATURES) + 1,):
+        raise ValueError(f"{path}: calibrated on features {cal.feature_names} with {cal.weights.size} weights; "
+                         f"stop_node computes {FEATURES}")
+    return cal
+
+
+def main(argv: list[str] | None = None) -> int:
+    import numpy as np
+    import rclpy
+    from rclpy.node import Node
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import String
+
+    from memnav.core.stop import VoIStopController
+    from memnav.core.verification import extract_features, verify_features
+    from memnav.ros import conversions as conv
+    from memnav.ros.embedding_msgs import image_to_embedding, stamp_to_ns
+    from memnav.ros.model_paths import resolve_model_path
+    from memnav.ros.params import declare_dataclass
+    from memnav.ros.stamp_sync import StampedQueue
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = Node("stop_node")
+    cfg = declare_dataclass(node, StopNodeConfig)
+    voi_cfg = declare_dataclass(node, VoIStopConfig, prefix="voi.")
+    ver_cfg = declare_dataclass(node, VerificationConfig, prefix="verification.")
+    calibrator = load_calibrator(resolve_model_path(cfg.calibration, "calibration"))
+    controller = VoIStopController.from_config(voi_cfg)
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    pub = node.create_publisher(String, "/memnav/stop_decision", 10)
+    colours: StampedQueue = StampedQueue(cfg.image_queue_size)   # raw colour messages by stamp
+    # goal embedding (stamp, vector); goal image features (stamp, Features): they belong together when the
+    # stamps agree (encoder_node copies the goal image's header)
+    st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None}
+
+    def drop(what: str, err: Exception) -> None:
+        st["dropped"] += 1
+        node.get_logger().warn(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
+
+    def verification(stamp_ns: int, goal_ns: int) -> float | None:
+        """Verification score of the colour frame at `stamp_ns` against the goal, None if either is missing."""
+        frame = colours.nearest(stamp_ns, 0)
+        features = st["goal_features"]
+        if frame is None or features is None or features[0] != goal_ns:
+            return None
+        try:
+            current = extract_features(conv.image_to_rgb(frame[1]), ver_cfg)
+        except (conv.MessageError, ValueError) as err:
+            drop("colour image", err)
+            return None
+        return verify_features(features[1], current, ver_cfg).score
+
+    def on_embedding(msg: Image) -> None:
+        if st["goal"] is None:
+            return
+        goal_ns, goal = st["goal"]
+        try:
+            emb = image_to_embedding(msg, goal.size)
+        except conv.MessageError as err:
+            drop("embedding", err)
+            return
+        t = stamp_to_ns(msg.header.stamp)
+        if t < goal_ns:
+            st["stale"] += 1
+            return
+        key = (t, goal_ns, st["goal_features"][0] if st["goal_features"] is not None else None)
+        if st["last"] is not None and st["last"][0] == key:
+            pub.publish(st["last"][1])   # a re-sent frame: the same decision, without re-verifying
+            return
+        sim = float(np.dot(emb, goal) / (np.linalg.norm(emb) * np.linalg.norm(goal)))
+        score = verification(t, goal_ns) if sim >= cfg.verify_min_similarity else None
+        belief = float(calibrator.predict(np.array([sim, score or 0.0]))[0])
+        decision = controller.decide(belief)
+        body = {"stamp_ns": t, "goal_stamp_ns": goal_ns, "stop": decision.stop, "belief": decision.belief,
+                "reason": decision.reason.name, "similarity": sim, "verification": score or 0.0,
+                "verification_ran": score is not None, "voi": decision.voi, "value_stop": decision.value_stop,
+                "value_look": decision.value_look}
+        st["last"] = (key, String(data=json.dumps(body)))
+        pub.publish(st["last"][1])
+
+    def on_goal_embedding(msg: Image) -> None:
+        try:
+            st.update(goal=(stamp_to_ns(msg.header.stamp), image_to_embedding(msg)), last=None)
+        except conv.MessageError as err:
+            drop("goal embedding", err)
+
+    def on_goal_image(msg: Image) -> None:
+        try:
+            st["goal_features"] = (stamp_to_ns(msg.header.stamp), extract_features(conv.image_to_rgb(msg), ver_cfg))
+        except (conv.MessageError, ValueError) as err:
+            drop("goal image", err)
+
+    def on_colour(msg: Image) -> None:
+        colours.push(stamp_to_ns(msg.header.stamp), msg)   # converted only if verification needs it
+
+    node.create_subscription(Image, "/memnav/embedding", on_embedding, 10)
+    node.create_subscription(Image, "/memnav/goal_embedding", on_goal_embedding, latched)
+    node.create_subscription(Image, "/memnav/goal_image", on_goal_image, latched)
+    node.create_subscription(Image, "/camera/color/image_raw", on_colour, qos_profile_sensor_data)
+    try:
+        rclpy.spin(node)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
