@@ -14,6 +14,7 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.yaml")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/models", glob("models/*.pt") + glob("models/*.json")),
     ],
     package_data={PACKAGE: ["py.typed"]},
     install_requires=["numpy", "setuptools"],

@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("memnav.eval.evaluate", "evaluate an agent on ImageNav episodes (success, SPL, SoftSPL)"),
     "launch": ("memnav.ros.launch_command",
                "run a ROS 2 YAML launch file (args, nodes, params, remaps) and supervise its processes"),
+    "record": ("memnav.ros.record_command", "record live topics into a rosbag2 bag (mcap or sqlite3)"),
+    "replay": ("memnav.ros.replay_command", "publish a bag into the live graph with /clock (rate, loop, remaps)"),
+    "eval-bag": ("memnav.eval.eval_bag",
+                 "offline evaluation of a bag: place recognition, loop closures, memory growth, stop, latency"),
 }
 
 # bench target -> (module, one-line help); each module has add_arguments(parser) and run(args) -> dict
@@ -26,6 +30,7 @@ BENCH_TARGETS: dict[str, tuple[str, str]] = {
     "memory": ("memnav.eval.bench_memory", "long-term memory insert/retrieve latency and patrol growth"),
     "encoder": ("memnav.eval.bench_encoder", "encoder place-recognition recall@1 vs baselines, latency"),
     "agent": ("memnav.eval.bench_agent", "per-step latency of encoder + memory + policy + stop"),
+    "replay": ("memnav.eval.bench_replay", "offline bag evaluation speed as a multiple of real time (10 Hz RGB-D)"),
 }
 
 # train target -> (module, one-line help)

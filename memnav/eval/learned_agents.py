@@ -18,12 +18,12 @@ from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig
 from memnav.core.policy import load_policy
 from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.types import Action, Observation
+from memnav.paths import MODELS
 
 if TYPE_CHECKING:
     from memnav.sim.base import Simulator
     from memnav.sim.episodes import Episode
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 
 # agent name -> (default checkpoint file in models/, memory kind, stop rule)
 LEARNED: dict[str, tuple[str, MemoryKind, str]] = {

@@ -1,0 +1,596 @@
+"""Reading and writing rosbag2 recordings without ROS (pure Python, over `rosbags`).
+
+`BagFile(path)` opens, read-only, any of
+- a rosbag2 folder (metadata.yaml, metadata versions 1-9, sqlite3 or mcap storage, zstd compression), as
+  written by `ros2 bag record` of Humble, Iron, Jazzy or Kilted, by `memnav record` or by `rosbags`;
+- a single `.mcap` file (profile "ros2", e.g. written by the `mcap` + `mcap-ros2-support` libraries or
+  by rosbag2 without its folder) or a single `.db3` file;
+- a folder without metadata.yaml that holds exactly one `.mcap` or `.db3` file (a recording whose
+  recorder was killed before it wrote the metadata).
+
+Message types are resolved by a typestore built for the bag's ROS distribution (from `ros_distro` in
+the metadata, else the metadata version: 5 Humble, 6-7 Iron, else Kilted), overlaid with the message
+definitions stored in the bag itself (mcap schemas, sqlite3 `message_definitions`), so custom types
+of other projects decode too.
+
+Robust iteration (`BagFile.messages`): a message of a type no definition is known for, or whose bytes
+do not deserialize, is skipped and counted per topic (`ReadCounts`); log times going backwards are
+counted; a `.mcap` file cut short (no footer, a partial chunk: a recorder killed mid-write) is read up
+to the damage with a streaming reader and flagged `truncated`. A file that is not a bag at all raises
+`BagError` naming it. Nothing is ever written to the input: sqlite3 files are opened immutable, mcap
+files read-only.
+
+`BagWriter` writes rosbag2 folders (metadata version 8, which the `ros2 bag` tools of Humble, Jazzy
+and Kilted all read; version 9 stores QoS profiles in a layout Humble does not parse) with mcap or
+sqlite3 storage.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BagError", "BagFile", "BagMessage", "BagWriter", "ReadCounts", "STORAGES", "TopicInfo",
+           "UnknownTypeError", "typestore_for_distro"]
+
+STORAGES = ("mcap", "sqlite3")
+
+# ROS distribution name -> rosbags store name
+_DISTRO_STORES = {"humble": "ros2_humble", "iron": "ros2_iron", "jazzy": "ros2_jazzy", "kilted": "ros2_kilted",
+                  "rolling": "ros2_kilted", "foxy": "ros2_foxy", "galactic": "ros2_galactic"}
+DEFAULT_DISTRO = "kilted"
+WRITER_METADATA_VERSION = 8
+
+
+class BagError(RuntimeError):
+    """A bag cannot be opened or read (names the file and what is wrong with it)."""
+
+
+class UnknownTypeError(BagError):
+    """A message type has no definition in the typestore or in the bag."""
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """One topic of a bag.
+
+    Attributes:
+        name: topic name.
+        msgtype: ROS message type, e.g. "sensor_msgs/msg/Image".
+        count: messages in the bag (from its index or metadata; 0 when unknown).
+        known: whether the type can be deserialized (definition in the typestore or the bag).
+        qos: offered QoS profiles recorded with the topic (rosbags `Qos` tuples), may be empty.
+    """
+
+    name: str
+    msgtype: str
+    count: int
+    known: bool
+    qos: tuple = ()
+
+
+@dataclass
+class BagMessage:
+    """One message read from a bag.
+
+    Attributes:
+        topic: topic name.
+        msgtype: ROS message type.
+        log_time_ns: the time the recorder received it, ns.
+        raw: the serialized message (CDR).
+        msg: the deserialized message (rosbags dataclass), or None when not decoded.
+    """
+
+    topic: str
+    msgtype: str
+    log_time_ns: int
+    raw: bytes
+    msg: Any = None
+
+
+@dataclass
+class ReadCounts:
+    """What iteration read and skipped, per topic.
+
+    Attributes:
+        read: messages yielded.
+        unknown_type: messages skipped because no definition of their type is known.
+        deserialize_error: messages skipped because their bytes did not deserialize.
+        log_time_out_of_order: messages whose log time is earlier than the previous message's (yielded).
+        truncated: the storage file ended early or is damaged; messages after the damage are lost.
+        truncated_reason: what the reader found at the damage.
+    """
+
+    read: Counter = field(default_factory=Counter)
+    unknown_type: Counter = field(default_factory=Counter)
+    deserialize_error: Counter = field(default_factory=Counter)
+    log_time_out_of_order: int = 0
+    truncated: bool = False
+    truncated_reason: str = ""
+
+    def to_json(self) -> dict:
+        return {"read": dict(sorted(self.read.items())), "unknown_type": dict(sorted(self.unknown_type.items())),
+                "deserialize_error": dict(sorted(self.deserialize_error.items())),
+                "log_time_out_of_order": self.log_time_out_of_order, "truncated": self.truncated,
+                "truncated_reason": self.truncated_reason}
+
+
+def typestore_for_distro(distro: str | None = None):
+    """A fresh rosbags typestore with the standard messages of a ROS 2 distribution (default Kilted).
+
+    Raises:
+        ValueError: an unknown distribution name.
+    """
+    from rosbags.typesys import Stores, get_typestore
+
+    name = (distro or DEFAULT_DISTRO).lower()
+    if name not in _DISTRO_STORES:
+        raise ValueError(f"unknown ROS distribution {distro!r}; expected one of {sorted(_DISTRO_STORES)}")
+    return get_typestore(Stores(_DISTRO_STORES[name]))
+
+
+def _distro_of(ros_distro: str | None, metadata_version: int | None) -> str:
+    if ros_distro and ros_distro.lower() in _DISTRO_STORES:
+        return ros_distro.lower()
+    if metadata_version is not None and metadata_version <= 5:
+        return "humble"
+    if metadata_version in (6, 7):
+        return "iron"
+    return DEFAULT_DISTRO
+
+
+def _parse_definition(msgtype: str, fmt: str, text: str) -> dict:
+    """Types (rosbags parse trees) defined by one stored message definition ("MSG" or "IDL" format)."""
+    from rosbags.typesys import get_types_from_idl, get_types_from_msg
+
+    if fmt == "MSG":
+        return dict(get_types_from_msg(text, msgtype))
+    sep = "=" * 80 + "\n"
+    types: dict = {}
+    if text.startswith(f"{sep}IDL: "):
+        for part in text.split(sep)[1:]:
+            _, idl = part.split("\n", 1)
+            types.update(get_types_from_idl(idl))
+    else:
+        types.update(get_types_from_idl(text))
+    return types
+
+
+def _same_fields(a: tuple, b: tuple) -> bool:
+    return [(x[0].lower(), x[1]) for x in a[1]] == [(x[0].lower(), x[1]) for x in b[1]]
+
+
+def build_typestore(distro: str, definitions: Iterable[tuple[str, str, str]]) -> tuple[Any, list[str]]:
+    """The distribution's typestore overlaid with definitions stored in a bag.
+
+    Args:
+        distro: ROS distribution whose standard messages form the base.
+        definitions: (msgtype, format "MSG"/"IDL", text) of each definition found in the bag.
+
+    Returns:
+        (typestore, warnings): definitions that do not parse are left out with a warning; a stored
+        definition that differs from the distribution's replaces it (the bag was written with it).
+    """
+    from rosbags.typesys import get_typestore
+    from rosbags.typesys.stores import Stores
+
+    base = typestore_for_distro(distro)
+    overlay: dict = {}
+    warnings: list[str] = []
+    for msgtype, fmt, text in definitions:
+        if not text.strip():
+            continue
+        try:
+            overlay.update(_parse_definition(msgtype, fmt, text))
+        except Exception as err:  # noqa: BLE001 - a foreign definition may be malformed in any way
+            warnings.append(f"definition of {msgtype} stored in the bag does not parse ({err}); "
+                            f"using the {distro} definition if there is one")
+    if not overlay:
+        return base, warnings
+    conflicts = [name for name, tree in overlay.items()
+                 if name in base.fielddefs and not _same_fields(base.fielddefs[name], tree)]
+    if not conflicts:
+        new = {k: v for k, v in overlay.items() if k not in base.fielddefs}
+        if new:
+            base.register(new)
+        return base, warnings
+    merged = dict(base.fielddefs)
+    merged.update(overlay)
+    store = get_typestore(Stores.EMPTY)
+    store.register(merged)
+    return store, warnings
+
+
+_MCAP_MAGIC = b"\x89MCAP0\r\n"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class BagFile:
+    """A rosbag2 recording opened read-only (see the module docstring for what is accepted).
+
+    Args:
+        path: rosbag2 folder, `.mcap` file or `.db3` file.
+        distro: ROS distribution whose standard message definitions decode the bag; None picks it from
+            the bag's metadata (default Kilted).
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        BagError: `path` is not a readable bag (naming the file and the reason).
+    """
+
+    def __init__(self, path: Path | str, distro: str | None = None) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise FileNotFoundError(f"bag {self.path} does not exist")
+        self.warnings: list[str] = []
+        self.counts = ReadCounts()
+        self.metadata_version: int | None = None
+        self.ros_distro: str | None = None
+        self._reader: Any = None
+        self._stream_path: Path | None = None   # salvage mode: a damaged .mcap read sequentially
+        self._stream_topics: dict[str, TopicInfo] = {}
+        self._stream_definitions: list[tuple[str, str, str]] = []
+        self.storage_path = self._resolve_storage()
+        self._metadata_storage = ""
+        self._open()
+        if self.storage_path.is_dir():
+            self.storage = self._metadata_storage or "unknown"
+        else:
+            self.storage = "mcap" if self.storage_path.suffix == ".mcap" else "sqlite3"
+        self.distro = distro.lower() if distro else _distro_of(self.ros_distro, self.metadata_version)
+        self.typestore, warnings = build_typestore(self.distro, self._definitions())
+        self.warnings += warnings
+        # facts kept after close()
+        self._topics = self._read_topics()
+        if self._stream_path is not None:
+            self._count, self._span = sum(i.count for i in self._stream_topics.values()), None
+        else:
+            self._count = int(self._reader.message_count)
+            self._span = (int(self._reader.start_time), int(self._reader.end_time) - 1) if self._count else None
+
+    # -- opening -----------------------------------------------------------------------------------------
+
+    def _resolve_storage(self) -> Path:
+        """The storage file to read (the folder itself when it has metadata.yaml)."""
+        p = self.path
+        if p.is_dir():
+            if (p / "metadata.yaml").is_file():
+                return p
+            files = sorted([*p.glob("*.mcap"), *p.glob("*.db3")])
+            if len(files) != 1:
+                raise BagError(f"{p}: not a rosbag2 folder (no metadata.yaml) and holds {len(files)} "
+                               ".mcap/.db3 files instead of exactly one")
+            self.warnings.append(f"{p} has no metadata.yaml (recorder killed?); reading {files[0].name} directly")
+            return files[0]
+        if p.suffix not in (".mcap", ".db3"):
+            raise BagError(f"{p}: unsupported bag file; expected a rosbag2 folder, a .mcap or a .db3 file")
+        return p
+
+    def _open(self) -> None:
+        from rosbags.rosbag2 import Reader, ReaderError
+
+        target = self.storage_path
+        if target.is_dir():
+            self._read_metadata_fields(target / "metadata.yaml")
+        else:
+            self._check_magic(target)
+        try:
+            reader = Reader(target)
+            reader.open()
+        except (ReaderError, KeyError, ValueError, OSError, AssertionError, IndexError, TypeError) as err:
+            mcap_file = self._single_mcap(target)
+            if mcap_file is None:
+                raise BagError(f"{target}: cannot read bag: {err}") from err
+            self.warnings.append(f"{mcap_file.name}: {err}; reading it sequentially up to the damage")
+            self._open_stream(mcap_file)
+            return
+        except Exception as err:  # apsw / sqlite errors have no common base with the above
+            raise BagError(f"{target}: cannot read bag: {type(err).__name__}: {err}") from err
+        self._reader = reader
+
+    def _single_mcap(self, target: Path) -> Path | None:
+        """The one .mcap file a damaged bag consists of (salvage candidate), else None."""
+        if target.suffix == ".mcap":
+            return target
+        files = sorted(target.glob("*.mcap")) if target.is_dir() else []
+        return files[0] if len(files) == 1 else None
+
+    def _check_magic(self, path: Path) -> None:
+        with path.open("rb") as f:
+            head = f.read(16)
+        if not head:
+            raise BagError(f"{path}: the file is empty")
+        if path.suffix == ".mcap" and not head.startswith(_MCAP_MAGIC):
+            raise BagError(f"{path}: not an MCAP file (bad magic bytes)")
+        if path.suffix == ".db3" and not head.startswith(_SQLITE_MAGIC):
+            raise BagError(f"{path}: not an SQLite database (bad header)")
+
+    def _read_metadata_fields(self, yaml_path: Path) -> None:
+        import yaml
+
+        try:
+            doc = yaml.safe_load(yaml_path.read_text())
+            info = doc["rosbag2_bagfile_information"]
+            self.metadata_version = int(info["version"])
+            self._metadata_storage = str(info.get("storage_identifier", ""))
+            distro = info.get("ros_distro")
+            self.ros_distro = str(distro) if distro else None
+        except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
+            raise BagError(f"{yaml_path}: not a rosbag2 metadata file: {err}") from err
+
+    def _open_stream(self, path: Path) -> None:
+        """Salvage mode: index a damaged .mcap by reading it sequentially (schemas, channels, counts)."""
+        try:
+            import mcap  # noqa: F401
+        except ImportError as err:
+            raise BagError(f"{path}: the file is damaged and reading it sequentially needs the `mcap` package "
+                           f"(pip install mcap)") from err
+        with path.open("rb") as f:
+            if f.read(8) != _MCAP_MAGIC:
+                raise BagError(f"{path}: not an MCAP file (bad magic bytes)")
+        self._stream_path = path
+        counts: Counter = Counter()
+        channels: dict[str, str] = {}
+        for kind, payload in self._stream_records(path, count_only=True):
+            if kind == "schema":
+                self._stream_definitions.append(payload)
+            elif kind == "channel":
+                channels.setdefault(payload[0], payload[1])
+            elif kind == "message":
+                counts[payload[0]] += 1
+        self._stream_topics = {t: TopicInfo(t, mt, counts[t], False) for t, mt in channels.items()}
+
+    def _stream_records(self, path: Path, count_only: bool = False) -> Iterator[tuple[str, tuple]]:
+        """Yield ("schema", (name, fmt, text)), ("channel", (topic, type)), ("message", (topic, type, t, data))
+        in file order until the end or the first damage (then sets counts.truncated)."""
+        from mcap.records import Channel, Message, Schema
+        from mcap.stream_reader import StreamReader
+
+        schemas: dict[int, tuple[str, str, str]] = {}
+        channels: dict[int, tuple[str, str]] = {}
+        with path.open("rb") as f:
+            reader = StreamReader(f, skip_magic=False, record_size_limit=1 << 31)
+            try:
+                for rec in reader.records:
+                    if isinstance(rec, Schema):
+                        fmt = "IDL" if rec.encoding == "ros2idl" else "MSG"
+                        schemas[rec.id] = (rec.name, fmt, rec.data.decode(errors="replace"))
+                        yield "schema", schemas[rec.id]
+                    elif isinstance(rec, Channel):
+                        name = schemas.get(rec.schema_id, ("", "", ""))[0]
+                        if rec.message_encoding != "cdr":
+                            self.warnings.append(f"{path.name}: topic {rec.topic} uses message encoding "
+                                                 f"{rec.message_encoding!r}, not cdr; skipped")
+                            continue
+                        channels[rec.id] = (rec.topic, name)
+                        yield "channel", channels[rec.id]
+                    elif isinstance(rec, Message):
+                        ch = channels.get(rec.channel_id)
+                        if ch is None:
+                            continue
+                        yield "message", (ch[0], ch[1], rec.log_time, b"" if count_only else rec.data)
+            except Exception as err:  # noqa: BLE001 - any damage ends the readable part
+                reason = f"{type(err).__name__} {err}".strip()
+                if count_only:
+                    self.warnings.append(f"{path.name}: the readable part ends at a damaged or missing record "
+                                         f"({reason}); later messages are lost")
+                else:
+                    self.counts.truncated = True
+                    self.counts.truncated_reason = reason
+
+    def _definitions(self) -> list[tuple[str, str, str]]:
+        if self._stream_path is not None:
+            return list(self._stream_definitions)
+        from rosbags.interfaces import MessageDefinitionFormat
+
+        out = []
+        for conn in self._reader.connections:
+            if conn.msgdef.format in (MessageDefinitionFormat.MSG, MessageDefinitionFormat.IDL):
+                out.append((conn.msgtype, conn.msgdef.format.name, conn.msgdef.data))
+        return out
+
+    # -- information ---------------------------------------------------------------------------------------
+
+    def _read_topics(self) -> dict[str, TopicInfo]:
+        types = self.typestore.types
+        if self._stream_path is not None:
+            return {t: TopicInfo(t, i.msgtype, i.count, i.msgtype in types) for t, i in self._stream_topics.items()}
+        out: dict[str, TopicInfo] = {}
+        for conn in self._reader.connections:
+            if conn.topic in out:
+                prev = out[conn.topic]
+                out[conn.topic] = TopicInfo(prev.name, prev.msgtype, prev.count + conn.msgcount, prev.known, prev.qos)
+                continue
+            qos = tuple(getattr(conn.ext, "offered_qos_profiles", []) or [])
+            out[conn.topic] = TopicInfo(conn.topic, conn.msgtype, conn.msgcount, conn.msgtype in types, qos)
+        return out
+
+    @property
+    def topics(self) -> dict[str, TopicInfo]:
+        """Topic name -> TopicInfo (a topic recorded with two types keeps the first)."""
+        return dict(self._topics)
+
+    @property
+    def message_count(self) -> int:
+        """Messages in the bag according to its index or metadata (counted when read sequentially)."""
+        return self._count
+
+    @property
+    def start_ns(self) -> int | None:
+        """Log time of the first message (None when empty or read sequentially)."""
+        return None if self._span is None else self._span[0]
+
+    @property
+    def end_ns(self) -> int | None:
+        """Log time of the last message (None when empty or read sequentially)."""
+        return None if self._span is None else self._span[1]
+
+    @property
+    def format(self) -> str:
+        """"rosbag2" (folder with metadata), "mcap" or "sqlite3" (a bare storage file)."""
+        return "rosbag2" if self.storage_path.is_dir() else self.storage
+
+    def describe(self) -> dict:
+        """JSON-ready summary: path, format, storage, metadata version, distro, counts, topics."""
+        return {"path": str(self.path), "format": self.format, "storage": self.storage,
+                "metadata_version": self.metadata_version, "ros_distro": self.ros_distro,
+                "typestore_distro": self.distro, "message_count": self.message_count,
+                "salvaged": self._stream_path is not None,
+                "topics": {t: {"type": i.msgtype, "count": i.count, "known_type": i.known}
+                           for t, i in sorted(self.topics.items())}}
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def messages(self, topics: Iterable[str] | None = None, decode: bool = True) -> Iterator[BagMessage]:
+        """Messages of `topics` (all when None) in storage order (log-time order for indexed bags).
+
+        Messages of unknown types or that fail to deserialize are skipped and counted in `counts`; a
+        damaged file ends iteration early with `counts.truncated` set.
+        """
+        wanted = None if topics is None else set(topics)
+        types = self.typestore.types
+        last_t = -math.inf
+        for topic, msgtype, t, raw in self._raw(wanted):
+            if t < last_t:
+                self.counts.log_time_out_of_order += 1
+            last_t = max(last_t, t)
+            if msgtype not in types:
+                self.counts.unknown_type[topic] += 1
+                continue
+            msg = None
+            if decode:
+                try:
+                    msg = self.typestore.deserialize_cdr(raw, msgtype)
+                except Exception:  # noqa: BLE001 - corrupt bytes raise many kinds of errors
+                    self.counts.deserialize_error[topic] += 1
+                    continue
+            self.counts.read[topic] += 1
+            yield BagMessage(topic, msgtype, t, raw, msg)
+
+    def _raw(self, wanted: set[str] | None) -> Iterator[tuple[str, str, int, bytes]]:
+        if self._stream_path is not None:
+            for kind, payload in self._stream_records(self._stream_path):
+                if kind == "message" and (wanted is None or payload[0] in wanted):
+                    yield payload
+            return
+        conns = [c for c in self._reader.connections if wanted is None or c.topic in wanted]
+        if not conns:
+            return
+        it = self._reader.messages(connections=conns)
+        while True:
+            try:
+                conn, t, raw = next(it)
+            except StopIteration:
+                return
+            except Exception as err:  # noqa: BLE001 - a damaged page/chunk in the middle of the file
+                self.counts.truncated = True
+                self.counts.truncated_reason = f"{type(err).__name__}: {err}".strip()
+                self.warnings.append(f"{self.storage_path}: reading stopped at damaged data: {err}")
+                return
+            yield conn.topic, conn.msgtype, int(t), bytes(raw)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __enter__(self) -> BagFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# writing
+
+
+def qos_profile(reliable: bool = True, transient_local: bool = False, depth: int = 10):
+    """A rosbags `Qos` tuple for a topic's offered QoS in the bag metadata."""
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    infinite = QosTime(2147483647, 4294967295)
+    return Qos(QosHistory.KEEP_LAST, depth, QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
+               QosDurability.TRANSIENT_LOCAL if transient_local else QosDurability.VOLATILE, infinite, infinite,
+               QosLiveliness.AUTOMATIC, infinite, False)
+
+
+_TYPE_RE = re.compile(r"^[A-Za-z][\w]*/msg/[A-Za-z][\w]*$")
+
+
+class BagWriter:
+    """Writes a rosbag2 folder (metadata version 8) with mcap or sqlite3 storage.
+
+    Args:
+        path: the bag folder to create; it must not exist.
+        storage: "mcap" (default) or "sqlite3".
+        typestore: where message definitions come from (default: Kilted's standard messages).
+
+    Raises:
+        BagError: the folder exists or the storage is unknown.
+    """
+
+    def __init__(self, path: Path | str, storage: str = "mcap", typestore: Any = None) -> None:
+        from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
+
+        if storage not in STORAGES:
+            raise BagError(f"unknown storage {storage!r}; expected one of {STORAGES}")
+        self.path = Path(path)
+        if self.path.exists():
+            raise BagError(f"{self.path} exists already; a bag is never overwritten")
+        self.typestore = typestore if typestore is not None else typestore_for_distro(DEFAULT_DISTRO)
+        plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+        self._writer = Writer(self.path, version=WRITER_METADATA_VERSION, storage_plugin=plugin)
+        try:
+            self._writer.open()
+        except WriterError as err:
+            raise BagError(f"{self.path}: cannot create bag: {err}") from err
+        self._conns: dict[str, Any] = {}
+        self.counts: Counter = Counter()
+
+    def add_topic(self, topic: str, msgtype: str, qos: Iterable = ()) -> None:
+        """Declare a topic (once). Raises UnknownTypeError when the typestore lacks `msgtype`."""
+        if topic in self._conns:
+            return
+        if not _TYPE_RE.match(msgtype) or msgtype not in self.typestore.types:
+            raise UnknownTypeError(f"topic {topic}: message type {msgtype!r} has no definition in the typestore")
+        self._conns[topic] = self._writer.add_connection(topic, msgtype, typestore=self.typestore,
+                                                         offered_qos_profiles=list(qos))
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self._conns
+
+    def write_raw(self, topic: str, log_time_ns: int, raw: bytes) -> None:
+        """Append one serialized (CDR) message to a declared topic."""
+        conn = self._conns.get(topic)
+        if conn is None:
+            raise BagError(f"{self.path}: topic {topic} was not declared with add_topic")
+        self._writer.write(conn, int(log_time_ns), raw)
+        self.counts[topic] += 1
+
+    def write(self, topic: str, msg: Any, log_time_ns: int, msgtype: str | None = None) -> None:
+        """Serialize a rosbags message object and append it (declaring the topic on first use)."""
+        msgtype = msgtype or msg.__msgtype__
+        if topic not in self._conns:
+            self.add_topic(topic, msgtype)
+        self.write_raw(topic, log_time_ns, bytes(self.typestore.serialize_cdr(msg, msgtype)))
+
+    def close(self) -> None:
+        """Finish the storage file and write metadata.yaml."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> BagWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        elif self._writer is not None:
+            self._writer.close()   # keep what was written: a partial recording is still a bag
+            self._writer = None

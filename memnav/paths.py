@@ -1,0 +1,50 @@
+"""Where memnav's own files live: the package root and the shipped models.
+
+An editable install (`pip install -e .`, `make setup`) uses the repository: `<repo>/models`. A regular
+install (`pip install .`, colcon) copies the models to `<prefix>/share/memnav/models` (setup.py
+data_files); that folder is used when the repository's is absent. No ROS imports here.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _models_dir() -> Path:
+    repo = PACKAGE_ROOT / "models"
+    if repo.is_dir():
+        return repo
+    installed = Path(sys.prefix) / "share" / "memnav" / "models"
+    return installed if installed.is_dir() else repo
+
+
+MODELS = _models_dir()
+
+
+def resolve_model_path(path: str, parameter: str) -> Path:
+    """The file a model parameter names: absolute as is, relative under the package root, the models
+    folder, then the working directory (a node started by a launch file runs in an arbitrary folder).
+
+    Args:
+        path: the parameter value.
+        parameter: the parameter name, for the error message.
+
+    Raises:
+        FileNotFoundError: naming the parameter and every place looked at.
+    """
+    if not path:
+        raise FileNotFoundError(f"parameter {parameter!r} is empty; expected a model file path")
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        candidates = [p]
+    else:
+        candidates = [PACKAGE_ROOT / p, Path.cwd() / p]
+        if p.parts and p.parts[0] == "models" and MODELS != PACKAGE_ROOT / "models":
+            candidates.insert(1, MODELS.joinpath(*p.parts[1:]))
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise FileNotFoundError(f"parameter {parameter!r}: model file {path!r} not found (looked at "
+                            f"{', '.join(str(c) for c in candidates)})")

@@ -1,0 +1,304 @@
+"""memnav.eval.bag_io: rosbag2 folders (metadata versions 5-9, sqlite3 and mcap), bare .mcap/.db3 files from
+independent writers, damaged and foreign files, and the guarantee that reading never modifies the input."""
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from memnav.eval.bag_io import BagError, BagFile, BagWriter, qos_profile, typestore_for_distro
+
+STORE = typestore_for_distro("kilted")
+T = STORE.types
+QOS_V5 = ("- history: 3\n  depth: 0\n  reliability: 1\n  durability: 2\n  deadline:\n    sec: 9223372036\n"
+          "    nsec: 854775807\n  lifespan:\n    sec: 9223372036\n    nsec: 854775807\n  liveliness: 1\n"
+          "  liveliness_lease_duration:\n    sec: 9223372036\n    nsec: 854775807\n"
+          "  avoid_ros_namespace_conventions: false")
+
+
+def _header(stamp_ns: int, frame: str = "map"):
+    return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9,
+                                                                        nanosec=stamp_ns % 10**9), frame_id=frame)
+
+
+def image(i: int, size: int = 8):
+    return T["sensor_msgs/msg/Image"](header=_header(10**9 + i * 10**8, "cam"), height=size, width=size,
+                                      encoding="rgb8", is_bigendian=0, step=size * 3,
+                                      data=np.full(size * size * 3, i % 256, np.uint8))
+
+
+def odom(i: int):
+    vec = T["geometry_msgs/msg/Vector3"](x=0.0, y=0.0, z=0.0)
+    pose = T["geometry_msgs/msg/Pose"](position=T["geometry_msgs/msg/Point"](x=0.1 * i, y=-0.2 * i, z=0.0),
+                                       orientation=T["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0))
+    return T["nav_msgs/msg/Odometry"](
+        header=_header(10**9 + i * 10**8, "odom"), child_frame_id="base_link",
+        pose=T["geometry_msgs/msg/PoseWithCovariance"](pose=pose, covariance=np.zeros(36)),
+        twist=T["geometry_msgs/msg/TwistWithCovariance"](twist=T["geometry_msgs/msg/Twist"](linear=vec, angular=vec),
+                                                         covariance=np.zeros(36)))
+
+
+def raw_messages(n: int = 10) -> list[tuple[str, str, int, bytes]]:
+    out = []
+    for i in range(n):
+        t = 10**9 + i * 10**8
+        out.append(("/camera/color/image_raw", "sensor_msgs/msg/Image", t,
+                    bytes(STORE.serialize_cdr(image(i), "sensor_msgs/msg/Image"))))
+        out.append(("/odom", "nav_msgs/msg/Odometry", t + 1,
+                    bytes(STORE.serialize_cdr(odom(i), "nav_msgs/msg/Odometry"))))
+    return out
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def read_all(path: Path, **kw) -> tuple[BagFile, list]:
+    before = tree_digest(path)
+    listing = sorted(path.parent.iterdir())
+    with BagFile(path, **kw) as bag:
+        msgs = list(bag.messages())
+    assert tree_digest(path) == before, "reading modified the bag"
+    assert sorted(path.parent.iterdir()) == listing, "reading created files next to the bag"
+    return bag, msgs
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_writer_round_trip_keeps_bytes_types_and_qos(tmp_path, storage):
+    msgs = raw_messages()
+    with BagWriter(tmp_path / "bag", storage) as w:
+        w.add_topic("/camera/color/image_raw", "sensor_msgs/msg/Image", [qos_profile(False, False, 5)])
+        w.add_topic("/odom", "nav_msgs/msg/Odometry", [qos_profile(True, True, 1)])
+        for topic, _, t, raw in msgs:
+            w.write_raw(topic, t, raw)
+    meta = yaml.safe_load((tmp_path / "bag" / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert meta["version"] == 8 and meta["storage_identifier"] == storage and meta["message_count"] == 20
+    bag, got = read_all(tmp_path / "bag")
+    assert [(m.topic, m.log_time_ns, m.raw) for m in got] == [(t, lt, r) for t, _, lt, r in msgs]
+    assert got[2].msg.data.tolist() == [1] * 8 * 8 * 3 and got[3].msg.pose.pose.position.x == pytest.approx(0.1)
+    assert bag.counts.read == {"/camera/color/image_raw": 10, "/odom": 10} and not bag.counts.truncated
+    topics = bag.topics
+    assert topics["/odom"].qos[0].durability.name == "TRANSIENT_LOCAL"
+    assert topics["/camera/color/image_raw"].qos[0].reliability.name == "BEST_EFFORT"
+    assert bag.describe()["format"] == "rosbag2" and bag.storage == storage
+    with pytest.raises(BagError, match="exists already"):
+        BagWriter(tmp_path / "bag")
+
+
+def _humble_db3(path: Path, msgs, with_schema_table: bool, types: dict[str, str] | None = None) -> None:
+    """A .db3 laid out as rosbag2 of Foxy/Humble writes it (no stored message definitions)."""
+    con = sqlite3.connect(path)
+    con.executescript(
+        "CREATE TABLE topics(id INTEGER PRIMARY KEY, name TEXT NOT NULL, type TEXT NOT NULL, "
+        "serialization_format TEXT NOT NULL, offered_qos_profiles TEXT NOT NULL);"
+        "CREATE TABLE messages(id INTEGER PRIMARY KEY, topic_id INTEGER NOT NULL, timestamp INTEGER NOT NULL, "
+        "data BLOB NOT NULL);"
+        "CREATE INDEX timestamp_idx ON messages (timestamp ASC);")
+    if with_schema_table:
+        con.executescript("CREATE TABLE schema(schema_version INTEGER PRIMARY KEY, ros_distro TEXT NOT NULL);"
+                          "INSERT INTO schema VALUES (3, 'humble');"
+                          "CREATE TABLE metadata(id INTEGER PRIMARY KEY, metadata_version INTEGER NOT NULL, "
+                          "metadata TEXT NOT NULL);")
+    ids: dict[str, int] = {}
+    for topic, msgtype, t, raw in msgs:
+        if topic not in ids:
+            ids[topic] = len(ids) + 1
+            con.execute("INSERT INTO topics VALUES (?, ?, ?, 'cdr', ?)",
+                        (ids[topic], topic, (types or {}).get(topic, msgtype), QOS_V5))
+        con.execute("INSERT INTO messages (topic_id, timestamp, data) VALUES (?, ?, ?)", (ids[topic], t, raw))
+    con.commit()
+    con.close()
+
+
+def _metadata(version: int, storage: str, file: str, msgs, types: dict[str, str] | None = None) -> dict:
+    counts: dict[str, int] = {}
+    for topic, *_ in msgs:
+        counts[topic] = counts.get(topic, 0) + 1
+    typ = {t: m for t, m, *_ in msgs} | (types or {})
+    start = min(m[2] for m in msgs)
+    duration = max(m[2] for m in msgs) - start
+    topics = []
+    for name, n in counts.items():
+        meta = {"name": name, "type": typ[name], "serialization_format": "cdr", "offered_qos_profiles": QOS_V5}
+        if version >= 7:
+            meta["type_description_hash"] = ""
+        topics.append({"topic_metadata": meta, "message_count": n})
+    info = {"version": version, "storage_identifier": storage, "duration": {"nanoseconds": duration},
+            "starting_time": {"nanoseconds_since_epoch": start}, "message_count": len(msgs),
+            "topics_with_message_count": topics, "compression_format": "", "compression_mode": "",
+            "relative_file_paths": [file],
+            "files": [{"path": file, "starting_time": {"nanoseconds_since_epoch": start},
+                       "duration": {"nanoseconds": duration}, "message_count": len(msgs)}]}
+    if version >= 6:
+        info["custom_data"] = None
+    if version >= 8:
+        info["ros_distro"] = "jazzy"
+    return {"rosbag2_bagfile_information": info}
+
+
+@pytest.mark.parametrize("version", [5, 6, 7])
+def test_reads_humble_and_iron_sqlite3_layouts(tmp_path, version):
+    """`ros2 bag record` of Humble (metadata 5) and Iron (6, 7) with sqlite3 files that store no definitions."""
+    msgs = raw_messages(6)
+    folder = tmp_path / f"rosbag2_v{version}"
+    folder.mkdir()
+    _humble_db3(folder / "rosbag2_v_0.db3", msgs, with_schema_table=version == 5)
+    (folder / "metadata.yaml").write_text(yaml.safe_dump(_metadata(version, "sqlite3", "rosbag2_v_0.db3", msgs)))
+    bag, got = read_all(folder)
+    assert bag.metadata_version == version and bag.distro == ("humble" if version == 5 else "iron")
+    assert len(got) == 12 and [m.raw for m in got] == [m[3] for m in msgs]
+    assert got[-1].msg.pose.pose.position.y == pytest.approx(-1.0)
+    assert bag.topics["/odom"].qos[0].reliability.name == "RELIABLE"
+
+
+@pytest.mark.parametrize("version", [8, 9])
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_reads_jazzy_and_kilted_metadata(tmp_path, version, storage):
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    msgs = raw_messages(4)
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    with Writer(tmp_path / "bag", version=version, storage_plugin=plugin) as w:
+        conns = {}
+        for topic, msgtype, t, raw in msgs:
+            if topic not in conns:
+                conns[topic] = w.add_connection(topic, msgtype, typestore=STORE,
+                                                offered_qos_profiles=[qos_profile(True, False, 10)])
+            w.write(conns[topic], t, raw)
+    bag, got = read_all(tmp_path / "bag")
+    assert bag.metadata_version == version and [m.raw for m in got] == [m[3] for m in msgs]
+
+
+def test_bare_storage_files_and_folder_without_metadata(tmp_path):
+    msgs = raw_messages(3)
+    _humble_db3(tmp_path / "lonely.db3", msgs, with_schema_table=True)
+    bag, got = read_all(tmp_path / "lonely.db3")
+    assert bag.format == "sqlite3" and len(got) == 6
+
+    with BagWriter(tmp_path / "killed", "mcap") as w:   # a recorder killed before writing metadata.yaml
+        for topic, msgtype, t, raw in msgs:
+            w.add_topic(topic, msgtype)
+            w.write_raw(topic, t, raw)
+    (tmp_path / "killed" / "metadata.yaml").unlink()
+    bag, got = read_all(tmp_path / "killed")
+    assert len(got) == 6 and any("no metadata.yaml" in w for w in bag.warnings)
+    bag, got = read_all(next((tmp_path / "killed").glob("*.mcap")))
+    assert bag.format == "mcap" and len(got) == 6
+
+
+CUSTOM_DEF = "uint32 count\nstring label\nfloat64[] values\n"
+
+
+def test_bare_mcap_from_mcap_ros2_support_with_custom_type(tmp_path):
+    """An independent writer (mcap + mcap-ros2-support), including a type no ROS distribution defines."""
+    pytest.importorskip("mcap_ros2")
+    from mcap_ros2.writer import Writer
+
+    path = tmp_path / "foreign.mcap"
+    odom_def, _ = STORE.generate_msgdef("nav_msgs/msg/Odometry", ros_version=2)
+    with path.open("wb") as f:
+        w = Writer(f)
+        tick = w.register_msgdef("acme_msgs/msg/Tick", CUSTOM_DEF)
+        odo = w.register_msgdef("nav_msgs/msg/Odometry", odom_def)
+        for i in range(5):
+            w.write_message("/tick", tick, {"count": i, "label": f"t{i}", "values": [0.5 * i, 1.0]},
+                            log_time=10**9 + i * 10**7)
+            w.write_message("/odom", odo, {"header": {"stamp": {"sec": 1, "nanosec": i}, "frame_id": "odom"},
+                                           "child_frame_id": "base_link",
+                                           "pose": {"pose": {"position": {"x": float(i), "y": 0.0, "z": 0.0},
+                                                             "orientation": {"x": 0.0, "y": 0.0, "z": 0.0, "w": 1.0}},
+                                                    "covariance": [0.0] * 36},
+                                           "twist": {"twist": {"linear": {"x": 0.0, "y": 0.0, "z": 0.0},
+                                                               "angular": {"x": 0.0, "y": 0.0, "z": 0.0}},
+                                                     "covariance": [0.0] * 36}},
+                            log_time=10**9 + i * 10**7 + 1)
+        w.finish()
+    bag, got = read_all(path)
+    ticks = [m.msg for m in got if m.topic == "/tick"]
+    assert [t.count for t in ticks] == list(range(5)) and ticks[3].label == "t3"
+    assert ticks[2].values.tolist() == [1.0, 1.0]
+    assert [m.msg.pose.pose.position.x for m in got if m.topic == "/odom"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert bag.topics["/tick"].known
+
+
+def test_bags_we_write_are_read_by_the_independent_mcap_reader(tmp_path):
+    pytest.importorskip("mcap_ros2")
+    from mcap_ros2.reader import read_ros2_messages
+
+    with BagWriter(tmp_path / "bag", "mcap") as w:
+        for i in range(4):
+            w.write("/odom", odom(i), 10**9 + i)
+    decoded = list(read_ros2_messages(str(next((tmp_path / "bag").glob("*.mcap")))))
+    assert [d.ros_msg.pose.pose.position.x for d in decoded] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert {d.channel.topic for d in decoded} == {"/odom"}
+
+
+def test_truncated_mcap_is_read_up_to_the_damage(tmp_path):
+    """A recorder killed mid-write: no footer or index, the last chunk cut short."""
+    with BagWriter(tmp_path / "bag", "mcap") as w:
+        for i in range(40):   # ~50 KB each: several 1 MiB chunks
+            w.write("/camera/color/image_raw", image(i, 128), 10**9 + i * 10**8)
+    full = next((tmp_path / "bag").glob("*.mcap"))
+    data = full.read_bytes()
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(data[: int(len(data) * 0.6)])
+    bag, got = read_all(cut)
+    assert bag.counts.truncated and bag.counts.truncated_reason
+    assert 0 < len(got) < 40
+    assert [m.msg.data[0] for m in got] == list(range(len(got)))    # what is read is intact and in order
+    assert bag.describe()["salvaged"]
+
+    folder = tmp_path / "cut_folder"
+    folder.mkdir()
+    (folder / full.name).write_bytes(data[: int(len(data) * 0.6)])
+    (folder / "metadata.yaml").write_text((tmp_path / "bag" / "metadata.yaml").read_text())
+    bag2, got2 = read_all(folder)
+    assert bag2.counts.truncated and len(got2) == len(got)
+
+
+def test_skips_unknown_types_and_undecodable_messages_with_counts(tmp_path):
+    msgs = raw_messages(4)
+    msgs.append(("/acme", "acme_msgs/msg/Secret", 2 * 10**9, b"\x00\x01\x00\x00abcd"))
+    msgs.append(("/odom", "nav_msgs/msg/Odometry", 2 * 10**9 + 1, b"\x00\x01\x00\x00\x01"))   # cut short
+    folder = tmp_path / "bag"
+    folder.mkdir()
+    _humble_db3(folder / "bag_0.db3", msgs, with_schema_table=True)
+    (folder / "metadata.yaml").write_text(yaml.safe_dump(_metadata(5, "sqlite3", "bag_0.db3", msgs)))
+    bag, got = read_all(folder)
+    assert len(got) == 8
+    assert bag.counts.unknown_type == {"/acme": 1}
+    assert bag.counts.deserialize_error == {"/odom": 1}
+    assert not bag.topics["/acme"].known and bag.topics["/odom"].known
+
+
+@pytest.mark.parametrize("name, content, match", [
+    ("noise.mcap", b"\x00garbage" * 50, "not an MCAP file"),
+    ("empty.db3", b"", "empty"),
+    ("text.db3", b"hello, I am not a database\n" * 10, "not an SQLite database"),
+    ("bag.txt", b"x", "unsupported bag file"),
+])
+def test_foreign_files_are_refused_by_name(tmp_path, name, content, match):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(BagError, match=match) as err:
+        BagFile(path)
+    assert name in str(err.value)
+    assert path.read_bytes() == content
+
+
+def test_missing_and_empty_paths(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        BagFile(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BagError, match="no metadata.yaml"):
+        BagFile(tmp_path / "empty")
+    folder = tmp_path / "badmeta"
+    folder.mkdir()
+    (folder / "metadata.yaml").write_text("just: text\n")
+    with pytest.raises(BagError, match="metadata"):
+        BagFile(folder)

@@ -1,0 +1,193 @@
+"""`memnav eval-bag`: a simulated patrol bag through encoder, memory and stop controller, with reports, determinism
+and bad input (missing topics, stamps going backwards, invalid images, odometry gaps, a truncated file)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write_two_room_scene
+
+from memnav.eval.bag_io import BagFile, BagWriter, typestore_for_distro
+from memnav.eval.eval_bag import EvalConfig, evaluate_bag, load_calibrator
+
+pytestmark = pytest.mark.slow
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+VOLATILE = ("latency_ms", "timing")
+
+
+@pytest.fixture(scope="module")
+def bags(tmp_path_factory) -> dict[str, Path]:
+    """A 16 s, 10 Hz patrol in the two-room scene with drifting odometry: annotated and plain bags."""
+    from memnav.eval.bench_replay import PatrolConfig, record_patrol_bag
+    from memnav.sim.base import SimConfig
+
+    root = tmp_path_factory.mktemp("eval_bag")
+    scene = write_two_room_scene(root / "scenes")
+    store = typestore_for_distro()
+    annotated, plain = BagWriter(root / "annotated", "mcap", store), BagWriter(root / "plain", "sqlite3", store)
+    rec = record_patrol_bag(scene, [(annotated, True), (plain, False)], PatrolConfig(frames=160, waypoints=3, seed=1),
+                            SimConfig(seed=1, odom_noise_trans_std=0.05, odom_noise_rot_std=0.05))
+    annotated.close()
+    plain.close()
+    assert rec["frames"] == 160 and rec["legs"] >= 3
+    return {"annotated": root / "annotated", "plain": root / "plain"}
+
+
+@pytest.fixture(scope="module")
+def models():
+    from memnav.core.encoder import Encoder
+
+    return Encoder.from_checkpoint(MODELS / "encoder.pt"), load_calibrator(MODELS / "stop_calibration.json")
+
+
+def digest(path: Path) -> dict[str, str]:
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+CFG = EvalConfig(revisit_min_age_s=4.0)
+
+
+def test_cli_writes_report_and_scores_the_patrol(bags, tmp_path, capsys):
+    from memnav.cli import main
+
+    before = digest(bags["annotated"])
+    report = tmp_path / "report"
+    assert main(["eval-bag", str(bags["annotated"]), "--report", str(report), "--revisit-min-age", "4",
+                 "--no-progress"]) == 0
+    assert digest(bags["annotated"]) == before, "the input bag was modified"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"], "files written outside the report folder"
+    names = {p.name for p in report.iterdir()}
+    assert {"report.html", "metrics.json", "trajectory.png", "metrics_over_time.png", "latency.png"} <= names
+    for png in report.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    html = (report / "report.html").read_text()
+    assert "trajectory.png" in html and "metrics_over_time.png" in html and "Place recognition" in html
+
+    m = json.loads((report / "metrics.json").read_text())
+    assert m["input"]["frames"] == 160 and m["input"]["reference"] == "ground_truth"
+    assert m["bag"]["storage"] == "mcap" and m["bag"]["topics"]["/odom"]["count"] == 160
+    pr = m["place_recognition"]
+    assert pr["queries_with_match"] > 20 and pr["recall_at_1"] >= 0.8 and pr["recall_at_5"] >= pr["recall_at_1"]
+    lc = m["loop_closure"]
+    assert lc["revisit_frames"] > 20 and 0.0 <= lc["recall"] <= 1.0
+    assert lc["events"] == 0 or lc["precision"] is not None
+    mem = m["memory"]
+    assert 10 <= mem["places"] < 160 and sum(mem["inserts"].values()) == 160
+    growth = mem["growth"]
+    assert [g["places"] for g in growth][-1] == mem["places"] and growth[-1]["t_s"] == pytest.approx(15.9)
+    assert all(a["frames"] <= b["frames"] for a, b in zip(growth, growth[1:]))
+    stop = m["stop"]
+    assert stop["available"] and stop["labelled"] and stop["frames_labelled"] == 160
+    assert 0 < stop["frames_at_goal"] < 160 and len(stop["episodes"]) == m["input"]["goals"] >= 3
+    assert stop["voi"]["precision"] is None or 0.0 <= stop["voi"]["precision"] <= 1.0
+    for stage in ("read_decode", "encode", "memory_insert", "retrieve", "stop", "total"):
+        assert m["latency_ms"][stage]["count"] == 160 and m["latency_ms"][stage]["p50"] >= 0
+    assert m["timing"]["bag_duration_s"] == pytest.approx(15.9, abs=0.01) and m["timing"]["realtime_factor"] > 1
+    out = capsys.readouterr().out
+    assert "place recognition recall@1" in out and "report.html" in out
+
+
+def test_same_bag_same_metrics(bags, models):
+    enc, cal = models
+    a = evaluate_bag(bags["annotated"], CFG, encoder=enc, calibrator=cal).to_json()
+    b = evaluate_bag(bags["annotated"], CFG, encoder=enc, calibrator=cal).to_json()
+    strip = lambda m: json.dumps({k: v for k, v in m.items() if k not in VOLATILE}, sort_keys=True, default=str)  # noqa: E731
+    assert strip(a) == strip(b)
+
+
+def test_without_annotations_uses_odometry_and_skips_stop(bags, models):
+    enc, cal = models
+    m = evaluate_bag(bags["plain"], CFG, encoder=enc, calibrator=cal).to_json()
+    assert m["bag"]["storage"] == "sqlite3" and m["input"]["reference"] == "odometry"
+    assert m["stop"] == {"available": False, "reason": "no goal images on /memnav/goal_image"}
+    assert m["input"]["frames"] == 160 and m["place_recognition"]["queries_with_match"] > 0
+
+
+def test_missing_topic_is_a_clear_error_and_writes_nothing(bags, tmp_path, capsys):
+    from memnav.cli import main
+
+    report = tmp_path / "report"
+    assert main(["eval-bag", str(bags["plain"]), "--report", str(report), "--rgb-topic", "/nope"]) == 2
+    err = capsys.readouterr().err
+    assert "/nope" in err and "/camera/color/image_raw" in err and not report.exists()
+    assert main(["eval-bag", str(bags["plain"]), "--report", str(bags["plain"] / "r")]) == 2
+    assert "inside the bag" in capsys.readouterr().err and not (bags["plain"] / "r").exists()
+    assert main(["eval-bag", str(tmp_path / "missing"), "--report", str(report)]) == 2
+
+
+def test_bad_messages_are_skipped_and_counted(bags, models, tmp_path):
+    """Stamps going backwards, an image whose data does not match its header, an odometry gap."""
+    enc, cal = models
+    src = BagFile(bags["plain"])
+    store = src.typestore
+    out = BagWriter(tmp_path / "bad", "mcap", typestore_for_distro())
+    rgb_i = depth_i = 0
+    for m in src.messages():
+        msg = m.msg
+        if m.topic == "/camera/color/image_raw":
+            rgb_i += 1
+            if rgb_i == 50:   # stamped 3 s before its predecessor
+                msg.header.stamp.sec -= 3
+        if m.topic == "/camera/depth/image_raw":
+            depth_i += 1
+            if depth_i == 50:
+                msg.header.stamp.sec -= 3
+            if depth_i == 80:
+                msg.data = msg.data[:100]
+        if m.topic == "/odom" and 1.0 * 10**9 < m.log_time_ns - src.start_ns < 2.2 * 10**9:
+            continue   # 1.2 s without odometry
+        out.add_topic(m.topic, m.msgtype, src.topics[m.topic].qos)
+        out.write_raw(m.topic, m.log_time_ns, bytes(store.serialize_cdr(msg, m.msgtype)))
+    out.close()
+    src.close()
+    m = evaluate_bag(tmp_path / "bad", CFG, encoder=enc, calibrator=cal).to_json()
+    skipped = m["input"]["skipped"]
+    assert skipped["out_of_order"] == {"/camera/color/image_raw": 1}
+    assert skipped["invalid_message"] == {"/camera/depth/image_raw: MessageError": 1}
+    assert skipped["rgb_without_depth"] == 1 and "depth_without_rgb" not in skipped
+    assert 8 <= skipped["frame_without_odometry"] <= 12
+    assert m["input"]["frames"] == 160 - 2 - skipped["frame_without_odometry"]
+
+
+def test_truncated_bag_is_evaluated_up_to_the_damage(bags, models, tmp_path):
+    enc, cal = models
+    data = next(bags["annotated"].glob("*.mcap")).read_bytes()
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(data[: len(data) // 2])
+    m = evaluate_bag(cut, CFG, encoder=enc, calibrator=cal).to_json()
+    assert m["input"]["truncated"] and m["bag"]["salvaged"]
+    assert 20 < m["input"]["frames"] < 100
+    assert m["bag"]["format"] == "mcap" and m["memory"]["places"] > 0
+
+
+def test_pose_track_interpolates_yaw_across_pi():
+    from memnav.core.types import Pose2D
+    from memnav.eval.eval_bag import PoseTrack
+
+    track = PoseTrack(max_gap_ns=10**9)
+    assert track.add(0, Pose2D(0.0, 0.0, 3.0)) and track.add(10**8, Pose2D(1.0, 2.0, -3.0))
+    assert not track.add(10**8, Pose2D(5.0, 5.0, 0.0))
+    mid = track.at(5 * 10**7)
+    assert (mid.x_m, mid.y_m) == pytest.approx((0.5, 1.0))
+    assert abs(abs(mid.yaw_rad) - np.pi) < 1e-6
+    assert track.at(5 * 10**9) is None
+
+
+def test_bench_replay_keys(tmp_path):
+    """`memnav bench replay` on tiny settings: it records its own bags (a house is generated) and times them."""
+    from memnav.cli import main
+
+    out = tmp_path / "replay.json"
+    assert main(["bench", "replay", "--data", str(tmp_path / "no_data"), "--seconds", "3", "--repeats", "1",
+                 "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["frames"] == 31 and res["bag_duration_s"] == pytest.approx(3.0) and res["image_px"] == 128
+    assert res["realtime_factor"] > 0 and res["realtime_factor_annotated"] > 0
+    assert set(res["latency_ms_p50"]) >= {"read_decode", "encode", "memory_insert", "total"}
+    assert res["targets"] == {"realtime_factor": 20}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["replay.json"]   # the bags lived in a temp folder
