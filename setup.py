@@ -32,6 +32,8 @@ setup(
             "encoder_node = memnav.ros.encoder_node:main",
             "memory_node = memnav.ros.memory_node:main",
             "stop_node = memnav.ros.stop_node:main",
+            "stack_node = memnav.ros.stack_node:main",
+            "safety_node = memnav.ros.safety_node:main",
         ],
     },
 )

@@ -9,6 +9,13 @@
 - `scene_graph` (memnav): the working buffer (KARMA-style replacement) plus the top-k places of the
   long-term scene-graph memory most similar to the goal image, each with its pose relative to the robot.
 
+With `homing` on (the memnav agents), a long-term place whose embedding matches the goal photo
+(cosine similarity >= `homing_min_similarity`, e.g. remembered from an earlier visit to the house) becomes
+a target: the robot follows the scene graph's traversability edges from its nearest place to it, turns to
+the heading the place was seen with, and lets the stop rule decide there. A collision on the way, or
+arriving without the stop rule stopping, drops that target for the episode and hands control back to
+the policy, which also drives whenever no place matches.
+
 The stop controller reads a calibrated belief from the cosine similarity of the current and goal
 embeddings and a geometric verification score (ORB + RANSAC, computed only when the similarity makes a
 stop plausible, since it costs milliseconds). Time comes in as `stamp_ns`; nothing here reads a clock.
@@ -24,7 +31,7 @@ import numpy as np
 import torch
 
 from memnav.core.encoder import Encoder
-from memnav.core.memory.scene_graph import SceneGraphMemory
+from memnav.core.memory.scene_graph import Retrieval, SceneGraphMemory
 from memnav.core.memory.working_buffer import WorkingBuffer
 from memnav.core.policy import (
     MOVES,
@@ -65,6 +72,12 @@ class NavigatorConfig:
         forward_step_m: MOVE_FORWARD distance; a forward action that moved the odometry less than 90% of it
             counts as a collision when the caller gives no collision flag, meters.
         greedy: take the most likely action (evaluation) instead of sampling.
+        homing: follow the scene graph to a remembered place that matches the goal photo (scene_graph memory).
+        homing_min_similarity: cosine similarity of a place's embedding to the goal embedding for the place
+            to become a homing target.
+        waypoint_reach_m: a route waypoint counts as reached within this distance, meters.
+        heading_tolerance_rad: turn towards a waypoint (or the target heading) while off by more than
+            this, radians (half a 30 deg turn, plus a margin, so a heading is always reachable).
     """
 
     memory: str = MemoryKind.SCENE_GRAPH.value
@@ -76,6 +89,10 @@ class NavigatorConfig:
     max_depth_m: float = 5.0
     forward_step_m: float = 0.25
     greedy: bool = True
+    homing: bool = False
+    homing_min_similarity: float = 0.9
+    waypoint_reach_m: float = 0.3
+    heading_tolerance_rad: float = math.radians(16.0)
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -102,6 +119,7 @@ class StepInput:
     verification: float         # geometric verification score (0 when not computed)
     belief: float               # calibrated P(goal within the success radius)
     stop: StopDecision
+    collided: bool = False      # the last move was blocked (given, or inferred from odometry)
 
 
 class Navigator:
@@ -144,6 +162,12 @@ class Navigator:
         self.hidden: torch.Tensor | None = None
         self.last: StepInput | None = None
         self._prev_pose: Pose2D | None = None
+        self._retrieved: list[Retrieval] = []
+        self._target: int | None = None
+        self._target_yaw = 0.0
+        self._route: list[Pose2D] = []
+        self._failed: set[int] = set()
+        self.mode = "policy"  # what chose the last move: "policy" or "homing"
 
     # -- episode -----------------------------------------------------------------------------------------
     def reset(self, goal_rgb: np.ndarray, goal_depth: np.ndarray | None = None) -> None:
@@ -161,6 +185,11 @@ class Navigator:
         self.hidden = None
         self.last = None
         self._prev_pose = None
+        self._retrieved = []
+        self._target = None
+        self._route = []
+        self._failed = set()
+        self.mode = "policy"
         self._episodic.clear()
         if self.buffer is not None:
             self.buffer.clear()
@@ -191,7 +220,7 @@ class Navigator:
         tokens, mask = self._update_memory(emb, pose, stamp_ns, rgb)
         step = step_vector(emb, self.goal, depth_profile(depth, self._depth_bins(), self.cfg.max_depth_m),
                            self.prev_action, collided)
-        self.last = StepInput(step, tokens, mask, sim, verification, belief, decision)
+        self.last = StepInput(step, tokens, mask, sim, verification, belief, decision, collided)
         return self.last
 
     def _depth_bins(self) -> int:
@@ -221,7 +250,8 @@ class Navigator:
         mask[:n] = True
         robot = self.memory.to_memory_frame(pose)
         base = self.cfg.buffer_capacity
-        for j, hit in enumerate(self.memory.retrieve(self.goal, self.cfg.retrieval_k)):
+        self._retrieved = self.memory.retrieve(self.goal, self.cfg.retrieval_k)
+        for j, hit in enumerate(self._retrieved):
             place = self.memory.place(hit.node_id)
             age_s = max(0.0, (stamp_ns - place.last_seen_ns) / 1e9)
             self._fill(tokens[base + j], place.embedding, hit.pose.relative_to(robot), age_s, TOKEN_PLACE)
@@ -255,8 +285,12 @@ class Navigator:
         logits, _, goal_logit, self.hidden = self.policy(torch.from_numpy(inp.step).unsqueeze(0), tokens, mask,
                                                          self.hidden)
         goal_p = float(torch.sigmoid(goal_logit)[0])
+        home = None if inp.stop.stop else self._homing_move(pose, inp.collided)
+        self.mode = "policy" if home is None else "homing"
         if inp.stop.stop:
             action = Action.STOP
+        elif home is not None:
+            action = home
         else:
             if self.cfg.greedy or rng is None:
                 idx = int(torch.argmax(logits[0]))
@@ -266,6 +300,66 @@ class Navigator:
             action = MOVES[idx]
         self.prev_action = int(action)
         return action, inp, goal_p
+
+
+    # -- homing over the scene graph --------------------------------------------------------------------
+    def _homing_move(self, pose: Pose2D, collided: bool) -> Action | None:
+        """The next move towards a remembered place that matches the goal, or None (the policy drives)."""
+        if not self.cfg.homing or self.memory is None:
+            return None
+        if self._target is not None and self.mode == "homing" and collided:
+            self._drop_target()          # the remembered route is blocked here
+        robot = self.memory.to_memory_frame(pose)
+        if self._target is None and not self._plan(robot):
+            return None
+        reach = self.cfg.waypoint_reach_m
+        while self._route and math.hypot(self._route[0].x_m - robot.x_m, self._route[0].y_m - robot.y_m) < reach:
+            self._route.pop(0)
+        tol = self.cfg.heading_tolerance_rad
+        if not self._route:              # at the target place: face the way it was seen
+            err = _wrap(self._target_yaw - robot.yaw_rad)
+            if abs(err) <= tol:
+                self._drop_target()      # the stop rule looked from here and did not stop
+                return None
+            return Action.TURN_LEFT if err > 0 else Action.TURN_RIGHT
+        wp = self._route[0]
+        bearing = _wrap(math.atan2(wp.y_m - robot.y_m, wp.x_m - robot.x_m) - robot.yaw_rad)
+        if abs(bearing) > tol:
+            return Action.TURN_LEFT if bearing > 0 else Action.TURN_RIGHT
+        return Action.MOVE_FORWARD
+
+    def _plan(self, robot: Pose2D) -> bool:
+        """Pick the best-matching remembered place and a route to it over traversability edges."""
+        assert self.memory is not None
+        start = None
+        for hit in self._retrieved:      # best first
+            if hit.similarity < self.cfg.homing_min_similarity:
+                break
+            if hit.node_id in self._failed:
+                continue
+            if start is None:
+                start = self.memory.nearest_place(robot)
+                if start is None:
+                    return False
+            path = self.memory.shortest_path(start[0], hit.node_id)
+            if path is None:
+                self._failed.add(hit.node_id)
+                continue
+            self._target = hit.node_id
+            self._target_yaw = hit.pose.yaw_rad
+            self._route = [self.memory.place(n).pose for n in path.node_ids]
+            return True
+        return False
+
+    def _drop_target(self) -> None:
+        if self._target is not None:
+            self._failed.add(self._target)
+        self._target = None
+        self._route = []
+
+
+def _wrap(angle: float) -> float:
+    return (angle + math.pi) % (2.0 * math.pi) - math.pi
 
 
 def check_goal_image(image: object) -> np.ndarray:

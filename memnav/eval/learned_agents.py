@@ -44,6 +44,8 @@ class LearnedAgentOptions:
         calibration: stop-belief calibration JSON.
         lifelong_dir: lifelong mode: one memory database per house here (None = fresh memory per episode).
         seed: sampling seed (used only when not greedy).
+        homing: memnav agents follow the scene graph to a remembered place matching the goal photo
+            (NavigatorConfig.homing); False leaves every move to the policy.
     """
 
     policy_dir: Path = MODELS
@@ -51,6 +53,7 @@ class LearnedAgentOptions:
     calibration: Path = MODELS / "stop_calibration.json"
     lifelong_dir: Path | None = None
     seed: int = 0
+    homing: bool = True
 
 
 class LearnedAgent:
@@ -72,7 +75,8 @@ class LearnedAgent:
         if not Path(opts.calibration).is_file():
             raise FileNotFoundError(f"stop calibration not found: {opts.calibration}")
         calibrator = GoalBeliefCalibrator.from_dict(json.loads(Path(opts.calibration).read_text()))
-        cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True)
+        cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True,
+                              homing=kind is MemoryKind.SCENE_GRAPH and opts.homing)
         self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy)
         self._scene: str | None = None
         self._stamp_ns = 0

@@ -110,3 +110,59 @@ def test_goal_of_another_size_is_resized(encoder):
     nav.reset(big, np.ones((10, 10), np.float32))   # mismatched depth is dropped, not an error
     assert nav.goal.shape == (encoder.embedding_dim,)
     assert np.linalg.norm(nav.goal) == pytest.approx(1.0, abs=1e-4)
+
+
+def _move(pose: Pose2D, action: Action) -> Pose2D:
+    import math
+    if action is Action.MOVE_FORWARD:
+        return Pose2D(pose.x_m + 0.25 * math.cos(pose.yaw_rad), pose.y_m + 0.25 * math.sin(pose.yaw_rad), pose.yaw_rad)
+    turn = {Action.TURN_LEFT: math.radians(30), Action.TURN_RIGHT: -math.radians(30)}.get(action, 0.0)
+    return Pose2D(pose.x_m, pose.y_m, pose.yaw_rad + turn)
+
+
+def _remember_route(nav, goal_frame):
+    """An earlier visit: places every 1.5 m along +x, the last one seen as the goal photo (facing +y)."""
+    nav.reset(*_frame(77))
+    poses = [Pose2D(0.0, 0.0, 0.0), Pose2D(1.5, 0.0, 0.0), Pose2D(3.0, 0.0, 1.5708)]
+    for i, p in enumerate(poses):
+        nav.observe(*(goal_frame if i == 2 else _frame(10 + i)), p, (i + 1) * 10**9)
+    return poses[-1]
+
+
+def test_homing_follows_the_scene_graph_to_a_remembered_goal_view_and_stops(encoder):
+    nav = _nav(encoder, MemoryKind.SCENE_GRAPH, homing=True, homing_min_similarity=0.99)
+    goal = _frame(99)
+    target = _remember_route(nav, goal)
+    nav.reset(*goal)                                   # a new episode; the long-term memory is kept
+    pose, stamp, actions, modes = Pose2D(0.0, 0.0, 3.1416), 10 * 10**9, [], []
+    for _ in range(40):
+        near = abs(pose.x_m - target.x_m) < 0.3 and abs(pose.y_m - target.y_m) < 0.3
+        facing = abs(((pose.yaw_rad - target.yaw_rad + 3.1416) % 6.2832) - 3.1416) < 0.3
+        frame = goal if near and facing else _frame(200 + len(actions))   # the goal view only from there
+        action, _, _ = nav.act(*frame, pose, stamp)
+        actions.append(action)
+        modes.append(nav.mode)
+        if action is Action.STOP:
+            break
+        pose, stamp = _move(pose, action), stamp + 10**9
+    assert actions[-1] is Action.STOP, actions
+    assert abs(pose.x_m - target.x_m) < 0.3 and abs(pose.y_m - target.y_m) < 0.3
+    assert set(modes[:-1]) == {"homing"}               # every move came from the route, none from the policy
+    assert actions[0] is Action.TURN_RIGHT or actions[0] is Action.TURN_LEFT   # it started facing away
+
+
+def test_homing_drops_a_blocked_target_and_is_off_by_default(encoder):
+    nav = _nav(encoder, MemoryKind.SCENE_GRAPH, homing=True, homing_min_similarity=0.99)
+    goal = _frame(99)
+    _remember_route(nav, goal)
+    nav.reset(*goal)
+    pose = Pose2D(0.0, 0.0, 0.0)                       # facing the route: homing moves forward
+    action, _, _ = nav.act(*_frame(300), pose, 10 * 10**9)
+    assert (action, nav.mode) == (Action.MOVE_FORWARD, "homing")
+    nav.act(*_frame(301), pose, 11 * 10**9)            # the forward move did not move: blocked
+    assert nav.mode == "policy" and nav._target is None and len(nav._failed) == 1, nav._failed
+    plain = _nav(encoder, MemoryKind.SCENE_GRAPH)
+    _remember_route(plain, goal)
+    plain.reset(*goal)
+    plain.act(*_frame(300), Pose2D(0.0, 0.0, 0.0), 10 * 10**9)
+    assert plain.mode == "policy"

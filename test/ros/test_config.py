@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memnav.ros import encoder_node, memory_node, stop_node
+from memnav.ros import encoder_node, memory_node, safety_node, stop_node
 from memnav.ros.policy_node import PolicyNodeConfig
 from memnav.ros.sim_bridge_node import BridgeConfig
 from memnav.sim.base import SimConfig
@@ -22,6 +22,7 @@ NODE_PARAMETERS = {
     "encoder_node": encoder_node.PARAMETER_GROUPS,
     "memory_node": memory_node.PARAMETER_GROUPS,
     "stop_node": stop_node.PARAMETER_GROUPS,
+    "safety_node": safety_node.PARAMETER_GROUPS,
 }
 
 

@@ -1196,6 +1196,21 @@ class SceneGraphMemory:
             return None
         return PathResult(tuple(path), float(length))
 
+    def nearest_place(self, pose: Pose2D | Sequence[float]) -> tuple[int, float] | None:
+        """The place nearest to a memory-frame position: (node id, distance in m), or None when empty.
+
+        Raises:
+            InvalidInputError: a bad pose.
+        """
+        p = check_pose(pose, "pose")
+        pl = self._places
+        slots = pl.alive_slots()
+        if slots.size == 0:
+            return None
+        d = np.hypot(pl.pose[slots, 0] - p.x_m, pl.pose[slots, 1] - p.y_m)
+        i = int(np.argmin(d))
+        return int(pl.ids[slots[i]]), float(d[i])
+
     def place(self, node_id: int) -> PlaceInfo:
         """A copy of a place node's data.
 

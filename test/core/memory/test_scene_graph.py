@@ -192,6 +192,11 @@ def test_shortest_path_uses_traversability_only():
     assert m.shortest_path(a, far) is None
     with pytest.raises(InvalidInputError, match="goal_id"):
         m.shortest_path(a, 12345)
+    assert m.nearest_place([2.8, 0.4, 1.0]) == (c, pytest.approx(0.4472, abs=1e-3))
+    assert m.nearest_place([60.0, 0.0, 0.0])[0] == far
+    assert SceneGraphMemory(cfg()).nearest_place([0.0, 0.0, 0.0]) is None
+    with pytest.raises(InvalidInputError, match="pose"):
+        m.nearest_place([float("nan"), 0.0, 0.0])
 
 
 def test_objects_are_associated_by_instance_or_class_and_distance():

@@ -1,0 +1,154 @@
+"""safety_node: the last node before the robot's base; speed/acceleration limits, sensor watchdog, e-stop.
+
+Subscribes:
+    /memnav/cmd_vel_raw         geometry_msgs/Twist  the policy's command (reliable, depth 10)
+    /camera/color/image_raw     sensor_msgs/Image    colour stream watched for freshness (sensor-data QoS)
+    /camera/depth/image_raw     sensor_msgs/Image    depth stream watched for freshness  (sensor-data QoS)
+    /odom                       nav_msgs/Odometry    odometry watched for freshness      (sensor-data QoS)
+    /memnav/estop               std_msgs/Bool        true engages the emergency stop, false releases it; it stays
+                                as last set (reliable, volatile: any reliable publisher, latched or not, connects)
+Publishes:
+    /cmd_vel                    geometry_msgs/Twist  every 1/rate_hz: the guarded command, zero on any fault
+    /memnav/safety_status       std_msgs/String JSON {reason, v_mps, w_radps, requested_v_mps,
+                                requested_w_radps, estop, age_s: {color, depth, odom} (null = never), dropped}
+                                on every change of reason and every status_period_s (reliable, depth 10)
+Parameters: the fields of SafetyNodeConfig, and of memnav.core.velocity_guard.VelocityGuardConfig with the
+prefix "guard." (see config/robot.yaml). Remap the topics to the robot's drivers (launch/robot.launch.yaml).
+Freshness is the arrival time on this node's monotonic clock (robot clocks need not be synchronised).
+Invalid messages (an image whose data size does not match its header, a non-finite odometry or command) are
+dropped with a throttled warning and counted, and do not count as fresh; the node never dies on one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+from memnav.core.velocity_guard import GuardOutput, Source, VelocityGuard, VelocityGuardConfig
+
+
+@dataclass
+class SafetyNodeConfig:
+    """Node timing.
+
+    Attributes:
+        rate_hz: /cmd_vel publishing (and watchdog checking) rate, Hz.
+        status_period_s: /memnav/safety_status is also published this often when nothing changes, seconds.
+    """
+
+    rate_hz: float = 50.0
+    status_period_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.rate_hz > 0 and self.status_period_s > 0):
+            raise ValueError("SafetyNodeConfig: rate_hz and status_period_s must be > 0")
+
+
+PARAMETER_GROUPS = (("", SafetyNodeConfig), ("guard.", VelocityGuardConfig))
+
+
+def status_body(guard: VelocityGuard, out: GuardOutput, requested: tuple[float, float], now_s: float,
+                dropped: dict[str, int]) -> dict:
+    """The JSON body of /memnav/safety_status."""
+    ages = {s.value: (None if math.isinf(a := guard.age_s(s, now_s)) else round(a, 4)) for s in Source}
+    return {"reason": out.reason.value, "v_mps": out.v_mps, "w_radps": out.w_radps,
+            "requested_v_mps": requested[0], "requested_w_radps": requested[1], "estop": guard.estop,
+            "age_s": ages, "dropped": dict(dropped)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import rclpy
+    from geometry_msgs.msg import Twist
+    from nav_msgs.msg import Odometry
+    from rclpy.node import Node
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import Bool, String
+
+    from memnav.ros import conversions as conv
+    from memnav.ros.params import declare_dataclass
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = Node("safety_node")
+    cfg = declare_dataclass(node, SafetyNodeConfig)
+    guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
+    pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
+    pub_status = node.create_publisher(String, "/memnav/safety_status", 10)
+    st = {"requested": (0.0, 0.0), "reason": None, "status_s": -math.inf}
+    dropped = {"command": 0, "color": 0, "depth": 0, "odom": 0}
+
+    warned = dict.fromkeys(dropped, -math.inf)
+
+    def drop(what: str, err: Exception) -> None:
+        # throttled per input (rclpy's throttle is per call site: one bad stream would hide another)
+        dropped[what] += 1
+        if time.monotonic() - warned[what] >= 2.0:
+            warned[what] = time.monotonic()
+            node.get_logger().warning(f"dropped {what} ({dropped[what]} so far): {err}")
+
+    def on_command(msg: Twist) -> None:
+        try:
+            v, w = conv.twist_to_command(msg)
+        except conv.MessageError as err:
+            drop("command", err)
+            return
+        guard.command(v, w, time.monotonic())
+        st["requested"] = (v, w)
+
+    def watch(source: Source, convert):
+        def callback(msg) -> None:
+            try:
+                convert(msg)
+            except conv.MessageError as err:
+                drop(source.value, err)
+                return
+            guard.heard(source, time.monotonic())
+        return callback
+
+    def on_estop(msg: Bool) -> None:
+        if bool(msg.data) != guard.estop:
+            node.get_logger().warning(f"emergency stop {'ENGAGED' if msg.data else 'released'}")
+        guard.set_estop(bool(msg.data))
+        on_tick()  # act at once, not at the next tick
+
+    def on_tick() -> None:
+        now = time.monotonic()
+        out = guard.update(now)
+        msg = Twist()
+        msg.linear.x, msg.angular.z = out.v_mps, out.w_radps
+        pub_cmd.publish(msg)
+        changed = out.reason != st["reason"]
+        if changed and out.reason.stops and st["reason"] is not None:
+            node.get_logger().warning(f"commanding zero velocity: {out.reason.value}")
+        elif changed and st["reason"] is not None and st["reason"].stops:
+            node.get_logger().info(f"driving again ({out.reason.value})")
+        if changed or now - st["status_s"] >= cfg.status_period_s:
+            st["reason"], st["status_s"] = out.reason, now
+            pub_status.publish(String(data=json.dumps(status_body(guard, out, st["requested"], now, dropped))))
+
+    node.create_subscription(Twist, "/memnav/cmd_vel_raw", on_command, 10)
+    node.create_subscription(Image, "/camera/color/image_raw", watch(Source.COLOR, conv.image_to_rgb),
+                             qos_profile_sensor_data)
+    node.create_subscription(Image, "/camera/depth/image_raw", watch(Source.DEPTH, conv.image_to_depth),
+                             qos_profile_sensor_data)
+    node.create_subscription(Odometry, "/odom", watch(Source.ODOM, conv.odometry_to_pose), qos_profile_sensor_data)
+    node.create_subscription(Bool, "/memnav/estop", on_estop, 10)
+    node.create_timer(1.0 / cfg.rate_hz, on_tick)
+    try:
+        rclpy.spin(node)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        # leave the base commanded to stand still
+        if rclpy.ok():
+            pub_cmd.publish(Twist())
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

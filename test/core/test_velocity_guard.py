@@ -1,0 +1,138 @@
+"""VelocityGuard: limits, ramps, watchdog, command timeout and latched e-stop, all on explicit times."""
+import math
+
+import pytest
+
+from memnav.core.velocity_guard import GuardReason, Source, VelocityGuard, VelocityGuardConfig
+
+
+def fresh_guard(**kw) -> VelocityGuard:
+    guard = VelocityGuard(**kw)
+    for s in Source:
+        guard.heard(s, 0.0)
+    return guard
+
+
+def drive(guard: VelocityGuard, v: float, w: float, t0: float, t1: float, dt: float = 0.02):
+    """Command (v, w) and feed all sensors every dt from t0 to t1; returns the outputs."""
+    outs, t = [], t0
+    while t <= t1 + 1e-9:
+        for s in Source:
+            guard.heard(s, t)
+        guard.command(v, w, t)
+        outs.append(guard.update(t))
+        t += dt
+    return outs
+
+
+def test_nothing_heard_yet_sends_zero():
+    guard = VelocityGuard()
+    guard.command(0.3, 0.0, 0.0)
+    out = guard.update(0.0)
+    assert (out.v_mps, out.w_radps, out.reason) == (0.0, 0.0, GuardReason.STALE_COLOR)
+    assert out.reason.stops and not GuardReason.OK.stops and not GuardReason.LIMITED.stops
+
+
+def test_ramps_up_at_the_acceleration_limit_then_passes_the_command():
+    guard = fresh_guard(max_linear_accel_mps2=0.5, max_angular_accel_radps2=2.0)
+    outs = drive(guard, 0.25, 0.4, 0.0, 1.0)
+    assert outs[0].v_mps == 0.0 and outs[0].reason == GuardReason.LIMITED   # first update: dt = 0
+    steps = [b.v_mps - a.v_mps for a, b in zip(outs, outs[1:])]
+    assert max(steps) <= 0.5 * 0.02 + 1e-12
+    # 0.25 m/s at 0.5 m/s^2 takes 0.5 s; 0.4 rad/s at 2 rad/s^2 takes 0.2 s
+    assert outs[24].v_mps == pytest.approx(0.24) and outs[24].reason == GuardReason.LIMITED
+    assert outs[-1].v_mps == pytest.approx(0.25) and outs[-1].w_radps == pytest.approx(0.4)
+    assert outs[-1].reason == GuardReason.OK
+
+
+def test_speed_limits_and_no_reverse():
+    guard = fresh_guard(max_linear_mps=0.3, max_angular_radps=0.5, max_linear_accel_mps2=100.0,
+                        max_angular_accel_radps2=100.0)
+    out = drive(guard, 2.0, -3.0, 0.0, 0.1)[-1]
+    assert (out.v_mps, out.w_radps, out.reason) == (0.3, -0.5, GuardReason.LIMITED)
+    out = drive(guard, -0.2, 0.0, 0.12, 0.2)[-1]
+    assert out.v_mps == 0.0 and out.reason == GuardReason.LIMITED
+    guard = fresh_guard(max_reverse_mps=0.1, max_linear_accel_mps2=100.0)
+    assert drive(guard, -0.2, 0.0, 0.0, 0.1)[-1].v_mps == pytest.approx(-0.1)
+
+
+def test_decelerates_at_the_limit_when_the_command_drops():
+    guard = fresh_guard(max_linear_accel_mps2=0.5)
+    drive(guard, 0.25, 0.0, 0.0, 1.0)
+    outs = drive(guard, 0.0, 0.0, 1.02, 1.2)
+    assert outs[0].v_mps == pytest.approx(0.24)
+    assert outs[-1].v_mps == pytest.approx(0.25 - 0.5 * 0.2)
+
+
+def test_a_stalled_loop_does_not_allow_a_jump():
+    guard = fresh_guard(max_linear_accel_mps2=0.5, max_dt_s=0.1, watchdog_s=5.0, cmd_timeout_s=5.0)
+    guard.command(0.5, 0.0, 0.0)
+    guard.update(0.0)
+    assert guard.update(3.0).v_mps == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("source,reason", [(Source.COLOR, GuardReason.STALE_COLOR),
+                                           (Source.DEPTH, GuardReason.STALE_DEPTH),
+                                           (Source.ODOM, GuardReason.STALE_ODOM)])
+def test_watchdog_zeroes_at_once_when_one_input_goes_stale(source, reason):
+    guard = fresh_guard(watchdog_s=0.5)
+    drive(guard, 0.25, 0.3, 0.0, 1.0)
+    # from t = 1.0 `source` is silent; everything else (and the command) keeps coming
+    others = [s for s in Source if s != source]
+    t, outs = 1.0, []
+    while t < 1.8:
+        t += 0.02
+        for s in others:
+            guard.heard(s, t)
+        guard.command(0.25, 0.3, t)
+        outs.append((t, guard.update(t)))
+    first_zero = next(t for t, o in outs if o.reason == reason)
+    assert first_zero - 1.0 == pytest.approx(0.52)   # the first check after 0.5 s without it
+    assert all(o.v_mps > 0.2 for t, o in outs if t < first_zero)
+    assert all((o.v_mps, o.w_radps) == (0.0, 0.0) for t, o in outs if t >= first_zero)
+    # it comes back: the guard ramps up from zero again
+    guard.heard(source, 2.0)
+    guard.update(2.0)
+    assert 0.0 < drive(guard, 0.25, 0.3, 2.02, 2.02)[-1].v_mps <= 0.5 * (0.1 + 0.02) + 1e-9  # max_dt_s, then dt
+
+
+def test_silent_policy_means_zero():
+    guard = fresh_guard(cmd_timeout_s=0.5)
+    drive(guard, 0.25, 0.0, 0.0, 1.0)
+    for s in Source:
+        guard.heard(s, 1.6)
+    out = guard.update(1.6)
+    assert (out.v_mps, out.reason) == (0.0, GuardReason.STALE_COMMAND)
+
+
+def test_estop_is_latched_until_released():
+    guard = fresh_guard()
+    drive(guard, 0.25, 0.0, 0.0, 1.0)
+    guard.set_estop(True)
+    outs = drive(guard, 0.25, 0.0, 1.02, 2.0)
+    assert all((o.v_mps, o.w_radps, o.reason) == (0.0, 0.0, GuardReason.ESTOP) for o in outs)
+    assert guard.estop
+    guard.set_estop(False)
+    outs = drive(guard, 0.25, 0.0, 2.02, 3.0)
+    assert outs[0].reason == GuardReason.LIMITED and outs[0].v_mps == pytest.approx(0.01)  # ramps from zero
+    assert outs[-1].reason == GuardReason.OK
+
+
+def test_bad_commands_and_configs_are_refused():
+    guard = fresh_guard()
+    drive(guard, 0.2, 0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="finite"):
+        guard.command(math.nan, 0.0, 1.01)
+    assert guard.update(1.02).v_mps == pytest.approx(0.2)   # the last good command still holds
+    with pytest.raises(ValueError, match="watchdog_s"):
+        VelocityGuardConfig(watchdog_s=0.0)
+    with pytest.raises(ValueError, match="max_linear_mps"):
+        VelocityGuardConfig(max_linear_mps=-1.0)
+    with pytest.raises(ValueError, match="max_angular_radps"):
+        VelocityGuardConfig(max_angular_radps=math.inf)
+
+
+def test_from_config_round_trip():
+    cfg = VelocityGuardConfig(max_linear_mps=0.7, watchdog_s=0.3, max_dt_s=0.05)
+    assert VelocityGuard.from_config(cfg).config == cfg
+    assert math.isinf(VelocityGuard().age_s(Source.ODOM, 10.0))

@@ -1,0 +1,174 @@
+"""safety_node as a real process on an isolated domain: passes fresh commands, stops on stale or bad sensor
+data and on the e-stop, counts bad messages and never dies on one."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from memnav.core.types import Pose2D  # noqa: E402
+from memnav.ros.safety_node import PARAMETER_GROUPS, SafetyNodeConfig  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+
+def test_config_validation_and_groups():
+    assert [prefix for prefix, _ in PARAMETER_GROUPS] == ["", "guard."]
+    with pytest.raises(ValueError, match="rate_hz"):
+        SafetyNodeConfig(rate_hz=0.0)
+
+
+def test_safety_node_guards_the_command(monkeypatch):
+    from geometry_msgs.msg import Twist
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import Bool, String
+
+    from memnav.ros import conversions as conv
+
+    domain = 40 + ((os.getpid() + 113) % 150)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args",
+                             "-p", "guard.max_linear_accel_mps2:=100.0", "-p", "guard.max_angular_accel_radps2:=100.0",
+                             "-p", "guard.max_linear_mps:=0.4", "-p", "status_period_s:=0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_safety_client")
+    got = {"cmd": [], "status": []}
+    node.create_subscription(Twist, "/cmd_vel", lambda m: got["cmd"].append((time.monotonic(), m.linear.x,
+                                                                             m.angular.z)), 100)
+    node.create_subscription(String, "/memnav/safety_status", lambda m: got["status"].append(json.loads(m.data)), 50)
+    pub_rgb = node.create_publisher(Image, "/camera/color/image_raw", qos_profile_sensor_data)
+    pub_depth = node.create_publisher(Image, "/camera/depth/image_raw", qos_profile_sensor_data)
+    pub_odom = node.create_publisher(Odometry, "/odom", qos_profile_sensor_data)
+    pub_cmd = node.create_publisher(Twist, "/memnav/cmd_vel_raw", 10)
+    pub_estop = node.create_publisher(Bool, "/memnav/estop", 10)
+    feed = {"rgb": "good", "odom": "good", "cmd": (0.6, 0.2), "nan_cmd": False}
+    rgb = conv.rgb_to_image(np.zeros((8, 8, 3), np.uint8))
+    bad_rgb = conv.rgb_to_image(np.zeros((8, 8, 3), np.uint8))
+    bad_rgb.height = 9                              # data no longer matches the header
+    depth = conv.depth_to_image(np.ones((8, 8), np.float32))
+
+    def on_feed() -> None:
+        if feed["rgb"] == "good":
+            pub_rgb.publish(rgb)
+        elif feed["rgb"] == "bad":
+            pub_rgb.publish(bad_rgb)
+        pub_depth.publish(depth)
+        odom = conv.pose_to_odometry(Pose2D(1.0, 2.0, 0.3))
+        if feed["odom"] == "nan":
+            odom.pose.pose.position.x = math.nan
+        pub_odom.publish(odom)
+        twist = Twist()
+        twist.linear.x, twist.angular.z = feed["cmd"]
+        if feed["nan_cmd"]:
+            twist.linear.x = math.nan
+        pub_cmd.publish(twist)
+
+    node.create_timer(0.05, on_feed)
+
+    def wait_for(cond, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.02)
+            if cond():
+                return True
+        return False
+
+    def last_cmd():
+        return got["cmd"][-1][1:] if got["cmd"] else None
+
+    def moving():
+        return last_cmd() == pytest.approx((0.4, 0.2))  # clipped to max_linear_mps
+
+    def stopped():
+        return last_cmd() == (0.0, 0.0)
+
+    def status_is(reason):
+        return lambda: bool(got["status"]) and got["status"][-1]["reason"] == reason
+
+    try:
+        assert wait_for(moving, 60.0), f"no guarded command; last {last_cmd()}"
+        assert wait_for(status_is("limited"), 5.0)
+
+        # a non-finite command is dropped; the last good one stays in force until it times out
+        feed["nan_cmd"] = True
+        assert wait_for(status_is("stale_command"), 3.0) and stopped(), (got["status"][-3:], proc.poll())
+        feed["nan_cmd"] = False
+        assert wait_for(moving, 5.0)
+
+        # colour images that do not match their header do not count: the watchdog stops the robot
+        feed["rgb"] = "bad"
+        t_bad = time.monotonic()
+        assert wait_for(status_is("stale_color"), 3.0) and stopped()
+        assert time.monotonic() - t_bad < 1.5
+        feed["rgb"] = "good"
+        assert wait_for(moving, 5.0)
+
+        # NaN odometry: likewise
+        feed["odom"] = "nan"
+        assert wait_for(status_is("stale_odom"), 3.0) and stopped()
+        feed["odom"] = "good"
+        assert wait_for(moving, 5.0)
+
+        # e-stop: zero at once, latched while commands keep coming, released explicitly
+        assert wait_for(lambda: pub_estop.get_subscription_count() > 0, 5.0)
+        pub_estop.publish(Bool(data=True))
+        t_stop = time.monotonic()
+        assert wait_for(stopped, 2.0) and got["cmd"][-1][0] - t_stop < 0.3
+        n = len(got["cmd"])
+        wait_for(lambda: len(got["cmd"]) > n + 25, 3.0)
+        assert all(c[1:] == (0.0, 0.0) for c in got["cmd"][n:]) and got["status"][-1]["estop"]
+        pub_estop.publish(Bool(data=False))
+        assert wait_for(moving, 5.0)
+        assert proc.poll() is None
+        dropped = got["status"][-1]["dropped"]
+        assert dropped["command"] > 0 and dropped["color"] > 0 and dropped["odom"] > 0
+        assert got["status"][-1]["age_s"]["depth"] < 0.5
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        print(out[-4000:])  # shown by pytest when the test fails
+    assert proc.returncode == 0, out[-3000:]
+    for what in ("dropped command", "dropped color", "dropped odom", "emergency stop ENGAGED"):
+        assert what in out, out[-3000:]
+
+
+
+def test_robot_yaml_builds_the_robot_profile_configs():
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    from memnav.ros.policy_node import PolicyNodeConfig
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "robot.yaml").read_text())
+    assert set(doc) == {"policy_node", "safety_node"}
+    section = doc["safety_node"]["ros__parameters"]
+    flat = {k: v for k, v in section.items() if k != "guard"} | {f"guard.{k}": v for k, v in section["guard"].items()}
+    built = []
+    for prefix, cls in PARAMETER_GROUPS:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {name: flat.pop(f"{prefix}{name}") for name in fields}   # every field listed
+        assert all(type(v) is type(fields[k].default) for k, v in values.items()), values  # ROS-typed
+        built.append(cls(**values))
+    assert flat == {}, f"unknown safety_node parameters {sorted(flat)}"
+    assert built[1].watchdog_s == 0.5
+    policy = PolicyNodeConfig(**doc["policy_node"]["ros__parameters"])
+    assert policy.lockstep is False
