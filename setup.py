@@ -28,6 +28,7 @@ setup(
         "console_scripts": [
             "memnav = memnav.cli:main",
             "sim_bridge_node = memnav.ros.sim_bridge_node:main",
+            "replay_node = memnav.ros.replay_command:main_node",
             "policy_node = memnav.ros.policy_node:main",
             "encoder_node = memnav.ros.encoder_node:main",
             "memory_node = memnav.ros.memory_node:main",

@@ -28,6 +28,7 @@ import numpy as np
 
 from memnav.core.types import Action, Observation, Pose2D
 from memnav.eval.bag_io import BagWriter, qos_profile, typestore_for_distro
+from memnav.ros.sim_bridge_node import TOPICS as BRIDGE_TOPICS
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
 
@@ -105,19 +106,11 @@ class _Msgs:
         return self.t["geometry_msgs/msg/PoseStamped"](header=self.header(stamp_ns, frame_id), pose=self._pose(pose))
 
 
-# topic -> (type, reliable, transient local, depth): as sim_bridge_node offers them
-SENSOR_TOPICS = {
-    "/camera/color/image_raw": ("sensor_msgs/msg/Image", False, False, 5),
-    "/camera/depth/image_raw": ("sensor_msgs/msg/Image", False, False, 5),
-    "/camera/color/camera_info": ("sensor_msgs/msg/CameraInfo", False, False, 5),
-    "/odom": ("nav_msgs/msg/Odometry", True, False, 10),
-}
-ANNOTATION_TOPICS = {
-    "/memnav/ground_truth_pose": ("nav_msgs/msg/Odometry", True, False, 10),
-    "/memnav/goal_image": ("sensor_msgs/msg/Image", True, True, 1),
-    "/memnav/goal_depth": ("sensor_msgs/msg/Image", True, True, 1),
-    "/memnav/goal_pose": ("geometry_msgs/msg/PoseStamped", True, True, 1),
-}
+# topic -> (type, reliable, transient local, depth): as sim_bridge_node offers (and records) them
+SENSOR_TOPICS = {t: BRIDGE_TOPICS[t] for t in ("/camera/color/image_raw", "/camera/depth/image_raw",
+                                               "/camera/color/camera_info", "/odom")}
+ANNOTATION_TOPICS = {t: BRIDGE_TOPICS[t] for t in ("/memnav/ground_truth_pose", "/memnav/goal_image",
+                                                   "/memnav/goal_depth", "/memnav/goal_pose")}
 
 
 def _approach_yaw(sim: Any, start: np.ndarray, goal: np.ndarray) -> float:

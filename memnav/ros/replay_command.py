@@ -8,10 +8,17 @@ so nodes started with `use_sim_time:=true` run on recorded time.
 
 Timing: a timer at `--clock-hz` advances bag time by (wall time elapsed) x `--rate`, publishes /clock, then
 every message whose log time has been reached, in log-time order; messages are therefore up to one timer
-period late (10 ms at the default 100 Hz) but never reordered. `--delay` waits before the first message so
-that subscribers can be discovered (DDS discovery takes about a second). `--loop` starts over after the last
-message (bag time jumps back). Topics whose Python message package is not installed are skipped with a
-warning; so are messages of types the bag has no definition for (counted).
+period late (10 ms at the default 100 Hz) but never reordered. Before the first message the replay waits
+until each `--wait-for` topic has a subscriber (at most `--wait-timeout` seconds, then it starts anyway with a
+warning), then `--delay` seconds more so that the other subscribers are discovered too (DDS discovery takes
+about a second). `--loop` starts over after the last message (bag time jumps back). Topics whose Python
+message package is not installed are skipped with a warning; so are messages of types the bag has no
+definition for (counted).
+
+As a node (`replay_node`, console script; what launch/replay.launch.yaml starts): the same replay, configured
+by the ROS parameters of `ReplayConfig` (bag, rate, loop, ...); topics are renamed with ordinary ROS remapping
+(`--ros-args -r /odom:=/robot/odom`, a launch file's `remap:`). It exits when the bag has been played (never
+with `loop`), status 1 when the bag cannot be read.
 """
 from __future__ import annotations
 
@@ -19,10 +26,52 @@ import argparse
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memnav.eval.bag_io import BagFile
+
+
+@dataclass
+class ReplayConfig:
+    """One replay (also the ROS parameters of `replay_node`).
+
+    Attributes:
+        bag: rosbag2 folder, or a single .mcap or .db3 file (only read).
+        rate: playback speed (2 = twice as fast as recorded).
+        loop: start over after the last message.
+        clock: publish /clock with the bag's log time.
+        clock_hz: rate of /clock messages and of the publishing timer, Hz.
+        delay_s: wait this long (after the wait for subscribers) before the first message, seconds.
+        topics: replay only these topics, separated by spaces ("" = all).
+        wait_for: topics, separated by spaces, that must have a subscriber before the first message.
+        wait_timeout_s: give up waiting for those subscribers after this long and start anyway, seconds.
+    """
+
+    bag: str = ""
+    rate: float = 1.0
+    loop: bool = False
+    clock: bool = True
+    clock_hz: float = 100.0
+    delay_s: float = 1.0
+    topics: str = ""
+    wait_for: str = ""
+    wait_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.bag:
+            raise ValueError("ReplayConfig.bag must name a bag")
+        if not self.rate > 0 or not self.clock_hz > 0 or self.delay_s < 0 or self.wait_timeout_s < 0:
+            raise ValueError("ReplayConfig: rate and clock_hz must be > 0, delay_s and wait_timeout_s >= 0")
+
+    @property
+    def topic_list(self) -> list[str]:
+        return self.topics.split()
+
+    @property
+    def wait_for_list(self) -> list[str]:
+        return self.wait_for.split()
 
 
 def parse_remaps(items: list[str]) -> dict[str, str]:
@@ -41,17 +90,23 @@ def parse_remaps(items: list[str]) -> dict[str, str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = ReplayConfig(bag="-")
     parser.add_argument("bag", type=Path, metavar="BAG", help="rosbag2 folder, or a single .mcap or .db3 file")
-    parser.add_argument("--rate", type=float, default=1.0, metavar="R", help="playback speed (2 = twice as fast)")
+    parser.add_argument("--rate", type=float, default=d.rate, metavar="R", help="playback speed (2 = twice as fast)")
     parser.add_argument("--loop", action="store_true", help="start over after the last message")
     parser.add_argument("--remap", action="append", default=[], metavar="FROM:=TO",
                         help="publish topic FROM under the name TO (repeatable)")
     parser.add_argument("--topics", nargs="+", default=None, metavar="TOPIC", help="replay only these topics")
-    parser.add_argument("--clock-hz", type=float, default=100.0, metavar="HZ",
+    parser.add_argument("--clock-hz", type=float, default=d.clock_hz, metavar="HZ",
                         help="rate of /clock messages and of the publishing timer, Hz")
     parser.add_argument("--no-clock", action="store_true", help="do not publish /clock")
-    parser.add_argument("--delay", type=float, default=1.0, metavar="S",
-                        help="wait this long after creating the publishers before the first message, seconds")
+    parser.add_argument("--delay", type=float, default=d.delay_s, metavar="S",
+                        help="wait this long after creating the publishers (and after --wait-for) before the "
+                             "first message, seconds")
+    parser.add_argument("--wait-for", nargs="+", default=[], metavar="TOPIC",
+                        help="before the first message, wait until each of these bag topics has a subscriber")
+    parser.add_argument("--wait-timeout", type=float, default=d.wait_timeout_s, metavar="S",
+                        help="start anyway after waiting this long for --wait-for subscribers, seconds")
     parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
                         help="everything after this goes to ROS (e.g. -r __node:=NAME)")
 
@@ -71,31 +126,44 @@ def publisher_qos(profiles: tuple) -> Any:
                       durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
 
 
-def run(args: argparse.Namespace) -> int:
-    if not args.rate > 0 or not args.clock_hz > 0 or args.delay < 0:
-        raise ValueError("--rate and --clock-hz must be > 0 and --delay >= 0")
-    remaps = parse_remaps(args.remap)
-    if not args.bag.exists():
-        raise FileNotFoundError(f"bag {args.bag} does not exist")
-    bag = BagFile(args.bag)
-    topics = bag.topics
-    selected = list(args.topics) if args.topics else sorted(topics)
-    missing = [t for t in selected if t not in topics]
-    if missing:
-        raise ValueError(f"{args.bag}: topics {missing} are not in the bag; it has {sorted(topics)}")
-    for w in bag.warnings:
-        print(f"memnav replay: {w}", file=sys.stderr)
+def open_bag(cfg: ReplayConfig) -> tuple[BagFile, list[str]]:
+    """The bag and the topics to replay (validated before anything touches ROS).
 
+    Raises:
+        FileNotFoundError: no such bag.
+        BagError: not a readable bag.
+        ValueError: a `topics` or `wait_for` topic is not in the bag (naming it and listing the bag's).
+    """
+    path = Path(cfg.bag)
+    if not path.exists():
+        raise FileNotFoundError(f"bag {path} does not exist")
+    bag = BagFile(path)
+    topics = bag.topics
+    selected = cfg.topic_list or sorted(topics)
+    missing = [t for t in selected + cfg.wait_for_list if t not in topics]
+    if missing:
+        bag.close()
+        raise ValueError(f"{path}: topics {missing} are not in the bag; it has {sorted(topics)}")
+    return bag, selected
+
+
+def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, remaps: dict[str, str]) -> Counter:
+    """Play `selected` topics of `bag` on `node` until the end (forever with cfg.loop) or shutdown.
+
+    Returns:
+        Messages published per (bag) topic.
+
+    Raises:
+        ValueError: none of the topics can be published (no Python message package for any of them).
+    """
     import rclpy
-    from rclpy.executors import ExternalShutdownException
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from rosgraph_msgs.msg import Clock
 
     from memnav.ros.record_command import message_class
 
-    rclpy.init(args=["memnav_replay", "--ros-args", *args.ros_args] if args.ros_args else ["memnav_replay"])
-    node = rclpy.create_node("memnav_replay")
     log = node.get_logger()
+    topics = bag.topics
     pubs: dict[str, Any] = {}
     for topic in selected:
         try:
@@ -104,38 +172,52 @@ def run(args: argparse.Namespace) -> int:
             log.warn(f"not replaying {topic}: {err}")
             continue
         pubs[topic] = node.create_publisher(cls, remaps.get(topic, topic), publisher_qos(topics[topic].qos))
-    clock_pub = None if args.no_clock else node.create_publisher(
-        Clock, "/clock", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
     if not pubs:
-        node.destroy_node()
-        rclpy.shutdown()
-        raise ValueError(f"{args.bag}: none of the topics {selected} can be published")
+        raise ValueError(f"{bag.path}: none of the topics {selected} can be published")
+    clock_pub = None if not cfg.clock else node.create_publisher(
+        Clock, "/clock", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+    wait_for = [t for t in cfg.wait_for_list if t in pubs]
 
     published: Counter = Counter()
-    st: dict[str, Any] = {"it": None, "next": None, "t0_bag": None, "t0_wall": None, "bag_now": None,
-                          "done": False, "loops": 0}
+    st: dict[str, Any] = {"it": None, "next": None, "t0_bag": None, "t0_wall": None, "done": False,
+                          "phase": "wait", "since": time.monotonic()}
 
     def restart() -> None:
         st["it"] = bag.messages(list(pubs), decode=False)
         st["next"] = next(st["it"], None)
         st["t0_wall"] = None
 
+    def ready(now: float) -> bool:
+        """Waiting for subscribers, then the delay; True once playing."""
+        if st["phase"] == "wait":
+            lonely = [t for t in wait_for if pubs[t].get_subscription_count() == 0]
+            if lonely and now - st["since"] < cfg.wait_timeout_s:
+                return False
+            if lonely:
+                log.warn(f"no subscriber of {lonely} after {cfg.wait_timeout_s:g} s; starting anyway")
+            st["phase"], st["since"] = "delay", now
+        if st["phase"] == "delay":
+            if now - st["since"] < cfg.delay_s:
+                return False
+            st["phase"] = "play"
+            log.info(f"playing {bag.path}: {len(pubs)} topics at {cfg.rate}x{' in a loop' if cfg.loop else ''}")
+        return True
+
     def tick() -> None:
-        if st["done"]:
+        now = time.monotonic()
+        if st["done"] or not ready(now):
             return
         if st["next"] is None:
-            if not args.loop or not published:
+            if not cfg.loop or not published:
                 st["done"] = True
                 return
-            st["loops"] += 1
             restart()
             if st["next"] is None:
                 st["done"] = True
                 return
-        now = time.monotonic()
         if st["t0_wall"] is None:
             st["t0_wall"], st["t0_bag"] = now, st["next"].log_time_ns
-        bag_now = st["t0_bag"] + int((now - st["t0_wall"]) * args.rate * 1e9)
+        bag_now = st["t0_bag"] + int((now - st["t0_wall"]) * cfg.rate * 1e9)
         if clock_pub is not None:
             c = Clock()
             c.clock.sec, c.clock.nanosec = divmod(bag_now, 1_000_000_000)
@@ -147,30 +229,93 @@ def run(args: argparse.Namespace) -> int:
             st["next"] = next(st["it"], None)
 
     restart()
-    start_timer: dict[str, Any] = {}
+    node.create_timer(1.0 / cfg.clock_hz, tick)
+    while rclpy.ok() and not st["done"]:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    # let reliable readers fetch the last messages before the publishers go away
+    end = time.monotonic() + 0.5
+    while rclpy.ok() and time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    return published
 
-    def begin() -> None:
-        start_timer["t"].cancel()
-        node.create_timer(1.0 / args.clock_hz, tick)
 
-    start_timer["t"] = node.create_timer(max(args.delay, 1e-3), begin)
-    log.info(f"replaying {args.bag}: {len(pubs)} topics at {args.rate}x{' in a loop' if args.loop else ''}")
+def _summary(bag: BagFile, published: Counter, remaps: dict[str, str]) -> str:
+    skipped = {k: v for k, v in bag.counts.to_json().items() if v and k not in ("read",)}
+    return (f"published {sum(published.values())} messages "
+            f"({', '.join(f'{remaps.get(t, t)}: {n}' for t, n in sorted(published.items()))})"
+            + (f"; skipped {skipped}" if skipped else ""))
+
+
+def _finish(node: Any, bag: BagFile) -> None:
+    import rclpy
+
+    bag.close()
+    node.destroy_node()
+    if rclpy.ok():
+        rclpy.shutdown()
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = ReplayConfig(bag=str(args.bag), rate=args.rate, loop=args.loop, clock=not args.no_clock,
+                       clock_hz=args.clock_hz, delay_s=args.delay, topics=" ".join(args.topics or []),
+                       wait_for=" ".join(args.wait_for), wait_timeout_s=args.wait_timeout)
+    remaps = parse_remaps(args.remap)
+    bag, selected = open_bag(cfg)
+    for w in bag.warnings:
+        print(f"memnav replay: {w}", file=sys.stderr)
+
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+
+    rclpy.init(args=["memnav_replay", "--ros-args", *args.ros_args] if args.ros_args else ["memnav_replay"])
+    node = rclpy.create_node("memnav_replay")
+    published: Counter = Counter()
     try:
-        while rclpy.ok() and not st["done"]:
-            rclpy.spin_once(node, timeout_sec=0.05)
-        # let reliable readers fetch the last messages before the publishers go away
-        end = time.monotonic() + 0.5
-        while rclpy.ok() and time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.05)
+        published = replay(node, bag, selected, cfg, remaps)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        bag.close()
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    skipped = {k: v for k, v in bag.counts.to_json().items() if v and k not in ("read",)}
-    print(f"published {sum(published.values())} messages "
-          f"({', '.join(f'{remaps.get(t, t)}: {n}' for t, n in sorted(published.items()))})"
-          + (f"; skipped {skipped}" if skipped else ""))
+        _finish(node, bag)
+    print(_summary(bag, published, remaps))
     return 0
+
+
+def main_node(argv: list[str] | None = None) -> int:
+    """`replay_node`: the replay as a ROS node configured by parameters (see the module docstring)."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+    from rclpy.node import Node
+
+    from memnav.eval.bag_io import BagError
+    from memnav.ros.params import declare_dataclass
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = Node("memnav_replay")
+    log = node.get_logger()
+    try:
+        cfg = declare_dataclass(node, ReplayConfig)
+        bag, selected = open_bag(cfg)
+    except (ValueError, FileNotFoundError, BagError) as err:
+        log.error(str(err))
+        node.destroy_node()
+        rclpy.shutdown()
+        return 1
+    for w in bag.warnings:
+        log.warn(w)
+    published: Counter = Counter()
+    status = 0
+    try:
+        published = replay(node, bag, selected, cfg, {})
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except ValueError as err:   # no topic can be published
+        log.error(str(err))
+        status = 1
+    finally:
+        _finish(node, bag)
+    print(_summary(bag, published, {}), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main_node())

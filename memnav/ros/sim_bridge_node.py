@@ -8,15 +8,24 @@ Publishes (REP-103/105 frames: odom -> base_link):
     /memnav/ground_truth_pose   nav_msgs/Odometry (ground truth, frame "map")
     /memnav/goal_image          sensor_msgs/Image rgb8            (reliable, transient local)
     /memnav/goal_depth          sensor_msgs/Image 32FC1, meters   (reliable, transient local; same stamp)
+    /memnav/goal_pose           geometry_msgs/PoseStamped, frame "map" (reliable, transient local; same stamp):
+                                the ground-truth pose the goal image was taken from
     /memnav/episode_result      std_msgs/String JSON              (reliable, transient local; includes
                                 goal_stamp_ns, the stamp of the goal image of the episode it ends)
+    /tf                         tf2_msgs/TFMessage odom -> base_link, stamped like /odom (only when tf2_msgs
+                                is importable, i.e. on a full ROS 2 install; it is not on PyPI)
 Subscribes:
     /cmd_vel                    geometry_msgs/Twist  (velocity mode: applied every tick; zero when stale)
     /memnav/action              std_msgs/String      (STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT or index)
 Services (std_srvs/Trigger): ~/reset (restart the episode), ~/next_episode.
-Parameters: the fields of RunnerConfig, SimConfig (prefix "sim.") and BridgeConfig below.
+Parameters: the fields of RunnerConfig, SimConfig (prefix "sim."), BridgeConfig and RecordConfig (prefix
+"record.") below.
 Modes: `lockstep` true publishes one observation after each action (evaluation, deterministic);
 false publishes at `rate_hz` and applies /cmd_vel every tick (real-time, robot-like).
+Recording: with `record.bag` set, every message above is also written, in-process and lossless, into that
+rosbag2 bag (log time = the message's stamp; re-sent observations are not written twice) with the QoS the
+bridge offers, so the bag replays like the live topics and `memnav eval-bag` scores it against the ground
+truth and goal annotations. The bag is finished when the node exits (exit_when_done, Ctrl-C, SIGTERM).
 Bad messages are dropped with a throttled warning and counted; the node never dies on one.
 """
 from __future__ import annotations
@@ -25,11 +34,26 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from memnav.core.types import Action, Observation
 from memnav.sim.base import SimConfig
 from memnav.sim.metrics import aggregate
 from memnav.sim.runner import EpisodeRunner, RunnerConfig
+
+# topic -> (message type, reliable, transient local, history depth): what the bridge offers, and records
+TOPICS = {
+    "/camera/color/image_raw": ("sensor_msgs/msg/Image", False, False, 5),
+    "/camera/depth/image_raw": ("sensor_msgs/msg/Image", False, False, 5),
+    "/camera/color/camera_info": ("sensor_msgs/msg/CameraInfo", False, False, 5),
+    "/odom": ("nav_msgs/msg/Odometry", True, False, 10),
+    "/memnav/ground_truth_pose": ("nav_msgs/msg/Odometry", True, False, 10),
+    "/memnav/goal_image": ("sensor_msgs/msg/Image", True, True, 1),
+    "/memnav/goal_depth": ("sensor_msgs/msg/Image", True, True, 1),
+    "/memnav/goal_pose": ("geometry_msgs/msg/PoseStamped", True, True, 1),
+    "/memnav/episode_result": ("std_msgs/msg/String", True, True, 1),
+}
+TF_TOPICS = {"/tf": ("tf2_msgs/msg/TFMessage", True, False, 100)}   # as tf2_ros.TransformBroadcaster
 
 
 @dataclass
@@ -56,34 +80,82 @@ class BridgeConfig:
     republish_s: float = 1.0
 
 
+@dataclass
+class RecordConfig:
+    """Recording the bridge's own episodes (parameters prefixed "record.").
+
+    Attributes:
+        bag: rosbag2 folder to write every published message into ("" = no recording); must not exist.
+        storage: storage of the bag, "mcap" or "sqlite3".
+    """
+
+    bag: str = ""
+    storage: str = "mcap"
+
+    def __post_init__(self) -> None:
+        if self.storage not in ("mcap", "sqlite3"):
+            raise ValueError(f"RecordConfig.storage must be 'mcap' or 'sqlite3', got {self.storage!r}")
+
+
+def tf_message_class() -> Any:
+    """tf2_msgs/TFMessage, or None where tf2_msgs is not installed (it is not on PyPI)."""
+    try:
+        from tf2_msgs.msg import TFMessage
+    except ImportError:
+        return None
+    return TFMessage
+
+
+def odometry_to_tf(odom: Any, tf_class: Any) -> Any:
+    """A TFMessage with the transform header.frame_id -> child_frame_id of a nav_msgs/Odometry."""
+    from geometry_msgs.msg import TransformStamped
+
+    t = TransformStamped(header=odom.header, child_frame_id=odom.child_frame_id)
+    p, q = odom.pose.pose.position, odom.pose.pose.orientation
+    t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = p.x, p.y, p.z
+    t.transform.rotation = q
+    return tf_class(transforms=[t])
+
+
 def main(argv: list[str] | None = None) -> int:
     import rclpy
-    from geometry_msgs.msg import Twist
-    from nav_msgs.msg import Odometry
+    from geometry_msgs.msg import PoseStamped, Twist
+    from rclpy.executors import ExternalShutdownException
     from rclpy.node import Node
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-    from sensor_msgs.msg import CameraInfo, Image
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import CameraInfo
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
 
+    from memnav.eval.bag_io import BagError, BagWriter, qos_profile
     from memnav.ros import conversions as conv
     from memnav.ros.params import declare_dataclass
+    from memnav.ros.record_command import message_class
+    from memnav.ros.replay_command import publisher_qos
 
     rclpy.init(args=argv if argv is not None else sys.argv)
     node = Node("sim_bridge_node")
     run_cfg = declare_dataclass(node, RunnerConfig)
     sim_cfg = declare_dataclass(node, SimConfig, prefix="sim.")
     cfg = declare_dataclass(node, BridgeConfig)
+    rec_cfg = declare_dataclass(node, RecordConfig, prefix="record.")
     runner = EpisodeRunner(run_cfg, sim_cfg)
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    pub_rgb = node.create_publisher(Image, "/camera/color/image_raw", qos_profile_sensor_data)
-    pub_depth = node.create_publisher(Image, "/camera/depth/image_raw", qos_profile_sensor_data)
-    pub_info = node.create_publisher(CameraInfo, "/camera/color/camera_info", qos_profile_sensor_data)
-    pub_odom = node.create_publisher(Odometry, "/odom", 10)
-    pub_gt = node.create_publisher(Odometry, "/memnav/ground_truth_pose", 10)
-    pub_goal = node.create_publisher(Image, "/memnav/goal_image", latched)
-    pub_goal_depth = node.create_publisher(Image, "/memnav/goal_depth", latched)
-    pub_result = node.create_publisher(String, "/memnav/episode_result", latched)
+    tf_class = tf_message_class()
+    topics = TOPICS | (TF_TOPICS if tf_class is not None else {})
+    pubs = {name: node.create_publisher(message_class(mtype), name, publisher_qos((qos_profile(rel, lat, depth),)))
+            for name, (mtype, rel, lat, depth) in topics.items()}
+    writer = None
+    if rec_cfg.bag:
+        try:
+            writer = BagWriter(rec_cfg.bag, rec_cfg.storage)
+        except BagError as err:
+            node.get_logger().error(f"record.bag: {err}")
+            node.destroy_node()
+            rclpy.shutdown()
+            return 1
+        for name, (mtype, rel, lat, depth) in topics.items():
+            writer.add_topic(name, mtype, [qos_profile(rel, lat, depth)])
+        node.get_logger().info(f"recording episodes into {rec_cfg.bag} ({rec_cfg.storage})")
     dropped = {"count": 0}
     cmd = {"v": 0.0, "w": 0.0, "stamp": 0.0}
 
@@ -91,22 +163,30 @@ def main(argv: list[str] | None = None) -> int:
         dropped["count"] += 1
         node.get_logger().warn(f"dropped {what} ({dropped['count']} so far): {err}", throttle_duration_sec=2.0)
 
+    def emit(topic: str, msg: Any, stamp: Any, record: bool = True) -> None:
+        pubs[topic].publish(msg)
+        if writer is not None and record:
+            writer.write_raw(topic, stamp.sec * 1_000_000_000 + stamp.nanosec, serialize_message(msg))
+
     last = {"obs": None, "stamp": None, "wall": 0.0}
     done = {"flag": False}
 
-    def publish(obs: Observation, stamp=None) -> None:
+    def publish(obs: Observation, stamp=None, record: bool = True) -> None:
         stamp = stamp if stamp is not None else node.get_clock().now().to_msg()
         last.update(obs=obs, stamp=stamp, wall=time.monotonic())
-        pub_rgb.publish(conv.rgb_to_image(obs.rgb, stamp, cfg.camera_frame))
-        pub_depth.publish(conv.depth_to_image(obs.depth, stamp, cfg.camera_frame))
+        emit("/camera/color/image_raw", conv.rgb_to_image(obs.rgb, stamp, cfg.camera_frame), stamp, record)
+        emit("/camera/depth/image_raw", conv.depth_to_image(obs.depth, stamp, cfg.camera_frame), stamp, record)
         info = CameraInfo(height=sim_cfg.height_px, width=sim_cfg.width_px, distortion_model="plumb_bob")
         f = sim_cfg.focal_px
         info.k = [f, 0.0, sim_cfg.width_px / 2.0, 0.0, f, sim_cfg.height_px / 2.0, 0.0, 0.0, 1.0]
         info.p = [f, 0.0, sim_cfg.width_px / 2.0, 0.0, 0.0, f, sim_cfg.height_px / 2.0, 0.0, 0.0, 0.0, 1.0, 0.0]
         info.header.stamp, info.header.frame_id = stamp, cfg.camera_frame
-        pub_info.publish(info)
-        pub_odom.publish(conv.pose_to_odometry(obs.pose, stamp))
-        pub_gt.publish(conv.pose_to_odometry(obs.gt_pose, stamp, frame_id="map"))
+        emit("/camera/color/camera_info", info, stamp, record)
+        odom = conv.pose_to_odometry(obs.pose, stamp)
+        emit("/odom", odom, stamp, record)
+        if tf_class is not None:
+            emit("/tf", odometry_to_tf(odom, tf_class), stamp, record)
+        emit("/memnav/ground_truth_pose", conv.pose_to_odometry(obs.gt_pose, stamp, frame_id="map"), stamp, record)
 
     goal_stamp = {"ns": 0}
 
@@ -114,9 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         goal = runner.goal
         if goal is not None:
             now = node.get_clock().now()
-            goal_stamp["ns"] = now.nanoseconds
-            pub_goal.publish(conv.rgb_to_image(goal.rgb, now.to_msg(), cfg.camera_frame))
-            pub_goal_depth.publish(conv.depth_to_image(goal.depth, now.to_msg(), cfg.camera_frame))
+            goal_stamp["ns"], stamp = now.nanoseconds, now.to_msg()
+            emit("/memnav/goal_image", conv.rgb_to_image(goal.rgb, stamp, cfg.camera_frame), stamp)
+            emit("/memnav/goal_depth", conv.depth_to_image(goal.depth, stamp, cfg.camera_frame), stamp)
+            pose = PoseStamped(pose=conv.pose_to_odometry(goal.gt_pose).pose.pose)
+            pose.header.stamp, pose.header.frame_id = stamp, "map"
+            emit("/memnav/goal_pose", pose, stamp)
         publish(obs)
 
     def on_action(msg: String) -> None:
@@ -132,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         if result is not None:
             # goal_stamp_ns tells agents which goal this result ends (the topics are not ordered)
             body = dict(result.to_json(), index=runner.index, goal_stamp_ns=goal_stamp["ns"])
-            pub_result.publish(String(data=json.dumps(body)))
+            emit("/memnav/episode_result", String(data=json.dumps(body)), node.get_clock().now().to_msg())
             node.get_logger().info(f"episode {result.episode_id}: success {result.success:.0f} spl {result.spl:.3f} "
                                    f"soft_spl {result.soft_spl:.4f} steps {result.steps}")
             if runner.finished:
@@ -177,11 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     node.create_subscription(Twist, "/cmd_vel", on_cmd, 10)
     node.create_service(Trigger, "~/reset", srv_reset)
     node.create_service(Trigger, "~/next_episode", srv_next)
+
     def on_idle() -> None:
         # lock-step: an agent that subscribed after the last publish would wait forever (sensor QoS is
         # volatile), so re-send the current observation with its original stamp when no action came
         if last["obs"] is not None and not runner.env.done and time.monotonic() - last["wall"] >= cfg.republish_s:
-            publish(last["obs"], last["stamp"])
+            publish(last["obs"], last["stamp"], record=False)
 
     if not cfg.lockstep:
         node.create_timer(1.0 / cfg.rate_hz, on_tick)
@@ -191,9 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while rclpy.ok() and not done["flag"]:
             rclpy.spin_once(node, timeout_sec=0.1)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        if writer is not None:
+            writer.close()
+            counts = ", ".join(f"{t}: {n}" for t, n in sorted(writer.counts.items()))
+            print(f"sim_bridge_node: wrote {rec_cfg.bag} ({counts})", flush=True)
         node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()

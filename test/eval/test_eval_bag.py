@@ -160,9 +160,77 @@ def test_truncated_bag_is_evaluated_up_to_the_damage(bags, models, tmp_path):
     cut = tmp_path / "cut.mcap"
     cut.write_bytes(data[: len(data) // 2])
     m = evaluate_bag(cut, CFG, encoder=enc, calibrator=cal).to_json()
+    assert cut.read_bytes() == data[: len(data) // 2]
     assert m["input"]["truncated"] and m["bag"]["salvaged"]
     assert 20 < m["input"]["frames"] < 100
     assert m["bag"]["format"] == "mcap" and m["memory"]["places"] > 0
+
+
+def _bare_mcap(src: BagFile, path: Path, extra: list[tuple[str, str, bytes, int]]) -> None:
+    """`src` as a bare .mcap written by the independent `mcap` writer, plus `extra` (topic, type, bytes, log time)
+    messages; a type without a stored definition (empty schema) is unknown to every reader."""
+    from mcap.writer import Writer
+
+    channels: dict[str, int] = {}
+    with path.open("wb") as f:
+        w = Writer(f)
+        w.start(profile="ros2", library="memnav-test")
+
+        def channel(topic: str, msgtype: str) -> int:
+            if topic not in channels:
+                known = msgtype in src.typestore.types
+                text = src.typestore.generate_msgdef(msgtype, ros_version=2)[0] if known else ""
+                sid = w.register_schema(name=msgtype, encoding="ros2msg", data=text.encode())
+                channels[topic] = w.register_channel(topic=topic, message_encoding="cdr", schema_id=sid)
+            return channels[topic]
+
+        rows = [(m.topic, m.msgtype, m.raw, m.log_time_ns) for m in src.messages(decode=False)] + extra
+        for topic, msgtype, raw, t in sorted(rows, key=lambda r: r[3]):
+            w.add_message(channel(topic, msgtype), log_time=t, data=raw, publish_time=t)
+        w.finish()
+
+
+def test_unknown_types_and_undecodable_messages_are_skipped_and_reported(bags, models, tmp_path):
+    """A topic of a type no definition is known for, and odometry messages whose bytes are cut short."""
+    enc, cal = models
+    with BagFile(bags["annotated"]) as src:
+        t0 = src.start_ns
+        extra = [("/acme/secret", "acme_msgs/msg/Secret", b"\x00\x01\x00\x00abcd", t0 + i * 10**9) for i in range(3)]
+        extra += [("/odom", "nav_msgs/msg/Odometry", b"\x00\x01\x00\x00\x01", t0 + 5 * 10**8 + i) for i in range(2)]
+        _bare_mcap(src, tmp_path / "foreign.mcap", extra)
+    before = digest(tmp_path / "foreign.mcap")
+    result = evaluate_bag(tmp_path / "foreign.mcap", CFG, encoder=enc, calibrator=cal)
+    m = result.to_json()
+    assert digest(tmp_path / "foreign.mcap") == before
+    inp = m["input"]
+    assert inp["skipped"]["deserialize_error"] == {"/odom": 2}
+    # a topic the evaluation does not use is not read: it is listed with its count, not decoded
+    assert inp["unknown_type_topics"] == {"/acme/secret": "acme_msgs/msg/Secret"}
+    assert m["bag"]["topics"]["/acme/secret"] == {"type": "acme_msgs/msg/Secret", "count": 3, "known_type": False}
+    assert m["bag"]["format"] == "mcap" and inp["skipped"]["unknown_type"] == {}
+    assert inp["frames"] == 160 and inp["reference"] == "ground_truth"   # the rest of the bag is intact
+    from memnav.eval.report import write_report
+
+    write_report(result, tmp_path / "report")
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "unknown type, skipped" in html and "/acme/secret" in html and "deserialize_error" in html
+
+
+@pytest.mark.parametrize("name, content, match", [
+    ("noise.mcap", b"\x00garbage" * 50, "not an MCAP file"),
+    ("broken.db3", b"SQLite format 3\x00" + b"\x00" * 50, "cannot read bag"),
+])
+def test_corrupt_bag_is_a_clear_error_and_writes_nothing(tmp_path, capsys, name, content, match):
+    from memnav.cli import main
+
+    bag = tmp_path / name
+    bag.write_bytes(content)
+    report = tmp_path / "report"
+    assert main(["eval-bag", str(bag), "--report", str(report), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert name in err and match in err
+    assert not report.exists() and bag.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
 
 
 def test_pose_track_interpolates_yaw_across_pi():

@@ -9,7 +9,7 @@ import yaml
 
 from memnav.ros import encoder_node, memory_node, safety_node, stop_node
 from memnav.ros.policy_node import PolicyNodeConfig
-from memnav.ros.sim_bridge_node import BridgeConfig
+from memnav.ros.sim_bridge_node import BridgeConfig, RecordConfig
 from memnav.sim.base import SimConfig
 from memnav.sim.runner import RunnerConfig
 
@@ -17,7 +17,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 # node name -> (prefix, dataclass) groups it declares as parameters (as in each node's main)
 NODE_PARAMETERS = {
-    "sim_bridge_node": (("", RunnerConfig), ("sim.", SimConfig), ("", BridgeConfig)),
+    "sim_bridge_node": (("", RunnerConfig), ("sim.", SimConfig), ("", BridgeConfig), ("record.", RecordConfig)),
     "policy_node": (("", PolicyNodeConfig),),
     "encoder_node": encoder_node.PARAMETER_GROUPS,
     "memory_node": memory_node.PARAMETER_GROUPS,

@@ -142,4 +142,9 @@ def test_bad_options_exit_2_before_touching_ros(source_bag, tmp_path):
     assert main(["replay", str(source_bag), "--remap", "/odom"]) == 2              # not FROM:=TO
     assert main(["replay", str(source_bag), "--topics", "/nope"]) == 2
     assert main(["replay", str(tmp_path / "missing")]) == 2
+    assert main(["replay", str(source_bag), "--wait-for", "/nope"]) == 2           # not a topic of the bag
+    garbage = tmp_path / "garbage.mcap"
+    garbage.write_bytes(b"\x00garbage" * 20)
+    assert main(["replay", str(garbage)]) == 2                                     # not a bag: BagError
+    assert garbage.read_bytes() == b"\x00garbage" * 20
     assert (source_bag / "metadata.yaml").is_file() and len(list(source_bag.iterdir())) == 2

@@ -96,3 +96,137 @@ def test_bridge_serves_episodes_over_dds(data, ros_env):
             proc.kill()
             out, _ = proc.communicate()
     assert "dropped action" in out
+
+
+def _digest(path):
+    import hashlib
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_bridge_records_an_episode_that_eval_bag_scores_against_ground_truth(data, ros_env, tmp_path):
+    """The bridge drives one episode (an oracle mirrored in-process sends the actions: a full turn on the spot,
+    then the shortest path and STOP) while recording it with `record.bag`; `memnav eval-bag` on that bag scores
+    place recognition against the ground truth and the stop decisions against the goal pose."""
+    from nav_msgs.msg import Odometry
+    from std_msgs.msg import String
+
+    from memnav.cli import main as memnav_main
+    from memnav.core.types import Action
+    from memnav.eval.agents import OracleAgent
+    from memnav.eval.bag_io import BagFile
+    from memnav.eval.eval_bag import pose_of
+    from memnav.sim.base import SimConfig
+    from memnav.sim.env import ImageNavEnv
+    from memnav.sim.episodes import load_episodes
+    from memnav.sim.factory import make_simulator
+
+    bag = tmp_path / "episode"
+    bridge = [sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
+              "-p", "split:=test", "-p", "episodes:=1", "-p", "exit_when_done:=true", "-p", f"record.bag:={bag}"]
+    proc = subprocess.Popen(bridge, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # the same episode in-process: the simulator is deterministic, so the oracle's actions fit the bridge's robot
+    episode = load_episodes(data, "test")[0]
+    env = ImageNavEnv(make_simulator("embedded", SimConfig()))
+    env.reset(episode)
+    oracle = OracleAgent(stop_distance_m=0.5)
+    oracle.reset(episode, env.goal_observation, env.sim)
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_driver")
+    got = {"odom": 0, "result": []}
+    node.create_subscription(Odometry, "/odom", lambda m: got.__setitem__("odom", got["odom"] + 1), 10)
+    node.create_subscription(String, "/memnav/episode_result", lambda m: got["result"].append(m), 10)
+    pub = node.create_publisher(String, "/memnav/action", 10)
+    actions: list[Action] = []
+    try:
+        assert _wait(node, lambda: pub.get_subscription_count() > 0 and got["odom"] > 0, 60), "bridge did not come up"
+        while not actions or actions[-1] != Action.STOP:
+            # a full turn on the spot first (revisits for place recognition, > 1 s apart), then the oracle
+            action = Action.TURN_LEFT if len(actions) < 13 else oracle.act(None)
+            assert len(actions) < 300, "the oracle did not reach the goal"
+            env.step(action)
+            actions.append(action)
+            n = got["odom"]
+            pub.publish(String(data=action.name))
+            if action != Action.STOP:
+                assert _wait(node, lambda n=n: got["odom"] > n, 20), f"no observation after action {len(actions)}"
+                if len(actions) <= 13:
+                    time.sleep(0.1)
+        assert _wait(node, lambda: got["result"], 20)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    result = json.loads(got["result"][-1].data)
+    assert result["success"] == 1.0 and result["steps"] == len(actions), out[-2000:]
+    assert proc.returncode == 0 and f"wrote {bag}" in out, out[-2000:]
+
+    frames = len(actions)   # the first observation and one after each action but STOP
+    with BagFile(bag) as b:
+        topics = b.topics
+        goal_pose = [pose_of(m.msg, m.msgtype) for m in b.messages(["/memnav/goal_pose"])]
+        qos = topics["/memnav/goal_pose"].qos[0]
+    assert {t: topics[t].count for t in topics} == {
+        "/camera/color/image_raw": frames, "/camera/depth/image_raw": frames, "/camera/color/camera_info": frames,
+        "/odom": frames, "/memnav/ground_truth_pose": frames, "/memnav/goal_image": 1, "/memnav/goal_depth": 1,
+        "/memnav/goal_pose": 1, "/memnav/episode_result": 1}
+    assert qos.durability.name == "TRANSIENT_LOCAL" and qos.reliability.name == "RELIABLE"
+    expected = env.goal_observation.gt_pose
+    assert (goal_pose[0].x_m, goal_pose[0].y_m, goal_pose[0].yaw_rad) == pytest.approx(
+        (expected.x_m, expected.y_m, expected.yaw_rad), abs=1e-6)
+
+    before = _digest(bag)
+    report = tmp_path / "report"
+    assert memnav_main(["eval-bag", str(bag), "--report", str(report), "--revisit-min-age", "1",
+                        "--no-progress"]) == 0
+    assert _digest(bag) == before
+    m = json.loads((report / "metrics.json").read_text())
+    inp = m["input"]
+    assert inp["reference"] == "ground_truth" and inp["frames"] == frames
+    assert inp["goals"] == 1 and inp["goals_with_pose"] == 1 and inp["truncated"] is False
+    pr = m["place_recognition"]
+    assert pr["queries_with_match"] > 0 and pr["recall_at_1"] is not None   # the turn on the spot came round
+    stop = m["stop"]
+    assert stop["available"] and stop["labelled"] and stop["frames_labelled"] == frames
+    assert 0 < stop["frames_at_goal"] < frames                   # the oracle ended within 0.5 m of the goal
+    assert stop["voi"]["recall"] is not None and len(stop["episodes"]) == 1
+
+    # a bag is never overwritten: a second bridge on the same path refuses to start
+    again = subprocess.run(bridge, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "exists already" in again.stdout + again.stderr
+    assert _digest(bag) == before
+
+
+def test_bridge_broadcasts_odom_to_base_link_on_tf(data, ros_env):
+    """Only where tf2_msgs is installed (a full ROS 2 install; it is not on PyPI)."""
+    pytest.importorskip("tf2_msgs")
+    from nav_msgs.msg import Odometry
+    from tf2_msgs.msg import TFMessage
+
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args",
+                             "-p", f"data:={data}", "-p", "split:=test", "-p", "republish_s:=0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_tf")
+    got = {"odom": [], "tf": []}
+    node.create_subscription(Odometry, "/odom", lambda m: got["odom"].append(m), 10)
+    node.create_subscription(TFMessage, "/tf", lambda m: got["tf"].append(m), 100)
+    try:
+        assert _wait(node, lambda: got["odom"] and got["tf"], 60)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+    t = got["tf"][-1].transforms[0]
+    odom = next(o for o in got["odom"] if o.header.stamp == t.header.stamp)
+    assert (t.header.frame_id, t.child_frame_id) == ("odom", "base_link")
+    assert t.transform.translation.x == odom.pose.pose.position.x
+    assert t.transform.rotation.z == odom.pose.pose.orientation.z
