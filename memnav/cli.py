@@ -31,6 +31,8 @@ BENCH_TARGETS: dict[str, tuple[str, str]] = {
     "encoder": ("memnav.eval.bench_encoder", "encoder place-recognition recall@1 vs baselines, latency"),
     "agent": ("memnav.eval.bench_agent", "per-step latency of encoder + memory + policy + stop"),
     "replay": ("memnav.eval.bench_replay", "offline bag evaluation speed as a multiple of real time (10 Hz RGB-D)"),
+    "pipeline": ("memnav.eval.bench_pipeline",
+                 "camera-to-command latency of the ROS stack at 10 Hz: separate processes vs fused, and CPU use"),
 }
 
 # train target -> (module, one-line help)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -42,17 +43,22 @@ class EncoderNodeConfig:
         queue_size: unpaired frames kept per stream while waiting for a partner.
         goal_depth_wait_s: how long a new goal image waits for /memnav/goal_depth of the same stamp before it is
             encoded without depth (a goal photo from a user has none), seconds (wall clock).
+        torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
+            several nodes on few cores each spinning a thread per core were measured 50x slower.
     """
 
     checkpoint: str = "models/encoder.pt"
     sync_tolerance_s: float = 0.02
     queue_size: int = 10
     goal_depth_wait_s: float = 0.5
+    torch_threads: int = 1
 
     def __post_init__(self) -> None:
         if not (self.sync_tolerance_s >= 0 and self.goal_depth_wait_s >= 0) or self.queue_size < 1:
             raise ValueError("EncoderNodeConfig: sync_tolerance_s and goal_depth_wait_s must be >= 0, queue_size >= 1; "
                              f"got {self.sync_tolerance_s!r}, {self.goal_depth_wait_s!r}, {self.queue_size!r}")
+        if self.torch_threads < 0:
+            raise ValueError(f"EncoderNodeConfig.torch_threads must be >= 0, got {self.torch_threads!r}")
 
 
 # (prefix, dataclass) of every parameter group this node declares, in declaration order
@@ -60,8 +66,14 @@ PARAMETER_GROUPS = (("", EncoderNodeConfig),)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import rclpy
-    from rclpy.node import Node
+    from memnav.ros.stack_node import run_nodes
+
+    return run_nodes([("encoder_node", build)], argv)
+
+
+def build(node) -> Callable[[], None]:
+    """Declare this node's parameters on `node` (an rclpy Node named encoder_node) and create its publishers,
+    subscriptions and timer; nothing spins here. Returns the clean-up to call before the node is destroyed."""
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
@@ -72,9 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     from memnav.ros.params import declare_dataclass
     from memnav.ros.stamp_sync import StampedQueue
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = Node("encoder_node")
     cfg = declare_dataclass(node, EncoderNodeConfig)
+    if cfg.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
     checkpoint = resolve_model_path(cfg.checkpoint, "checkpoint")
     encoder = Encoder.from_checkpoint(checkpoint)
     needs_depth = encoder.cfg.use_depth
@@ -184,15 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     node.create_subscription(Image, "/memnav/goal_image", on_goal_image, latched)
     node.create_subscription(Image, "/memnav/goal_depth", on_goal_depth, latched)
     node.create_timer(0.05, encode_goal)
-    try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return lambda: None
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "the memnav package share (the repository root when memnav is installed editable). Only ROS 2 YAML "
              "launch files are supported: args, set_env, node (pkg, exec, name, namespace, param from a file and "
              "inline, remap, args, output, respawn, respawn_delay, on_exit: shutdown), group and "
-             "push_ros_namespace, with $(var NAME), $(env NAME [DEFAULT]) and $(find-pkg-share PACKAGE); "
+             "push_ros_namespace, `if:`/`unless:` on any action, "
+             "with $(var NAME), $(env NAME [DEFAULT]) and $(find-pkg-share PACKAGE); "
              "anything else is refused with an error naming it. Options go before FILE or after the NAME:=VALUE "
              "items, as with `ros2 launch`")
     parser.add_argument(

@@ -23,6 +23,9 @@ the key and what is supported, so a file is never half-understood:
         respawn: true               # restart the node whenever it exits
         respawn_delay: 2.0          # seconds before a restart
         on_exit: shutdown           # end the whole launch when this node exits
+        if: "$(var fused)"          # on any action (arg, set_env, push_ros_namespace, group mapping, node):
+                                    # keep it only when the text is true or 1 (false or 0 drops it);
+                                    # `unless:` is the opposite; both on one action is an error, as in ROS 2
 
 Substitutions, in any string: `$(var NAME)`, `$(env NAME)`, `$(env NAME DEFAULT)`, `$(find-pkg-share PACKAGE)`
 (an installed share folder, or for memnav installed editable the repository root holding launch/ and config/).
@@ -46,7 +49,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -62,10 +65,14 @@ PUSH_NAMESPACE_KEYS = ("namespace",)
 NODE_KEYS = ("pkg", "exec", "name", "namespace", "param", "remap", "args", "output", "respawn", "respawn_delay",
              "on_exit")
 PARAM_KEYS = ("from", "name", "value")
+CONDITION_KEYS = ("if", "unless")
 REMAP_KEYS = ("from", "to")
 _ACTION_ALIASES = {"push-ros-namespace": "push_ros_namespace"}
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
+# what ROS 2 launch's IfCondition / UnlessCondition accept (case-insensitive); anything else is an error
+_CONDITION_TRUE = ("true", "1")
+_CONDITION_FALSE = ("false", "0")
 _BOOTSTRAP_MARK = "_ROS_WHEELS_BOOTSTRAP_COMPLETE"
 
 
@@ -86,6 +93,19 @@ class Output(str, Enum):
 
 
 @dataclass(frozen=True)
+class Condition:
+    """`if:` / `unless:` on an action: a template resolved when the action is reached.
+
+    Attributes:
+        expression: template that must resolve to true/1 or false/0 (case-insensitive), as in ROS 2 launch.
+        unless: `unless:` (keep the action when the expression is false) rather than `if:`.
+    """
+
+    expression: str
+    unless: bool = False
+
+
+@dataclass(frozen=True)
 class LaunchArg:
     """A declared launch argument (`arg`), overridable on the command line as `name:=value`.
 
@@ -94,12 +114,14 @@ class LaunchArg:
         default: default value template; None makes the argument required.
         description: one line shown by `memnav launch FILE --show-args`.
         choices: allowed values; empty allows any.
+        condition: `if:` / `unless:`; a declaration whose condition does not hold sets no value.
     """
 
     name: str
     default: str | None = None
     description: str = ""
     choices: tuple[str, ...] = ()
+    condition: Condition | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +130,7 @@ class SetEnv:
 
     name: str
     value: str
+    condition: Condition | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +138,7 @@ class PushRosNamespace:
     """`push_ros_namespace`: prefix the namespace of the nodes that follow it in the same scope."""
 
     namespace: str
+    condition: Condition | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +181,7 @@ class NodeAction:
         respawn_delay: template of seconds to wait before a restart.
         shutdown_on_exit: `on_exit: shutdown`: the end of this node ends the launch.
         where: location in the file, for error messages.
+        condition: `if:` / `unless:`; the node is started only when it holds.
     """
 
     executable: str
@@ -171,6 +196,7 @@ class NodeAction:
     respawn_delay: str = "0.0"
     shutdown_on_exit: bool = False
     where: str = ""
+    condition: Condition | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +205,7 @@ class Group:
 
     children: tuple[Action, ...]
     scoped: bool = True
+    condition: Condition | None = None
 
 
 Action = LaunchArg | SetEnv | PushRosNamespace | NodeAction | Group
@@ -404,7 +431,7 @@ def _parse_actions(items: Any, path: Path, where: str) -> tuple[Action, ...]:
         if kind == "group":
             actions.append(_parse_group(body, path, loc))
             continue
-        body = _mapping(body, path, loc)
+        body, condition = _split_condition(_mapping(body, path, loc), path, loc)
         if kind == "arg":
             _check_keys(body, ARG_KEYS, ("name",), path, loc)
             choices = body.get("choices", [])
@@ -415,29 +442,43 @@ def _parse_actions(items: Any, path: Path, where: str) -> tuple[Action, ...]:
                 name=_plain(body["name"], path, f"{loc}.name"),
                 default=None if default is None else _text(default, path, f"{loc}.default"),
                 description=_plain(body.get("description", ""), path, f"{loc}.description"),
-                choices=tuple(_plain(c, path, f"{loc}.choices") for c in choices)))
+                choices=tuple(_plain(c, path, f"{loc}.choices") for c in choices), condition=condition))
         elif kind == "set_env":
             _check_keys(body, SET_ENV_KEYS, SET_ENV_KEYS, path, loc)
-            actions.append(SetEnv(_text(body["name"], path, f"{loc}.name"), _text(body["value"], path, f"{loc}.value")))
+            actions.append(SetEnv(_text(body["name"], path, f"{loc}.name"), _text(body["value"], path, f"{loc}.value"),
+                                  condition=condition))
         elif kind == "push_ros_namespace":
             _check_keys(body, PUSH_NAMESPACE_KEYS, PUSH_NAMESPACE_KEYS, path, loc)
-            actions.append(PushRosNamespace(_text(body["namespace"], path, f"{loc}.namespace")))
+            actions.append(PushRosNamespace(_text(body["namespace"], path, f"{loc}.namespace"), condition=condition))
         else:
-            actions.append(_parse_node(body, path, loc))
+            actions.append(replace(_parse_node(body, path, loc), condition=condition))
     return tuple(actions)
+
+
+def _split_condition(body: dict, path: Path, loc: str) -> tuple[dict, Condition | None]:
+    """`body` without its `if:` / `unless:` key, and that condition (None when it has neither)."""
+    present = [k for k in CONDITION_KEYS if k in body]
+    if not present:
+        return body, None
+    if len(present) == 2:
+        raise LaunchError(f"{path}: {loc}: `if` and `unless` cannot be used on the same action")
+    (key,) = present
+    condition = Condition(_text(body[key], path, f"{loc}.{key}"), unless=key == "unless")
+    return {k: v for k, v in body.items() if k != key}, condition
 
 
 def _parse_group(body: Any, path: Path, loc: str) -> Group:
     if isinstance(body, list):
         return Group(children=_parse_actions(body, path, loc))
-    body = _mapping(body, path, loc)
+    body, condition = _split_condition(_mapping(body, path, loc), path, loc)
     _check_keys(body, GROUP_KEYS, ("children",), path, loc)
     scoped = body.get("scoped", True)
     if isinstance(scoped, str) and scoped.lower() in _TRUE + _FALSE:
         scoped = scoped.lower() in _TRUE
     if not isinstance(scoped, bool):
         raise LaunchError(f"{path}: {loc}.scoped: expected true or false, got {scoped!r}")
-    return Group(children=_parse_actions(body["children"], path, f"{loc}.children"), scoped=scoped)
+    return Group(children=_parse_actions(body["children"], path, f"{loc}.children"), scoped=scoped,
+                 condition=condition)
 
 
 def _parse_node(body: dict, path: Path, loc: str) -> NodeAction:
@@ -593,6 +634,8 @@ def resolve_launch(launch: LaunchFile, overrides: Mapping[str, str] | None = Non
     def visit(actions: Sequence[Action], scope: _Scope) -> None:
         for action in actions:
             env = {**environ, **scope.env}
+            if action.condition is not None and not _condition_holds(action, launch.path, scope.variables, env):
+                continue
             if isinstance(action, LaunchArg):
                 where = f"{launch.path}: arg {action.name}"
                 if action.name in overrides:
@@ -621,6 +664,22 @@ def resolve_launch(launch: LaunchFile, overrides: Mapping[str, str] | None = Non
 
     visit(launch.actions, _Scope({}, {}, None))
     return LaunchPlan(path=launch.path, args=values, nodes=tuple(nodes))
+
+
+def _condition_holds(action: Action, path: Path, variables: Mapping[str, str], env: Mapping[str, str]) -> bool:
+    """Whether an action's `if:` holds (or its `unless:` does not), by ROS 2 launch's rule: the resolved text is
+    true/1 or false/0, case-insensitive; anything else raises LaunchError."""
+    cond = action.condition
+    assert cond is not None
+    key = "unless" if cond.unless else "if"
+    kinds = {LaunchArg: "arg", SetEnv: "set_env", PushRosNamespace: "push_ros_namespace", Group: "group"}
+    where = getattr(action, "where", "") or f"{path}: {kinds.get(type(action), 'action')} {getattr(action, 'name', '')}"
+    where = where.rstrip()
+    value = _substitute(cond.expression, f"{where}.{key}", variables, env).strip().lower()
+    if value not in _CONDITION_TRUE + _CONDITION_FALSE:
+        raise LaunchError(f"{where}: `{key}: {cond.expression}` resolved to {value!r}; a condition must be "
+                          f"{', '.join(_CONDITION_TRUE + _CONDITION_FALSE)} (case-insensitive)")
+    return (value in _CONDITION_TRUE) != cond.unless
 
 
 def _join_namespace(base: str | None, namespace: str | None) -> str | None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -91,9 +92,15 @@ PARAMETER_GROUPS = (("", MemoryNodeConfig), ("", SceneGraphParams), ("buffer.", 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import rclpy
+    from memnav.ros.stack_node import run_nodes
+
+    return run_nodes([("memory_node", build)], argv)
+
+
+def build(node) -> Callable[[], None]:
+    """Declare this node's parameters on `node` (an rclpy Node named memory_node) and create its publishers,
+    subscriptions, services and timers; nothing spins here. Returns the clean-up (closes the memory)."""
     from nav_msgs.msg import Odometry
-    from rclpy.node import Node
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
@@ -107,8 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     from memnav.ros.scene_graph_msgs import retrievals_body, scene_graph_markers, scene_graph_snapshot
     from memnav.ros.stamp_sync import StampedQueue
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = Node("memory_node")
     cfg = declare_dataclass(node, MemoryNodeConfig)
     graph_cfg = declare_dataclass(node, SceneGraphParams).to_config()
     buffer_cfg = declare_dataclass(node, WorkingBufferConfig, prefix="buffer.")
@@ -253,16 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.snapshot_period_s > 0:
         node.create_timer(cfg.snapshot_period_s, publish_snapshot)
         publish_snapshot()   # late joiners see a memory loaded from its file at once
-    try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        st["memory"].close()
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return lambda: st["memory"].close()
 
 
 if __name__ == "__main__":

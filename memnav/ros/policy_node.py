@@ -14,9 +14,14 @@ Publishes:
                                 stop_reason, goal_probability, places}
 Parameters: the fields of PolicyNodeConfig below.
 Modes: `lockstep` true acts once per new frame pair (evaluation against sim_bridge_node in lock-step);
-false decides at most every `action_duration_s` on the newest frames (robot-like, drives /cmd_vel).
+false decides on the newest frames once the previous action has had its `action_duration_s`: on the first new
+frame pair that arrives after that (so the command answers a frame within the decision time, not a timer
+period), or on the 20 Hz timer if a pair arrived while the action was running (robot-like, drives /cmd_vel).
+The policy state's `stamp_ns` names the colour frame a decision was computed from (camera-to-command latency).
 The node holds its own Navigator (the same core the in-process `memnav eval` runs), so a lock-step run
 over DDS takes the same decisions as the in-process evaluation of the same episodes.
+Bad messages (and frames the agent cannot take) are dropped with a throttled warning and counted; the node
+never dies on one.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.types import Action
@@ -38,7 +44,7 @@ class PolicyNodeConfig:
         policy_dir: folder with policy_<agent>.pt ("" = the package's models/).
         encoder_checkpoint: encoder checkpoint ("" = models/encoder.pt).
         calibration: stop-belief calibration JSON ("" = models/stop_calibration.json).
-        lockstep: act once per new frame pair (True) or on a timer (False).
+        lockstep: act once per new frame pair (True) or in real time, at most every action_duration_s (False).
         action_duration_s: time one discrete action takes on /cmd_vel, seconds.
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
@@ -48,6 +54,8 @@ class PolicyNodeConfig:
         lifelong_dir: keep the long-term memory in a database under this folder across episodes and runs
             ("" = a fresh memory for every goal, as in evaluation).
         memory_key: name of this environment's database in lifelong_dir (e.g. the building).
+        torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
+            several nodes on few cores each spinning a thread per core were measured 50x slower.
     """
 
     agent: str = "memnav"
@@ -62,10 +70,12 @@ class PolicyNodeConfig:
     goal_depth_wait_s: float = 0.5
     lifelong_dir: str = ""
     memory_key: str = "default"
+    torch_threads: int = 1
 
     def __post_init__(self) -> None:
-        if self.action_duration_s <= 0 or self.sync_tolerance_s < 0:
-            raise ValueError("PolicyNodeConfig: action_duration_s must be > 0 and sync_tolerance_s >= 0")
+        if self.action_duration_s <= 0 or self.sync_tolerance_s < 0 or self.torch_threads < 0:
+            raise ValueError("PolicyNodeConfig: action_duration_s must be > 0, sync_tolerance_s and torch_threads "
+                             f">= 0; got {self.action_duration_s!r}, {self.sync_tolerance_s!r}, {self.torch_threads!r}")
 
 
 def action_velocity(action: Action, cfg: PolicyNodeConfig) -> tuple[float, float]:
@@ -81,23 +91,32 @@ def action_velocity(action: Action, cfg: PolicyNodeConfig) -> tuple[float, float
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memnav.ros.stack_node import run_nodes
+
+    return run_nodes([("policy_node", build)], argv)
+
+
+def build(node) -> Callable[[], None]:
+    """Declare this node's parameters on `node` (an rclpy Node named policy_node) and create its publishers,
+    subscriptions and timer; nothing spins here. Returns the clean-up (closes the agent's memory)."""
     from pathlib import Path
 
-    import rclpy
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import Odometry
-    from rclpy.node import Node
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
 
+    from memnav.core.memory import MemoryStoreError
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
     from memnav.ros import conversions as conv
     from memnav.ros.params import declare_dataclass
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = Node("policy_node")
     cfg = declare_dataclass(node, PolicyNodeConfig)
+    if cfg.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
     opts = LearnedAgentOptions(policy_dir=Path(cfg.policy_dir or MODELS),
                                encoder_checkpoint=Path(cfg.encoder_checkpoint or MODELS / "encoder.pt"),
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
@@ -152,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     def on_result(msg: String) -> None:
         try:
             ended = int(json.loads(msg.data).get("goal_stamp_ns", -1))
-        except (ValueError, TypeError, AttributeError) as err:
+        except (ValueError, TypeError, AttributeError, OverflowError) as err:   # OverflowError: int(1e400)
             drop("episode result", err)
             return
         if ended == st["goal_ns"]:
@@ -182,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             return
         maybe_act()
 
-    def maybe_act(timer: bool = False) -> None:
+    def maybe_act() -> None:
         if st["goal_ns"] is None or st["rgb"] is None or st["depth"] is None or st["pose"] is None:
             return
         (t_rgb, rgb), (t_depth, depth) = st["rgb"], st["depth"]
@@ -191,13 +210,17 @@ def main(argv: list[str] | None = None) -> int:
             return
         if cfg.lockstep and abs(t_pose - t_rgb) > cfg.sync_tolerance_s * 1e9:
             return  # lock-step: wait for the odometry of this very frame
-        if not cfg.lockstep and not timer:
-            return
+        if not cfg.lockstep and node.get_clock().now().nanoseconds / 1e9 < st["cmd_until"]:
+            return  # real time: the previous action is still being carried out
         if not st["goal_has_depth"] and time.monotonic() - st["goal_wall"] < cfg.goal_depth_wait_s:
             return  # the goal's depth may still be on its way (topics are not ordered)
         st["acted_ns"] = t_rgb
         # lock-step: memory time advances one second per action, exactly as in the in-process evaluation
-        action, inp, goal_p = agent.step(rgb, depth, pose, None if cfg.lockstep else t_rgb)
+        try:
+            action, inp, goal_p = agent.step(rgb, depth, pose, None if cfg.lockstep else t_rgb)
+        except (ValueError, MemoryStoreError) as err:   # e.g. colour and depth of one stamp, different sizes
+            drop("frame", err)
+            return
         pub_action.publish(String(data=action.name))
         v, w = action_velocity(action, cfg)
         st["cmd"] = (v, w)
@@ -220,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     def on_tick() -> None:
         now = node.get_clock().now().nanoseconds / 1e9
         if now >= st["cmd_until"]:
-            maybe_act(timer=True)
+            maybe_act()
         publish_cmd()
 
     node.create_subscription(Image, "/camera/color/image_raw", on_rgb, qos_profile_sensor_data)
@@ -231,16 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     node.create_subscription(String, "/memnav/episode_result", on_result, latched)
     if not cfg.lockstep:
         node.create_timer(0.05, on_tick)
-    try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        agent.close()
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return agent.close
 
 
 if __name__ == "__main__":

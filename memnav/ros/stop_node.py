@@ -18,12 +18,14 @@ the similarity reaches `verify_min_similarity`; below that, and when the colour 
 stamp or the goal image of the goal embedding's stamp is not at hand, the score is 0 (`verification_ran` false).
 Embeddings stamped before the goal image are skipped: they were taken before the goal was given. An embedding
 re-sent with the stamp of the last one decided (same goal) gets the same decision again, not recomputed.
-Bad messages are dropped with a throttled warning and counted; the node never dies on one.
+Bad messages are dropped with a throttled warning and counted; the node never dies on one. A goal embedding
+whose length differs from that of the embeddings already decided is dropped (it would block every decision).
 """
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.stop import VoIStopConfig
@@ -76,9 +78,15 @@ def load_calibrator(path):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memnav.ros.stack_node import run_nodes
+
+    return run_nodes([("stop_node", build)], argv)
+
+
+def build(node) -> Callable[[], None]:
+    """Declare this node's parameters on `node` (an rclpy Node named stop_node) and create its publisher and
+    subscriptions; nothing spins here. Returns the clean-up to call before the node is destroyed."""
     import numpy as np
-    import rclpy
-    from rclpy.node import Node
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
@@ -91,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     from memnav.ros.params import declare_dataclass
     from memnav.ros.stamp_sync import StampedQueue
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = Node("stop_node")
     cfg = declare_dataclass(node, StopNodeConfig)
     voi_cfg = declare_dataclass(node, VoIStopConfig, prefix="voi.")
     ver_cfg = declare_dataclass(node, VerificationConfig, prefix="verification.")
@@ -103,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     colours: StampedQueue = StampedQueue(cfg.image_queue_size)   # raw colour messages by stamp
     # goal embedding (stamp, vector); goal image features (stamp, Features): they belong together when the
     # stamps agree (encoder_node copies the goal image's header)
-    st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None}
+    # dim: length of the embeddings decided so far (a goal embedding of another length is refused)
+    st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None, "dim": None}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -131,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         except conv.MessageError as err:
             drop("embedding", err)
             return
+        st["dim"] = emb.size
         t = stamp_to_ns(msg.header.stamp)
         if t < goal_ns:
             st["stale"] += 1
@@ -152,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_goal_embedding(msg: Image) -> None:
         try:
-            st.update(goal=(stamp_to_ns(msg.header.stamp), image_to_embedding(msg)), last=None)
+            st.update(goal=(stamp_to_ns(msg.header.stamp), image_to_embedding(msg, st["dim"])), last=None)
         except conv.MessageError as err:
             drop("goal embedding", err)
 
@@ -169,15 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     node.create_subscription(Image, "/memnav/goal_embedding", on_goal_embedding, latched)
     node.create_subscription(Image, "/memnav/goal_image", on_goal_image, latched)
     node.create_subscription(Image, "/camera/color/image_raw", on_colour, qos_profile_sensor_data)
-    try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return lambda: None
 
 
 if __name__ == "__main__":

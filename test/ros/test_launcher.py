@@ -159,7 +159,9 @@ def test_substitutions_var_env_and_find_pkg_share(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("body, names", [
     ("- include: {file: other.launch.yaml}", ["unsupported action 'include'", "arg, group, node"]),
-    ("- node: {exec: x, if: $(var a)}", ["unsupported key(s) if", "pkg, exec, name"]),
+    ("- node: {exec: x, launch-prefix: gdb}", ["unsupported key(s) launch-prefix", "pkg, exec, name"]),
+    ("- node: {exec: x, if: \"true\", unless: \"false\"}", ["launch[0].node", "`if` and `unless`"]),
+    ("- group: {if: \"$(eval true)\", children: []}", ["unsupported substitution $(eval true)"]),
     ("- node: {exec: x, ros_args: --log-level debug}", ["ros_args"]),
     ("- node: {exec: x, on_exit: restart}", ["on_exit", "shutdown", "restart"]),
     ("- node: {exec: x, param: [{name: a, param: [{name: b, value: 1}]}]}", ["param[0]", "nested parameter"]),
@@ -237,6 +239,43 @@ def test_groups_scope_env_and_namespaces(tmp_path):
     got = [(n.label, n.namespace, dict(n.env)) for n in plan.nodes]
     assert got == [("a", "/fleet/r1/cam", {"SCOPED": "1"}), ("b", "/abs", {"SCOPED": "1"}), ("c", "/fleet", {}),
                    ("named", "/fleet", {"LEAKS": "1"}), ("c-2", "/fleet", {"LEAKS": "1"})]
+
+
+def test_if_and_unless_conditions(tmp_path):
+    text = """\
+        launch:
+        - arg: {name: fused, default: "false"}
+        - arg: {name: extra, default: "0"}
+        - arg: {name: mode, default: a, if: "$(var fused)"}
+        - set_env: {name: FUSED_ONLY, value: "1", if: "$(var fused)"}
+        - push_ros_namespace: {namespace: sep, unless: "$(var fused)"}
+        - group:
+            unless: "$(var fused)"
+            children:
+            - node: {exec: policy}
+            - node: {exec: encoder, if: "$(var extra)"}
+        - node: {exec: stack, if: "$(var fused)"}
+        - node: {exec: always}
+        """
+    plan = plan_of(tmp_path, text)
+    assert [(n.executable, n.namespace, dict(n.env)) for n in plan.nodes] == [
+        ("policy", "/sep", {}), ("always", "/sep", {})]
+    assert "mode" not in plan.args   # a declaration whose condition fails sets nothing
+    assert [n.executable for n in plan_of(tmp_path, text, extra="1").nodes] == ["policy", "encoder", "always"]
+    for true in ("true", "TRUE", " 1 "):
+        plan = plan_of(tmp_path, text, fused=true)
+        assert [(n.executable, n.namespace, dict(n.env)) for n in plan.nodes] == [
+            ("stack", None, {"FUSED_ONLY": "1"}), ("always", None, {"FUSED_ONLY": "1"})]
+        assert plan.args["mode"] == "a"
+    # ROS 2 accepts only true/1/false/0 as a condition: anything else is an error naming the action
+    flagged = "launch:\n- arg: {name: flag, default: x}\n- node: {exec: a, if: $(var flag)}\n"
+    for bad in ("yes", "", "2"):
+        with pytest.raises(LaunchError, match=r"launch\[1\]\.node: `if: \$\(var flag\)` resolved to .*true, 1, false"):
+            plan_of(tmp_path, flagged, flag=bad)
+    with pytest.raises(LaunchError, match=r"group: `unless: maybe` resolved to 'maybe'"):
+        plan_of(tmp_path, "launch:\n- group: {unless: maybe, children: []}\n")
+    with pytest.raises(LaunchError, match=r"\$\(var nope\) names no argument"):
+        plan_of(tmp_path, "launch:\n- node: {exec: a, if: $(var nope)}\n")
 
 
 def test_command_line_errors_name_the_node(tmp_path):
