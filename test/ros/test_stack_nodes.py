@@ -117,7 +117,8 @@ def test_stack_builds_memory_and_decides_stops(stack):
             if dead:
                 pytest.fail(f"{dead} exited while waiting for {what}\n{_tails(folder)}")
         if required:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}\n{_tails(folder)}")
+            counts = {k: len(v) for k, v in got.items()} | {f"frames_{k}": len(v) for k, v in frames.items()}
+            pytest.fail(f"timed out after {timeout} s waiting for {what}; received {counts}\n{_tails(folder)}")
         return False
 
     def call(name: str) -> Trigger.Response:
@@ -126,9 +127,12 @@ def test_stack_builds_memory_and_decides_stops(stack):
         return fut.result()
 
     try:
-        wait(lambda: got["emb"] and got["goal_emb"] and got["stop"] and got["event"], 45, "the stack to come up")
+        # the first frame's memory event may leave before this node's subscription matched (volatile topic);
+        # its re-sends are duplicates the memory ignores, so frames are checked from the first action on
+        wait(lambda: got["emb"] and got["goal_emb"] and got["stop"], 45, "the stack to come up")
         wait(lambda: pub.get_subscription_count() > 0 and all(c.service_is_ready() for c in services.values()),
              10, "/memnav/action subscriber and memory services")
+        before = max(stamp_to_ns(m.header.stamp) for m in got["emb"])
         for action in ("TURN_LEFT", "TURN_LEFT", "MOVE_FORWARD", "TURN_RIGHT", "TURN_RIGHT", "TURN_RIGHT"):
             seen = {stamp_to_ns(m.header.stamp) for m in got["emb"]}
             for _ in range(3):   # a first message can leave before the bridge has matched this publisher
@@ -137,12 +141,12 @@ def test_stack_builds_memory_and_decides_stops(stack):
                     break
             else:
                 pytest.fail(f"no embedding after {action} (sent 3 times)\n{_tails(folder)}")
-        stamps = sorted({stamp_to_ns(m.header.stamp) for m in got["emb"]})
+        stamps = sorted({t for m in got["emb"] if (t := stamp_to_ns(m.header.stamp)) > before})
         wait(lambda: {e["stamp_ns"] for e in got["event"]} >= set(stamps), 10, "a memory event per frame")
         wait(lambda: {d["stamp_ns"] for d in got["stop"]} >= set(stamps), 10, "a stop decision per frame")
 
         # embeddings: one per frame (stamp copied from the colour image), unit norm, 1 x D
-        assert len(stamps) >= 7 and set(stamps) <= set(frames["colour"])
+        assert len(stamps) >= 6 and set(stamps) <= set(frames["colour"])
         for m in got["emb"]:
             emb = image_to_embedding(m)
             assert (m.height, m.width) == (1, 256) and np.linalg.norm(emb) == pytest.approx(1.0, abs=1e-4)
@@ -163,11 +167,11 @@ def test_stack_builds_memory_and_decides_stops(stack):
         # memory: events per insert, snapshot and markers with places
         events = {e["stamp_ns"]: e for e in got["event"]}
         assert all(e["kind"] in ("new_place", "updated_place", "loop_closure") for e in events.values())
-        assert events[stamps[0]]["kind"] == "new_place" and len(events) == len(stamps)
+        assert set(stamps) <= set(events) and any(e["kind"] == "new_place" for e in events.values())
         wait(lambda: got["snap"] and got["snap"][-1]["counts"]["places"] > 0
              and got["snap"][-1]["last_stamp_ns"] == stamps[-1], 5, "a snapshot with every insert")
         snap = got["snap"][-1]
-        assert snap["counts"]["places"] == len(snap["places"]) == len({e["node_id"] for e in events.values()})
+        assert snap["counts"]["places"] == len(snap["places"]) >= len({e["node_id"] for e in events.values()})
         assert snap["frame_id"] == "odom" and snap["counts"]["traversable_edges"] >= 1
         wait(lambda: any(len(m.points) == snap["counts"]["places"] for a in got["markers"] for m in a.markers
                          if m.type == Marker.SPHERE_LIST), 5, "markers of every place")
