@@ -11,7 +11,7 @@ Publishes:
     /memnav/action              std_msgs/String  STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT
     /cmd_vel                    geometry_msgs/Twist (each action as a velocity held for `action_duration_s`)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
-                                stop_reason, goal_probability, places}
+                                stop_reason, goal_probability, places, mode: "policy" or "homing"}
 Parameters: the fields of PolicyNodeConfig below.
 Modes: `lockstep` true acts once per new frame pair (evaluation against sim_bridge_node in lock-step);
 false decides on the newest frames once the previous action has had its `action_duration_s`: on the first new
@@ -228,7 +228,7 @@ def build(node) -> Callable[[], None]:
         publish_cmd()
         body = {"stamp_ns": t_rgb, "action": action.name, "belief": inp.belief, "similarity": inp.similarity,
                 "verification": inp.verification, "stop_reason": inp.stop.reason.name, "goal_probability": goal_p,
-                "places": nav.memory.stats().places if nav.memory is not None else 0}
+                "places": nav.memory.stats().places if nav.memory is not None else 0, "mode": nav.mode}
         pub_state.publish(String(data=json.dumps(body)))
         if action == Action.STOP:
             st["goal_ns"] = None

@@ -48,7 +48,8 @@ def test_replay_launch_runs_the_stack_on_the_bag(patrol_bag, tmp_path):
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     launch_file = ROOT / "launch" / "replay.launch.yaml"
     launch = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(launch_file), f"bag:={patrol_bag}",
-                               "rate:=2.0"], env=env, cwd=tmp_path,
+                               # delay: this listener must match the stack's publishers before the first frame
+                               "rate:=2.0", "delay:=3.0"], env=env, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rclpy.init(domain_id=domain)
     node = rclpy.create_node("test_replay_listener")
