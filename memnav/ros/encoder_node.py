@@ -106,7 +106,7 @@ def build(node) -> Callable[[], None]:
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
-        node.get_logger().warn(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
+        node.get_logger().warning(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
 
     def encode_and_publish(colour: Image, depth: Image | None) -> None:
         t = stamp_to_ns(colour.header.stamp)

@@ -135,7 +135,7 @@ def build(node) -> Callable[[], None]:
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
-        node.get_logger().warn(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
+        node.get_logger().warning(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
 
     def query(stamp_ns: int | None) -> str:
         goal_ns, goal = st["goal"]
@@ -247,7 +247,9 @@ def build(node) -> Callable[[], None]:
         return resp
 
     node.create_subscription(Image, "/memnav/embedding", on_embedding, 10)
-    node.create_subscription(Odometry, "/odom", on_odom, 50)
+    # best effort: matches reliable and best-effort odometry publishers alike (robot drivers use both)
+    node.create_subscription(Odometry, "/odom", on_odom,
+                             QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
     node.create_subscription(Image, "/memnav/goal_embedding", on_goal, latched)
     node.create_service(Trigger, "~/save", srv_save)
     node.create_service(Trigger, "~/clear", srv_clear)

@@ -132,7 +132,7 @@ def build(node) -> Callable[[], None]:
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
-        node.get_logger().warn(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
+        node.get_logger().warning(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
 
     def stamp_ns(msg) -> int:
         return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
@@ -248,7 +248,9 @@ def build(node) -> Callable[[], None]:
 
     node.create_subscription(Image, "/camera/color/image_raw", on_rgb, qos_profile_sensor_data)
     node.create_subscription(Image, "/camera/depth/image_raw", on_depth, qos_profile_sensor_data)
-    node.create_subscription(Odometry, "/odom", on_odom, 10)
+    # best effort: matches reliable and best-effort odometry publishers alike (robot drivers use both)
+    node.create_subscription(Odometry, "/odom", on_odom,
+                             QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
     node.create_subscription(Image, "/memnav/goal_image", on_goal, latched)
     node.create_subscription(Image, "/memnav/goal_depth", on_goal_depth, latched)
     node.create_subscription(String, "/memnav/episode_result", on_result, latched)

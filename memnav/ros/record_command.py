@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 writer.add_topic(topic, msgtype, offered_qos(infos))
             except (ImportError, UnknownTypeError) as err:
                 refused.add(topic)
-                log.warn(f"not recording {topic}: {err}")
+                log.warning(f"not recording {topic}: {err}")
                 continue
             profile, reliable, latched = subscription_qos(infos)
             subs[topic] = node.create_subscription(cls, topic, make_callback(topic), profile, raw=True)

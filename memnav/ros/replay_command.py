@@ -169,7 +169,7 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
         try:
             cls = message_class(topics[topic].msgtype)
         except ImportError as err:
-            log.warn(f"not replaying {topic}: {err}")
+            log.warning(f"not replaying {topic}: {err}")
             continue
         pubs[topic] = node.create_publisher(cls, remaps.get(topic, topic), publisher_qos(topics[topic].qos))
     if not pubs:
@@ -194,7 +194,7 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
             if lonely and now - st["since"] < cfg.wait_timeout_s:
                 return False
             if lonely:
-                log.warn(f"no subscriber of {lonely} after {cfg.wait_timeout_s:g} s; starting anyway")
+                log.warning(f"no subscriber of {lonely} after {cfg.wait_timeout_s:g} s; starting anyway")
             st["phase"], st["since"] = "delay", now
         if st["phase"] == "delay":
             if now - st["since"] < cfg.delay_s:
@@ -301,7 +301,7 @@ def main_node(argv: list[str] | None = None) -> int:
         rclpy.shutdown()
         return 1
     for w in bag.warnings:
-        log.warn(w)
+        log.warning(w)
     published: Counter = Counter()
     status = 0
     try:

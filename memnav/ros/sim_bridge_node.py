@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def drop(what: str, err: Exception) -> None:
         dropped["count"] += 1
-        node.get_logger().warn(f"dropped {what} ({dropped['count']} so far): {err}", throttle_duration_sec=2.0)
+        node.get_logger().warning(f"dropped {what} ({dropped['count']} so far): {err}", throttle_duration_sec=2.0)
 
     def emit(topic: str, msg: Any, stamp: Any, record: bool = True) -> None:
         pubs[topic].publish(msg)

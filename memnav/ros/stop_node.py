@@ -114,7 +114,7 @@ def build(node) -> Callable[[], None]:
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
-        node.get_logger().warn(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
+        node.get_logger().warning(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
 
     def verification(stamp_ns: int, goal_ns: int) -> float | None:
         """Verification score of the colour frame at `stamp_ns` against the goal, None if either is missing."""
