@@ -1,7 +1,10 @@
-"""Shared fixtures: tiny scenes written into tmp_path."""
+"""Shared fixtures: tiny scenes written into tmp_path; stopping the processes a ROS test started."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +63,24 @@ def make_tiny_dataset(out: Path, houses: int = 3, seed: int = 2, train: int = 1,
     assert main(["scenes", "--out", str(out), "--houses", str(houses), "--seed", str(seed), "--train-episodes",
                  str(train), "--val-episodes", str(val), "--test-episodes", str(test), "--no-progress"]) == 0
     return out
+
+
+def stop_processes(procs: Iterable[subprocess.Popen], timeout: float = 10.0) -> list:
+    """SIGINT every process still running, then wait for each (SIGKILL after `timeout` s).
+
+    Returns:
+        Each process's remaining piped output, in order ("" when its output went to a file).
+    """
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        outs.append(out if out is not None else "")
+    return outs

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset  # noqa: E402
+from conftest import make_tiny_dataset, stop_processes  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -51,15 +50,7 @@ def processes(tmp_path, monkeypatch, request):
             procs[name] = subprocess.Popen([sys.executable, "-m", *cmd], stdout=log, stderr=subprocess.STDOUT)
 
     def stop_all() -> None:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(procs.values())
 
     request.addfinalizer(stop_all)
     return domain, procs, logs

@@ -3,7 +3,6 @@ data and on the e-stop, counts bad messages and never dies on one."""
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,8 @@ import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
+
+from conftest import stop_processes  # noqa: E402
 
 from memnav.core.types import Pose2D  # noqa: E402
 from memnav.ros.safety_node import PARAMETER_GROUPS, SafetyNodeConfig  # noqa: E402
@@ -137,12 +138,7 @@ def test_safety_node_guards_the_command(monkeypatch):
     finally:
         node.destroy_node()
         rclpy.shutdown()
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
+        out = stop_processes([proc])[0]
         print(out[-4000:])  # shown by pytest when the test fails
     assert proc.returncode == 0, out[-3000:]
     for what in ("dropped command", "dropped color", "dropped odom", "emergency stop ENGAGED"):

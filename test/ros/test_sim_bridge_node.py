@@ -2,7 +2,6 @@
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -11,7 +10,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset  # noqa: E402
+from conftest import make_tiny_dataset, stop_processes  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -89,12 +88,7 @@ def test_bridge_serves_episodes_over_dds(data, ros_env):
     finally:
         node.destroy_node()
         rclpy.shutdown()
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
+        out = stop_processes([proc])[0]
     assert "dropped action" in out
 
 
@@ -219,12 +213,7 @@ def test_bridge_broadcasts_odom_to_base_link_on_tf(data, ros_env):
     finally:
         node.destroy_node()
         rclpy.shutdown()
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+        stop_processes([proc])
     t = got["tf"][-1].transforms[0]
     odom = next(o for o in got["odom"] if o.header.stamp == t.header.stamp)
     assert (t.header.frame_id, t.child_frame_id) == ("odom", "base_link")

@@ -6,7 +6,6 @@ services, retrievals for the goal, and stop decisions. Every process is stopped 
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset  # noqa: E402
+from conftest import make_tiny_dataset, stop_processes  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -41,15 +40,7 @@ def stack(tmp_path, monkeypatch, request):
     procs, logs = {}, {}
 
     def stop_all() -> None:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(procs.values())
         for f in logs.values():
             f.close()
 
@@ -242,15 +233,7 @@ def test_encoder_pairs_by_stamp_and_encodes_rgb_only_checkpoints(tmp_path, monke
              "-p", f"checkpoint:={tmp_path / name}.pt"], stdout=log, stderr=subprocess.STDOUT, text=True)
 
     def stop_all() -> None:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(procs.values())
 
     request.addfinalizer(stop_all)
     rclpy.init(domain_id=domain)
