@@ -16,6 +16,19 @@ the heading the place was seen with, and lets the stop rule decide there. A coll
 arriving without the stop rule stopping, drops that target for the episode and hands control back to
 the policy, which also drives whenever no place matches.
 
+With `explore` on (the memnav agents), the robot also keeps its own occupancy map from depth and
+odometry (`memnav.core.exploration`) and, when no remembered place matches, drives to the nearest
+unexplored frontier instead of leaving the search to the policy; the policy drives when nothing is left to
+explore. With `localize` on and a goal depth image, every step that runs geometric verification also tries
+to place the goal camera metrically (`memnav.core.goal_localization`: RGB-D matches, planar RANSAC); once
+it succeeds, the robot drives to that pose on its map, turns to the goal's heading and stops there
+(mode "approach"). With `scan_match` on, the goal's depth is also matched as a 2D scan against that map
+(`memnav.core.scan_match`) every `match_every_steps` steps: a pose where it fits well (score at least
+`candidate_min_score`, or any fit once nothing is left to explore) becomes a candidate; the robot drives
+there, faces the candidate's heading and looks: it stops when the stop rule agrees or the view's
+similarity to the goal photo is at least `candidate_stop_similarity`, else it rejects the candidate and
+goes on (mode "candidate"). Priority: stop rule > approach > homing > candidate > explore > policy.
+
 The stop controller reads a calibrated belief from the cosine similarity of the current and goal
 embeddings and a geometric verification score (ORB + RANSAC, computed only when the similarity makes a
 stop plausible, since it costs milliseconds). Time comes in as `stamp_ns`; nothing here reads a clock.
@@ -31,6 +44,8 @@ import numpy as np
 import torch
 
 from memnav.core.encoder import Encoder
+from memnav.core.exploration import Explorer, ExplorerConfig, face
+from memnav.core.goal_localization import GoalLocalizerConfig, localize_goal, to_odometry_frame
 from memnav.core.memory.scene_graph import Retrieval, SceneGraphMemory
 from memnav.core.memory.working_buffer import WorkingBuffer
 from memnav.core.policy import (
@@ -44,6 +59,7 @@ from memnav.core.policy import (
     depth_profile,
     step_vector,
 )
+from memnav.core.scan_match import Candidate, GoalScan
 from memnav.core.stop import FixedThresholdStop, GoalBeliefCalibrator, StopDecision, VoIStopController
 from memnav.core.types import Action, Pose2D
 from memnav.core.verification import Features, VerificationConfig, extract_features, verify_features
@@ -78,6 +94,16 @@ class NavigatorConfig:
         waypoint_reach_m: a route waypoint counts as reached within this distance, meters.
         heading_tolerance_rad: turn towards a waypoint (or the target heading) while off by more than
             this, radians (half a 30 deg turn, plus a margin, so a heading is always reachable).
+        explore: drive to unexplored frontiers of the robot's own occupancy map when no remembered place
+            matches the goal (the policy drives once nothing is left to explore).
+        localize: place the goal metrically from RGB-D matches with the goal image and drive there.
+        hfov_deg: horizontal field of view of the camera (mapping and localization), degrees.
+        camera_height_m: camera height above the floor (mapping), meters.
+        localize_min_inliers: matches that must agree on one planar motion to accept a goal pose.
+        scan_match: match the goal depth against the occupancy map for goal candidates (needs explore).
+        match_every_steps: steps between two scan-matching searches (each takes tens of milliseconds).
+        candidate_min_score: scan-match score (0-1) at which a candidate interrupts exploration.
+        candidate_stop_similarity: embedding cosine similarity to the goal that confirms a candidate on arrival.
     """
 
     memory: str = MemoryKind.SCENE_GRAPH.value
@@ -93,6 +119,15 @@ class NavigatorConfig:
     homing_min_similarity: float = 0.9
     waypoint_reach_m: float = 0.3
     heading_tolerance_rad: float = math.radians(16.0)
+    explore: bool = False
+    localize: bool = False
+    hfov_deg: float = 90.0
+    camera_height_m: float = 1.25
+    localize_min_inliers: int = 10
+    scan_match: bool = False
+    match_every_steps: int = 10
+    candidate_min_score: float = 0.85
+    candidate_stop_similarity: float = 0.8
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -167,7 +202,19 @@ class Navigator:
         self._target_yaw = 0.0
         self._route: list[Pose2D] = []
         self._failed: set[int] = set()
-        self.mode = "policy"  # what chose the last move: "policy" or "homing"
+        self.mode = "policy"  # what chose the last move: "policy", "homing", "explore" or "approach"
+        self.explorer = Explorer(ExplorerConfig(hfov_deg=cfg.hfov_deg, camera_height_m=cfg.camera_height_m,
+                                                forward_step_m=cfg.forward_step_m,
+                                                heading_tolerance_rad=cfg.heading_tolerance_rad))
+        self.localizer_cfg = GoalLocalizerConfig(hfov_deg=cfg.hfov_deg, min_inliers=cfg.localize_min_inliers)
+        self._goal_depth: np.ndarray | None = None
+        self._scan: GoalScan | None = None
+        self._candidate = None
+        self._rejected = []
+        self._explored = False   # exploration found no frontier left
+        self._steps = 0
+        self.goal_estimate: Pose2D | None = None   # localized goal pose in the odometry frame
+        self._goal_support = 0
 
     # -- episode -----------------------------------------------------------------------------------------
     def reset(self, goal_rgb: np.ndarray, goal_depth: np.ndarray | None = None) -> None:
@@ -181,6 +228,16 @@ class Navigator:
             goal_depth = None  # a depth map of another size cannot be paired with this image
         self.goal = self.encoder.encode(goal_rgb, goal_depth).astype(np.float32)
         self._goal_features = extract_features(goal_rgb, self.verification_cfg)
+        self._goal_depth = None if goal_depth is None else np.asarray(goal_depth, np.float32)
+        self.goal_estimate = None
+        self._goal_support = 0
+        self.explorer.reset()
+        self._scan = (self.explorer.goal_scan(self._goal_depth)
+                      if self._goal_depth is not None and self.cfg.scan_match else None)
+        self._candidate: Candidate | None = None
+        self._rejected: list[Pose2D] = []
+        self._explored = False
+        self._steps = 0
         self.prev_action = -1
         self.hidden = None
         self.last = None
@@ -212,9 +269,13 @@ class Navigator:
         sim = float(np.dot(emb, self.goal))
         verification = 0.0
         if sim >= self.cfg.verify_min_similarity and self._goal_features is not None:
+            feats = extract_features(rgb, self.verification_cfg)
             # goal first, as `memnav train stop` calibrated it (ratio-test matching is not symmetric)
-            verification = verify_features(self._goal_features, extract_features(rgb, self.verification_cfg),
-                                           self.verification_cfg).score
+            verification = verify_features(self._goal_features, feats, self.verification_cfg).score
+            if self.cfg.localize and self._goal_depth is not None:
+                self._localize(feats, depth, pose)
+        if self.cfg.explore or self.cfg.localize:
+            self.explorer.update(depth, pose, blocked=collided)
         belief = float(self.calibrator.predict(np.array([[sim, verification]]))[0])
         decision = self.stop_rule.decide(belief)
         tokens, mask = self._update_memory(emb, pose, stamp_ns, rgb)
@@ -222,6 +283,15 @@ class Navigator:
                            self.prev_action, collided)
         self.last = StepInput(step, tokens, mask, sim, verification, belief, decision, collided)
         return self.last
+
+    def _localize(self, feats: Features, depth: np.ndarray, pose: Pose2D) -> None:
+        """Place the goal on the robot's map from RGB-D matches; the best-supported estimate wins."""
+        assert self._goal_features is not None and self._goal_depth is not None
+        est = localize_goal(self._goal_features, self._goal_depth, feats, depth, self.localizer_cfg,
+                            self.verification_cfg)
+        if est is not None and est.inliers >= self._goal_support:
+            self.goal_estimate = to_odometry_frame(est, pose)
+            self._goal_support = est.inliers
 
     def _depth_bins(self) -> int:
         return self.policy.cfg.depth_bins if self.policy is not None else 16
@@ -285,13 +355,11 @@ class Navigator:
         logits, _, goal_logit, self.hidden = self.policy(torch.from_numpy(inp.step).unsqueeze(0), tokens, mask,
                                                          self.hidden)
         goal_p = float(torch.sigmoid(goal_logit)[0])
-        home = None if inp.stop.stop else self._homing_move(pose, inp.collided)
-        self.mode = "policy" if home is None else "homing"
-        if inp.stop.stop:
-            action = Action.STOP
-        elif home is not None:
-            action = home
+        move, self.mode = (Action.STOP, "stop") if inp.stop.stop else self._planned_move(pose, inp.collided)
+        if move is not None:
+            action = move
         else:
+            self.mode = "policy"
             if self.cfg.greedy or rng is None:
                 idx = int(torch.argmax(logits[0]))
             else:
@@ -301,6 +369,71 @@ class Navigator:
         self.prev_action = int(action)
         return action, inp, goal_p
 
+
+    def _planned_move(self, pose: Pose2D, collided: bool) -> tuple[Action | None, str]:
+        """A move from the non-learned layers (approach > homing > explore), or (None, "policy")."""
+        if self.goal_estimate is not None:
+            move = self._approach_move(pose)
+            if move is not None:
+                return move, "approach"
+        move = self._homing_move(pose, collided)
+        if move is not None:
+            return move, "homing"
+        self._steps += 1
+        move = self._candidate_move(pose)
+        if move is not None:
+            return move, "candidate"
+        if self.cfg.explore:
+            move = self.explorer.explore(pose).action
+            if move is not None:
+                return move, "explore"
+            if not self._explored:    # nothing left to explore: any fitting pose is worth a look
+                self._explored = True
+                move = self._candidate_move(pose)
+                if move is not None:
+                    return move, "candidate"
+        return None, "policy"
+
+    def _candidate_move(self, pose: Pose2D) -> Action | None:
+        """Drive to, face and judge the best scan-matched goal candidate; None when there is none."""
+        if self._scan is None:
+            return None
+        if self._candidate is None and (self._explored or self._steps % self.cfg.match_every_steps == 1):
+            min_score = 0.0 if self._explored else self.cfg.candidate_min_score
+            for cand in self.explorer.match_goal(pose, self._scan):
+                if cand.score >= min_score and not any(
+                        math.hypot(cand.pose.x_m - r.x_m, cand.pose.y_m - r.y_m) < 0.75 for r in self._rejected):
+                    self._candidate = cand
+                    break
+        if self._candidate is None:
+            return None
+        goal = self._candidate.pose
+        plan = self.explorer.go_to(pose, goal.x_m, goal.y_m)
+        if plan.action is not None:
+            return plan.action
+        if plan.waypoint is not None:          # arrived: face the way the goal photo looks, then judge
+            turn = face(pose, goal.yaw_rad, self.cfg.heading_tolerance_rad)
+            if turn is not None:
+                return turn
+            if self.last is not None and self.last.similarity >= self.cfg.candidate_stop_similarity:
+                return Action.STOP
+        self._rejected.append(goal)
+        self._candidate = None
+        return None
+
+    def _approach_move(self, pose: Pose2D) -> Action | None:
+        """Drive to the localized goal, face its heading, then STOP; None when it cannot be reached."""
+        goal = self.goal_estimate
+        assert goal is not None
+        plan = self.explorer.go_to(pose, goal.x_m, goal.y_m)
+        if plan.action is not None:
+            return plan.action
+        if plan.kind == "none" or plan.waypoint is None:
+            self.goal_estimate = None      # unreachable on the map: forget it, keep searching
+            self._goal_support = 0
+            return None
+        turn = face(pose, goal.yaw_rad, self.cfg.heading_tolerance_rad)
+        return turn if turn is not None else Action.STOP
 
     # -- homing over the scene graph --------------------------------------------------------------------
     def _homing_move(self, pose: Pose2D, collided: bool) -> Action | None:

@@ -71,23 +71,33 @@ def extract_features(img: np.ndarray, cfg: VerificationConfig | None = None) -> 
     return Features(pts, desc)
 
 
+def match_features(a: Features, b: Features, cfg: VerificationConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Ratio-test matches from a to b: matched pixel coordinates (M, 2) in a and in b (empty when too few)."""
+    import cv2
+
+    cfg = cfg or VerificationConfig()
+    empty = np.zeros((0, 2), np.float32)
+    if len(a.descriptors) < 8 or len(b.descriptors) < 8:
+        return empty, empty
+    matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
+    pairs = matcher.knnMatch(a.descriptors, b.descriptors, k=2)
+    good = [p[0] for p in pairs if len(p) == 2 and p[0].distance < cfg.ratio * p[1].distance]
+    if not good:
+        return empty, empty
+    return a.keypoints[[m.queryIdx for m in good]], b.keypoints[[m.trainIdx for m in good]]
+
+
 def verify_features(a: Features, b: Features, cfg: VerificationConfig | None = None) -> VerificationResult:
     """Score how well two feature sets agree on one rigid scene (epipolar geometry)."""
     import cv2
 
     cfg = cfg or VerificationConfig()
-    if len(a.descriptors) < 8 or len(b.descriptors) < 8:
-        return VerificationResult(0.0, 0, 0)
-    matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
-    pairs = matcher.knnMatch(a.descriptors, b.descriptors, k=2)
-    good = [p[0] for p in pairs if len(p) == 2 and p[0].distance < cfg.ratio * p[1].distance]
-    if len(good) < 8:
-        return VerificationResult(0.0, 0, len(good))
-    pa = a.keypoints[[m.queryIdx for m in good]]
-    pb = b.keypoints[[m.trainIdx for m in good]]
+    pa, pb = match_features(a, b, cfg)
+    if len(pa) < 8:
+        return VerificationResult(0.0, 0, len(pa))
     _, mask = cv2.findFundamentalMat(pa, pb, cv2.FM_RANSAC, cfg.ransac_px, 0.99)
     inliers = int(mask.sum()) if mask is not None else 0
-    return VerificationResult(min(1.0, inliers / cfg.min_inliers), inliers, len(good))
+    return VerificationResult(min(1.0, inliers / cfg.min_inliers), inliers, len(pa))
 
 
 def verify_pair(img_a: np.ndarray, img_b: np.ndarray, cfg: VerificationConfig | None = None) -> VerificationResult:

@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-dir", type=Path, default=None, metavar="DIR",
                         help="lifelong memory databases (default: a fresh temporary folder, so a run starts "
                              "with empty memories; give a folder to continue from an earlier run)%(default).0s")
+    parser.add_argument("--no-explore", action="store_true",
+                        help="memnav agents: no frontier exploration of the robot's own occupancy map and no "
+                             "driving to a goal localized from RGB-D matches (the policy searches alone)")
     parser.add_argument("--no-homing", action="store_true",
                         help="memnav agents: leave every move to the policy (no scene-graph homing to a "
                              "remembered place that matches the goal photo)")
@@ -166,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
                 memory_dir = (args.memory_dir or Path(tmp)) / name
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
-                                          homing=not args.no_homing)
+                                          homing=not args.no_homing, explore=not args.no_explore)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

@@ -46,6 +46,8 @@ class LearnedAgentOptions:
         seed: sampling seed (used only when not greedy).
         homing: memnav agents follow the scene graph to a remembered place matching the goal photo
             (NavigatorConfig.homing); False leaves every move to the policy.
+        explore: memnav agents explore frontiers of their own occupancy map and drive to a goal localized
+            from RGB-D matches (NavigatorConfig.explore / localize); False leaves the search to the policy.
     """
 
     policy_dir: Path = MODELS
@@ -54,6 +56,7 @@ class LearnedAgentOptions:
     lifelong_dir: Path | None = None
     seed: int = 0
     homing: bool = True
+    explore: bool = True
 
 
 class LearnedAgent:
@@ -75,8 +78,10 @@ class LearnedAgent:
         if not Path(opts.calibration).is_file():
             raise FileNotFoundError(f"stop calibration not found: {opts.calibration}")
         calibrator = GoalBeliefCalibrator.from_dict(json.loads(Path(opts.calibration).read_text()))
-        cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True,
-                              homing=kind is MemoryKind.SCENE_GRAPH and opts.homing)
+        graph = kind is MemoryKind.SCENE_GRAPH
+        cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True, homing=graph and opts.homing,
+                              explore=graph and opts.explore, localize=graph and opts.explore,
+                              scan_match=graph and opts.explore)
         self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy)
         self._scene: str | None = None
         self._stamp_ns = 0

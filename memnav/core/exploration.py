@@ -1,0 +1,420 @@
+"""The robot's own occupancy map from depth + odometry, frontier exploration and planning on it.
+
+`OccupancyMap` integrates each depth frame (pinhole camera at a known height, z-depth in meters) into a
+2D grid in the odometry frame: points between `obstacle_min_height_m` and `obstacle_max_height_m` above
+the floor are obstacle evidence, floor points and the space each image column sees before its nearest
+obstacle are free evidence. A cell is an obstacle when its obstacle hits are at least a quarter of its
+free hits (so a wall seen once stays a wall, and a glimpse of noise is outvoted); cells farther than
+`robot_radius_m + clearance_m` from every obstacle are traversable.
+
+`Explorer` picks moves from that map: towards the nearest reachable *frontier* (a traversable cell next
+to unknown space, in clusters of at least `min_frontier_cells`), committing to a frontier until it is
+reached, seen or found unreachable, or towards a given target point (the goal once it has been
+localized). Geodesic distances come from the fast marching method on the traversable cells; paths are
+steepest descent on that field, string-pulled, and the robot turns towards the first visible waypoint
+and moves forward when roughly facing it. Nothing here reads the simulator: only depth, odometry and
+the outcome of the robot's own moves (a forward move that fell short marks the cells ahead occupied).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from memnav.core.grid_path import descend, line_of_sight, string_pull
+from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, goal_scan, match_scan
+from memnav.core.types import Action, Pose2D, wrap_angle
+
+
+@dataclass
+class ExplorerConfig:
+    """Occupancy mapping and exploration.
+
+    Attributes:
+        cell_m: grid resolution, meters.
+        size_m: side of the square map centred on the first pose, meters (points outside are ignored).
+        hfov_deg: horizontal field of view of the depth camera, degrees.
+        camera_height_m: height of the camera above the floor, meters.
+        max_range_m: depth beyond this is not integrated (free space is marked up to it), meters.
+        obstacle_min_height_m: points at least this high above the floor are obstacles, meters.
+        obstacle_max_height_m: points higher than this (ceilings, overhangs above the robot) are ignored, meters.
+        robot_radius_m: radius of the robot's footprint, meters.
+        clearance_m: margin kept beyond the radius when planning, meters.
+        pixel_stride: integrate every n-th pixel in each image direction.
+        min_frontier_cells: frontier clusters smaller than this are ignored (cells).
+        frontier_reach_m: a frontier target counts as reached within this distance, meters.
+        target_reach_m: a point target counts as reached within this distance, meters.
+        heading_tolerance_rad: move forward when the waypoint bearing is within this, else turn, radians.
+        forward_step_m: length of MOVE_FORWARD, meters (collision marking).
+    """
+
+    cell_m: float = 0.1
+    size_m: float = 64.0
+    hfov_deg: float = 90.0
+    camera_height_m: float = 1.25
+    max_range_m: float = 4.0
+    obstacle_min_height_m: float = 0.1
+    obstacle_max_height_m: float = 1.6
+    robot_radius_m: float = 0.18
+    clearance_m: float = 0.05
+    pixel_stride: int = 2
+    min_frontier_cells: int = 4
+    frontier_reach_m: float = 0.5
+    target_reach_m: float = 0.3
+    heading_tolerance_rad: float = math.radians(16.0)
+    forward_step_m: float = 0.25
+
+    def __post_init__(self) -> None:
+        positive = ("cell_m", "size_m", "hfov_deg", "camera_height_m", "max_range_m", "robot_radius_m",
+                    "frontier_reach_m", "target_reach_m", "heading_tolerance_rad", "forward_step_m")
+        for name in positive:
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"ExplorerConfig.{name} must be a positive number, got {value!r}")
+        if not 0 < self.hfov_deg < 180:
+            raise ValueError(f"ExplorerConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
+        if self.pixel_stride < 1 or self.min_frontier_cells < 1:
+            raise ValueError("ExplorerConfig.pixel_stride and min_frontier_cells must be >= 1")
+        if self.obstacle_max_height_m <= self.obstacle_min_height_m:
+            raise ValueError("ExplorerConfig.obstacle_max_height_m must exceed obstacle_min_height_m")
+
+    @property
+    def cells(self) -> int:
+        """Cells along each side of the map."""
+        return int(math.ceil(self.size_m / self.cell_m))
+
+
+class OccupancyMap:
+    """Obstacle / free evidence counts on a square grid in the odometry frame (x, y of Pose2D)."""
+
+    def __init__(self, config: ExplorerConfig, center: Pose2D) -> None:
+        self.cfg = config
+        n = config.cells
+        self.origin = np.array([center.x_m - 0.5 * n * config.cell_m, center.y_m - 0.5 * n * config.cell_m])
+        self.free = np.zeros((n, n), np.uint16)
+        self.occ = np.zeros((n, n), np.uint16)
+        self._lo = np.array([n, n])       # bounding box of cells with any evidence (rows, cols)
+        self._hi = np.array([-1, -1])
+        self._rays: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    # -- cells ---------------------------------------------------------------------------------------
+    def to_cells(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, cols, inside) of points; row follows y, column follows x."""
+        c = np.floor((np.asarray(x) - self.origin[0]) / self.cfg.cell_m).astype(np.int64)
+        r = np.floor((np.asarray(y) - self.origin[1]) / self.cfg.cell_m).astype(np.int64)
+        n = self.free.shape[0]
+        inside = (r >= 0) & (c >= 0) & (r < n) & (c < n)
+        return r, c, inside
+
+    def cell_center(self, row: int, col: int) -> tuple[float, float]:
+        c = self.cfg.cell_m
+        return float(self.origin[0] + (col + 0.5) * c), float(self.origin[1] + (row + 0.5) * c)
+
+    def _add(self, grid: np.ndarray, x: np.ndarray, y: np.ndarray, amount: int = 1) -> None:
+        r, c, inside = self.to_cells(x, y)
+        r, c = r[inside], c[inside]
+        if r.size == 0:
+            return
+        grid[r, c] = np.minimum(grid[r, c].astype(np.int64) + amount, 60000).astype(np.uint16)
+        self._lo = np.minimum(self._lo, [r.min(), c.min()])
+        self._hi = np.maximum(self._hi, [r.max(), c.max()])
+
+    # -- integration ---------------------------------------------------------------------------------
+    def integrate(self, depth: np.ndarray, pose: Pose2D) -> None:
+        """Add one depth frame (z-depth in meters, 0 = no return) seen from `pose`."""
+        cfg = self.cfg
+        depth = np.asarray(depth, dtype=np.float32)
+        h, w = depth.shape
+        s = cfg.pixel_stride
+        fwd_per_col, up_per_row = self._pixel_rays(h, w)[:2]
+        d = depth[::s, ::s]
+        lat = fwd_per_col[None, ::s] * d           # left of the optical axis, meters
+        height = cfg.camera_height_m + up_per_row[::s, None] * d
+        rng = np.hypot(d, lat)
+        valid = (d > 0.05) & np.isfinite(d)
+        seen = valid & (rng <= cfg.max_range_m)
+        floor = seen & (height < cfg.obstacle_min_height_m)
+        tall = valid & (height >= cfg.obstacle_min_height_m) & (height <= cfg.obstacle_max_height_m)
+        cos_y, sin_y = math.cos(pose.yaw_rad), math.sin(pose.yaw_rad)
+
+        def world(fwd: np.ndarray, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return pose.x_m + cos_y * fwd - sin_y * left, pose.y_m + sin_y * fwd + cos_y * left
+
+        # free space: each column is clear up to its nearest obstacle (or the range limit)
+        obst_rng = np.where(tall, rng, np.inf).min(axis=0)
+        obstacle = tall & seen
+        clear = np.minimum(obst_rng - 0.75 * cfg.cell_m, cfg.max_range_m)
+        ux, uy = self._pixel_rays(h, w)[2][:, ::s]
+        steps = np.arange(0.0, cfg.max_range_m, 0.5 * cfg.cell_m)
+        along = steps[:, None] * np.ones_like(clear)[None, :]
+        keep = along <= clear[None, :]
+        fx = (along * ux[None, :])[keep]
+        fy = (along * uy[None, :])[keep]
+        self._add(self.free, *world(fx, fy))
+        self._add(self.free, *world(d[floor], lat[floor]))
+        self._add(self.occ, *world(d[obstacle], lat[obstacle]))
+        self.mark_footprint(pose)
+
+    def _pixel_rays(self, h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per column: left offset per meter of depth; per row: up offset per meter; column unit vectors."""
+        key = (h, w)
+        if key not in self._rays:
+            f = w / (2.0 * math.tan(math.radians(self.cfg.hfov_deg) / 2.0))
+            left = -(np.arange(w) + 0.5 - w / 2.0) / f
+            up = -(np.arange(h) + 0.5 - h / 2.0) / f
+            norm = np.hypot(1.0, left)
+            self._rays[key] = (left, up, np.stack([1.0 / norm, left / norm]))
+        return self._rays[key]
+
+    def mark_footprint(self, pose: Pose2D) -> None:
+        """The robot stands here: its footprint is free."""
+        r = self.cfg.robot_radius_m
+        g = np.arange(-r, r + 1e-9, 0.5 * self.cfg.cell_m)
+        xx, yy = np.meshgrid(g, g)
+        inside = xx ** 2 + yy ** 2 <= r * r
+        self._add(self.free, pose.x_m + xx[inside], pose.y_m + yy[inside])
+
+    def mark_blocked_ahead(self, pose: Pose2D) -> None:
+        """A forward move fell short: something the camera did not see stands just ahead."""
+        cfg = self.cfg
+        dist = cfg.robot_radius_m + 0.5 * cfg.cell_m
+        offsets = np.linspace(-cfg.robot_radius_m, cfg.robot_radius_m, 5)
+        cos_y, sin_y = math.cos(pose.yaw_rad), math.sin(pose.yaw_rad)
+        xs = pose.x_m + cos_y * dist - sin_y * offsets
+        ys = pose.y_m + sin_y * dist + cos_y * offsets
+        self._add(self.occ, xs, ys, amount=50)
+
+    # -- views ----------------------------------------------------------------------------------------
+    def window(self, pose: Pose2D, margin_cells: int = 8) -> tuple[slice, slice]:
+        """The part of the grid with evidence (and the robot), plus a margin."""
+        r, c, _ = self.to_cells(np.array([pose.x_m]), np.array([pose.y_m]))
+        n = self.free.shape[0]
+        lo = np.minimum(self._lo, [r[0], c[0]]) - margin_cells
+        hi = np.maximum(self._hi, [r[0], c[0]]) + margin_cells + 1
+        lo = np.clip(lo, 0, n)
+        hi = np.clip(hi, 0, n)
+        return slice(int(lo[0]), int(hi[0])), slice(int(lo[1]), int(hi[1]))
+
+    def obstacles(self, win: tuple[slice, slice]) -> np.ndarray:
+        occ = self.occ[win].astype(np.int32)
+        return (occ > 0) & (4 * occ >= self.free[win].astype(np.int32))
+
+    def known(self, win: tuple[slice, slice]) -> np.ndarray:
+        return (self.occ[win] > 0) | (self.free[win] > 0)
+
+
+@dataclass
+class Plan:
+    """A move and why: `kind` is "frontier", "target" or "none"; waypoint in the odometry frame."""
+
+    action: Action | None
+    kind: str
+    waypoint: tuple[float, float] | None = None
+    distance_m: float = math.inf
+
+
+class Explorer:
+    """Frontier exploration and point-to-point navigation on the robot's own occupancy map.
+
+    Args:
+        config: mapping and exploration parameters.
+    """
+
+    def __init__(self, config: ExplorerConfig | None = None) -> None:
+        self.cfg = config or ExplorerConfig()
+        self.map: OccupancyMap | None = None
+        self._frontier: tuple[float, float] | None = None
+        self._failed: list[tuple[float, float]] = []
+
+    @classmethod
+    def from_config(cls, cfg: ExplorerConfig) -> Explorer:
+        return cls(cfg)
+
+    def reset(self) -> None:
+        """Forget the map (a new episode, possibly in another odometry frame)."""
+        self.map = None
+        self._frontier = None
+        self._failed = []
+
+    def update(self, depth: np.ndarray, pose: Pose2D, blocked: bool = False) -> None:
+        """Integrate a depth frame; `blocked`: the last forward move fell short."""
+        if self.map is None:
+            self.map = OccupancyMap(self.cfg, pose)
+        if blocked:
+            self.map.mark_blocked_ahead(pose)
+            self._frontier = None   # re-plan around what was hit
+        self.map.integrate(depth, pose)
+
+    # -- planning -------------------------------------------------------------------------------------
+    def _fields(self, pose: Pose2D) -> tuple | None:
+        """(window, traversable, distance-from-robot field, robot cell) on the map's evidence window."""
+        import skfmm
+        from scipy import ndimage
+
+        m = self.map
+        if m is None:
+            return None
+        cfg = self.cfg
+        win = m.window(pose)
+        obstacles = m.obstacles(win)
+        clearance = ndimage.distance_transform_edt(~obstacles) * cfg.cell_m
+        known = m.known(win)
+        trav = known & ~obstacles & (clearance > cfg.robot_radius_m + cfg.clearance_m)
+        r, c, _ = m.to_cells(np.array([pose.x_m]), np.array([pose.y_m]))
+        rr, cc = int(r[0]) - win[0].start, int(c[0]) - win[1].start
+        if not (0 <= rr < trav.shape[0] and 0 <= cc < trav.shape[1]):
+            return None
+        # the robot stands where it stands, even if the inflated map disagrees
+        rad = int(math.ceil(cfg.robot_radius_m / cfg.cell_m))
+        r0, r1, c0, c1 = max(0, rr - rad), rr + rad + 1, max(0, cc - rad), cc + rad + 1
+        trav[r0:r1, c0:c1] |= ~obstacles[r0:r1, c0:c1]
+        trav[rr, cc] = True
+        rows = np.arange(trav.shape[0])[:, None]
+        cols = np.arange(trav.shape[1])[None, :]
+        phi = np.hypot(rows - rr, cols - cc) * cfg.cell_m - 0.75 * cfg.cell_m
+        phi[rr, cc] = min(phi[rr, cc], -1e-3)
+        labels, _ = ndimage.label(trav)
+        mask = labels != labels[rr, cc]
+        try:
+            dist = skfmm.distance(np.ma.MaskedArray(phi, mask=mask), dx=cfg.cell_m, order=1)
+        except ValueError:
+            return None
+        field = np.where(np.ma.getmaskarray(dist), np.inf, np.ma.getdata(dist) + 0.75 * cfg.cell_m)
+        return win, trav, np.maximum(field, 0.0), known
+
+    def match_goal(self, pose: Pose2D, scan: GoalScan, cfg: ScanMatchConfig | None = None) -> list[Candidate]:
+        """Poses on the map (reachable from the robot) where the goal's depth scan fits, best first."""
+        from scipy import ndimage
+
+        fields = self._fields(pose)
+        if fields is None:
+            return []
+        win, trav, field, known = fields
+        m = self.map
+        assert m is not None
+        dist = ndimage.distance_transform_edt(~m.obstacles(win)) * self.cfg.cell_m
+        origin = np.array([m.origin[0] + win[1].start * self.cfg.cell_m, m.origin[1] + win[0].start * self.cfg.cell_m])
+        return match_scan(scan, dist, known, trav & np.isfinite(field), origin, self.cfg.cell_m, cfg)
+
+    def goal_scan(self, depth: np.ndarray, cfg: ScanMatchConfig | None = None) -> GoalScan:
+        """The goal image's depth as a scan, with this map's camera and obstacle heights."""
+        c = self.cfg
+        return goal_scan(depth, c.hfov_deg, c.camera_height_m, c.obstacle_min_height_m, c.obstacle_max_height_m, cfg)
+
+    def explore(self, pose: Pose2D) -> Plan:
+        """The next move towards the chosen frontier, or Plan(None, "none") when nothing is left to explore."""
+        from scipy import ndimage
+
+        fields = self._fields(pose)
+        if fields is None:
+            return Plan(None, "none")
+        win, trav, field, known = fields
+        m = self.map
+        assert m is not None
+        if self._frontier is not None:
+            fx, fy = self._frontier
+            if math.hypot(fx - pose.x_m, fy - pose.y_m) < self.cfg.frontier_reach_m or not self._is_frontier(
+                    fx, fy, win, trav, known):
+                self._frontier = None
+        if self._frontier is None:
+            unknown = ~known
+            pad = np.pad(unknown, 1, constant_values=True)
+            near_unknown = pad[:-2, 1:-1] | pad[2:, 1:-1] | pad[1:-1, :-2] | pad[1:-1, 2:]
+            frontier = trav & near_unknown & np.isfinite(field)
+            labels, count = ndimage.label(frontier, structure=np.ones((3, 3)))
+            best, best_cost = None, math.inf
+            for lab in range(1, count + 1):
+                rr, cc = np.nonzero(labels == lab)
+                if rr.size < self.cfg.min_frontier_cells:
+                    continue
+                d = field[rr, cc]
+                i = int(np.argmin(d))
+                x, y = m.cell_center(int(rr[i]) + win[0].start, int(cc[i]) + win[1].start)
+                if d[i] < self.cfg.frontier_reach_m or any(math.hypot(x - a, y - b) < 0.5 for a, b in self._failed):
+                    continue
+                cost = float(d[i]) - 0.02 * rr.size * self.cfg.cell_m
+                if cost < best_cost:
+                    best, best_cost = (x, y), cost
+            self._frontier = best
+        if self._frontier is None:
+            return Plan(None, "none")
+        plan = self._move_to(pose, self._frontier, win, trav, field, "frontier")
+        if plan.action is None:
+            self._failed.append(self._frontier)
+            self._frontier = None
+        return plan
+
+    def go_to(self, pose: Pose2D, x_m: float, y_m: float) -> Plan:
+        """The next move towards a point (or the reachable cell nearest to it); action None once there."""
+        fields = self._fields(pose)
+        if fields is None:
+            return Plan(None, "none")
+        win, trav, field, _ = fields
+        m = self.map
+        assert m is not None
+        reach = np.isfinite(field)
+        rows, cols = np.nonzero(reach)
+        xs = m.origin[0] + (cols + win[1].start + 0.5) * self.cfg.cell_m
+        ys = m.origin[1] + (rows + win[0].start + 0.5) * self.cfg.cell_m
+        err = np.hypot(xs - x_m, ys - y_m)
+        # the reachable cell nearest the target; among near-equals, the one closest to drive to
+        score = err + 0.05 * field[rows, cols]
+        i = int(np.argmin(score))
+        goal = (float(xs[i]), float(ys[i]))
+        if math.hypot(goal[0] - pose.x_m, goal[1] - pose.y_m) < self.cfg.target_reach_m:
+            return Plan(None, "target", goal, 0.0)
+        return self._move_to(pose, goal, win, trav, field, "target")
+
+    def _is_frontier(self, x: float, y: float, win, trav: np.ndarray, known: np.ndarray) -> bool:
+        m = self.map
+        assert m is not None
+        r, c, inside = m.to_cells(np.array([x]), np.array([y]))
+        if not inside[0]:
+            return False
+        rr, cc = int(r[0]) - win[0].start, int(c[0]) - win[1].start
+        k = 2
+        r0, c0 = max(0, rr - k), max(0, cc - k)
+        return bool(trav[rr, cc]) and not bool(known[r0: rr + k + 1, c0: cc + k + 1].all())
+
+    def _move_to(self, pose: Pose2D, goal: tuple[float, float], win, trav: np.ndarray, field: np.ndarray,
+                 kind: str) -> Plan:
+        m = self.map
+        assert m is not None
+        cfg = self.cfg
+        r, c, _ = m.to_cells(np.array([goal[0]]), np.array([goal[1]]))
+        gr, gc = int(r[0]) - win[0].start, int(c[0]) - win[1].start
+        if not (0 <= gr < field.shape[0] and 0 <= gc < field.shape[1]) or not math.isfinite(field[gr, gc]):
+            return Plan(None, kind)
+        cells = descend(field, gr, gc, cfg.cell_m)[::-1]      # robot -> goal
+        origin = np.array([m.origin[0] + win[1].start * cfg.cell_m, m.origin[1] + win[0].start * cfg.cell_m])
+        pts = np.zeros((len(cells) + 1, 3))
+        pts[0, 0], pts[0, 2] = pose.x_m, pose.y_m
+        pts[1:, 0] = origin[0] + (cells[:, 1] + 0.5) * cfg.cell_m
+        pts[1:, 2] = origin[1] + (cells[:, 0] + 0.5) * cfg.cell_m
+        keep = string_pull(trav, origin, cfg.cell_m, pts)
+        path = pts[keep]
+        wp = path[1] if len(path) > 1 else path[0]
+        # skip a waypoint the robot is already on
+        if len(path) > 2 and math.hypot(wp[0] - pose.x_m, wp[2] - pose.y_m) < 0.15:
+            wp = path[2]
+        if not line_of_sight(trav, origin, cfg.cell_m, pts[0], wp) and len(path) > 1:
+            wp = pts[min(3, len(pts) - 1)]
+        return Plan(steer(pose, float(wp[0]), float(wp[2]), cfg.heading_tolerance_rad), kind,
+                    (float(wp[0]), float(wp[2])), float(field[gr, gc]))
+
+
+def steer(pose: Pose2D, x_m: float, y_m: float, tolerance_rad: float) -> Action:
+    """Turn towards (x, y) while its bearing is off by more than the tolerance, else move forward."""
+    bearing = wrap_angle(math.atan2(y_m - pose.y_m, x_m - pose.x_m) - pose.yaw_rad)
+    if abs(bearing) > tolerance_rad:
+        return Action.TURN_LEFT if bearing > 0 else Action.TURN_RIGHT
+    return Action.MOVE_FORWARD
+
+
+def face(pose: Pose2D, yaw_rad: float, tolerance_rad: float) -> Action | None:
+    """Turn towards a heading; None once within the tolerance."""
+    err = wrap_angle(yaw_rad - pose.yaw_rad)
+    if abs(err) <= tolerance_rad:
+        return None
+    return Action.TURN_LEFT if err > 0 else Action.TURN_RIGHT
