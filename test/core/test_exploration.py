@@ -1,0 +1,129 @@
+"""Occupancy mapping, frontier exploration and goal scan matching on a real ray-cast scene."""
+import math
+
+import numpy as np
+import pytest
+
+from memnav.core.exploration import Explorer, ExplorerConfig, face, steer
+from memnav.core.frames import habitat_position_from_map
+from memnav.core.types import Action, Pose2D
+from memnav.sim.base import SimConfig
+from memnav.sim.embedded import EmbeddedSimulator
+
+
+@pytest.fixture
+def sim(two_room_scene):
+    s = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    yield s
+    s.close()
+
+
+def _start(sim, x_hab: float, z_hab: float, yaw: float = 0.0):
+    pos = np.array([x_hab, 0.0, z_hab])
+    sim.set_agent_pose(pos, yaw)
+    return sim.render_at(pos, yaw)
+
+
+def _explore(sim, explorer: Explorer, obs, max_steps: int = 300):
+    explorer.reset()
+    prev = None
+    collisions = 0
+    for _ in range(max_steps):
+        blocked = prev is not None and prev == Action.MOVE_FORWARD and obs.collided
+        collisions += int(blocked)
+        explorer.update(obs.depth, obs.pose, blocked=blocked)
+        plan = explorer.explore(obs.pose)
+        if plan.action is None:
+            return obs, collisions, True
+        prev = plan.action
+        obs = sim.step(plan.action)
+    return obs, collisions, False
+
+
+def test_map_walls_are_obstacles_and_free_space_is_navigable(sim):
+    obs = _start(sim, 2.0, 2.5)
+    explorer = Explorer(ExplorerConfig())
+    for _ in range(12):                  # one full turn in place
+        explorer.update(obs.depth, obs.pose)
+        obs = sim.step(Action.TURN_LEFT)
+    m = explorer.map
+    win = m.window(obs.pose)
+    occ, known = m.obstacles(win), m.known(win)
+    rows, cols = np.nonzero(known & ~occ)
+    xs = m.origin[0] + (cols + win[1].start + 0.5) * m.cfg.cell_m
+    ys = m.origin[1] + (rows + win[0].start + 0.5) * m.cfg.cell_m
+    # free cells lie inside the house (map x = -hab z, y = -hab x); in the middle wall only at the door
+    hab = np.stack([habitat_position_from_map(x, y, 0.0) for x, y in zip(xs, ys)])
+    inside = (hab[:, 0] > -0.1) & (hab[:, 0] < 8.1) & (hab[:, 2] > -0.1) & (hab[:, 2] < 4.1)
+    assert known.sum() > 500
+    assert inside.mean() > 0.98
+    in_wall = (np.abs(hab[:, 0] - 4.0) < 0.03) & ((hab[:, 2] < 1.4) | (hab[:, 2] > 2.6))
+    assert in_wall.sum() <= 2
+    # the cube (x 1-1.6, z 1-1.6, 0.6 m high) is an obstacle on the map
+    cx, cy = -1.3, -1.3                        # map coordinates of the cube centre
+    r, c, _ = m.to_cells(np.array([cx + 0.3, cx - 0.3, cx]), np.array([cy, cy, cy + 0.3]))
+    assert m.obstacles((slice(None), slice(None)))[r, c].any()
+
+
+def test_exploration_covers_both_rooms_through_the_door_without_collisions(sim):
+    obs = _start(sim, 1.0, 3.0)
+    explorer = Explorer(ExplorerConfig())
+    obs, collisions, done = _explore(sim, explorer, obs)
+    assert done, "exploration should finish in a two-room scene"
+    assert collisions <= 2
+    # it went through the door into the second room (habitat x > 4 is map y < -4)
+    m = explorer.map
+    win = m.window(obs.pose)
+    known = m.known(win)
+    rows, _ = np.nonzero(known)
+    ys = m.origin[1] + (rows + win[0].start + 0.5) * m.cfg.cell_m
+    assert ys.min() < -7.0
+
+
+def test_goal_scan_matches_back_to_where_the_view_was_taken(sim):
+    obs = _start(sim, 1.0, 3.0)
+    explorer = Explorer(ExplorerConfig())
+    obs, _, _ = _explore(sim, explorer, obs)
+    goal_pos = np.array([6.5, 0.0, 1.0])     # second room, looking towards the back-left corner
+    goal = sim.render_at(goal_pos, 0.6)
+    scan = explorer.goal_scan(goal.depth)
+    cands = explorer.match_goal(obs.pose, scan)
+    assert cands, "the goal scan should fit somewhere on the explored map"
+    best = cands[0]
+    g = goal.gt_pose
+    assert math.hypot(best.pose.x_m - g.x_m, best.pose.y_m - g.y_m) < 0.35
+    assert abs((best.pose.yaw_rad - g.yaw_rad + math.pi) % (2 * math.pi) - math.pi) < math.radians(12)
+    assert 0.0 < best.score <= 1.0
+
+
+def test_go_to_reaches_a_point_and_reports_arrival(sim):
+    obs = _start(sim, 1.0, 3.0)
+    explorer = Explorer(ExplorerConfig())
+    obs, _, _ = _explore(sim, explorer, obs)
+    tx, ty = -3.0, -6.0                       # habitat (6, 3): second room
+    for _ in range(200):
+        explorer.update(obs.depth, obs.pose)
+        plan = explorer.go_to(obs.pose, tx, ty)
+        if plan.action is None:
+            break
+        obs = sim.step(plan.action)
+    assert plan.action is None and plan.kind == "target"
+    assert math.hypot(obs.pose.x_m - tx, obs.pose.y_m - ty) < 0.5
+
+
+def test_steer_and_face():
+    p = Pose2D(0.0, 0.0, 0.0)
+    assert steer(p, 1.0, 0.05, math.radians(16)) == Action.MOVE_FORWARD
+    assert steer(p, 0.0, 1.0, math.radians(16)) == Action.TURN_LEFT
+    assert steer(p, 0.0, -1.0, math.radians(16)) == Action.TURN_RIGHT
+    assert face(p, 0.1, math.radians(16)) is None
+    assert face(p, -2.0, math.radians(16)) == Action.TURN_RIGHT
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="cell_m"):
+        ExplorerConfig(cell_m=0.0)
+    with pytest.raises(ValueError, match="hfov_deg"):
+        ExplorerConfig(hfov_deg=200.0)
+    with pytest.raises(ValueError, match="obstacle_max_height_m"):
+        ExplorerConfig(obstacle_min_height_m=1.0, obstacle_max_height_m=0.5)
