@@ -213,6 +213,7 @@ class Navigator:
         self._rejected = []
         self._explored = False   # exploration found no frontier left
         self._steps = 0
+        self._anchor: Pose2D | None = None   # first pose of the episode: the occupancy map's origin
         self.goal_estimate: Pose2D | None = None   # localized goal pose in the odometry frame
         self._goal_support = 0
 
@@ -238,6 +239,7 @@ class Navigator:
         self._rejected: list[Pose2D] = []
         self._explored = False
         self._steps = 0
+        self._anchor = None
         self.prev_action = -1
         self.hidden = None
         self.last = None
@@ -273,9 +275,9 @@ class Navigator:
             # goal first, as `memnav train stop` calibrated it (ratio-test matching is not symmetric)
             verification = verify_features(self._goal_features, feats, self.verification_cfg).score
             if self.cfg.localize and self._goal_depth is not None:
-                self._localize(feats, depth, pose)
+                self._localize(feats, depth, self._map_pose(pose))
         if self.cfg.explore or self.cfg.localize:
-            self.explorer.update(depth, pose, blocked=collided)
+            self.explorer.update(depth, self._map_pose(pose), blocked=collided)
         belief = float(self.calibrator.predict(np.array([[sim, verification]]))[0])
         decision = self.stop_rule.decide(belief)
         tokens, mask = self._update_memory(emb, pose, stamp_ns, rgb)
@@ -283,6 +285,17 @@ class Navigator:
                            self.prev_action, collided)
         self.last = StepInput(step, tokens, mask, sim, verification, belief, decision, collided)
         return self.last
+
+    def _map_pose(self, pose: Pose2D) -> Pose2D:
+        """The pose in the occupancy map's frame: relative to the episode's first pose, rounded to a micrometre.
+
+        Whether odometry starts at the episode's start (a ROS odom frame) or not (the simulator's map frame),
+        the robot's map is then the same grid, so lock-step runs over DDS reproduce in-process ones.
+        """
+        if self._anchor is None:
+            self._anchor = pose
+        rel = pose.relative_to(self._anchor)
+        return Pose2D(round(rel.x_m, 6), round(rel.y_m, 6), round(rel.yaw_rad, 6))
 
     def _localize(self, feats: Features, depth: np.ndarray, pose: Pose2D) -> None:
         """Place the goal on the robot's map from RGB-D matches; the best-supported estimate wins."""
@@ -355,7 +368,8 @@ class Navigator:
         logits, _, goal_logit, self.hidden = self.policy(torch.from_numpy(inp.step).unsqueeze(0), tokens, mask,
                                                          self.hidden)
         goal_p = float(torch.sigmoid(goal_logit)[0])
-        move, self.mode = (Action.STOP, "stop") if inp.stop.stop else self._planned_move(pose, inp.collided)
+        move, self.mode = ((Action.STOP, "stop") if inp.stop.stop
+                           else self._planned_move(self._map_pose(pose), inp.collided))
         if move is not None:
             action = move
         else:

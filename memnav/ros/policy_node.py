@@ -11,7 +11,8 @@ Publishes:
     /memnav/action              std_msgs/String  STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT
     /cmd_vel                    geometry_msgs/Twist (each action as a velocity held for `action_duration_s`)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
-                                stop_reason, goal_probability, places, mode: "policy" or "homing"}
+                                stop_reason, goal_probability, places, mode: "policy", "homing",
+                                "explore", "candidate", "approach" or "stop"}
 Parameters: the fields of PolicyNodeConfig below.
 Modes: `lockstep` true acts once per new frame pair (evaluation against sim_bridge_node in lock-step);
 false decides on the newest frames once the previous action has had its `action_duration_s`: on the first new
@@ -54,6 +55,8 @@ class PolicyNodeConfig:
         lifelong_dir: keep the long-term memory in a database under this folder across episodes and runs
             ("" = a fresh memory for every goal, as in evaluation).
         memory_key: name of this environment's database in lifelong_dir (e.g. the building).
+        explore: memnav agents explore frontiers of their own occupancy map, check scan-matched goal
+            candidates and drive to an RGB-D-localized goal (false: the learned policy searches alone).
         torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
             several nodes on few cores each spinning a thread per core were measured 50x slower.
     """
@@ -71,6 +74,7 @@ class PolicyNodeConfig:
     lifelong_dir: str = ""
     memory_key: str = "default"
     torch_threads: int = 1
+    explore: bool = True
 
     def __post_init__(self) -> None:
         if self.action_duration_s <= 0 or self.sync_tolerance_s < 0 or self.torch_threads < 0:
@@ -120,7 +124,8 @@ def build(node) -> Callable[[], None]:
     opts = LearnedAgentOptions(policy_dir=Path(cfg.policy_dir or MODELS),
                                encoder_checkpoint=Path(cfg.encoder_checkpoint or MODELS / "encoder.pt"),
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
-                               lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None)
+                               lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
+                               explore=cfg.explore)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

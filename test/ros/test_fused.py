@@ -29,7 +29,7 @@ def test_fused_argument_selects_the_processes():
         # no __node:= remap (it would rename every node of the process); the policy's overrides are kept
         assert stack.name is None and stack.output.value == "screen"
         assert {p.name: p.value for p in stack.params if hasattr(p, "name")} == {
-            "agent": "memnav", "policy_dir": "", "lockstep": True}
+            "agent": "memnav", "policy_dir": "", "explore": "true", "lockstep": True}
     assert len(resolve_launch(launch, {"fused": "0"}).nodes) == 5
 
 
@@ -58,7 +58,7 @@ def test_fused_launch_matches_in_process_eval(tmp_path):
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     memnav = [sys.executable, "-m", "memnav.cli"]
     run = subprocess.run([*memnav, "launch", str(LAUNCH), "fused:=true", "episodes:=2", "max_steps:=25",
-                          f"data:={data}", f"policy_dir:={tmp_path}"],
+                          f"data:={data}", f"policy_dir:={tmp_path}", "explore:=false"],
                          env=env, capture_output=True, text=True, timeout=240)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
@@ -75,7 +75,8 @@ def test_fused_launch_matches_in_process_eval(tmp_path):
 
     res_path = tmp_path / "eval.json"
     subprocess.run([*memnav, "eval", "--agent", "memnav", "--data", str(data), "--episodes", "2",
-                    "--max-steps", "25", "--policy-dir", str(tmp_path), "--json", str(res_path), "--no-progress"],
+                    "--max-steps", "25", "--policy-dir", str(tmp_path), "--no-explore", "--json", str(res_path),
+                    "--no-progress"],
                    check=True, timeout=240)
     in_process = {e["episode_id"]: e for e in json.loads(res_path.read_text())["per_episode"]}
     assert set(in_process) == set(fused)
