@@ -369,7 +369,7 @@ class Navigator:
                                                          self.hidden)
         goal_p = float(torch.sigmoid(goal_logit)[0])
         move, self.mode = ((Action.STOP, "stop") if inp.stop.stop
-                           else self._planned_move(self._map_pose(pose), inp.collided))
+                           else self._planned_move(pose, inp.collided))
         if move is not None:
             action = move
         else:
@@ -385,12 +385,17 @@ class Navigator:
 
 
     def _planned_move(self, pose: Pose2D, collided: bool) -> tuple[Action | None, str]:
-        """A move from the non-learned layers (approach > homing > explore), or (None, "policy")."""
+        """A move from the non-learned layers (approach > homing > candidate > explore), or (None, "policy").
+
+        `pose` is the odometry pose (homing maps it into the scene graph's frame); the occupancy-map layers
+        use it relative to the episode's first pose.
+        """
+        odom, pose = pose, self._map_pose(pose)
         if self.goal_estimate is not None:
             move = self._approach_move(pose)
             if move is not None:
                 return move, "approach"
-        move = self._homing_move(pose, collided)
+        move = self._homing_move(odom, collided)
         if move is not None:
             return move, "homing"
         self._steps += 1
