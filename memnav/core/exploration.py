@@ -248,7 +248,7 @@ class Explorer:
 
     # -- planning -------------------------------------------------------------------------------------
     def _fields(self, pose: Pose2D) -> tuple | None:
-        """(window, traversable, distance-from-robot field, robot cell) on the map's evidence window."""
+        """(window, traversable, distance-from-robot field, known, obstacle distance in m) on the evidence window."""
         import skfmm
         from scipy import ndimage
 
@@ -281,21 +281,18 @@ class Explorer:
         except ValueError:
             return None
         field = np.where(np.ma.getmaskarray(dist), np.inf, np.ma.getdata(dist) + 0.75 * cfg.cell_m)
-        return win, trav, np.maximum(field, 0.0), known
+        return win, trav, np.maximum(field, 0.0), known, clearance
 
     def match_goal(self, pose: Pose2D, scan: GoalScan, cfg: ScanMatchConfig | None = None) -> list[Candidate]:
         """Poses on the map (reachable from the robot) where the goal's depth scan fits, best first."""
-        from scipy import ndimage
-
         fields = self._fields(pose)
         if fields is None:
             return []
-        win, trav, field, known = fields
+        win, trav, field, known, clearance = fields
         m = self.map
         assert m is not None
-        dist = ndimage.distance_transform_edt(~m.obstacles(win)) * self.cfg.cell_m
         origin = np.array([m.origin[0] + win[1].start * self.cfg.cell_m, m.origin[1] + win[0].start * self.cfg.cell_m])
-        return match_scan(scan, dist, known, trav & np.isfinite(field), origin, self.cfg.cell_m, cfg)
+        return match_scan(scan, clearance, known, trav & np.isfinite(field), origin, self.cfg.cell_m, cfg)
 
     def goal_scan(self, depth: np.ndarray, cfg: ScanMatchConfig | None = None) -> GoalScan:
         """The goal image's depth as a scan, with this map's camera and obstacle heights."""
@@ -309,7 +306,7 @@ class Explorer:
         fields = self._fields(pose)
         if fields is None:
             return Plan(None, "none")
-        win, trav, field, known = fields
+        win, trav, field, known, _ = fields
         m = self.map
         assert m is not None
         if self._frontier is not None:
@@ -350,7 +347,7 @@ class Explorer:
         fields = self._fields(pose)
         if fields is None:
             return Plan(None, "none")
-        win, trav, field, _ = fields
+        win, trav, field, _, _ = fields
         m = self.map
         assert m is not None
         reach = np.isfinite(field)

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from memnav.core.encoder import Encoder
-from memnav.core.exploration import Explorer, ExplorerConfig, face
+from memnav.core.exploration import Explorer, ExplorerConfig, face, steer
 from memnav.core.goal_localization import GoalLocalizerConfig, localize_goal, to_odometry_frame
 from memnav.core.memory.scene_graph import Retrieval, SceneGraphMemory
 from memnav.core.memory.working_buffer import WorkingBuffer
@@ -469,16 +469,11 @@ class Navigator:
             self._route.pop(0)
         tol = self.cfg.heading_tolerance_rad
         if not self._route:              # at the target place: face the way it was seen
-            err = _wrap(self._target_yaw - robot.yaw_rad)
-            if abs(err) <= tol:
+            turn = face(robot, self._target_yaw, tol)
+            if turn is None:
                 self._drop_target()      # the stop rule looked from here and did not stop
-                return None
-            return Action.TURN_LEFT if err > 0 else Action.TURN_RIGHT
-        wp = self._route[0]
-        bearing = _wrap(math.atan2(wp.y_m - robot.y_m, wp.x_m - robot.x_m) - robot.yaw_rad)
-        if abs(bearing) > tol:
-            return Action.TURN_LEFT if bearing > 0 else Action.TURN_RIGHT
-        return Action.MOVE_FORWARD
+            return turn
+        return steer(robot, self._route[0].x_m, self._route[0].y_m, tol)
 
     def _plan(self, robot: Pose2D) -> bool:
         """Pick the best-matching remembered place and a route to it over traversability edges."""
