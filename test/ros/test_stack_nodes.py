@@ -59,6 +59,7 @@ def _tails(folder: Path) -> str:
 
 
 def test_stack_builds_memory_and_decides_stops(stack):
+    from rclpy.event_handler import SubscriptionEventCallbacks
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
@@ -90,10 +91,18 @@ def test_stack_builds_memory_and_decides_stops(stack):
     node.create_subscription(Image, "/memnav/goal_image", keep("goal_img"), latched)
     node.create_subscription(Image, "/memnav/goal_depth", keep("goal_depth"), latched)
     node.create_subscription(Image, "/memnav/goal_embedding", keep("goal_emb"), latched)
-    node.create_subscription(String, "/memnav/memory_event", keep("event", as_json), 50)
+    # volatile topics checked per frame: the actions wait until DDS has matched these readers to their writers
+    matched = {"event": 0, "stop": 0}
+
+    def on_match(key):
+        return SubscriptionEventCallbacks(matched=lambda info: matched.__setitem__(key, info.current_count))
+
+    node.create_subscription(String, "/memnav/memory_event", keep("event", as_json), 50,
+                             event_callbacks=on_match("event"))
     node.create_subscription(String, "/memnav/scene_graph", keep("snap", as_json), latched)
     node.create_subscription(MarkerArray, "/memnav/scene_graph_markers", keep("markers"), 10)
-    node.create_subscription(String, "/memnav/stop_decision", keep("stop", as_json), 50)
+    node.create_subscription(String, "/memnav/stop_decision", keep("stop", as_json), 50,
+                             event_callbacks=on_match("stop"))
     node.create_subscription(String, "/memnav/retrievals", keep("retr", as_json), 50)
     pub = node.create_publisher(String, "/memnav/action", 10)
     services = {s: node.create_client(Trigger, f"/memory_node/{s}") for s in ("save", "query", "clear")}
@@ -123,6 +132,16 @@ def test_stack_builds_memory_and_decides_stops(stack):
         wait(lambda: got["emb"] and got["goal_emb"] and got["stop"], 45, "the stack to come up")
         wait(lambda: pub.get_subscription_count() > 0 and all(c.service_is_ready() for c in services.values()),
              10, "/memnav/action subscriber and memory services")
+        wait(lambda: min(matched.values()) > 0, 10, "memory events and stop decisions matched to this node")
+        # the writers can match this node a moment after its readers matched them: a warm-up action repeats
+        # until both a memory event and a stop decision arrive, so no checked frame's message is lost
+        for _ in range(3):
+            counts = (len(got["event"]), len(got["stop"]))
+            pub.publish(String(data="TURN_LEFT"))
+            if wait(lambda c=counts: len(got["event"]) > c[0] and len(got["stop"]) > c[1], 4, "", required=False):
+                break
+        else:
+            pytest.fail(f"no memory event or stop decision after 3 warm-up actions\n{_tails(folder)}")
         before = max(stamp_to_ns(m.header.stamp) for m in got["emb"])
         for action in ("TURN_LEFT", "TURN_LEFT", "MOVE_FORWARD", "TURN_RIGHT", "TURN_RIGHT", "TURN_RIGHT"):
             seen = {stamp_to_ns(m.header.stamp) for m in got["emb"]}
