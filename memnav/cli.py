@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 # bench target -> (module, one-line help); each module has add_arguments(parser) and run(args) -> dict
+STDOUT_ONLY = Path("-")   # `memnav bench X --json` with no PATH: the JSON goes to stdout only
+
 BENCH_TARGETS: dict[str, tuple[str, str]] = {
     "sim": ("memnav.eval.bench_sim", "simulator RGB-D steps/s at 128x128, 256x256 and on a >=1M-triangle mesh"),
     "memory": ("memnav.eval.bench_memory", "long-term memory insert/retrieve latency and patrol growth"),
@@ -78,8 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             mod.add_arguments(tp)
             if group == "bench" and not any(a.dest == "json" for a in tp._actions):
-                tp.add_argument("--json", type=Path, default=None, metavar="PATH",
-                                help="also write the results to this JSON file")
+                tp.add_argument("--json", type=Path, nargs="?", const=STDOUT_ONLY, default=None, metavar="PATH",
+                                help="also write the results to this JSON file (without PATH: JSON on stdout "
+                                     "only, as always; progress goes to stderr)")
     return parser
 
 
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_group", None) == "bench":
         text = json.dumps(result, indent=2, sort_keys=True)
         print(text)
-        if args.json is not None:
+        if args.json is not None and args.json != STDOUT_ONLY:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(text + "\n")
         return 0
