@@ -16,9 +16,11 @@ of other projects decode too.
 Robust iteration (`BagFile.messages`): a message of a type no definition is known for, or whose bytes
 do not deserialize, is skipped and counted per topic (`ReadCounts`); log times going backwards are
 counted; a `.mcap` file cut short (no footer, a partial chunk: a recorder killed mid-write) is read up
-to the damage with a streaming reader and flagged `truncated`. A file that is not a bag at all raises
-`BagError` naming it. Nothing is ever written to the input: sqlite3 files are opened immutable, mcap
-files read-only.
+to the damage with a streaming reader and flagged `truncated`. A `.db3` file shorter than its SQLite
+header says (cut short) raises `BagError` naming it, since SQLite would read the missing bytes as zeros
+and hand out damaged messages without an error; damage SQLite detects while reading ends iteration
+with `truncated` set. A file that is not a bag at all raises `BagError` naming it. Nothing is ever
+written to the input: sqlite3 files are opened immutable, mcap files read-only.
 
 `BagWriter` writes rosbag2 folders (metadata version 8, which the `ros2 bag` tools of Humble, Jazzy
 and Kilted all read; version 9 stores QoS profiles in a layout Humble does not parse) with mcap or
@@ -100,7 +102,8 @@ class ReadCounts:
         read: messages yielded.
         unknown_type: messages skipped because no definition of their type is known.
         deserialize_error: messages skipped because their bytes did not deserialize.
-        log_time_out_of_order: messages whose log time is earlier than the previous message's (yielded).
+        log_time_out_of_order: messages whose log time is earlier than that of a message read before them
+            (not skipped for it; indexed files are read in log-time order, so only salvaged ones have them).
         truncated: the storage file ended early or is damaged; messages after the damage are lost.
         truncated_reason: what the reader found at the damage.
     """
@@ -209,6 +212,26 @@ _MCAP_MAGIC = b"\x89MCAP0\r\n"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def _check_sqlite_size(path: Path) -> None:
+    """Raise BagError when an SQLite file is shorter than the page count in its header says.
+
+    SQLite reads the missing bytes of a cut-short file as zeros: rows there come back damaged without an
+    error. A header that is missing or not maintained (old SQLite) is left to the reader to judge.
+    """
+    with path.open("rb") as f:
+        head = f.read(100)
+    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+        return
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    size = path.stat().st_size
+    if pages and head[24:28] == head[92:96] and size < pages * page_size:   # the size field is valid
+        raise BagError(f"{path}: the SQLite file is cut short: {size} bytes, but its header says {pages} pages "
+                       f"of {page_size} bytes ({pages * page_size} bytes); not read, as SQLite would return "
+                       "the missing part as zeros")
+
+
 class BagFile:
     """A rosbag2 recording opened read-only (see the module docstring for what is accepted).
 
@@ -276,8 +299,12 @@ class BagFile:
         target = self.storage_path
         if target.is_dir():
             self._read_metadata_fields(target / "metadata.yaml")
+            for db3 in sorted(target.glob("*.db3")):
+                _check_sqlite_size(db3)
         else:
             self._check_magic(target)
+            if target.suffix == ".db3":
+                _check_sqlite_size(target)
         try:
             reader = Reader(target)
             reader.open()

@@ -327,7 +327,6 @@ class _Pipeline:
                                                         loop_closure_min_age_s=cfg.revisit_min_age_s))
         self.frames: list[FrameRecord] = []
         self.embeddings: list[np.ndarray] = []
-        self.created: dict[int, int] = {}         # place id -> frame index that created it
         self.loop_closures: list[tuple[int, int]] = []
         self.growth: list[dict] = []
         self.times = StageTimes()
@@ -377,9 +376,7 @@ class _Pipeline:
             kind = res.kind
             rec = FrameRecord(stamp, odom, ref, kind, res.node_id)
             index = len(self.frames)
-            if kind is InsertKind.NEW_PLACE:
-                self.created.setdefault(res.node_id, index)
-            elif kind is InsertKind.LOOP_CLOSURE:
+            if kind is InsertKind.LOOP_CLOSURE:
                 self.loop_closures.append((index, res.node_id))
                 self.lc_count += 1
             if gi >= 0 and self.goal_emb is not None:
@@ -639,7 +636,7 @@ def place_recognition(emb: np.ndarray, stamps: np.ndarray, ref: np.ndarray, vali
     for s in range(0, n, chunk):
         q = np.arange(s, min(n, s + chunk))
         older = stamps[None, :] <= stamps[q, None] - min_age_ns            # (c, N)
-        older &= valid[None, :] & valid[q, None]
+        older &= valid[None, :] & valid[q, None] & (np.arange(n)[None, :] < q[:, None])
         if not older.any():
             continue
         truth = _near(ref[q], ref, dist_m, angle_rad) & older
@@ -664,16 +661,68 @@ def place_recognition(emb: np.ndarray, stamps: np.ndarray, ref: np.ndarray, vali
     return out
 
 
-def _metrics(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, pipe: _Pipeline, goals: list[Goal],
-             has_gt: bool, invalid: Counter, out_of_order: Counter, skipped: Counter, wall_s: float) -> dict:
-    from memnav.core.memory.scene_graph import InsertKind
-
-    frames = pipe.frames
-    n = len(frames)
-    stamps = np.array([f.stamp_ns for f in frames], dtype=np.int64)
+def _reference(frames: list[FrameRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 3) reference poses (x, y, yaw; zeros where missing) and (N,) bool: the frame has one."""
     valid = np.array([f.ref is not None for f in frames], dtype=bool)
     ref = np.array([(f.ref.x_m, f.ref.y_m, f.ref.yaw_rad) if f.ref is not None else (0.0, 0.0, 0.0)
                     for f in frames], dtype=np.float64).reshape(-1, 3)
+    return ref, valid
+
+
+def loop_closure_metrics(frames: list[FrameRecord], *, min_age_ns: int, dist_m: float, angle_rad: float,
+                         chunk: int = 512) -> dict:
+    """Loop-closure precision and recall of the memory's insert decisions against the reference poses.
+
+    Precision: of the LOOP_CLOSURE inserts, those whose place was created (by reference pose) within
+    dist_m and angle_rad of the frame. Recall: of the revisit frames (an earlier frame at least
+    `min_age_ns` older lies within dist_m and angle_rad), those the memory associated (LOOP_CLOSURE or
+    UPDATED_PLACE) with a place created at least `min_age_ns` earlier within those bounds.
+
+    Args:
+        frames: the evaluated frames in order (stamp, reference pose, insert kind and place id).
+    """
+    from memnav.core.memory.scene_graph import InsertKind
+
+    n = len(frames)
+    ref, valid = _reference(frames)
+    stamps = np.array([f.stamp_ns for f in frames], dtype=np.int64)
+    created: dict[int, int] = {}     # place id -> index of the frame that created it
+    for i, f in enumerate(frames):
+        if f.insert_kind is InsertKind.NEW_PLACE:
+            created.setdefault(f.node_id, i)
+
+    def correct(frame_idx: int, place_id: int) -> bool:
+        src = created.get(place_id)
+        if src is None or not (valid[frame_idx] and valid[src]):
+            return False
+        return bool(_near(ref[[frame_idx]], ref[[src]], dist_m, angle_rad)[0, 0])
+
+    events = [i for i, f in enumerate(frames) if f.insert_kind is InsertKind.LOOP_CLOSURE]
+    tp = sum(correct(i, frames[i].node_id) for i in events)
+    revisits = recognised = 0
+    for s in range(0, n, chunk):
+        q = np.arange(s, min(n, s + chunk))
+        older = (stamps[None, :] <= stamps[q, None] - min_age_ns) & valid[None, :] & valid[q, None]
+        older &= np.arange(n)[None, :] < q[:, None]
+        is_revisit = (_near(ref[q], ref, dist_m, angle_rad) & older).any(axis=1)
+        for row in np.flatnonzero(is_revisit):
+            i = int(q[row])
+            revisits += 1
+            f = frames[i]
+            src = created.get(f.node_id)
+            old_place = src is not None and frames[src].stamp_ns <= f.stamp_ns - min_age_ns
+            if f.insert_kind is not InsertKind.NEW_PLACE and old_place and correct(i, f.node_id):
+                recognised += 1
+    return {"events": len(events), "true_positives": int(tp), "precision": _ratio(int(tp), len(events)),
+            "revisit_frames": revisits, "recognised_revisits": recognised, "recall": _ratio(recognised, revisits)}
+
+
+def _metrics(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, pipe: _Pipeline, goals: list[Goal],
+             has_gt: bool, invalid: Counter, out_of_order: Counter, skipped: Counter, wall_s: float) -> dict:
+    frames = pipe.frames
+    n = len(frames)
+    stamps = np.array([f.stamp_ns for f in frames], dtype=np.int64)
+    ref, valid = _reference(frames)
     emb = np.stack(pipe.embeddings) if n else np.zeros((0, 1), np.float32)
     min_age_ns = int(cfg.revisit_min_age_s * 1e9)
     pr = place_recognition(emb, stamps, ref, valid, min_age_ns=min_age_ns, dist_m=cfg.place_distance_m,
@@ -681,34 +730,9 @@ def _metrics(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, pipe: _Pipeli
     pr.update(queries=n, distance_m=cfg.place_distance_m, angle_deg=cfg.place_angle_deg,
               min_age_s=cfg.revisit_min_age_s)
 
-    # loop closures
-    lc_angle = math.radians(cfg.loop_angle_deg)
-    created_ref = {pid: idx for pid, idx in pipe.created.items()}
-
-    def correct(frame_idx: int, place_id: int) -> bool:
-        src = created_ref.get(place_id)
-        if src is None or not (valid[frame_idx] and valid[src]):
-            return False
-        return bool(_near(ref[[frame_idx]], ref[[src]], cfg.loop_distance_m, lc_angle)[0, 0])
-
-    lc_events = pipe.loop_closures
-    lc_tp = sum(correct(i, pid) for i, pid in lc_events)
-    revisits = recognised = 0
-    for s in range(0, n, 512):
-        q = np.arange(s, min(n, s + 512))
-        older = (stamps[None, :] <= stamps[q, None] - min_age_ns) & valid[None, :] & valid[q, None]
-        is_revisit = (_near(ref[q], ref, cfg.loop_distance_m, lc_angle) & older).any(axis=1)
-        for row in np.flatnonzero(is_revisit):
-            i = int(q[row])
-            revisits += 1
-            f = frames[i]
-            src = created_ref.get(f.node_id)
-            old_place = src is not None and frames[src].stamp_ns <= f.stamp_ns - min_age_ns
-            if f.insert_kind is not InsertKind.NEW_PLACE and old_place and correct(i, f.node_id):
-                recognised += 1
-    loop = {"events": len(lc_events), "true_positives": int(lc_tp), "precision": _ratio(int(lc_tp), len(lc_events)),
-            "revisit_frames": revisits, "recognised_revisits": recognised, "recall": _ratio(recognised, revisits),
-            "distance_m": cfg.loop_distance_m, "angle_deg": cfg.loop_angle_deg}
+    loop = loop_closure_metrics(frames, min_age_ns=min_age_ns, dist_m=cfg.loop_distance_m,
+                                angle_rad=math.radians(cfg.loop_angle_deg))
+    loop.update(distance_m=cfg.loop_distance_m, angle_deg=cfg.loop_angle_deg)
 
     st = pipe.memory.stats()
     kinds = Counter(f.insert_kind.value for f in frames)

@@ -151,12 +151,13 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
     """Play `selected` topics of `bag` on `node` until the end (forever with cfg.loop) or shutdown.
 
     Returns:
-        Messages published per (bag) topic.
+        Messages published per (bag) topic, also when Ctrl-C or a shutdown ends the replay.
 
     Raises:
         ValueError: none of the topics can be published (no Python message package for any of them).
     """
     import rclpy
+    from rclpy.executors import ExternalShutdownException
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from rosgraph_msgs.msg import Clock
 
@@ -230,8 +231,11 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
 
     restart()
     node.create_timer(1.0 / cfg.clock_hz, tick)
-    while rclpy.ok() and not st["done"]:
-        rclpy.spin_once(node, timeout_sec=0.05)
+    try:
+        while rclpy.ok() and not st["done"]:
+            rclpy.spin_once(node, timeout_sec=0.05)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        return published    # Ctrl-C or shutdown (the only end of a loop): what was published until then
     # let reliable readers fetch the last messages before the publishers go away
     end = time.monotonic() + 0.5
     while rclpy.ok() and time.monotonic() < end:

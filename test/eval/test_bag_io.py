@@ -302,3 +302,113 @@ def test_missing_and_empty_paths(tmp_path):
     (folder / "metadata.yaml").write_text("just: text\n")
     with pytest.raises(BagError, match="metadata"):
         BagFile(folder)
+
+
+def _sqlite3_bag(path: Path, msgs) -> Path:
+    """A rosbag2 folder with sqlite3 storage; returns its .db3 file."""
+    with BagWriter(path, "sqlite3") as w:
+        for topic, msgtype, t, raw in msgs:
+            w.add_topic(topic, msgtype)
+            w.write_raw(topic, t, raw)
+    return next(path.glob("*.db3"))
+
+
+@pytest.mark.parametrize("layout", ["bare", "folder"])
+def test_cut_short_db3_is_refused_naming_the_file(tmp_path, layout):
+    """A .db3 cut anywhere (even by one byte: SQLite would hand out that row with a zero byte and no error) is
+    refused with a BagError that names the file, and is left as it was."""
+    db3 = _sqlite3_bag(tmp_path / "bag", raw_messages(30))
+    data = db3.read_bytes()
+    page = int.from_bytes(data[16:18], "big")
+    assert len(data) % page == 0 and len(data) // page >= 10
+    pages = len(data) // page
+    cuts = sorted({50, 100} | {k * page + d for k in range(1, pages) for d in (0, 100)}
+                  | {k * page - 1 for k in range(1, pages + 1)})   # mid-header, page boundaries, one byte short
+    for cut in cuts:
+        folder = tmp_path / f"cut_{cut}"
+        folder.mkdir()
+        bad = folder / db3.name
+        bad.write_bytes(data[:cut])
+        if layout == "folder":
+            (folder / "metadata.yaml").write_text((tmp_path / "bag" / "metadata.yaml").read_text())
+        before = tree_digest(folder)
+        with pytest.raises(BagError) as err:
+            BagFile(folder if layout == "folder" else bad)
+        assert str(bad) in str(err.value), f"cut at {cut} bytes: {err.value}"
+        if cut >= 100:   # the header is whole: the size check names what is missing
+            assert f"cut short: {cut} bytes" in str(err.value)
+        assert tree_digest(folder) == before, f"cut at {cut} bytes: the input was modified (or files were added)"
+    _, got = read_all(db3)   # the whole file still reads, byte for byte
+    assert [m.raw for m in got] == [m[3] for m in raw_messages(30)]
+
+
+def _mcap_file(path: Path, msgs, store, *, qos: str = "", type_hash: bool = False, chunk_size: int = 1 << 20) -> None:
+    """Messages written, in the given order, into a .mcap as rosbag2's mcap plugin lays it out (profile ros2,
+    ros2msg schemas from `store`, cdr, zstd chunks; offered QoS in the channel metadata when given)."""
+    from mcap.writer import CompressionType, Writer
+
+    with path.open("wb") as f:
+        w = Writer(f, compression=CompressionType.ZSTD, chunk_size=chunk_size)
+        w.start(profile="ros2", library="rosbag2")
+        channels: dict[str, int] = {}
+        for topic, msgtype, t, raw in msgs:
+            if topic not in channels:
+                sid = w.register_schema(name=msgtype, encoding="ros2msg",
+                                        data=store.generate_msgdef(msgtype, ros_version=2)[0].encode())
+                meta = {"offered_qos_profiles": qos} if qos else {}
+                if type_hash:
+                    meta["type_description_hash"] = ""
+                channels[topic] = w.register_channel(topic=topic, message_encoding="cdr", schema_id=sid,
+                                                     metadata=meta)
+            w.add_message(channels[topic], log_time=t, publish_time=t, data=raw)
+        w.finish()
+
+
+@pytest.mark.parametrize("version", [5, 6, 7])
+def test_reads_humble_and_iron_mcap_layouts(tmp_path, version):
+    """`ros2 bag record -s mcap` of Humble (metadata 5) and Iron (6, 7): a folder with metadata.yaml and one
+    zstd-chunked .mcap whose channels carry the offered QoS."""
+    distro = "humble" if version == 5 else "iron"
+    msgs = raw_messages(6)
+    folder = tmp_path / f"rosbag2_mcap_v{version}"
+    folder.mkdir()
+    name = f"rosbag2_mcap_v{version}_0.mcap"
+    _mcap_file(folder / name, msgs, typestore_for_distro(distro), qos=QOS_V5, type_hash=version >= 7)
+    (folder / "metadata.yaml").write_text(yaml.safe_dump(_metadata(version, "mcap", name, msgs)))
+    bag, got = read_all(folder)
+    assert bag.metadata_version == version and bag.distro == distro
+    assert bag.storage == "mcap" and bag.format == "rosbag2" and not bag.describe()["salvaged"]
+    assert bag.warnings == [] and not bag.counts.truncated
+    assert bag.message_count == 12 and (bag.start_ns, bag.end_ns) == (10**9, 10**9 + 5 * 10**8 + 1)
+    assert [(m.topic, m.log_time_ns, m.raw) for m in got] == [(t, lt, r) for t, _, lt, r in msgs]
+    assert got[-1].msg.pose.pose.position.y == pytest.approx(-1.0) and got[4].msg.data.tolist() == [2] * 8 * 8 * 3
+    assert {t: (i.msgtype, i.count, i.known) for t, i in bag.topics.items()} == {
+        "/camera/color/image_raw": ("sensor_msgs/msg/Image", 6, True), "/odom": ("nav_msgs/msg/Odometry", 6, True)}
+    qos = bag.topics["/odom"].qos[0]
+    assert qos.reliability.name == "RELIABLE" and qos.durability.name == "VOLATILE"
+
+
+def test_log_times_out_of_order_are_counted_and_kept(tmp_path):
+    """A recorder killed mid-write leaves messages in arrival order, which may go back in log time: read in storage
+    order, each message earlier than one read before it is counted, and none is dropped or reordered. An indexed
+    (complete) file is read in log-time order, so it has none."""
+    msgs = raw_messages(6)     # image i at 1 s + i * 0.1 s, odometry 1 ns later
+    order = [0, 1, 2, 3, 7, 5, 6, 4, 8, 9, 10, 11]   # the odometry of 1.3 s and the image of 1.2 s swap places
+    stored = [msgs[k] for k in order]
+    _mcap_file(tmp_path / "complete.mcap", stored, STORE, chunk_size=200)
+    bag, got = read_all(tmp_path / "complete.mcap")
+    assert [m.log_time_ns for m in got] == [m[2] for m in msgs] and bag.counts.log_time_out_of_order == 0
+
+    data = (tmp_path / "complete.mcap").read_bytes()
+    killed = tmp_path / "killed.mcap"
+    killed.write_bytes(data[: len(data) - 40])   # footer lost: read sequentially
+    bag, got = read_all(killed)
+    assert bag.describe()["salvaged"] and bag.counts.truncated
+    assert [(m.topic, m.log_time_ns, m.raw) for m in got] == [(t, lt, r) for t, _, lt, r in stored]
+    # 1.3 s + 1 ns, then 1.2 s + 1 ns (earlier), 1.3 s (earlier than 1.3 s + 1 ns), 1.2 s (earlier)
+    assert bag.counts.log_time_out_of_order == 3
+    assert bag.counts.read == {"/camera/color/image_raw": 6, "/odom": 6}
+
+    with BagFile(killed) as bag:   # per topic, only the odometry goes back (1.3 s + 1 ns, then 1.2 s + 1 ns)
+        odom_times = [m.log_time_ns for m in bag.messages(["/odom"])]
+        assert odom_times == [m[2] for m in stored if m[0] == "/odom"] and bag.counts.log_time_out_of_order == 1

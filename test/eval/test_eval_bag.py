@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -166,9 +167,9 @@ def test_truncated_bag_is_evaluated_up_to_the_damage(bags, models, tmp_path):
     assert m["bag"]["format"] == "mcap" and m["memory"]["places"] > 0
 
 
-def _bare_mcap(src: BagFile, path: Path, extra: list[tuple[str, str, bytes, int]]) -> None:
-    """`src` as a bare .mcap written by the independent `mcap` writer, plus `extra` (topic, type, bytes, log time)
-    messages; a type without a stored definition (empty schema) is unknown to every reader."""
+def _mcap_rows(store, path: Path, rows: list[tuple[str, str, bytes, int]]) -> None:
+    """(topic, type, bytes, log time) rows, in this order, as a bare .mcap written by the independent `mcap`
+    writer; a type `store` does not know gets an empty schema (unknown to every reader)."""
     from mcap.writer import Writer
 
     channels: dict[str, int] = {}
@@ -178,16 +179,21 @@ def _bare_mcap(src: BagFile, path: Path, extra: list[tuple[str, str, bytes, int]
 
         def channel(topic: str, msgtype: str) -> int:
             if topic not in channels:
-                known = msgtype in src.typestore.types
-                text = src.typestore.generate_msgdef(msgtype, ros_version=2)[0] if known else ""
+                known = msgtype in store.types
+                text = store.generate_msgdef(msgtype, ros_version=2)[0] if known else ""
                 sid = w.register_schema(name=msgtype, encoding="ros2msg", data=text.encode())
                 channels[topic] = w.register_channel(topic=topic, message_encoding="cdr", schema_id=sid)
             return channels[topic]
 
-        rows = [(m.topic, m.msgtype, m.raw, m.log_time_ns) for m in src.messages(decode=False)] + extra
-        for topic, msgtype, raw, t in sorted(rows, key=lambda r: r[3]):
+        for topic, msgtype, raw, t in rows:
             w.add_message(channel(topic, msgtype), log_time=t, data=raw, publish_time=t)
         w.finish()
+
+
+def _bare_mcap(src: BagFile, path: Path, extra: list[tuple[str, str, bytes, int]]) -> None:
+    """`src` plus `extra` (topic, type, bytes, log time) messages as a bare .mcap, in log-time order."""
+    rows = [(m.topic, m.msgtype, m.raw, m.log_time_ns) for m in src.messages(decode=False)] + extra
+    _mcap_rows(src.typestore, path, sorted(rows, key=lambda r: r[3]))
 
 
 def test_unknown_types_and_undecodable_messages_are_skipped_and_reported(bags, models, tmp_path):
@@ -259,3 +265,120 @@ def test_bench_replay_keys(tmp_path):
     assert set(res["latency_ms_p50"]) >= {"read_decode", "encode", "memory_insert", "total"}
     assert res["targets"] == {"realtime_factor": 20}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["replay.json"]   # the bags lived in a temp folder
+
+
+# a square patrol of 16 m per lap (4 m sides), a frame every second and every 2 m (x, y, yaw): lap 1 creates a place
+# per frame, lap 2 comes by the same poses again
+_E, _N, _W, _S = 0.0, np.pi / 2, np.pi, -np.pi / 2
+LAP = [(0, 0, _E), (2, 0, _E), (4, 0, _N), (4, 2, _N), (4, 4, _W), (2, 4, _W), (0, 4, _S), (0, 2, _S)]
+
+
+def _frame(t_s: int, pose: tuple | None, kind: str, place: int):
+    from memnav.core.memory.scene_graph import InsertKind
+    from memnav.core.types import Pose2D
+    from memnav.eval.eval_bag import FrameRecord
+
+    ref = None if pose is None else Pose2D(float(pose[0]), float(pose[1]), float(pose[2]))
+    return FrameRecord(t_s * 10**9, ref or Pose2D(0.0, 0.0, 0.0), ref, InsertKind(kind), place)
+
+
+def test_loop_closure_metrics_on_a_patrol_with_known_revisits():
+    """Revisits are frames 8-13 (lap 2 at a lap-1 pose at least 5 s older, within 1 m and 45 deg); the memory's
+    scripted answers make 2 of 4 loop closures correct and 3 of 6 revisits recognised."""
+    from memnav.eval.eval_bag import loop_closure_metrics
+
+    frames = [_frame(i, p, "new_place", 100 + i) for i, p in enumerate(LAP)]   # lap 1: places 100-107
+    frames += [
+        _frame(8, LAP[0], "loop_closure", 100),    # right place: true positive, recognised
+        _frame(9, LAP[1], "updated_place", 101),   # an old place updated: recognised without a loop closure
+        _frame(10, LAP[2], "loop_closure", 106),   # aliasing: closed onto (0, 4) from (4, 0): false positive
+        _frame(11, LAP[3], "new_place", 108),      # revisit missed
+        _frame(12, LAP[3], "updated_place", 108),  # paused: the right spot, but a place created 1 s ago
+        _frame(13, LAP[4], "loop_closure", 104),   # right place: true positive, recognised
+        _frame(14, (2, 4, _E), "loop_closure", 105),   # turned around at (2, 4): 180 deg off, false positive
+        _frame(15, None, "updated_place", 106),    # no reference pose: not judged as a revisit
+    ]
+    kw = dict(min_age_ns=5 * 10**9, dist_m=1.0, angle_rad=np.radians(45.0))
+    m = loop_closure_metrics(frames, **kw)
+    assert m == {"events": 4, "true_positives": 2, "precision": 0.5,
+                 "revisit_frames": 6, "recognised_revisits": 3, "recall": 0.5}
+    assert loop_closure_metrics(frames, **kw, chunk=3) == m     # chunking does not change the result
+    # a wider angle bound makes the turned-around closure at (2, 4) correct and that frame a recognised revisit
+    wide = loop_closure_metrics(frames, min_age_ns=5 * 10**9, dist_m=1.0, angle_rad=np.radians(180.0))
+    assert (wide["true_positives"], wide["revisit_frames"], wide["recognised_revisits"]) == (3, 7, 4)
+    # with a minimum age of 9 s only frames 12 and 13 have an old enough frame at their pose; 12 updated a young
+    # place: 1 of 2 recognised (precision does not depend on the age)
+    old = loop_closure_metrics(frames, min_age_ns=9 * 10**9, dist_m=1.0, angle_rad=np.radians(45.0))
+    assert (old["revisit_frames"], old["recognised_revisits"], old["precision"]) == (2, 1, 0.5)
+    # lap 1 alone never comes back: no revisit even when any earlier frame counts (a frame is not its own revisit)
+    lap1 = loop_closure_metrics(frames[:8], min_age_ns=0, dist_m=1.0, angle_rad=np.radians(45.0))
+    assert lap1 == {"events": 0, "true_positives": 0, "precision": None,
+                    "revisit_frames": 0, "recognised_revisits": 0, "recall": None}
+
+
+def test_place_recognition_never_counts_a_frame_as_its_own_match():
+    """With no minimum age (any earlier frame may match) a path that never comes back has nothing to recall; a
+    frame seen again later is found among the earlier ones only."""
+    from memnav.eval.eval_bag import place_recognition
+
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(12, 16))
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    stamps = np.arange(12, dtype=np.int64) * 10**9
+    ref = np.c_[np.arange(12) * 5.0, np.zeros(12), np.zeros(12)]   # a straight line, 5 m per frame
+    valid = np.ones(12, bool)
+    kw = dict(min_age_ns=0, dist_m=1.0, angle_rad=np.radians(30.0))
+    assert place_recognition(emb, stamps, ref, valid, **kw) == {"recall_at_1": None, "recall_at_5": None,
+                                                                "queries_with_match": 0}
+    ref[11] = ref[3]            # the last frame comes back to frame 3's pose and looks like it
+    emb[11] = emb[3]
+    assert place_recognition(emb, stamps, ref, valid, **kw) == {"recall_at_1": 1.0, "recall_at_5": 1.0,
+                                                                "queries_with_match": 1}
+
+
+def test_backwards_odometry_and_log_times_out_of_order_are_skipped_and_counted(bags, models, tmp_path):
+    """A recorder killed mid-write (a .mcap without its footer is read in storage order) whose file holds odometry
+    stamped back in time or twice with the same stamp (carrying a bogus pose) and messages stored out of log-time
+    order: odometry samples that do not advance are dropped and counted, a colour frame older than the previous
+    one is dropped and counted, log times going back are counted, everything else is evaluated."""
+    enc, cal = models
+    with BagFile(bags["plain"]) as src:
+        store = src.typestore
+        rows, odom_i, odom_stamps = [], 0, []
+        for m in src.messages():
+            msg = m.msg
+            if m.topic == "/odom":
+                st = msg.header.stamp
+                odom_stamps.append((st.sec, st.nanosec))
+                if odom_i in (40, 60):         # 3 s back in time; the same stamp as the previous sample
+                    st.sec, st.nanosec = (st.sec - 3, st.nanosec) if odom_i == 40 else odom_stamps[59]
+                    msg.pose.pose.position.x = 50.0
+                odom_i += 1
+            rows.append([m.topic, m.msgtype, bytes(store.serialize_cdr(msg, m.msgtype)), m.log_time_ns])
+        seen: Counter = Counter()
+        position = {}                          # (topic, index within the topic) -> row
+        for k, r in enumerate(rows):
+            position[(r[0], seen[r[0]])] = k
+            seen[r[0]] += 1
+        for topic, a, b in (("/odom", 100, 101), ("/camera/color/image_raw", 120, 121)):   # stored swapped
+            ka, kb = position[(topic, a)], position[(topic, b)]
+            rows[ka], rows[kb] = rows[kb], rows[ka]
+    _mcap_rows(store, tmp_path / "full.mcap", [tuple(r) for r in rows])
+    data = (tmp_path / "full.mcap").read_bytes()
+    killed = tmp_path / "killed.mcap"
+    killed.write_bytes(data[: len(data) - 40])   # the footer is lost: read sequentially, as stored
+    before = digest(killed)
+    result = evaluate_bag(killed, CFG, encoder=enc, calibrator=cal)
+    m = result.to_json()
+    assert digest(killed) == before
+    inp = m["input"]
+    assert m["bag"]["salvaged"] and inp["truncated"]
+    # dropped: odometry 40 (back in time), 60 (same stamp), 100 (stored after 101); colour frame 120 (after 121)
+    assert inp["skipped"]["out_of_order"] == {"/odom": 3, "/camera/color/image_raw": 1}
+    assert {k: v for k, v in inp["skipped"].items() if v and k != "out_of_order"} == {}
+    # log times going back, per reading pass: odometry 100 after 101; depth 120 and colour 120 after colour 121
+    assert inp["log_time_out_of_order"] == 3
+    assert inp["frames"] == 159 and len(result.frames) == 159
+    stamps = [f.stamp_ns for f in result.frames]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 159
+    assert max(abs(f.odom.x_m) for f in result.frames) < 9.0    # the bogus x = 50 m poses were never used

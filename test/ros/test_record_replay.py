@@ -3,6 +3,7 @@ remap and /clock) is recorded again byte for byte, latched topics stay latched, 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -148,3 +149,99 @@ def test_bad_options_exit_2_before_touching_ros(source_bag, tmp_path):
     assert main(["replay", str(garbage)]) == 2                                     # not a bag: BagError
     assert garbage.read_bytes() == b"\x00garbage" * 20
     assert (source_bag / "metadata.yaml").is_file() and len(list(source_bag.iterdir())) == 2
+
+
+def test_replay_loop_starts_over_and_clock_jumps_back(source_bag, ros_env):
+    """`--loop`: after the last message the bag plays again from the first, every message each time in order, and
+    /clock, having run to the last message's log time, jumps back to the first one (documented in replay_command)."""
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_loop_listener")
+    xs: list[float] = []
+    clocks: list[int] = []
+    node.create_subscription(Odometry, "/odom", lambda m: xs.append(m.pose.pose.position.x), 1000)
+    node.create_subscription(Clock, "/clock", lambda m: clocks.append(m.clock.sec * 10**9 + m.clock.nanosec),
+                             QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT))
+    replay = _memnav("replay", str(source_bag), "--loop", "--rate", "4", "--wait-for", "/odom", "--delay", "1")
+    try:
+        end = time.monotonic() + 60
+        while xs.count(0.0) < 3 and replay.poll() is None and time.monotonic() < end:   # into the third pass
+            rclpy.spin_once(node, timeout_sec=0.05)
+        assert replay.poll() is None, "replay --loop ended by itself:\n" + _finish(replay, 5)
+        out = _finish(replay, 20, signal.SIGINT)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        if replay.poll() is None:
+            replay.kill()
+    assert replay.returncode == 0, out
+    assert xs.count(0.0) >= 3, f"odometry x seen: {xs}\n{out}"
+    starts = [k for k, x in enumerate(xs) if x == 0.0]
+    passes = [xs[a:b] for a, b in zip(starts, starts[1:])]
+    assert len(passes) >= 2 and all(p == [float(i) for i in range(N)] for p in passes), xs   # reliable: all, in order
+    published = dict(re.findall(r"(/[\w/]+): (\d+)", out.split("published", 1)[1]))   # the summary line
+    assert int(published["/odom"]) >= 2 * N and int(published["/memnav/goal_image"]) >= 2, out
+
+    jumps = [k for k in range(1, len(clocks)) if clocks[k] < clocks[k - 1]]
+    assert len(jumps) >= 2, f"no jump back of /clock in {len(clocks)} messages"
+    for k in jumps:
+        assert clocks[k - 1] >= T0 + (N - 1) * 10**8            # a pass ends after the last message's log time...
+        assert T0 <= clocks[k] <= T0 + 2 * 10**8                 # ...and the next starts again at the first one
+    assert T0 <= min(clocks) and max(clocks) <= T0 + N * 10**8 + 10**9   # never far past the bag's end
+
+
+def test_record_every_topic_into_sqlite3(tmp_path, ros_env):
+    """`memnav record --storage sqlite3` with no TOPIC: every topic of the graph (also ones it learns of after it
+    started, and the nodes' own /rosout and /parameter_events) goes into a sqlite3 rosbag2 bag."""
+    import yaml
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    rec_path = tmp_path / "all"
+    recorder = _memnav("record", "--out", str(rec_path), "--storage", "sqlite3", "--duration", "60")
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_talker")
+    try:
+        latched = node.create_publisher(String, "/test/latched", QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        latched.publish(String(data="hello"))       # before the recorder subscribed: kept for it
+        odom = node.create_publisher(Odometry, "/odom", 10)
+        end = time.monotonic() + 30
+        while (odom.get_subscription_count() == 0 or latched.get_subscription_count() == 0) \
+                and recorder.poll() is None and time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        assert odom.get_subscription_count() > 0, "the recorder never subscribed to /odom"
+        for i in range(N):
+            msg = Odometry()
+            msg.header.frame_id = "odom"
+            msg.pose.pose.position.x = float(i)
+            odom.publish(msg)
+            rclpy.spin_once(node, timeout_sec=0.01)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        out = _finish(recorder, 20, signal.SIGINT)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        if recorder.poll() is None:
+            recorder.kill()
+    assert recorder.returncode == 0, out
+    files = sorted(p.name for p in rec_path.iterdir())
+    assert len(files) == 2 and files[0].endswith(".db3") and files[1] == "metadata.yaml", files
+    meta = yaml.safe_load((rec_path / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert meta["storage_identifier"] == "sqlite3" and meta["version"] == 8
+    with BagFile(rec_path) as bag:
+        assert bag.storage == "sqlite3"
+        assert {"/odom", "/test/latched", "/rosout", "/parameter_events"} <= set(bag.topics), sorted(bag.topics)
+        assert bag.topics["/rosout"].msgtype == "rcl_interfaces/msg/Log"
+        xs = [m.msg.pose.pose.position.x for m in bag.messages(["/odom"])]
+        hello = [m.msg.data for m in bag.messages(["/test/latched"])]
+        qos = bag.topics["/test/latched"].qos[0]
+    assert xs == [float(i) for i in range(N)]                 # reliable: all, in order
+    assert hello == ["hello"] and qos.durability.name == "TRANSIENT_LOCAL"
+    assert "/odom: 20" in out
