@@ -18,13 +18,23 @@ the outcome of the robot's own moves (a forward move that fell short marks the c
 from __future__ import annotations
 
 import math
+import os
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from memnav.core.grid_path import descend, line_of_sight, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
+
+MAP_FORMAT = "memnav-occupancy-map"
+MAP_VERSION = 1
+
+
+class MapFileError(ValueError):
+    """An occupancy-map file that cannot be used (names the file and what is wrong)."""
 
 
 @dataclass
@@ -185,6 +195,52 @@ class OccupancyMap:
         ys = pose.y_m + sin_y * dist + cos_y * offsets
         self._add(self.occ, xs, ys, amount=50)
 
+    # -- persistence ----------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the map to `path` (.npz) atomically: a crash mid-write leaves the previous file intact."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, format=np.array(MAP_FORMAT), version=np.array(MAP_VERSION),
+                                cell_m=np.array(self.cfg.cell_m), cells=np.array(self.cfg.cells),
+                                origin=self.origin, free=self.free, occ=self.occ, lo=self._lo, hi=self._hi)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | Path, config: ExplorerConfig) -> OccupancyMap:
+        """Read a map written by `save`; the grid must match `config` (cell size and extent).
+
+        Raises:
+            MapFileError: unreadable, not a memnav map, a newer version, or another grid; the file is left as is.
+        """
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                data = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            raise MapFileError(f"{path}: not a readable occupancy map ({err})") from err
+        missing = {"format", "version", "cell_m", "cells", "origin", "free", "occ", "lo", "hi"} - set(data)
+        if missing or str(data["format"]) != MAP_FORMAT:
+            raise MapFileError(f"{path}: not a memnav occupancy map (missing {sorted(missing) or 'format tag'})")
+        if int(data["version"]) > MAP_VERSION:
+            raise MapFileError(f"{path}: map version {int(data['version'])} is newer than this memnav "
+                               f"({MAP_VERSION}); upgrade memnav")
+        n = config.cells
+        if abs(float(data["cell_m"]) - config.cell_m) > 1e-9 or int(data["cells"]) != n:
+            raise MapFileError(f"{path}: grid of {int(data['cells'])} cells of {float(data['cell_m'])} m, the "
+                               f"explorer uses {n} cells of {config.cell_m} m")
+        if data["free"].shape != (n, n) or data["occ"].shape != (n, n):
+            raise MapFileError(f"{path}: count arrays of shape {data['free'].shape}, expected {(n, n)}")
+        m = cls(config, Pose2D(0.0, 0.0, 0.0))
+        m.origin = data["origin"].astype(np.float64)
+        m.free = data["free"].astype(np.uint16)
+        m.occ = data["occ"].astype(np.uint16)
+        m._lo = data["lo"].astype(np.int64)
+        m._hi = data["hi"].astype(np.int64)
+        return m
+
     # -- views ----------------------------------------------------------------------------------------
     def window(self, pose: Pose2D, margin_cells: int = 8) -> tuple[slice, slice]:
         """The part of the grid with evidence (and the robot), plus a margin."""
@@ -231,9 +287,24 @@ class Explorer:
     def from_config(cls, cfg: ExplorerConfig) -> Explorer:
         return cls(cfg)
 
-    def reset(self) -> None:
-        """Forget the map (a new episode, possibly in another odometry frame)."""
-        self.map = None
+    def reset(self, keep_map: bool = False) -> None:
+        """Start over: forget the map (a new episode, possibly in another odometry frame) unless `keep_map`
+        (the same odometry frame, e.g. lifelong visits); frontier commitments are dropped either way."""
+        if not keep_map:
+            self.map = None
+        self._frontier = None
+        self._failed = []
+
+    def save_map(self, path: str | Path) -> bool:
+        """Write the map (see OccupancyMap.save); False when there is no map yet."""
+        if self.map is None:
+            return False
+        self.map.save(path)
+        return True
+
+    def load_map(self, path: str | Path) -> None:
+        """Replace the map with one written by `save_map` (raises MapFileError, see OccupancyMap.load)."""
+        self.map = OccupancyMap.load(path, self.cfg)
         self._frontier = None
         self._failed = []
 
@@ -283,16 +354,24 @@ class Explorer:
         field = np.where(np.ma.getmaskarray(dist), np.inf, np.ma.getdata(dist) + 0.75 * cfg.cell_m)
         return win, trav, np.maximum(field, 0.0), known, clearance
 
-    def match_goal(self, pose: Pose2D, scan: GoalScan, cfg: ScanMatchConfig | None = None) -> list[Candidate]:
-        """Poses on the map (reachable from the robot) where the goal's depth scan fits, best first."""
+    def match_goal(self, pose: Pose2D, scan: GoalScan, cfg: ScanMatchConfig | None = None,
+                   radius_m: float | None = None) -> list[Candidate]:
+        """Poses on the map (reachable from the robot, within `radius_m` of it if given) where the goal's
+        depth scan fits, best first."""
         fields = self._fields(pose)
         if fields is None:
             return []
         win, trav, field, known, clearance = fields
         m = self.map
         assert m is not None
-        origin = np.array([m.origin[0] + win[1].start * self.cfg.cell_m, m.origin[1] + win[0].start * self.cfg.cell_m])
-        return match_scan(scan, clearance, known, trav & np.isfinite(field), origin, self.cfg.cell_m, cfg)
+        cell = self.cfg.cell_m
+        origin = np.array([m.origin[0] + win[1].start * cell, m.origin[1] + win[0].start * cell])
+        positions = trav & np.isfinite(field)
+        if radius_m is not None:
+            ys = origin[1] + (np.arange(positions.shape[0]) + 0.5) * cell
+            xs = origin[0] + (np.arange(positions.shape[1]) + 0.5) * cell
+            positions &= np.hypot(xs[None, :] - pose.x_m, ys[:, None] - pose.y_m) <= radius_m
+        return match_scan(scan, clearance, known, positions, origin, cell, cfg)
 
     def goal_scan(self, depth: np.ndarray, cfg: ScanMatchConfig | None = None) -> GoalScan:
         """The goal image's depth as a scan, with this map's camera and obstacle heights."""

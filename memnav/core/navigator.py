@@ -21,13 +21,19 @@ odometry (`memnav.core.exploration`) and, when no remembered place matches, driv
 unexplored frontier instead of leaving the search to the policy; the policy drives when nothing is left to
 explore. With `localize` on and a goal depth image, every step that runs geometric verification also tries
 to place the goal camera metrically (`memnav.core.goal_localization`: RGB-D matches, planar RANSAC); once
-it succeeds, the robot drives to that pose on its map, turns to the goal's heading and stops there
-(mode "approach"). With `scan_match` on, the goal's depth is also matched as a 2D scan against that map
+it succeeds, the robot drives to that pose on its map and judges it as a candidate (below; mode
+"approach"). With `scan_match` on, the goal's depth is also matched as a 2D scan against that map
 (`memnav.core.scan_match`) every `match_every_steps` steps: a pose where it fits well (score at least
-`candidate_min_score`, or any fit once nothing is left to explore) becomes a candidate; the robot drives
-there, faces the candidate's heading and looks: it stops when the stop rule agrees or the view's
-similarity to the goal photo is at least `candidate_stop_similarity`, else it rejects the candidate and
-goes on (mode "candidate"). Priority: stop rule > approach > homing > candidate > explore > policy.
+`candidate_min_score`, or any fit once nothing is reachable to explore from where the robot is) becomes a
+candidate; the robot drives there and turns a full circle (turns add no path length, and the scan's
+heading can be off by half a turn): it faces the view most similar to the goal photo and stops when the
+stop rule agrees or that similarity is at least `candidate_stop_similarity`, else it rejects the candidate
+and goes on (mode "candidate"). An exploring episode starts with the same full turn in place (mode "look").
+When the stop rule wants to stop but the goal scan fits the map clearly better within `refine_radius_m`,
+that pose becomes the candidate instead. When nothing is left to explore or check, the robot returns to
+the episode's view most similar to the goal photo and stops there (mode "best_view").
+With `persistent_map` the occupancy map is kept across episodes in the odometry frame (lifelong visits).
+Priority: stop rule > approach > homing > look > candidate > explore > best view > policy.
 
 The stop controller reads a calibrated belief from the cosine similarity of the current and goal
 embeddings and a geometric verification score (ORB + RANSAC, computed only when the similarity makes a
@@ -59,10 +65,15 @@ from memnav.core.policy import (
     depth_profile,
     step_vector,
 )
-from memnav.core.scan_match import Candidate, GoalScan
+from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig
 from memnav.core.stop import FixedThresholdStop, GoalBeliefCalibrator, StopDecision, VoIStopController
 from memnav.core.types import Action, Pose2D
 from memnav.core.verification import Features, VerificationConfig, extract_features, verify_features
+
+_SPIN_TURNS = 11   # TURN_LEFTs of a full look around (12 views, 30 degrees apart)
+_REJECT_RADIUS_M = 0.75   # candidates and goal estimates this close to a rejected one are not visited again
+# scan matching around a stop the stop rule wants: every cell, the single best fit, only a clear one
+_REFINE_MATCH = ScanMatchConfig(position_stride=1, min_score=0.8, max_candidates=1)
 
 
 class MemoryKind(Enum):
@@ -85,8 +96,10 @@ class NavigatorConfig:
         stop_rule: "voi" (value of information) or "fixed" (belief threshold baseline).
         fixed_threshold: belief at which the fixed rule stops.
         max_depth_m: depth profile scale, meters.
-        forward_step_m: MOVE_FORWARD distance; a forward action that moved the odometry less than 90% of it
-            counts as a collision when the caller gives no collision flag, meters.
+        forward_step_m: MOVE_FORWARD distance, meters.
+        collision_fraction: a forward action that moved the odometry less than this fraction of
+            forward_step_m counts as a collision when the caller gives no collision flag (0.9 for discrete
+            steps; lower on a robot whose velocity ramps make each step fall short, e.g. 0.4).
         greedy: take the most likely action (evaluation) instead of sampling.
         homing: follow the scene graph to a remembered place that matches the goal photo (scene_graph memory).
         homing_min_similarity: cosine similarity of a place's embedding to the goal embedding for the place
@@ -104,6 +117,12 @@ class NavigatorConfig:
         match_every_steps: steps between two scan-matching searches (each takes tens of milliseconds).
         candidate_min_score: scan-match score (0-1) at which a candidate interrupts exploration.
         candidate_stop_similarity: embedding cosine similarity to the goal that confirms a candidate on arrival.
+        refine_radius_m: when the stop rule wants to stop and the goal scan fits the map clearly (score >= 0.8)
+            at a pose within this distance but farther than waypoint_reach_m, the robot goes there and judges it
+            as a candidate instead (0 turns this off; needs scan_match), meters.
+        persistent_map: keep the occupancy map across episodes, in the odometry frame (lifelong visits that
+            share one odometry frame; `explorer.save_map` / `load_map` keep it across runs). False: each
+            episode maps from scratch in the frame of its first pose.
     """
 
     memory: str = MemoryKind.SCENE_GRAPH.value
@@ -114,6 +133,7 @@ class NavigatorConfig:
     fixed_threshold: float = 0.5
     max_depth_m: float = 5.0
     forward_step_m: float = 0.25
+    collision_fraction: float = 0.9
     greedy: bool = True
     homing: bool = False
     homing_min_similarity: float = 0.9
@@ -128,6 +148,8 @@ class NavigatorConfig:
     match_every_steps: int = 10
     candidate_min_score: float = 0.85
     candidate_stop_similarity: float = 0.8
+    persistent_map: bool = False
+    refine_radius_m: float = 1.5
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -212,6 +234,11 @@ class Navigator:
         self._candidate = None
         self._rejected = []
         self._explored = False   # exploration found no frontier left
+        self._spin: list | None = None   # look-around at a candidate: [turns left, best similarity, its yaw]
+        self._look_left = 0      # turns left of the look-around at the start of an episode
+        self._match_now = False  # scan-match at the next step (the start's look-around is done)
+        self._refining = False   # the candidate is a stop the stop rule wanted, moved to a better fit
+        self._best_view: tuple[float, Pose2D] | None = None   # (similarity, map pose) of the best view
         self._steps = 0
         self._anchor: Pose2D | None = None   # first pose of the episode: the occupancy map's origin
         self.goal_estimate: Pose2D | None = None   # localized goal pose in the odometry frame
@@ -232,13 +259,18 @@ class Navigator:
         self._goal_depth = None if goal_depth is None else np.asarray(goal_depth, np.float32)
         self.goal_estimate = None
         self._goal_support = 0
-        self.explorer.reset()
+        self.explorer.reset(keep_map=self.cfg.persistent_map)
         self._scan = (self.explorer.goal_scan(self._goal_depth)
                       if self._goal_depth is not None and self.cfg.scan_match else None)
         self._candidate: Candidate | None = None
         self._rejected: list[Pose2D] = []
         self._explored = False
         self._steps = 0
+        self._spin = None
+        self._look_left = _SPIN_TURNS if self.cfg.explore else 0
+        self._match_now = False
+        self._refining = False
+        self._best_view = None
         self._anchor = None
         self.prev_action = -1
         self.hidden = None
@@ -265,7 +297,8 @@ class Navigator:
         if collided is None:
             prev = self._prev_pose
             collided = (self.prev_action == int(Action.MOVE_FORWARD) and prev is not None
-                        and math.hypot(pose.x_m - prev.x_m, pose.y_m - prev.y_m) < 0.9 * self.cfg.forward_step_m)
+                        and math.hypot(pose.x_m - prev.x_m, pose.y_m - prev.y_m)
+                        < self.cfg.collision_fraction * self.cfg.forward_step_m)
         self._prev_pose = pose
         emb = self.encoder.encode(rgb, depth).astype(np.float32)
         sim = float(np.dot(emb, self.goal))
@@ -293,7 +326,7 @@ class Navigator:
         the robot's map is then the same grid, so lock-step runs over DDS reproduce in-process ones.
         """
         if self._anchor is None:
-            self._anchor = pose
+            self._anchor = Pose2D(0.0, 0.0, 0.0) if self.cfg.persistent_map else pose
         rel = pose.relative_to(self._anchor)
         return Pose2D(round(rel.x_m, 6), round(rel.y_m, 6), round(rel.yaw_rad, 6))
 
@@ -302,9 +335,16 @@ class Navigator:
         assert self._goal_features is not None and self._goal_depth is not None
         est = localize_goal(self._goal_features, self._goal_depth, feats, depth, self.localizer_cfg,
                             self.verification_cfg)
-        if est is not None and est.inliers >= self._goal_support:
-            self.goal_estimate = to_odometry_frame(est, pose)
-            self._goal_support = est.inliers
+        if est is None or est.inliers < self._goal_support:
+            return
+        goal = to_odometry_frame(est, pose)
+        if any(math.hypot(goal.x_m - r.x_m, goal.y_m - r.y_m) < _REJECT_RADIUS_M for r in self._rejected):
+            return                              # looked there already: not the goal
+        old = self.goal_estimate
+        if old is None or math.hypot(goal.x_m - old.x_m, goal.y_m - old.y_m) > 0.5:
+            self._spin = None                   # a new place to judge
+        self.goal_estimate = goal
+        self._goal_support = est.inliers
 
     def _depth_bins(self) -> int:
         return self.policy.cfg.depth_bins if self.policy is not None else 16
@@ -368,8 +408,12 @@ class Navigator:
         logits, _, goal_logit, self.hidden = self.policy(torch.from_numpy(inp.step).unsqueeze(0), tokens, mask,
                                                          self.hidden)
         goal_p = float(torch.sigmoid(goal_logit)[0])
-        move, self.mode = ((Action.STOP, "stop") if inp.stop.stop
-                           else self._planned_move(pose, inp.collided))
+        if self.cfg.explore:
+            self._note_view(pose, inp.similarity)
+        # the stop rule's stop, unless the goal scan fits the map clearly better a few steps away: go there
+        # and judge it (mode "candidate"), which also keeps the stop rule quiet on the way
+        stop = inp.stop.stop and not self._refining and not self._refine(pose)
+        move, self.mode = (Action.STOP, "stop") if stop else self._planned_move(pose, inp.collided)
         if move is not None:
             action = move
         else:
@@ -383,6 +427,41 @@ class Navigator:
         self.prev_action = int(action)
         return action, inp, goal_p
 
+
+    def _note_view(self, pose: Pose2D, similarity: float) -> None:
+        """Remember the episode's view most similar to the goal (the fallback when the search runs dry)."""
+        if self._best_view is None or similarity > self._best_view[0]:
+            self._best_view = (similarity, self._map_pose(pose))
+
+    def _refine(self, pose: Pose2D) -> bool:
+        """The stop rule wants to stop: is there a clearly better goal-scan fit within `refine_radius_m`? If
+        so it becomes the candidate (True)."""
+        if self._scan is None or self.explorer.map is None or self.cfg.refine_radius_m <= 0:
+            return False
+        here = self._map_pose(pose)
+        for cand in self.explorer.match_goal(here, self._scan, _REFINE_MATCH, radius_m=self.cfg.refine_radius_m):
+            far = math.hypot(cand.pose.x_m - here.x_m, cand.pose.y_m - here.y_m) > self.cfg.waypoint_reach_m
+            rejected = any(math.hypot(cand.pose.x_m - r.x_m, cand.pose.y_m - r.y_m) < _REJECT_RADIUS_M
+                           for r in self._rejected)
+            if far and not rejected:
+                self._candidate, self._spin, self._refining = cand, None, True
+                return True
+            return False
+        return False
+
+    def _best_view_move(self, pose: Pose2D) -> Action | None:
+        """Nothing left to explore or check: go back to the view most similar to the goal, face it, STOP."""
+        if self._best_view is None:
+            return None
+        view = self._best_view[1]
+        plan = self.explorer.go_to(pose, view.x_m, view.y_m)
+        if plan.action is not None:
+            return plan.action
+        if plan.kind == "none" or plan.waypoint is None:
+            self._best_view = None
+            return None
+        turn = face(pose, view.yaw_rad, self.cfg.heading_tolerance_rad)
+        return turn if turn is not None else Action.STOP
 
     def _planned_move(self, pose: Pose2D, collided: bool) -> tuple[Action | None, str]:
         """A move from the non-learned layers (approach > homing > candidate > explore), or (None, "policy").
@@ -399,29 +478,40 @@ class Navigator:
         if move is not None:
             return move, "homing"
         self._steps += 1
+        if self.cfg.explore and self._look_left > 0:
+            # look around first (turns cost no path length): a map all around, views for the stop rule
+            self._look_left -= 1
+            self._match_now = self._look_left == 0    # all around seen: look for candidates at once
+            return Action.TURN_LEFT, "look"
         move = self._candidate_move(pose)
         if move is not None:
             return move, "candidate"
         if self.cfg.explore:
             move = self.explorer.explore(pose).action
+            self._explored = move is None
             if move is not None:
                 return move, "explore"
-            if not self._explored:    # nothing left to explore: any fitting pose is worth a look
-                self._explored = True
-                move = self._candidate_move(pose)
-                if move is not None:
-                    return move, "candidate"
+            # nothing left to explore from here: any fitting pose is worth a look
+            move = self._candidate_move(pose)
+            if move is not None:
+                return move, "candidate"
+            move = self._best_view_move(pose)
+            if move is not None:
+                return move, "best_view"
         return None, "policy"
 
     def _candidate_move(self, pose: Pose2D) -> Action | None:
         """Drive to, face and judge the best scan-matched goal candidate; None when there is none."""
         if self._scan is None:
             return None
-        if self._candidate is None and (self._explored or self._steps % self.cfg.match_every_steps == 1):
+        if self._candidate is None and (self._explored or self._match_now
+                                        or self._steps % self.cfg.match_every_steps == 1):
+            self._match_now = False
             min_score = 0.0 if self._explored else self.cfg.candidate_min_score
             for cand in self.explorer.match_goal(pose, self._scan):
                 if cand.score >= min_score and not any(
-                        math.hypot(cand.pose.x_m - r.x_m, cand.pose.y_m - r.y_m) < 0.75 for r in self._rejected):
+                        math.hypot(cand.pose.x_m - r.x_m, cand.pose.y_m - r.y_m) < _REJECT_RADIUS_M
+                        for r in self._rejected):
                     self._candidate = cand
                     break
         if self._candidate is None:
@@ -430,29 +520,48 @@ class Navigator:
         plan = self.explorer.go_to(pose, goal.x_m, goal.y_m)
         if plan.action is not None:
             return plan.action
-        if plan.waypoint is not None:          # arrived: face the way the goal photo looks, then judge
-            turn = face(pose, goal.yaw_rad, self.cfg.heading_tolerance_rad)
-            if turn is not None:
-                return turn
-            if self.last is not None and self.last.similarity >= self.cfg.candidate_stop_similarity:
-                return Action.STOP
+        if plan.waypoint is not None:          # arrived: look all around, then judge the best view
+            move = self._look_around(pose)
+            if move is not None:
+                return move
         self._rejected.append(goal)
         self._candidate = None
+        self._spin = None
+        self._refining = False
         return None
 
+    def _look_around(self, pose: Pose2D) -> Action | None:
+        """At a candidate: turn a full circle (no path length) noting the view most similar to the goal; then
+        face it and STOP if it is similar enough. None = the candidate is rejected."""
+        sim = self.last.similarity if self.last is not None else -1.0
+        if self._spin is None:
+            self._spin = [_SPIN_TURNS, sim, pose.yaw_rad]
+        elif self._spin[0] >= 0 and sim > self._spin[1]:
+            self._spin[1], self._spin[2] = sim, pose.yaw_rad
+        if self._spin[0] > 0:
+            self._spin[0] -= 1
+            return Action.TURN_LEFT
+        self._spin[0] = -1                      # spin done: from now on only face the best heading
+        if self._spin[1] < self.cfg.candidate_stop_similarity:
+            return None
+        turn = face(pose, self._spin[2], self.cfg.heading_tolerance_rad)
+        return turn if turn is not None else Action.STOP
+
     def _approach_move(self, pose: Pose2D) -> Action | None:
-        """Drive to the localized goal, face its heading, then STOP; None when it cannot be reached."""
+        """Drive to the localized goal and judge it as a candidate (look around, STOP facing the best view if
+        it is similar enough); None when it cannot be reached or is rejected (then it is forgotten)."""
         goal = self.goal_estimate
         assert goal is not None
         plan = self.explorer.go_to(pose, goal.x_m, goal.y_m)
         if plan.action is not None:
             return plan.action
-        if plan.kind == "none" or plan.waypoint is None:
-            self.goal_estimate = None      # unreachable on the map: forget it, keep searching
+        move = self._look_around(pose) if plan.kind != "none" and plan.waypoint is not None else None
+        if move is None:                   # unreachable on the map, or not the goal: forget it, keep searching
+            self._rejected.append(goal)
+            self.goal_estimate = None
             self._goal_support = 0
-            return None
-        turn = face(pose, goal.yaw_rad, self.cfg.heading_tolerance_rad)
-        return turn if turn is not None else Action.STOP
+            self._spin = None
+        return move
 
     # -- homing over the scene graph --------------------------------------------------------------------
     def _homing_move(self, pose: Pose2D, collided: bool) -> Action | None:

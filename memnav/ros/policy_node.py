@@ -57,6 +57,9 @@ class PolicyNodeConfig:
         memory_key: name of this environment's database in lifelong_dir (e.g. the building).
         explore: memnav agents explore frontiers of their own occupancy map, check scan-matched goal
             candidates and drive to an RGB-D-localized goal (false: the learned policy searches alone).
+        collision_fraction: a MOVE_FORWARD after which odometry moved less than this fraction of
+            forward_step_m counts as blocked (0.9 in lock-step, where a step is exact; in real time velocity
+            and acceleration limits make every step fall a little short: use about 0.4).
         torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
             several nodes on few cores each spinning a thread per core were measured 50x slower.
     """
@@ -75,8 +78,11 @@ class PolicyNodeConfig:
     memory_key: str = "default"
     torch_threads: int = 1
     explore: bool = True
+    collision_fraction: float = 0.9
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.collision_fraction <= 1.0:
+            raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
         if self.action_duration_s <= 0 or self.sync_tolerance_s < 0 or self.torch_threads < 0:
             raise ValueError("PolicyNodeConfig: action_duration_s must be > 0, sync_tolerance_s and torch_threads "
                              f">= 0; got {self.action_duration_s!r}, {self.sync_tolerance_s!r}, {self.torch_threads!r}")
@@ -125,7 +131,7 @@ def build(node) -> Callable[[], None]:
                                encoder_checkpoint=Path(cfg.encoder_checkpoint or MODELS / "encoder.pt"),
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
-                               explore=cfg.explore)
+                               explore=cfg.explore, collision_fraction=cfg.collision_fraction)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

@@ -127,3 +127,36 @@ def test_config_rejects_bad_values():
         ExplorerConfig(hfov_deg=200.0)
     with pytest.raises(ValueError, match="obstacle_max_height_m"):
         ExplorerConfig(obstacle_min_height_m=1.0, obstacle_max_height_m=0.5)
+
+
+def test_map_saves_and_loads_exactly_and_bad_files_are_refused_untouched(sim, tmp_path):
+    from memnav.core.exploration import MAP_VERSION, MapFileError, OccupancyMap
+
+    obs = _start(sim, 2.0, 2.5)
+    explorer = Explorer(ExplorerConfig())
+    for _ in range(6):
+        explorer.update(obs.depth, obs.pose)
+        obs = sim.step(Action.TURN_LEFT)
+    path = tmp_path / "house.map.npz"
+    assert explorer.save_map(path) and not (tmp_path / "house.map.npz.tmp").exists()
+    other = Explorer(ExplorerConfig())
+    assert other.save_map(tmp_path / "none.npz") is False      # no map yet: nothing written
+    other.load_map(path)
+    m, n = explorer.map, other.map
+    assert np.array_equal(m.free, n.free) and np.array_equal(m.occ, n.occ) and np.allclose(m.origin, n.origin)
+    assert other.explore(obs.pose).action == explorer.explore(obs.pose).action
+    # another grid, garbage, a newer version: clear errors naming the file, nothing overwritten
+    with pytest.raises(MapFileError, match="cells of 0.2 m"):
+        OccupancyMap.load(path, ExplorerConfig(cell_m=0.2))
+    bad = tmp_path / "bad.map.npz"
+    bad.write_bytes(b"not a map")
+    with pytest.raises(MapFileError, match="bad.map.npz"):
+        other.load_map(bad)
+    assert bad.read_bytes() == b"not a map"
+    newer = tmp_path / "newer.map.npz"
+    with np.load(path) as z:
+        np.savez(newer, **{k: z[k] for k in z.files} | {"version": np.array(MAP_VERSION + 1)})
+    with pytest.raises(MapFileError, match="newer"):
+        OccupancyMap.load(newer, ExplorerConfig())
+    assert np.array_equal(other.map.free, m.free)               # a refused load keeps the map it had
+

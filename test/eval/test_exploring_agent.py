@@ -51,3 +51,40 @@ def test_without_exploration_the_policy_drives_alone(two_room_scene):
     finally:
         agent.close()
         sim.close()
+
+
+def test_exploring_agent_looks_around_first_and_at_a_candidate(two_room_scene):
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    agent = LearnedAgent("memnav", LearnedAgentOptions())
+    try:
+        _, _, modes = _run(sim, agent, np.array([1.0, 0.0, 3.0]), 0.0, np.array([7.0, 0.0, 3.0]), 1.57)
+        # a full turn in place before anything else (turns add no path length), unless the stop rule stops
+        assert modes[:11] == ["look"] * 11
+    finally:
+        agent.close()
+        sim.close()
+
+
+def test_lifelong_agent_keeps_the_house_map_across_visits(two_room_scene, tmp_path):
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    goal_pos = np.array([7.0, 0.0, 3.0])
+    agent = LearnedAgent("memnav", LearnedAgentOptions(lifelong_dir=tmp_path))
+    try:
+        action, pos, _ = _run(sim, agent, np.array([1.0, 0.0, 3.0]), 0.0, goal_pos, 1.57)
+        assert action == Action.STOP
+        first = agent.navigator.explorer.map.known(np.s_[:, :]).sum()
+    finally:
+        agent.close()
+    assert (tmp_path / "two_rooms.map.npz").is_file() and (tmp_path / "two_rooms.db").is_file()
+    # a new process (a new agent) on the next visit starts from the saved map, in the odometry frame
+    again = LearnedAgent("memnav", LearnedAgentOptions(lifelong_dir=tmp_path))
+    try:
+        goal = sim.render_at(goal_pos, 1.57)
+        again.begin("two_rooms", goal.rgb, goal.depth)
+        assert again.navigator.explorer.map.known(np.s_[:, :]).sum() == first
+        action, pos, modes = _run(sim, again, np.array([1.0, 0.0, 3.0]), 0.0, goal_pos, 1.57)
+        assert action == Action.STOP and sim.geodesic_distance(pos, goal_pos) < 1.0
+        assert "explore" not in modes[:modes.index("look") + 12]   # the known house needs no search first
+    finally:
+        again.close()
+        sim.close()

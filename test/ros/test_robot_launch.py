@@ -4,9 +4,9 @@ The bridge runs in real-time velocity mode (it integrates /cmd_vel every tick, l
 republishes its camera under the RealSense driver's topic names (colour rgb8, aligned depth 16UC1 in mm), so the
 robot profile runs exactly as it would on a robot, with the shipped policy (models/policy_memnav.pt).
 
-1. Toward the goal: the robot starts 1.75 m straight behind the goal view and, by ground truth, drives itself at
-   least 0.5 m closer to the goal. (The honest check: in real time the shipped policy does not reliably stop
-   inside the 1 m success radius; observed, it got within 0.98-1.25 m and stopped at 1.08-1.35 m.)
+1. The goal: the robot starts 1.75 m straight behind the goal view; driven by velocity commands alone (through
+   the robot profile: exploration, goal candidates, the stop rule) it calls STOP, and the bridge judges the
+   episode a success (STOP within 1 m of the goal by ground truth).
 2. Watchdog: right after the policy starts a moving action (its own command then lasts 1 s), the relay stops
    forwarding the camera; /cmd_vel must be zero within 0.5 s of the cut while the policy still commands motion,
    and the safety node must report the stale image, at an age between 0.5 s and 0.5 s plus one control period.
@@ -34,7 +34,7 @@ COLOR = "/camera/camera/color/image_raw"
 DEPTH = "/camera/camera/aligned_depth_to_color/image_raw"
 WATCHDOG_S = 0.5            # guard.watchdog_s in config/robot.yaml
 SAFETY_PERIOD_S = 1 / 50.0  # 1 / safety_node rate_hz in config/robot.yaml
-PROGRESS_M = 0.5            # the robot must get this much closer to the goal, meters
+GOAL_TIMEOUT_S = 120.0      # the robot must have stopped at the goal by then (it looks around first), s
 START_M = 1.75              # the robot starts this far behind the goal view, meters
 
 
@@ -148,16 +148,18 @@ def test_robot_launch_reaches_goal_and_watchdog_stops(tmp_path, monkeypatch):
         return "\n".join(f"--- {name}\n{path.read_text()[-2500:]}" for name, path in logs.items())
 
     try:
-        # 1. the robot drives itself (through the robot profile, velocity commands only) toward the goal: by
-        # ground truth it gets at least PROGRESS_M closer. Whether the learned policy then stops inside the
-        # success radius is not asserted: in real time (timing-dependent frames) it does not do so reliably.
-        def progressed() -> bool:
-            return bool(got["gt"]) and min(got["gt"]) <= start_m - PROGRESS_M
-        ok = wait_for(progressed, 45.0)
+        # 1. the robot drives itself (through the robot profile, velocity commands only) to the goal and stops
+        # there: the bridge's episode result (ground truth) says success
+        t0 = time.monotonic()
+        ok = wait_for(lambda: bool(got["result"]), GOAL_TIMEOUT_S)
         closest = min(got["gt"], default=None)
-        print(f"closest to goal {closest} m of {start_m} m; results {got['result']}")
-        assert ok, f"closest {closest} m of {start_m} m; results {got['result']}\n{report()}"
+        final = got["gt"][-1] if got["gt"] else None
+        print(f"episode over after {time.monotonic() - t0:.1f} s: closest {closest} m, final {final} m of "
+              f"{start_m} m; results {got['result']}; modes {sorted({s['mode'] for _, s in got['state']})}")
+        assert ok, f"no STOP in {GOAL_TIMEOUT_S} s; closest {closest} m of {start_m} m\n{report()}"
         assert got["gt"][0] == pytest.approx(start_m, abs=0.05)
+        assert got["result"][0]["success"] == 1.0, f"{got['result']}; final {final} m\n{report()}"
+        assert final is not None and final < 1.0
         assert max(v for _, v, _ in got["cmd"]) <= 0.5 + 1e-9           # guard.max_linear_mps
 
         # 2. cut the camera just after the policy starts a moving action: its own command lasts 1 s
