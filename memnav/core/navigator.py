@@ -335,8 +335,8 @@ class Navigator:
         assert self._goal_features is not None and self._goal_depth is not None
         est = localize_goal(self._goal_features, self._goal_depth, feats, depth, self.localizer_cfg,
                             self.verification_cfg)
-        if est is None or est.inliers < self._goal_support:
-            return
+        if est is None or est.inliers < self._goal_support or (self.goal_estimate is not None and self._spin):
+            return                              # nothing better, or the current estimate is being judged
         goal = to_odometry_frame(est, pose)
         if any(math.hypot(goal.x_m - r.x_m, goal.y_m - r.y_m) < _REJECT_RADIUS_M for r in self._rejected):
             return                              # looked there already: not the goal

@@ -34,7 +34,7 @@ COLOR = "/camera/camera/color/image_raw"
 DEPTH = "/camera/camera/aligned_depth_to_color/image_raw"
 WATCHDOG_S = 0.5            # guard.watchdog_s in config/robot.yaml
 SAFETY_PERIOD_S = 1 / 50.0  # 1 / safety_node rate_hz in config/robot.yaml
-GOAL_TIMEOUT_S = 120.0      # the robot must have stopped at the goal by then (it looks around first), s
+GOAL_TIMEOUT_S = 180.0      # the robot must have stopped at the goal by then (it looks around first), s
 START_M = 1.75              # the robot starts this far behind the goal view, meters
 
 
