@@ -49,7 +49,8 @@ class PolicyNodeConfig:
         action_duration_s: time one discrete action takes on /cmd_vel, seconds.
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
-        sync_tolerance_s: colour and depth frames closer than this in stamp form a pair, seconds.
+        sync_tolerance_s: colour and depth frames closer than this in stamp form a pair in real time, seconds
+            (lock-step pairs colour, depth and odometry of exactly the same stamp).
         goal_depth_wait_s: wait this long for /memnav/goal_depth of a new goal before acting on its RGB
             alone (a goal photo from a user has no depth), seconds.
         lifelong_dir: keep the long-term memory in a database under this folder across episodes and runs
@@ -217,10 +218,13 @@ def build(node) -> Callable[[], None]:
             return
         (t_rgb, rgb), (t_depth, depth) = st["rgb"], st["depth"]
         t_pose, pose = st["pose"]
-        if abs(t_rgb - t_depth) > cfg.sync_tolerance_s * 1e9 or t_rgb < st["goal_ns"] or t_rgb <= st["acted_ns"]:
+        # lock-step: colour, depth and odometry of this very frame (the bridge stamps all three alike; frames of
+        # consecutive fast steps can lie closer together than any tolerance); real time: the newest close pair
+        tol_ns = 0 if cfg.lockstep else cfg.sync_tolerance_s * 1e9
+        if abs(t_rgb - t_depth) > tol_ns or t_rgb < st["goal_ns"] or t_rgb <= st["acted_ns"]:
             return
-        if cfg.lockstep and abs(t_pose - t_rgb) > cfg.sync_tolerance_s * 1e9:
-            return  # lock-step: wait for the odometry of this very frame
+        if cfg.lockstep and t_pose != t_rgb:
+            return
         if not cfg.lockstep and node.get_clock().now().nanoseconds / 1e9 < st["cmd_until"]:
             return  # real time: the previous action is still being carried out
         if not st["goal_has_depth"] and time.monotonic() - st["goal_wall"] < cfg.goal_depth_wait_s:

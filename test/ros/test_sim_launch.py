@@ -31,7 +31,7 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     memnav = [sys.executable, "-m", "memnav.cli"]
     run = subprocess.run([*memnav, "launch", str(ROOT / "launch" / "sim.launch.yaml"), "episodes:=2",
-                          "max_steps:=25", f"data:={data}", f"policy_dir:={tmp_path}", "explore:=false"],
+                          "max_steps:=60", f"data:={data}", f"policy_dir:={tmp_path}"],
                          env=env, capture_output=True, text=True, timeout=240)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
@@ -42,7 +42,7 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
 
     res_path = tmp_path / "eval.json"
     subprocess.run([*memnav, "eval", "--agent", "memnav", "--data", str(data), "--episodes", "2",
-                    "--max-steps", "25", "--policy-dir", str(tmp_path), "--no-explore", "--json", str(res_path),
+                    "--max-steps", "60", "--policy-dir", str(tmp_path), "--json", str(res_path),
                     "--no-progress"],
                    check=True, timeout=240)
     in_process = {e["episode_id"]: e for e in json.loads(res_path.read_text())["per_episode"]}
