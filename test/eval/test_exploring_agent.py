@@ -88,3 +88,32 @@ def test_lifelong_agent_keeps_the_house_map_across_visits(two_room_scene, tmp_pa
     finally:
         again.close()
         sim.close()
+
+
+def test_when_the_search_runs_dry_the_agent_stops_at_its_best_view(two_room_scene):
+    """A goal photo of no place in the scene (noise, no depth: no scan candidates): the robot explores both
+    rooms, then goes back to its most goal-like view and stops there instead of wandering to the step limit."""
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    agent = LearnedAgent("memnav", LearnedAgentOptions())
+    try:
+        rng = np.random.default_rng(0)
+        noise = rng.integers(0, 256, (128, 128, 3), dtype=np.uint8)
+        start = np.array([1.0, 0.0, 3.0])
+        sim.set_agent_pose(start, 0.0)
+        obs = sim.render_at(start, 0.0)
+        agent.begin("two_rooms", noise, np.zeros((128, 128), np.float32))
+        modes, action = [], None
+        for _ in range(500):
+            action = agent.act(obs)
+            modes.append(agent.navigator.mode)
+            if action == Action.STOP:
+                break
+            obs = sim.step(action)
+        assert action == Action.STOP and modes[-1] == "best_view"
+        assert "explore" in modes and "policy" not in modes
+        _, best = agent.navigator._best_view           # in the map frame (the episode's first pose)
+        here = agent.navigator._map_pose(obs.pose)
+        assert math.hypot(here.x_m - best.x_m, here.y_m - best.y_m) < 0.5
+    finally:
+        agent.close()
+        sim.close()
