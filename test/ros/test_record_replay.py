@@ -74,6 +74,14 @@ def _memnav(*args: str) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True)
 
 
+def _close(node, proc: subprocess.Popen) -> None:
+    """Tear down this test's ROS node and kill the process under test if it is still running."""
+    node.destroy_node()
+    rclpy.shutdown()
+    if proc.poll() is None:
+        proc.kill()
+
+
 def _finish(proc: subprocess.Popen, timeout: float, sig: int | None = None) -> str:
     if sig is not None:
         proc.send_signal(sig)
@@ -114,10 +122,7 @@ def test_replayed_bag_is_recorded_byte_for_byte_with_clock(source_bag, tmp_path,
         rec_out = _finish(recorder, 20, signal.SIGINT)
         assert recorder.returncode == 0, rec_out
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        if recorder.poll() is None:
-            recorder.kill()
+        _close(node, recorder)
 
     src = BagFile(source_bag)
     src_raw = {t: [m.raw for m in src.messages([t])] for t in src.topics}
@@ -173,10 +178,7 @@ def test_replay_loop_starts_over_and_clock_jumps_back(source_bag, ros_env):
         assert replay.poll() is None, "replay --loop ended by itself:\n" + _finish(replay, 5)
         out = _finish(replay, 20, signal.SIGINT)
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        if replay.poll() is None:
-            replay.kill()
+        _close(node, replay)
     assert replay.returncode == 0, out
     assert xs.count(0.0) >= 3, f"odometry x seen: {xs}\n{out}"
     starts = [k for k, x in enumerate(xs) if x == 0.0]
@@ -226,10 +228,7 @@ def test_record_every_topic_into_sqlite3(tmp_path, ros_env):
             rclpy.spin_once(node, timeout_sec=0.05)
         out = _finish(recorder, 20, signal.SIGINT)
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        if recorder.poll() is None:
-            recorder.kill()
+        _close(node, recorder)
     assert recorder.returncode == 0, out
     files = sorted(p.name for p in rec_path.iterdir())
     assert len(files) == 2 and files[0].endswith(".db3") and files[1] == "metadata.yaml", files

@@ -85,6 +85,14 @@ def test_bridge_serves_episodes_over_dds(data, ros_env):
         assert proc.poll() is None
         fut = reset.call_async(Trigger.Request())
         assert _wait(node, lambda: fut.done()) and fut.result().success
+        # ~/next_episode starts the split's next episode: its id is named, and a new goal image is latched
+        first_id = result["episode_id"]
+        n_goal = len(got["goal"])
+        nxt = node.create_client(Trigger, "/sim_bridge_node/next_episode")
+        fut = nxt.call_async(Trigger.Request())
+        assert _wait(node, lambda: fut.done() and len(got["goal"]) > n_goal)
+        assert fut.result().success and first_id not in fut.result().message
+        assert "started" in fut.result().message
     finally:
         node.destroy_node()
         rclpy.shutdown()
