@@ -66,3 +66,42 @@ def detections_from_semantic(semantic: np.ndarray, depth: np.ndarray, pose: Pose
                                    position_m=(float(np.median(xs[m])), float(np.median(ys[m])),
                                                float(np.median(up[m])))))
     return out
+
+
+def detections_to_dict(stamp_ns: int, detections: list[ObjectDetection]) -> dict:
+    """The JSON body of a detections message (`/memnav/detections`): the frame's stamp and, per object,
+    class id, label, instance id (or null) and position in the odometry frame of that frame, meters."""
+    return {"stamp_ns": int(stamp_ns),
+            "objects": [{"class_id": d.class_id, "label": d.label, "instance_id": d.instance_id,
+                         "position_m": [float(v) for v in d.position_m]} for d in detections]}
+
+
+def detections_from_dict(body: object) -> tuple[int, list[ObjectDetection]]:
+    """Parse `detections_to_dict`'s body (e.g. from any detector publishing that JSON).
+
+    Raises:
+        ValueError: naming the field that is missing or invalid.
+    """
+    if not isinstance(body, dict):
+        raise ValueError(f"detections must be a JSON object, got {type(body).__name__}")
+    stamp = body.get("stamp_ns")
+    if isinstance(stamp, bool) or not isinstance(stamp, int) or stamp < 0:
+        raise ValueError(f"detections.stamp_ns must be a non-negative integer, got {stamp!r}")
+    objects = body.get("objects")
+    if not isinstance(objects, list):
+        raise ValueError(f"detections.objects must be a list, got {type(objects).__name__}")
+    out = []
+    for i, obj in enumerate(objects):
+        if not isinstance(obj, dict):
+            raise ValueError(f"detections.objects[{i}] must be an object")
+        cls, inst, pos = obj.get("class_id"), obj.get("instance_id"), obj.get("position_m")
+        if isinstance(cls, bool) or not isinstance(cls, int):
+            raise ValueError(f"detections.objects[{i}].class_id must be an integer, got {cls!r}")
+        if inst is not None and (isinstance(inst, bool) or not isinstance(inst, int)):
+            raise ValueError(f"detections.objects[{i}].instance_id must be an integer or null, got {inst!r}")
+        if (not isinstance(pos, list) or len(pos) != 3
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in pos)):
+            raise ValueError(f"detections.objects[{i}].position_m must be 3 finite numbers, got {pos!r}")
+        out.append(ObjectDetection(class_id=cls, instance_id=inst, label=str(obj.get("label", "")),
+                                   position_m=(float(pos[0]), float(pos[1]), float(pos[2]))))
+    return stamp, out

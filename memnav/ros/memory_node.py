@@ -4,10 +4,11 @@ Subscribes:
     /memnav/embedding           sensor_msgs/Image 32FC1 1 x D (encoder_node; header = its colour frame's)
     /odom                       nav_msgs/Odometry (pose in the odometry frame)
     /memnav/goal_embedding      sensor_msgs/Image 32FC1 1 x D                    (reliable, transient local)
+    /memnav/detections          std_msgs/String JSON objects of a frame (see Detections below)
 Publishes:
     /memnav/memory_event        std_msgs/String JSON per insert {stamp_ns, kind (InsertKind value: new_place,
                                 updated_place or loop_closure), node_id, similarity, merged_places,
-                                forgotten_places, buffer_size}
+                                forgotten_places, buffer_size, objects (detections inserted with it)}
     /memnav/retrievals          std_msgs/String JSON after each insert once a goal embedding is known
                                 {stamp_ns, goal_stamp_ns, robot, hits: top-k places by goal similarity with
                                 memory-frame pose and pose relative to the robot}
@@ -27,9 +28,11 @@ Time sync: an embedding is inserted with the latest odometry stamped at or befor
 older). An embedding newer than all odometry received waits up to odom_wait_s for odometry to catch up. A
 re-sent embedding (same stamp as the last insert) is skipped; an older one is dropped with a warning (the memory's
 time never goes backwards).
-Detections: not subscribed yet. No node publishes object detections (the simulator bridge sends no semantic
-images and vision_msgs is not on PyPI), so places carry no objects; memnav.core.detections builds the
-ObjectDetection list insert_observation takes once a detection topic exists.
+Detections: /memnav/detections (std_msgs/String JSON, memnav.core.detections.detections_to_dict: stamp_ns and
+objects with class_id, label, instance_id or null, position_m in the odometry frame; vision_msgs is not on PyPI)
+from the simulator bridge's semantic ids or any detector; the objects whose stamp equals an embedding's are
+inserted with it as object nodes of the scene graph. Detections arriving after their frame was inserted are
+counted as late and not used.
 Bad messages are dropped with a throttled warning and counted; the node never dies on one.
 """
 from __future__ import annotations
@@ -107,6 +110,7 @@ def build(node) -> Callable[[], None]:
     from std_srvs.srv import Trigger
     from visualization_msgs.msg import MarkerArray
 
+    from memnav.core.detections import detections_from_dict
     from memnav.core.memory import InvalidInputError, MemoryStoreError, SceneGraphMemory, WorkingBuffer
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import image_to_embedding, stamp_to_ns
@@ -121,7 +125,7 @@ def build(node) -> Callable[[], None]:
         raise ValueError(f"buffer.embedding_dim {buffer_cfg.embedding_dim} differs from embedding_dim "
                          f"{graph_cfg.embedding_dim}: both must be the encoder's embedding length")
     st = {"memory": SceneGraphMemory.from_config(graph_cfg), "goal": None, "pose": None, "last_ns": None,
-          "dropped": 0, "duplicates": 0, "markers_dirty": True, "snapshot_dirty": True}
+          "dropped": 0, "duplicates": 0, "late_detections": 0, "markers_dirty": True, "snapshot_dirty": True}
     buffer = WorkingBuffer.from_config(buffer_cfg)
     node.get_logger().info(f"memory {graph_cfg.db_path or 'in RAM only'}: {st['memory'].stats().places} places")
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -149,13 +153,16 @@ def build(node) -> Callable[[], None]:
             return
         pose = match[1]
         try:
-            result = st["memory"].insert_observation(stamp_ns, pose, emb)
+            objects = detections.pop(stamp_ns, ())
+            for old in [t for t in detections if t < stamp_ns]:
+                del detections[old]           # frames that never became embeddings
+            result = st["memory"].insert_observation(stamp_ns, pose, emb, objects=objects)
             buffer.add(stamp_ns, emb, pose)
         except (InvalidInputError, MemoryStoreError) as err:
             drop("embedding", err)
             return
         st.update(last_ns=stamp_ns, pose=pose, markers_dirty=True, snapshot_dirty=True)
-        event = {"stamp_ns": stamp_ns, "kind": result.kind.value, "node_id": result.node_id,
+        event = {"stamp_ns": stamp_ns, "kind": result.kind.value, "node_id": result.node_id, "objects": len(objects),
                  "similarity": result.similarity, "merged_places": result.merged_places,
                  "forgotten_places": result.forgotten_places, "buffer_size": len(buffer)}
         pub_event.publish(String(data=json.dumps(event)))
@@ -171,6 +178,21 @@ def build(node) -> Callable[[], None]:
                 return   # odometry of that instant may still come
             pending.pop(0)
             insert(stamp_ns, emb)
+
+    detections: dict[int, list] = {}   # stamp -> ObjectDetections not yet inserted (most recent 64 stamps)
+
+    def on_detections(msg: String) -> None:
+        try:
+            stamp_ns, objects = detections_from_dict(json.loads(msg.data))
+        except (ValueError, TypeError, RecursionError) as err:
+            drop("detections", err)
+            return
+        if st["last_ns"] is not None and stamp_ns <= st["last_ns"]:
+            st["late_detections"] += 1    # re-sent, or its frame is already in the memory
+            return
+        detections[stamp_ns] = objects
+        while len(detections) > 64:
+            detections.pop(min(detections))
 
     def on_embedding(msg: Image) -> None:
         try:
@@ -251,6 +273,7 @@ def build(node) -> Callable[[], None]:
     node.create_subscription(Odometry, "/odom", on_odom,
                              QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
     node.create_subscription(Image, "/memnav/goal_embedding", on_goal, latched)
+    node.create_subscription(String, "/memnav/detections", on_detections, 50)
     node.create_service(Trigger, "~/save", srv_save)
     node.create_service(Trigger, "~/clear", srv_clear)
     node.create_service(Trigger, "~/query", srv_query)

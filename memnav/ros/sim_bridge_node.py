@@ -14,6 +14,8 @@ Publishes (REP-103/105 frames: odom -> base_link):
                                 goal_stamp_ns, the stamp of the goal image of the episode it ends)
     /tf                         tf2_msgs/TFMessage odom -> base_link, stamped like /odom (only when tf2_msgs
                                 is importable, i.e. on a full ROS 2 install; it is not on PyPI)
+    /memnav/detections          std_msgs/String JSON: the objects of the frame (class, instance id, odometry-
+                                frame position) from the semantic ids, stamped like the frame (`detections`)
 Subscribes:
     /cmd_vel                    geometry_msgs/Twist  (velocity mode: applied every tick; zero when stale)
     /memnav/action              std_msgs/String      (STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT or index)
@@ -36,8 +38,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from memnav.core.detections import detections_from_semantic, detections_to_dict
 from memnav.core.types import Action, Observation
 from memnav.sim.base import SimConfig
+from memnav.sim.houses import read_semantic_classes
 from memnav.sim.metrics import aggregate
 from memnav.sim.runner import EpisodeRunner, RunnerConfig
 
@@ -52,6 +56,7 @@ TOPICS = {
     "/memnav/goal_depth": ("sensor_msgs/msg/Image", True, True, 1),
     "/memnav/goal_pose": ("geometry_msgs/msg/PoseStamped", True, True, 1),
     "/memnav/episode_result": ("std_msgs/msg/String", True, True, 1),
+    "/memnav/detections": ("std_msgs/msg/String", True, False, 10),
 }
 TF_TOPICS = {"/tf": ("tf2_msgs/msg/TFMessage", True, False, 100)}   # as tf2_ros.TransformBroadcaster
 
@@ -69,6 +74,8 @@ class BridgeConfig:
         exit_when_done: exit after the last episode (with `episodes` set), after logging the summary.
         republish_s: lock-step: re-send the current observation (same stamp) after this long without an
             action, so a late-joining agent gets it (0 = never), seconds.
+        detections: publish object detections from the simulator's semantic ids on /memnav/detections with
+            each frame (JSON, memnav.core.detections.detections_to_dict; scenes without semantics send none).
     """
 
     lockstep: bool = True
@@ -78,6 +85,7 @@ class BridgeConfig:
     auto_next: bool = True
     exit_when_done: bool = False
     republish_s: float = 1.0
+    detections: bool = True
 
 
 @dataclass
@@ -187,6 +195,24 @@ def main(argv: list[str] | None = None) -> int:
         if tf_class is not None:
             emit("/tf", odometry_to_tf(odom, tf_class), stamp, record)
         emit("/memnav/ground_truth_pose", conv.pose_to_odometry(obs.gt_pose, stamp, frame_id="map"), stamp, record)
+        if cfg.detections and obs.semantic is not None:
+            dets = detections_from_semantic(obs.semantic, obs.depth, obs.pose, sim_cfg.focal_px,
+                                            sim_cfg.sensor_height_m, scene_classes())
+            body = detections_to_dict(stamp.sec * 1_000_000_000 + stamp.nanosec, dets)
+            emit("/memnav/detections", String(data=json.dumps(body)), stamp, record)
+
+    classes: dict = {}
+
+    def scene_classes() -> dict:
+        """Semantic id -> (class id, name) of the current episode's scene (cached per scene)."""
+        scene = runner.episodes[max(runner.index, 0)].scene_path
+        if scene not in classes:
+            try:
+                classes[scene] = read_semantic_classes(scene) if scene is not None else {}
+            except ValueError as err:
+                node.get_logger().warning(f"detections without class names: {err}")
+                classes[scene] = {}
+        return classes[scene]
 
     goal_stamp = {"ns": 0}
 

@@ -607,3 +607,17 @@ def write_house(house: House, out_dir: Path) -> Path:
     }
     (out_dir / f"{house.name}.semantic.json").write_text(json.dumps(sem, indent=2) + "\n")
     return glb
+
+
+def read_semantic_classes(scene: Path) -> dict[int, tuple[int, str]]:
+    """Semantic id -> (class id, class name) from the `{name}.semantic.json` beside a generated house's
+    .glb (class id = index in its sorted "classes"); empty when there is no such file."""
+    path = Path(scene).with_name(f"{Path(scene).stem}.semantic.json")
+    if not path.is_file():
+        return {}
+    try:
+        sem = json.loads(path.read_text())
+        classes = {name: i for i, name in enumerate(sem["classes"])}
+        return {int(o["id"]): (classes[o["class_name"]], str(o["class_name"])) for o in sem["objects"]}
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a memnav semantic annotation ({err})") from err

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -30,3 +31,21 @@ def test_no_objects_and_bad_shapes():
     assert detections_from_semantic(np.zeros((4, 4), int), np.ones((4, 4), np.float32), Pose2D(0, 0, 0), 2.0, 1.0) == []
     with pytest.raises(ValueError, match="same"):
         detections_from_semantic(np.zeros((4, 4), int), np.ones((4, 5), np.float32), Pose2D(0, 0, 0), 2.0, 1.0)
+
+
+def test_detections_json_round_trip_and_bad_fields_are_named():
+    from memnav.core.detections import detections_from_dict, detections_to_dict
+    from memnav.core.memory import ObjectDetection
+
+    dets = [ObjectDetection(3, (1.0, -2.5, 0.4), instance_id=17, label="chair"),
+            ObjectDetection(5, (0.0, 0.0, 1.0), instance_id=None, label="")]
+    body = json.loads(json.dumps(detections_to_dict(123, dets)))
+    assert detections_from_dict(body) == (123, dets)
+    for bad, field in ((["x"], "JSON object"), ({"objects": []}, "stamp_ns"), ({"stamp_ns": 1}, "objects"),
+                       ({"stamp_ns": 1, "objects": [{"class_id": "a", "position_m": [0, 0, 0]}]}, "class_id"),
+                       ({"stamp_ns": 1, "objects": [{"class_id": 1, "position_m": [0, float("nan"), 0]}]},
+                        "position_m"),
+                       ({"stamp_ns": 1, "objects": [{"class_id": 1, "instance_id": 1.5, "position_m": [0, 0, 0]}]},
+                        "instance_id")):
+        with pytest.raises(ValueError, match=field):
+            detections_from_dict(bad)

@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "memnav.yaml"
 BRIDGE_OUTPUTS = ("/camera/color/image_raw", "/camera/depth/image_raw", "/camera/color/camera_info", "/odom",
-                  "/memnav/ground_truth_pose", "/memnav/goal_image", "/memnav/goal_depth", "/memnav/episode_result")
+                  "/memnav/ground_truth_pose", "/memnav/goal_image", "/memnav/goal_depth", "/memnav/episode_result",
+                  "/memnav/detections")
 STACK_NODES = ("policy_node", "encoder_node", "memory_node", "stop_node")
 
 
@@ -95,6 +96,7 @@ def test_malformed_messages_on_every_topic_are_dropped(processes):
         "goal_embedding": node.create_publisher(Image, "/memnav/goal_embedding", latched),
         "result": node.create_publisher(String, "/memnav/episode_result", latched),
         "action": node.create_publisher(String, "/memnav/action", reliable),
+        "detections": node.create_publisher(String, "/memnav/detections", reliable),
         "cmd_vel": node.create_publisher(Twist, "/cmd_vel", reliable),
     }
     got = {"state": [], "emb": [], "event": [], "stop": [], "bridge": []}
@@ -198,6 +200,9 @@ def test_malformed_messages_on_every_topic_are_dropped(processes):
         results = ["not json", "[1, 2]", '"text"', "null", '{"goal_stamp_ns": "abc"}', '{"goal_stamp_ns": 1e400}',
                    '{"goal_stamp_ns": NaN}', '{"goal_stamp_ns": [1]}']
         actions = ["FLY", "", "99", "-1", "\u00b2", "TURN_LEFT; STOP", "x" * 10000]
+        detections = ["not json", "[]", '{"stamp_ns": -1, "objects": []}', '{"stamp_ns": 5}',
+                      '{"stamp_ns": 5, "objects": [{"class_id": 1, "position_m": [0, NaN, 0]}]}',
+                      '{"stamp_ns": 5, "objects": [7]}', "[" * 100000]
         twists = []
         for v, w in ((math.nan, 0.0), (0.0, math.inf)):
             twist = Twist()
@@ -216,7 +221,8 @@ def test_malformed_messages_on_every_topic_are_dropped(processes):
                     + [("goal_depth", depth_to_image(np.ones((16, 16), np.float32), ns_to_stamp(goal_ns)))]
                     + [("embedding", m) for m in bad_embeddings] + [("goal_embedding", m) for m in bad_embeddings]
                     + [("result", String(data=r)) for r in results] + [("action", String(data=a)) for a in actions]
-                    + [("cmd_vel", m) for m in twists] + mismatched)
+                    + [("cmd_vel", m) for m in twists] + [("detections", String(data=d)) for d in detections]
+                    + mismatched)
         for topic, msg in sequence:
             pubs[topic].publish(msg)
             spin(0.05)
@@ -233,7 +239,7 @@ def test_malformed_messages_on_every_topic_are_dropped(processes):
             return int(counts[-1]) if counts else 0
 
         logs_text = lambda: {n: p.read_text() for n, p in logs.items()}  # noqa: E731
-        minimum = {"policy_node": 15, "encoder_node": 10, "memory_node": 8, "stop_node": 8}
+        minimum = {"policy_node": 15, "encoder_node": 10, "memory_node": 15, "stop_node": 8}
         assert spin(10, lambda: all(last_count(logs_text()["stack"], n) >= k for n, k in minimum.items())
                     and last_count(logs_text()["bridge"], "sim_bridge_node") >= 5), \
             {n: last_count(logs_text()["stack"], n) for n in minimum} | {"bridge": tails()}

@@ -75,7 +75,8 @@ def test_stack_builds_memory_and_decides_stops(stack):
     domain, folder, procs = stack
     rclpy.init(domain_id=domain)
     node = rclpy.create_node("test_stack_observer")
-    got = {k: [] for k in ("emb", "goal_img", "goal_depth", "goal_emb", "event", "snap", "markers", "stop", "retr")}
+    got = {k: [] for k in ("emb", "goal_img", "goal_depth", "goal_emb", "event", "snap", "markers", "stop", "retr",
+                           "det")}
     frames = {"colour": {}, "depth": {}}   # stamp -> message
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
@@ -101,6 +102,7 @@ def test_stack_builds_memory_and_decides_stops(stack):
                              event_callbacks=on_match("event"))
     node.create_subscription(String, "/memnav/scene_graph", keep("snap", as_json), latched)
     node.create_subscription(MarkerArray, "/memnav/scene_graph_markers", keep("markers"), 10)
+    node.create_subscription(String, "/memnav/detections", keep("det", as_json), 50)
     node.create_subscription(String, "/memnav/stop_decision", keep("stop", as_json), 50,
                              event_callbacks=on_match("stop"))
     node.create_subscription(String, "/memnav/retrievals", keep("retr", as_json), 50)
@@ -186,6 +188,16 @@ def test_stack_builds_memory_and_decides_stops(stack):
         wait(lambda: any(len(m.points) == snap["counts"]["places"] for a in got["markers"] for m in a.markers
                          if m.type == Marker.SPHERE_LIST), 5, "markers of every place")
         assert got["retr"] and all(len(r["hits"]) >= 1 and "relative" in r["hits"][0] for r in got["retr"])
+        # objects: the bridge's detections (semantic ids, stamped like the frames) become object nodes
+        dets = {d["stamp_ns"]: d["objects"] for d in got["det"]}
+        assert set(stamps) <= set(dets) and any(dets[t] for t in stamps)
+        for o in (o for objs in dets.values() for o in objs):
+            assert o["class_id"] >= 0 and o["instance_id"] > 0 and o["label"] and np.isfinite(o["position_m"]).all()
+        assert all(events[t]["objects"] in (0, len(dets[t])) for t in stamps)   # 0: detections came late
+        assert sum(events[t]["objects"] for t in stamps) > 0
+        wait(lambda: got["snap"][-1]["counts"]["objects"] > 0, 5, "a snapshot with objects")
+        labels = {o["label"] for o in got["snap"][-1]["objects"]}
+        assert labels <= {o["label"] for objs in dets.values() for o in objs}
 
         # services
         saved = call("save")

@@ -93,3 +93,19 @@ def test_textures_differ_between_families():
         assert t.shape == (32, 32, 3) and t.dtype == np.uint8
     means = [t.reshape(-1, 3).mean(0) for t in tiles]
     assert min(np.linalg.norm(a - b) for i, a in enumerate(means) for b in means[i + 1:]) > 1.0
+
+
+def test_semantic_classes_map_mesh_ids_to_class_names(house, tmp_path):
+    from memnav.sim.houses import read_semantic_classes
+    from memnav.sim.mesh import load_scene_mesh
+
+    glb = write_house(house, tmp_path)
+    classes = read_semantic_classes(glb)
+    names = json.loads(glb.with_name(f"{house.name}.semantic.json").read_text())["classes"]
+    ids = set(np.unique(load_scene_mesh(glb).face_semantic)) - {0}
+    assert ids and ids <= set(classes)                       # every semantic id of the mesh has its class
+    assert all(names[c] == label for c, label in classes.values())
+    assert read_semantic_classes(tmp_path / "nothing.glb") == {}
+    (tmp_path / "broken.semantic.json").write_text("{}")
+    with pytest.raises(ValueError, match="broken.semantic.json"):
+        read_semantic_classes(tmp_path / "broken.glb")
