@@ -125,38 +125,56 @@ def match_scan(scan: GoalScan, obstacle_distance_m: np.ndarray, known: np.ndarra
 
 @njit(cache=True)
 def _search(dist, known, rows, cols, yaws, ends, free, cell_m, sigma):  # pragma: no cover - compiled
+    """Best score and heading per position. A point at (forward, left) seen from a cell centre lands in the
+    cell at an integer offset that depends on the heading only, so per heading the offsets are computed once
+    and each position costs table reads: the endpoint score exp(-d^2 / 2 sigma^2) (0 where the map does
+    not know the cell) and the "free point on an obstacle" flag, both on a zero-padded grid."""
     n = rows.size
     nr, nc = dist.shape
-    scores = np.full(n, -1.0)
-    best_yaw = np.zeros(n, np.int64)
     inv = 1.0 / (2.0 * sigma * sigma)
     k = ends.shape[0]
     nf = free.shape[0]
+    reach = 0.0
+    for j in range(k):
+        reach = max(reach, math.hypot(ends[j, 0], ends[j, 1]))
+    for j in range(nf):
+        reach = max(reach, math.hypot(free[j, 0], free[j, 1]))
+    pad = int(math.ceil(reach / cell_m)) + 2
+    tab = np.zeros((nr + 2 * pad, nc + 2 * pad))
+    bad = np.zeros((nr + 2 * pad, nc + 2 * pad), np.uint8)
+    for r in range(nr):
+        for c in range(nc):
+            if known[r, c]:
+                d = dist[r, c]
+                tab[r + pad, c + pad] = math.exp(-d * d * inv)
+                if d < 0.5 * cell_m:
+                    bad[r + pad, c + pad] = 1
+    scores = np.full(n, -1.0)
+    best_yaw = np.zeros(n, np.int64)
+    er = np.empty(k, np.int64)
+    ec = np.empty(k, np.int64)
+    fr = np.empty(nf, np.int64)
+    fc = np.empty(nf, np.int64)
     for yi in range(yaws.size):
         c, s = math.cos(yaws[yi]), math.sin(yaws[yi])
-        ex = (c * ends[:, 0] - s * ends[:, 1]) / cell_m
-        ey = (s * ends[:, 0] + c * ends[:, 1]) / cell_m
-        fx = (c * free[:, 0] - s * free[:, 1]) / cell_m
-        fy = (s * free[:, 0] + c * free[:, 1]) / cell_m
+        for j in range(k):
+            er[j] = int(math.floor(0.5 + (s * ends[j, 0] + c * ends[j, 1]) / cell_m)) + pad
+            ec[j] = int(math.floor(0.5 + (c * ends[j, 0] - s * ends[j, 1]) / cell_m)) + pad
+        for j in range(nf):
+            fr[j] = int(math.floor(0.5 + (s * free[j, 0] + c * free[j, 1]) / cell_m)) + pad
+            fc[j] = int(math.floor(0.5 + (c * free[j, 0] - s * free[j, 1]) / cell_m)) + pad
         for i in range(n):
-            r0, c0 = rows[i] + 0.5, cols[i] + 0.5
+            r0, c0 = rows[i], cols[i]
             total = 0.0
             for j in range(k):
-                rr = int(math.floor(r0 + ey[j]))
-                cc = int(math.floor(c0 + ex[j]))
-                if 0 <= rr < nr and 0 <= cc < nc and known[rr, cc]:
-                    d = dist[rr, cc]
-                    total += math.exp(-d * d * inv)
+                total += tab[r0 + er[j], c0 + ec[j]]
             score = total / k
             if score <= scores[i]:
                 continue
-            bad = 0
+            nbad = 0
             for j in range(nf):
-                rr = int(math.floor(r0 + fy[j]))
-                cc = int(math.floor(c0 + fx[j]))
-                if 0 <= rr < nr and 0 <= cc < nc and known[rr, cc] and dist[rr, cc] < 0.5 * cell_m:
-                    bad += 1
-            score -= bad / max(nf, 1)
+                nbad += bad[r0 + fr[j], c0 + fc[j]]
+            score -= nbad / max(nf, 1)
             if score > scores[i]:
                 scores[i] = score
                 best_yaw[i] = yi
