@@ -282,6 +282,8 @@ class Explorer:
         self.map: OccupancyMap | None = None
         self._frontier: tuple[float, float] | None = None
         self._failed: list[tuple[float, float]] = []
+        self._version = 0                     # bumped whenever the map changes (invalidates the field cache)
+        self._cache: tuple | None = None
 
     @classmethod
     def from_config(cls, cfg: ExplorerConfig) -> Explorer:
@@ -292,6 +294,7 @@ class Explorer:
         (the same odometry frame, e.g. lifelong visits); frontier commitments are dropped either way."""
         if not keep_map:
             self.map = None
+        self._version += 1
         self._frontier = None
         self._failed = []
 
@@ -305,11 +308,13 @@ class Explorer:
     def load_map(self, path: str | Path) -> None:
         """Replace the map with one written by `save_map` (raises MapFileError, see OccupancyMap.load)."""
         self.map = OccupancyMap.load(path, self.cfg)
+        self._version += 1
         self._frontier = None
         self._failed = []
 
     def update(self, depth: np.ndarray, pose: Pose2D, blocked: bool = False) -> None:
         """Integrate a depth frame; `blocked`: the last forward move fell short."""
+        self._version += 1
         if self.map is None:
             self.map = OccupancyMap(self.cfg, pose)
         if blocked:
@@ -319,7 +324,17 @@ class Explorer:
 
     # -- planning -------------------------------------------------------------------------------------
     def _fields(self, pose: Pose2D) -> tuple | None:
-        """(window, traversable, distance-from-robot field, known, obstacle distance in m) on the evidence window."""
+        """(window, traversable, distance-from-robot field, known, obstacle distance in m) on the evidence window.
+
+        Cached until the map changes or the robot moves: one step's explore, go_to and match_goal share it."""
+        key = (self._version, pose.x_m, pose.y_m)
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        fields = self._compute_fields(pose)
+        self._cache = (key, fields)
+        return fields
+
+    def _compute_fields(self, pose: Pose2D) -> tuple | None:
         import skfmm
         from scipy import ndimage
 
