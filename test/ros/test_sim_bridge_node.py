@@ -174,7 +174,7 @@ def test_bridge_records_an_episode_that_eval_bag_scores_against_ground_truth(dat
     assert {t: topics[t].count for t in topics} == {
         "/camera/color/image_raw": frames, "/camera/depth/image_raw": frames, "/camera/color/camera_info": frames,
         "/odom": frames, "/memnav/ground_truth_pose": frames, "/memnav/goal_image": 1, "/memnav/goal_depth": 1,
-        "/memnav/goal_pose": 1, "/memnav/episode_result": 1}
+        "/memnav/goal_pose": 1, "/memnav/episode_result": 1, "/memnav/detections": frames}
     assert qos.durability.name == "TRANSIENT_LOCAL" and qos.reliability.name == "RELIABLE"
     expected = env.goal_observation.gt_pose
     assert (goal_pose[0].x_m, goal_pose[0].y_m, goal_pose[0].yaw_rad) == pytest.approx(
