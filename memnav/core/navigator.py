@@ -217,6 +217,7 @@ class Navigator:
         self._goal_features: Features | None = None
         self.prev_action = -1
         self.hidden: torch.Tensor | None = None
+        self._goal_p = 0.0       # the policy's last goal-reached probability
         self.last: StepInput | None = None
         self._prev_pose: Pose2D | None = None
         self._retrieved: list[Retrieval] = []
@@ -274,6 +275,7 @@ class Navigator:
         self._anchor = None
         self.prev_action = -1
         self.hidden = None
+        self._goal_p = 0.0
         self.last = None
         self._prev_pose = None
         self._retrieved = []
@@ -393,7 +395,11 @@ class Navigator:
     @torch.inference_mode()
     def act(self, rgb: np.ndarray, depth: np.ndarray, pose: Pose2D, stamp_ns: int,
             collided: bool | None = None, rng: np.random.Generator | None = None) -> tuple[Action, StepInput, float]:
-        """One decision: STOP when the stop rule says so, else the policy's move.
+        """One decision: STOP when the stop rule says so, else the planned layers' or the policy's move.
+
+        Without exploration the recurrent policy runs every step (its state follows every frame). With it, the
+        policy is the last resort and runs only on the steps it drives, which keeps its cost off the others;
+        the goal-reached probability returned on the other steps is the last one it gave.
 
         Returns:
             (action, the step input, the policy's goal-reached probability).
@@ -401,13 +407,7 @@ class Navigator:
         if self.policy is None:
             raise RuntimeError("Navigator.act needs a policy; observe() works without one")
         inp = self.observe(rgb, depth, pose, stamp_ns, collided)
-        if self.hidden is None:
-            self.hidden = self.policy.initial_state(1)
-        tokens = torch.from_numpy(inp.tokens).unsqueeze(0) if self.cfg.memory_tokens else None
-        mask = torch.from_numpy(inp.token_mask).unsqueeze(0) if self.cfg.memory_tokens else None
-        logits, _, goal_logit, self.hidden = self.policy(torch.from_numpy(inp.step).unsqueeze(0), tokens, mask,
-                                                         self.hidden)
-        goal_p = float(torch.sigmoid(goal_logit)[0])
+        logits = None if self.cfg.explore else self._run_policy(inp)
         if self.cfg.explore:
             self._note_view(pose, inp.similarity)
         # the stop rule's stop, unless the goal scan fits the map clearly better a few steps away: go there
@@ -418,15 +418,30 @@ class Navigator:
             action = move
         else:
             self.mode = "policy"
+            if logits is None:
+                logits = self._run_policy(inp)
             if self.cfg.greedy or rng is None:
                 idx = int(torch.argmax(logits[0]))
             else:
                 probs = torch.softmax(logits[0], 0).numpy().astype(np.float64)
                 idx = int(rng.choice(len(MOVES), p=probs / probs.sum()))
             action = MOVES[idx]
+        goal_p = self._goal_p
         self.prev_action = int(action)
         return action, inp, goal_p
 
+
+    def _run_policy(self, inp: StepInput) -> torch.Tensor:
+        """One recurrent policy step on `inp`: move logits [1, 3]; updates the hidden state and goal-reached p."""
+        assert self.policy is not None
+        if self.hidden is None:
+            self.hidden = self.policy.initial_state(1)
+        tokens = torch.from_numpy(inp.tokens).unsqueeze(0) if self.cfg.memory_tokens else None
+        mask = torch.from_numpy(inp.token_mask).unsqueeze(0) if self.cfg.memory_tokens else None
+        logits, _, goal_logit, self.hidden = self.policy(torch.from_numpy(inp.step).unsqueeze(0), tokens, mask,
+                                                         self.hidden)
+        self._goal_p = float(torch.sigmoid(goal_logit)[0])
+        return logits
 
     def _note_view(self, pose: Pose2D, similarity: float) -> None:
         """Remember the episode's view most similar to the goal (the fallback when the search runs dry)."""
