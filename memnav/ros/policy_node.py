@@ -122,6 +122,7 @@ def build(node) -> Callable[[], None]:
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
     from memnav.ros import conversions as conv
     from memnav.ros.params import declare_dataclass
+    from memnav.ros.stamp_sync import StampedQueue
 
     cfg = declare_dataclass(node, PolicyNodeConfig)
     if cfg.torch_threads > 0:
@@ -141,6 +142,8 @@ def build(node) -> Callable[[], None]:
     pub_state = node.create_publisher(String, "/memnav/policy_state", 10)
     st = {"goal_rgb": None, "goal_depth": None, "goal_has_depth": False, "rgb": None, "depth": None, "pose": None,
           "goal_ns": None, "goal_wall": 0.0, "acted_ns": -1, "dropped": 0, "cmd": (0.0, 0.0), "cmd_until": 0.0}
+
+    odoms: StampedQueue = StampedQueue(64)   # recent odometry, to pair a real-time frame with its pose
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -211,6 +214,7 @@ def build(node) -> Callable[[], None]:
         except conv.MessageError as err:
             drop("odometry", err)
             return
+        odoms.push(*st["pose"])
         maybe_act()
 
     def maybe_act() -> None:
@@ -218,6 +222,12 @@ def build(node) -> Callable[[], None]:
             return
         (t_rgb, rgb), (t_depth, depth) = st["rgb"], st["depth"]
         t_pose, pose = st["pose"]
+        if not cfg.lockstep:
+            # real time: the odometry of the frame's instant, not the newest (a turning robot's newest pose
+            # can be a tick or more ahead of a frame that waited in a queue, which smears the map)
+            match = odoms.nearest(t_rgb, int(cfg.sync_tolerance_s * 1e9) + 100_000_000)
+            if match is not None:
+                t_pose, pose = match
         # lock-step: colour, depth and odometry of this very frame (the bridge stamps all three alike; frames of
         # consecutive fast steps can lie closer together than any tolerance); real time: the newest close pair
         tol_ns = 0 if cfg.lockstep else cfg.sync_tolerance_s * 1e9
