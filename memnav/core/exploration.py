@@ -252,6 +252,11 @@ class OccupancyMap:
         hi = np.clip(hi, 0, n)
         return slice(int(lo[0]), int(hi[0])), slice(int(lo[1]), int(hi[1]))
 
+    def window_origin(self, win: tuple[slice, slice]) -> np.ndarray:
+        """(x, y) of the corner of the window's cell (0, 0), meters."""
+        c = self.cfg.cell_m
+        return np.array([self.origin[0] + win[1].start * c, self.origin[1] + win[0].start * c])
+
     def obstacles(self, win: tuple[slice, slice]) -> np.ndarray:
         occ = self.occ[win].astype(np.int32)
         return (occ > 0) & (4 * occ >= self.free[win].astype(np.int32))
@@ -380,7 +385,7 @@ class Explorer:
         m = self.map
         assert m is not None
         cell = self.cfg.cell_m
-        origin = np.array([m.origin[0] + win[1].start * cell, m.origin[1] + win[0].start * cell])
+        origin = m.window_origin(win)
         positions = trav & np.isfinite(field)
         if radius_m is not None:
             ys = origin[1] + (np.arange(positions.shape[0]) + 0.5) * cell
@@ -478,7 +483,7 @@ class Explorer:
         if not (0 <= gr < field.shape[0] and 0 <= gc < field.shape[1]) or not math.isfinite(field[gr, gc]):
             return Plan(None, kind)
         cells = descend(field, gr, gc, cfg.cell_m)[::-1]      # robot -> goal
-        origin = np.array([m.origin[0] + win[1].start * cfg.cell_m, m.origin[1] + win[0].start * cfg.cell_m])
+        origin = m.window_origin(win)
         pts = np.zeros((len(cells) + 1, 3))
         pts[0, 0], pts[0, 2] = pose.x_m, pose.y_m
         pts[1:, 0] = origin[0] + (cells[:, 1] + 0.5) * cfg.cell_m

@@ -340,7 +340,7 @@ class Navigator:
         if est is None or est.inliers < self._goal_support or (self.goal_estimate is not None and self._spin):
             return                              # nothing better, or the current estimate is being judged
         goal = to_odometry_frame(est, pose)
-        if any(math.hypot(goal.x_m - r.x_m, goal.y_m - r.y_m) < _REJECT_RADIUS_M for r in self._rejected):
+        if self._was_rejected(goal):
             return                              # looked there already: not the goal
         old = self.goal_estimate
         if old is None or math.hypot(goal.x_m - old.x_m, goal.y_m - old.y_m) > 0.5:
@@ -454,15 +454,16 @@ class Navigator:
         if self._scan is None or self.explorer.map is None or self.cfg.refine_radius_m <= 0:
             return False
         here = self._map_pose(pose)
-        for cand in self.explorer.match_goal(here, self._scan, _REFINE_MATCH, radius_m=self.cfg.refine_radius_m):
-            far = math.hypot(cand.pose.x_m - here.x_m, cand.pose.y_m - here.y_m) > self.cfg.waypoint_reach_m
-            rejected = any(math.hypot(cand.pose.x_m - r.x_m, cand.pose.y_m - r.y_m) < _REJECT_RADIUS_M
-                           for r in self._rejected)
-            if far and not rejected:
-                self._candidate, self._spin, self._refining = cand, None, True
-                return True
+        best = self.explorer.match_goal(here, self._scan, _REFINE_MATCH, radius_m=self.cfg.refine_radius_m)
+        if not best or self._was_rejected(best[0].pose) or math.hypot(
+                best[0].pose.x_m - here.x_m, best[0].pose.y_m - here.y_m) <= self.cfg.waypoint_reach_m:
             return False
-        return False
+        self._candidate, self._spin, self._refining = best[0], None, True
+        return True
+
+    def _was_rejected(self, pose: Pose2D) -> bool:
+        """A candidate or goal estimate was judged and rejected within _REJECT_RADIUS_M of this position."""
+        return any(math.hypot(pose.x_m - r.x_m, pose.y_m - r.y_m) < _REJECT_RADIUS_M for r in self._rejected)
 
     def _best_view_move(self, pose: Pose2D) -> Action | None:
         """Nothing left to explore or check: go back to the view most similar to the goal, face it, STOP."""
@@ -524,9 +525,7 @@ class Navigator:
             self._match_now = False
             min_score = 0.0 if self._explored else self.cfg.candidate_min_score
             for cand in self.explorer.match_goal(pose, self._scan):
-                if cand.score >= min_score and not any(
-                        math.hypot(cand.pose.x_m - r.x_m, cand.pose.y_m - r.y_m) < _REJECT_RADIUS_M
-                        for r in self._rejected):
+                if cand.score >= min_score and not self._was_rejected(cand.pose):
                     self._candidate = cand
                     break
         if self._candidate is None:
@@ -627,10 +626,6 @@ class Navigator:
             self._failed.add(self._target)
         self._target = None
         self._route = []
-
-
-def _wrap(angle: float) -> float:
-    return (angle + math.pi) % (2.0 * math.pi) - math.pi
 
 
 def check_goal_image(image: object) -> np.ndarray:

@@ -221,20 +221,17 @@ def build(node) -> Callable[[], None]:
         if st["goal_ns"] is None or st["rgb"] is None or st["depth"] is None or st["pose"] is None:
             return
         (t_rgb, rgb), (t_depth, depth) = st["rgb"], st["depth"]
-        t_pose, pose = st["pose"]
-        if not cfg.lockstep:
-            # real time: the odometry of the frame's instant, not the newest (a turning robot's newest pose
-            # can be a tick or more ahead of a frame that waited in a queue, which smears the map)
-            match = odoms.nearest(t_rgb, int(cfg.sync_tolerance_s * 1e9) + 100_000_000)
-            if match is not None:
-                t_pose, pose = match
         # lock-step: colour, depth and odometry of this very frame (the bridge stamps all three alike; frames of
-        # consecutive fast steps can lie closer together than any tolerance); real time: the newest close pair
-        tol_ns = 0 if cfg.lockstep else cfg.sync_tolerance_s * 1e9
+        # consecutive fast steps can lie closer together than any tolerance). Real time: the newest close
+        # colour/depth pair, with the odometry of its instant rather than the newest (a turning robot's newest
+        # pose can be a tick or more ahead of a frame that waited in a queue, which smears the map)
+        tol_ns = 0 if cfg.lockstep else int(cfg.sync_tolerance_s * 1e9)
         if abs(t_rgb - t_depth) > tol_ns or t_rgb < st["goal_ns"] or t_rgb <= st["acted_ns"]:
             return
-        if cfg.lockstep and t_pose != t_rgb:
-            return
+        match = odoms.nearest(t_rgb, 0 if cfg.lockstep else tol_ns + 100_000_000)
+        if match is None and cfg.lockstep:
+            return   # the odometry of this frame is still on its way
+        pose = (match or st["pose"])[1]
         if not cfg.lockstep and node.get_clock().now().nanoseconds / 1e9 < st["cmd_until"]:
             return  # real time: the previous action is still being carried out
         if not st["goal_has_depth"] and time.monotonic() - st["goal_wall"] < cfg.goal_depth_wait_s:
