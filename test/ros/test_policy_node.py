@@ -36,6 +36,7 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
     domain = 40 + ((os.getpid() + 77) % 150)
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from rclpy.event_handler import SubscriptionEventCallbacks
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
 
@@ -45,18 +46,22 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
     latched = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     node.create_subscription(String, "/memnav/policy_state", lambda m: got["state"].append(json.loads(m.data)), 50)
     node.create_subscription(String, "/memnav/action", lambda m: got["action"].append(m.data), 50)
+    matched = {"result": 0}
     node.create_subscription(String, "/memnav/episode_result", lambda m: got["result"].append(json.loads(m.data)),
-                             latched)
-    # the observer subscribes before the nodes start: results are latched one deep, and with exploration a
-    # 6-step episode ends within a fraction of a second, so a late observer would see only the last one
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
-                          "-p", "split:=test", "-p", "lockstep:=true", "-p", "sim.max_episode_steps:=6"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args",
-                          "-p", f"policy_dir:={tmp_path}", "-p", "lockstep:=true"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-    ]
+                             latched, event_callbacks=SubscriptionEventCallbacks(
+                                 matched=lambda info: matched.__setitem__("result", info.current_count)))
+    # results are latched one deep and with exploration a 6-step episode ends within a fraction of a second:
+    # the policy node (which starts the episodes moving) is started only once this node's result reader is
+    # matched to the bridge, so no result can be missed
+    procs = [subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
+                               "-p", "split:=test", "-p", "lockstep:=true", "-p", "sim.max_episode_steps:=6"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not matched["result"] and procs[0].poll() is None:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    procs.append(subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args",
+                                   "-p", f"policy_dir:={tmp_path}", "-p", "lockstep:=true"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
         end = time.monotonic() + 120
         while time.monotonic() < end and len({r["episode_id"] for r in got["result"]}) < 2:
