@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> dict:
     encoder = Encoder.from_checkpoint(args.checkpoint)
     torch.set_num_threads(2)
     houses = houses_of_split(args.data, "test")
-    db, _ = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database")
-    qs, _ = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries")
+    db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database")[0]
+    qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries")[0]
     match = same_place(qs.poses, db.poses, qs.house, db.house)
 
     def emb(frames: np.ndarray) -> np.ndarray:

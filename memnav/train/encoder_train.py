@@ -41,6 +41,9 @@ class EncoderTrainConfig:
         pairs_per_house: rendered training pairs per train house.
         positive_m: positives are rendered within this distance, meters.
         positive_deg: positives are rendered within this heading change, degrees.
+        near_miss: also render, for each anchor, a view just outside the same-place criterion (1.15-2 m
+            away, or turned 40-75 deg; `frame_bank.near_miss_pose`) and add it to the batch as a negative.
+            Views a metre or so apart look alike, and random in-batch negatives rarely are that close.
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -55,6 +58,7 @@ class EncoderTrainConfig:
     positive_m: float = 0.5
     positive_deg: float = 15.0
     eval_every: int = 250
+    near_miss: bool = True
     seed: int = 0
 
 
@@ -76,14 +80,28 @@ def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.roll(out, shifts=(dy, dx), dims=(2, 3))
 
 
-def info_nce(za: torch.Tensor, zb: torch.Tensor, same: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Symmetric InfoNCE; `same` (B, B) marks off-diagonal pairs that are the same place (not negatives)."""
-    logits = za @ zb.T / temperature
-    eye = torch.eye(len(za), dtype=torch.bool)
-    logits = logits.masked_fill(same & ~eye, float("-inf"))
-    target = torch.arange(len(za))
-    return 0.5 * (torch.nn.functional.cross_entropy(logits, target)
-                  + torch.nn.functional.cross_entropy(logits.T, target))
+def info_nce(za: torch.Tensor, zb: torch.Tensor, same: torch.Tensor, temperature: float,
+             zn: torch.Tensor | None = None, same_n: torch.Tensor | None = None,
+             same_bn: torch.Tensor | None = None) -> torch.Tensor:
+    """Symmetric InfoNCE between views a and b (pair i is the positive of i).
+
+    `same` (B, B) marks off-diagonal a/b pairs that are the same place (not used as negatives). Extra
+    negatives zn (M, D) join both directions' denominators; `same_n` (B, M) marks the ones that are in fact
+    the same place as a_i, `same_bn` those that are as b_i (default: same_n).
+    """
+    b = len(za)
+    eye = torch.eye(b, dtype=torch.bool)
+    mask = same & ~eye
+    logits_ab = (za @ zb.T / temperature).masked_fill(mask, float("-inf"))
+    logits_ba = (zb @ za.T / temperature).masked_fill(mask.T, float("-inf"))
+    if zn is not None:
+        assert same_n is not None
+        logits_ab = torch.cat([logits_ab, (za @ zn.T / temperature).masked_fill(same_n, float("-inf"))], dim=1)
+        same_bn = same_n if same_bn is None else same_bn
+        logits_ba = torch.cat([logits_ba, (zb @ zn.T / temperature).masked_fill(same_bn, float("-inf"))], dim=1)
+    target = torch.arange(b)
+    return 0.5 * (torch.nn.functional.cross_entropy(logits_ab, target)
+                  + torch.nn.functional.cross_entropy(logits_ba, target))
 
 
 def embed(model: FrameEncoder, frames: np.ndarray, batch: int = 256) -> np.ndarray:
@@ -96,24 +114,27 @@ def embed(model: FrameEncoder, frames: np.ndarray, batch: int = 256) -> np.ndarr
 
 
 def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: int, pairs: bool,
-          cache_dir: Path) -> tuple[FrameSet, FrameSet | None]:
-    """Render (or load from the cache) a split's frames."""
+          cache_dir: Path, near_miss: bool = False, jitter: tuple[float, float] = (0.5, 15.0)
+          ) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+    """Render (or load from the cache) a split's frames: anchors, their positives and near misses."""
     houses = houses_of_split(data, split)
-    key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{'pairs' if pairs else 'single'}"
+    kind = (f"pairs{jitter[0]:g}m{jitter[1]:g}deg" if pairs else "single") + ("_nearmiss" if near_miss else "")
+    key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{kind}"
     path = cache_dir / f"encoder_bank_{key}.npz"
     if path.is_file():
         z = np.load(path)
-        a = FrameSet(z["frames"], z["poses"], z["house"])
-        b = FrameSet(z["pframes"], z["pposes"], z["house"]) if pairs else None
-        return a, b
-    jitter = None
-    if pairs:
-        jitter = (0.5, math.radians(15))
-    a, b = render_set(houses, per_house, enc_cfg, seed, pair_jitter=jitter, desc=f"render {split}")
+        return tuple(FrameSet(z[f"{p}frames"], z[f"{p}poses"], z["house"]) if f"{p}frames" in z else None
+                     for p in ("", "p", "n"))
+    pair_jitter = (jitter[0], math.radians(jitter[1])) if pairs else None
+    sets = render_set(houses, per_house, enc_cfg, seed, pair_jitter=pair_jitter, near_miss=near_miss,
+                      desc=f"render {split}")
     cache_dir.mkdir(parents=True, exist_ok=True)
-    extra = {"pframes": b.frames, "pposes": b.poses} if b is not None else {}
-    np.savez(path, frames=a.frames, poses=a.poses, house=a.house, **extra)
-    return a, b
+    arrays = {f"{p}{k}": getattr(fs, k) for p, fs in zip(("", "p", "n"), sets) if fs is not None
+              for k in ("frames", "poses")}
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, house=sets[0].house, **arrays)
+    tmp.replace(path)
+    return sets
 
 
 def validation_recall(model: FrameEncoder, db: FrameSet, queries: FrameSet) -> float:
@@ -138,6 +159,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart", action="store_true", help="ignore an existing <out>.state and start over")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="where rendered frame banks are cached (default: DATA/cache)")
+    e = EncoderConfig()
+    parser.add_argument("--input-px", type=int, default=e.input_px, metavar="PX",
+                        help="network input size in pixels (frames are resized to PX x PX; multiple of 16)")
+    parser.add_argument("--widths", type=int, nargs=4, default=list(e.widths), metavar="C",
+                        help="channels of the four convolution stages")
+    parser.add_argument("--positive-m", type=float, default=d.positive_m, metavar="M",
+                        help="each anchor's positive view is rendered within this distance, meters")
+    parser.add_argument("--positive-deg", type=float, default=d.positive_deg, metavar="DEG",
+                        help="... and within this heading change, degrees")
+    parser.add_argument("--no-near-miss", action="store_true",
+                        help="train without the rendered near-miss negatives (views 1.15-2 m away or turned "
+                             "40-75 deg); the shipped encoder uses them")
     parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -147,15 +180,18 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     cfg = EncoderTrainConfig(steps=args.steps, batch_pairs=args.batch, lr=args.lr,
-                             pairs_per_house=args.pairs_per_house, eval_every=args.eval_every, seed=args.seed)
+                             pairs_per_house=args.pairs_per_house, eval_every=args.eval_every, seed=args.seed,
+                             near_miss=not args.no_near_miss, positive_m=args.positive_m,
+                             positive_deg=args.positive_deg)
     if cfg.steps <= 0 or cfg.batch_pairs < 2:
         raise ValueError("--steps must be > 0 and --batch >= 2")
     torch.set_num_threads(args.threads)
-    enc_cfg = EncoderConfig()
+    enc_cfg = EncoderConfig(input_px=args.input_px, widths=tuple(args.widths))
     cache = args.cache_dir or (args.data / "cache")
-    train_a, train_b = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True, cache)
-    val_db, _ = _bank(args.data, "val", 300, enc_cfg, cfg.seed + 1, False, cache)
-    val_q, _ = _bank(args.data, "val", 100, enc_cfg, cfg.seed + 2, False, cache)
+    train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True, cache,
+                                      near_miss=cfg.near_miss, jitter=(cfg.positive_m, cfg.positive_deg))
+    val_db = _bank(args.data, "val", 300, enc_cfg, cfg.seed + 1, False, cache)[0]
+    val_q = _bank(args.data, "val", 100, enc_cfg, cfg.seed + 2, False, cache)[0]
     assert train_b is not None
 
     torch.manual_seed(cfg.seed)
@@ -174,6 +210,19 @@ def run(args: argparse.Namespace) -> int:
         if st["total_steps"] != cfg.steps:
             raise ValueError(f"{state_path}: was started for --steps {st['total_steps']}; pass the same "
                              f"--steps to resume or --restart to start over")
+        started = st.get("encoder_config", EncoderConfig().to_dict())
+        if started != enc_cfg.to_dict():
+            diff = ", ".join(f"{k} {started.get(k)} (now {v})" for k, v in enc_cfg.to_dict().items()
+                             if started.get(k) != v)
+            raise ValueError(f"{state_path}: was started with another architecture: {diff}; pass the same "
+                             f"options to resume or --restart to start over")
+        # states written before these options existed trained without near misses on 0.5 m / 15 deg pairs
+        was = {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0, **st.get("data_config", {})}
+        now = {k: getattr(cfg, k) for k in was}
+        if was != now:
+            diff = ", ".join(f"{k} {was[k]} (now {now[k]})" for k in was if was[k] != now[k])
+            raise ValueError(f"{state_path}: was started with other training data: {diff}; pass the same "
+                             f"options to resume or --restart to start over")
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
@@ -188,7 +237,10 @@ def run(args: argparse.Namespace) -> int:
         tmp = state_path.with_name(state_path.name + ".tmp")
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
                     "gen": gen.get_state(), "rng": rng.bit_generator.state, "curve": curve, "step": step,
-                    "total_steps": cfg.steps}, tmp)
+                    "total_steps": cfg.steps,
+                    "data_config": {"near_miss": cfg.near_miss, "positive_m": cfg.positive_m,
+                                    "positive_deg": cfg.positive_deg},
+                    "encoder_config": enc_cfg.to_dict()}, tmp)
         tmp.replace(state_path)
         write_curve(args.out, curve)
 
@@ -206,8 +258,15 @@ def run(args: argparse.Namespace) -> int:
         xb = augment(torch.from_numpy(train_b.frames[idx].astype(np.float32)), gen)
         same = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[idx], train_a.house[idx],
                                            train_a.house[idx]))
-        z = model(torch.cat([xa, xb]))
-        loss = info_nce(z[:len(idx)], z[len(idx):], same, cfg.temperature)
+        views = [xa, xb]
+        same_an = same_bn = None
+        if train_n is not None:
+            views.append(augment(torch.from_numpy(train_n.frames[idx].astype(np.float32)), gen))
+            house = train_a.house[idx]
+            same_an = torch.from_numpy(same_place(train_a.poses[idx], train_n.poses[idx], house, house))
+            same_bn = torch.from_numpy(same_place(train_b.poses[idx], train_n.poses[idx], house, house))
+        z = model(torch.cat(views)).split(len(idx))
+        loss = info_nce(z[0], z[1], same, cfg.temperature, z[2] if len(z) > 2 else None, same_an, same_bn)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -75,12 +75,43 @@ def jitter_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, max_
     return pos.copy(), yaw + rng.uniform(-max_angle_rad, max_angle_rad)
 
 
+def near_miss_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, min_dist_m: float = 1.15,
+                   max_dist_m: float = 2.0, max_angle_rad: float = math.radians(20),
+                   turn_rad: tuple[float, float] = (math.radians(40), math.radians(75))) -> tuple[np.ndarray, float]:
+    """A navigable pose just outside the same-place criterion of (pos, yaw): a hard negative for training.
+
+    Three times in four it is min_dist_m..max_dist_m away (half of those along the viewing axis, forwards or
+    backwards, where views differ least) with a heading within max_angle_rad; otherwise it stands within
+    0.3 m of pos, turned by turn_rad[0]..turn_rad[1] either way. Falls back to a turned view at pos itself.
+    """
+    forward = np.array([-math.sin(yaw), 0.0, -math.cos(yaw)])
+    for _ in range(20):
+        if rng.random() < 0.75:
+            r = rng.uniform(min_dist_m, max_dist_m)
+            if rng.random() < 0.5:
+                direction = forward * rng.choice([-1.0, 1.0])
+            else:
+                a = rng.uniform(-math.pi, math.pi)
+                direction = np.array([math.cos(a), 0.0, math.sin(a)])
+            q = pos + r * direction
+            qyaw = yaw + rng.uniform(-max_angle_rad, max_angle_rad)
+        else:
+            r = 0.3 * math.sqrt(rng.random())
+            a = rng.uniform(-math.pi, math.pi)
+            q = pos + np.array([r * math.cos(a), 0.0, r * math.sin(a)])
+            qyaw = yaw + rng.choice([-1.0, 1.0]) * rng.uniform(*turn_rad)
+        if sim.is_navigable(q):
+            return q, qyaw
+    return pos.copy(), yaw + rng.choice([-1.0, 1.0]) * turn_rad[1]
+
+
 def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed: int, keep_rgb: bool = False,
                pair_jitter: tuple[float, float] | None = None, progress: bool = True,
-               desc: str = "render") -> tuple[FrameSet, FrameSet | None]:
-    """Render frames at sampled poses in each house; with pair_jitter also a positive view of each.
+               desc: str = "render", near_miss: bool = False) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+    """Render frames at sampled poses in each house; optionally a positive and a near-miss view of each.
 
-    Returns (frames, positives or None). Positives lie within pair_jitter = (meters, radians).
+    Returns (frames, positives or None, near misses or None). Positives lie within pair_jitter =
+    (meters, radians); near misses come from `near_miss_pose` (with near_miss=True).
     """
     from tqdm import tqdm
 
@@ -89,31 +120,36 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
 
     rng = np.random.default_rng(seed)
     sim = EmbeddedSimulator(config=SimConfig(seed=seed))
-    frames, poses, idx, rgbs = [], [], [], []
-    pframes, pposes = [], []
+    samplers = {}
+    if pair_jitter is not None:
+        samplers["pos"] = lambda pos, yaw: jitter_pose(sim, pos, yaw, rng, *pair_jitter)
+    if near_miss:
+        samplers["neg"] = lambda pos, yaw: near_miss_pose(sim, pos, yaw, rng)
+    views: dict[str, tuple[list, list, list]] = {k: ([], [], []) for k in ("main", *samplers)}
     bar = tqdm(total=len(houses) * per_house, desc=desc, unit="frame", disable=not progress, file=sys.stderr)
-    for h, scene in enumerate(houses):
+    for scene in houses:
         sim.load_scene(scene)
         for pos, yaw in sample_poses(sim, per_house, rng):
-            obs = sim.render_at(pos, yaw)
-            frames.append(frames_to_array(obs.rgb, obs.depth, enc_cfg)[0].astype(np.float16))
-            poses.append(pose2d_from_habitat(pos, yaw))
-            idx.append(h)
-            if keep_rgb:
-                rgbs.append(obs.rgb)
-            if pair_jitter is not None:
-                q, qyaw = jitter_pose(sim, pos, yaw, rng, *pair_jitter)
-                pobs = sim.render_at(q, qyaw)
-                pframes.append(frames_to_array(pobs.rgb, pobs.depth, enc_cfg)[0].astype(np.float16))
-                pposes.append(pose2d_from_habitat(q, qyaw))
+            for name in views:
+                q, qyaw = (pos, yaw) if name == "main" else samplers[name](pos, yaw)
+                obs = sim.render_at(q, qyaw)
+                frames, poses, rgbs = views[name]
+                frames.append(frames_to_array(obs.rgb, obs.depth, enc_cfg)[0].astype(np.float16))
+                poses.append(pose2d_from_habitat(q, qyaw))
+                if keep_rgb and name == "main":
+                    rgbs.append(obs.rgb)
             bar.update(1)
         sim.close()
     bar.close()
-    main = FrameSet(np.stack(frames), np.asarray(poses), np.asarray(idx), np.stack(rgbs) if keep_rgb else None)
-    pos_set = None
-    if pair_jitter is not None:
-        pos_set = FrameSet(np.stack(pframes), np.asarray(pposes), np.asarray(idx))
-    return main, pos_set
+    idx = np.repeat(np.arange(len(houses)), per_house)
+
+    def frame_set(name: str) -> FrameSet | None:
+        if name not in views:
+            return None
+        frames, poses, rgbs = views[name]
+        return FrameSet(np.stack(frames), np.asarray(poses), idx, np.stack(rgbs) if rgbs else None)
+
+    return frame_set("main"), frame_set("pos"), frame_set("neg")
 
 
 def same_place(poses_a: np.ndarray, poses_b: np.ndarray, house_a: np.ndarray, house_b: np.ndarray,

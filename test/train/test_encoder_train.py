@@ -33,6 +33,34 @@ def test_train_writes_checkpoint_curve_and_resumes(tiny_data, tmp_path, capsys):
         main(["train", "encoder", "--bogus"])
     other_steps = [a if a != "4" else "9" for a in args[:-2]]
     assert main(other_steps) == 2   # resuming with a different --steps than the state is refused
+    assert main([*args[:-2], "--no-near-miss"]) == 2   # ... and without the near misses it started with
+    assert "near_miss True (now False)" in capsys.readouterr().err
+    assert main([*args[:-2], "--positive-m", "0.9"]) == 2   # ... or with other positive pairs
+    assert "positive_m 0.5 (now 0.9)" in capsys.readouterr().err
+    assert main([*args[:-2], "--widths", "16", "32", "48", "64"]) == 2   # ... or with another architecture
+    assert "widths [32, 64, 96, 128] (now [16, 32, 48, 64])" in capsys.readouterr().err
+    assert (tiny_data / "cache").is_dir() and any("nearmiss" in f.name for f in (tiny_data / "cache").iterdir())
+
+
+def test_info_nce_near_misses_join_the_denominator_unless_marked_same_place():
+    import torch
+
+    from memnav.train.encoder_train import info_nce
+
+    torch.manual_seed(0)
+    za = torch.nn.functional.normalize(torch.randn(6, 16), dim=1)
+    zb = torch.nn.functional.normalize(za + 0.1 * torch.randn(6, 16), dim=1)
+    no_same = torch.zeros(6, 6, dtype=torch.bool)
+    base = info_nce(za, zb, no_same, 0.1)
+    # a near miss that looks exactly like its anchor is a strong negative: the loss rises
+    hard = info_nce(za, zb, no_same, 0.1, zn=za.clone(), same_n=torch.zeros(6, 6, dtype=torch.bool))
+    assert hard > base + 0.1
+    # near misses marked as the same place are not negatives at all
+    masked = info_nce(za, zb, no_same, 0.1, zn=za.clone(), same_n=torch.ones(6, 6, dtype=torch.bool))
+    assert torch.isclose(masked, base)
+    # same-place pairs among the b views are removed from the negatives too
+    far = info_nce(za, zb, torch.ones(6, 6, dtype=torch.bool), 0.1)
+    assert far < base
 
 
 @pytest.mark.slow

@@ -1,0 +1,62 @@
+"""Rendered frame banks for encoder training: positives inside, near misses just outside the same-place criterion."""
+import math
+
+import numpy as np
+import pytest
+from conftest import make_tiny_dataset
+
+from memnav.core.encoder import EncoderConfig
+from memnav.core.frames import pose2d_from_habitat
+from memnav.sim.base import SimConfig
+from memnav.sim.embedded import EmbeddedSimulator
+from memnav.train.frame_bank import houses_of_split, near_miss_pose, render_set, same_place
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    return make_tiny_dataset(tmp_path_factory.mktemp("bank") / "houses", houses=2, seed=3)
+
+
+def test_near_miss_poses_are_navigable_and_never_the_same_place(tiny_data):
+    sim = EmbeddedSimulator(config=SimConfig(seed=0))
+    sim.load_scene(houses_of_split(tiny_data, "train")[0])
+    rng = np.random.default_rng(0)
+    anchors, misses, along_axis, turned = [], [], 0, 0
+    for _ in range(200):
+        pos, yaw = sim.sample_navigable_point(), float(rng.uniform(-math.pi, math.pi))
+        q, qyaw = near_miss_pose(sim, pos, yaw, rng)
+        assert sim.is_navigable(q)
+        anchors.append(np.array(pose2d_from_habitat(pos, yaw)))
+        misses.append(np.array(pose2d_from_habitat(q, qyaw)))
+        a, b = anchors[-1], misses[-1]
+        dist = math.hypot(a[0] - b[0], a[1] - b[1])
+        dyaw = abs((a[2] - b[2] + math.pi) % (2 * math.pi) - math.pi)
+        if dist >= 1.15:
+            heading = np.array([math.cos(a[2]), math.sin(a[2])])
+            along_axis += abs(float(heading @ (b[:2] - a[:2]))) / dist > 0.999
+        else:
+            assert dist <= 0.3 + 1e-9 and math.radians(40) - 1e-9 <= dyaw <= math.radians(75) + 1e-9
+            turned += 1
+    anchors, misses = np.asarray(anchors), np.asarray(misses)
+    house = np.zeros(len(anchors), dtype=int)
+    # each near miss lies outside 1 m / 30 deg of its own anchor
+    assert not np.diag(same_place(anchors, misses, house, house)).any()
+    # both kinds occur, and displaced ones often lie along the viewing axis (where views differ least)
+    assert 20 <= turned <= 100 and along_axis >= 30
+
+
+def test_render_set_returns_anchor_positive_and_near_miss_views(tiny_data):
+    houses = houses_of_split(tiny_data, "train")
+    cfg = EncoderConfig()
+    main, pos, neg = render_set(houses, 6, cfg, seed=1, pair_jitter=(0.5, math.radians(15)), near_miss=True,
+                                progress=False)
+    for fs in (main, pos, neg):
+        assert fs.frames.shape == (6, 4, cfg.input_px, cfg.input_px) and fs.frames.dtype == np.float16
+        assert fs.poses.shape == (6, 3) and list(fs.house) == [0] * 6
+    assert np.diag(same_place(main.poses, pos.poses, main.house, pos.house)).all()
+    assert not np.diag(same_place(main.poses, neg.poses, main.house, neg.house)).any()
+    # without the extra views the anchors are drawn exactly as before (same seed, same poses)
+    only, none_pos, none_neg = render_set(houses, 6, cfg, seed=1, progress=False)
+    assert none_pos is None and none_neg is None
+    np.testing.assert_allclose(only.poses, main.poses)
+    np.testing.assert_array_equal(only.frames, main.frames)
