@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memnav.core.grid_path import descend, line_of_sight, string_pull
+from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
 
@@ -118,8 +118,8 @@ class OccupancyMap:
         return r, c, inside
 
     def cell_center(self, row: int, col: int) -> tuple[float, float]:
-        c = self.cfg.cell_m
-        return float(self.origin[0] + (col + 0.5) * c), float(self.origin[1] + (row + 0.5) * c)
+        x, y = cell_centers(self.origin, row, col, self.cfg.cell_m)
+        return float(x), float(y)
 
     def _add(self, grid: np.ndarray, x: np.ndarray, y: np.ndarray, amount: int = 1) -> None:
         r, c, inside = self.to_cells(x, y)
@@ -388,8 +388,7 @@ class Explorer:
         origin = m.window_origin(win)
         positions = trav & np.isfinite(field)
         if radius_m is not None:
-            ys = origin[1] + (np.arange(positions.shape[0]) + 0.5) * cell
-            xs = origin[0] + (np.arange(positions.shape[1]) + 0.5) * cell
+            xs, ys = cell_centers(origin, np.arange(positions.shape[0]), np.arange(positions.shape[1]), cell)
             positions &= np.hypot(xs[None, :] - pose.x_m, ys[:, None] - pose.y_m) <= radius_m
         return match_scan(scan, clearance, known, positions, origin, cell, cfg)
 
@@ -451,8 +450,7 @@ class Explorer:
         assert m is not None
         reach = np.isfinite(field)
         rows, cols = np.nonzero(reach)
-        xs = m.origin[0] + (cols + win[1].start + 0.5) * self.cfg.cell_m
-        ys = m.origin[1] + (rows + win[0].start + 0.5) * self.cfg.cell_m
+        xs, ys = cell_centers(m.window_origin(win), rows, cols, self.cfg.cell_m)
         err = np.hypot(xs - x_m, ys - y_m)
         # the reachable cell nearest the target; among near-equals, the one closest to drive to
         score = err + 0.05 * field[rows, cols]
@@ -486,8 +484,7 @@ class Explorer:
         origin = m.window_origin(win)
         pts = np.zeros((len(cells) + 1, 3))
         pts[0, 0], pts[0, 2] = pose.x_m, pose.y_m
-        pts[1:, 0] = origin[0] + (cells[:, 1] + 0.5) * cfg.cell_m
-        pts[1:, 2] = origin[1] + (cells[:, 0] + 0.5) * cfg.cell_m
+        pts[1:, 0], pts[1:, 2] = cell_centers(origin, cells[:, 0], cells[:, 1], cfg.cell_m)
         keep = string_pull(trav, origin, cfg.cell_m, pts)
         path = pts[keep]
         wp = path[1] if len(path) > 1 else path[0]

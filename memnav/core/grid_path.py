@@ -11,6 +11,13 @@ import numpy as np
 from numba import njit
 
 
+def cell_centers(origin, rows, cols, cell_m: float) -> tuple[np.ndarray, np.ndarray]:
+    """Planar coordinates (first, second) of the centres of cells (rows, cols); arrays or scalars."""
+    first = origin[0] + (np.asarray(cols) + 0.5) * cell_m
+    second = origin[1] + (np.asarray(rows) + 0.5) * cell_m
+    return first, second
+
+
 @njit(cache=True)
 def descend(field, r, c, cell_m):  # pragma: no cover - compiled
     """Cells visited by steepest descent on a distance field from (r, c) until the goal cell."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from memnav.core.grid_path import cell_centers
 from memnav.core.types import Pose2D, wrap_angle
 
 
@@ -115,8 +116,7 @@ def match_scan(scan: GoalScan, obstacle_distance_m: np.ndarray, known: np.ndarra
     for i in order:
         if scores[i] < cfg.min_score or len(out) >= cfg.max_candidates:
             break
-        x = float(origin[0] + (cols[i] + 0.5) * cell_m)
-        y = float(origin[1] + (rows[i] + 0.5) * cell_m)
+        x, y = (float(v) for v in cell_centers(origin, rows[i], cols[i], cell_m))
         if any(math.hypot(x - c.pose.x_m, y - c.pose.y_m) < cfg.min_separation_m for c in out):
             continue
         out.append(Candidate(Pose2D(x, y, wrap_angle(float(yaws[best_yaw[i]]))), float(scores[i])))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memnav.core.grid_path import cell_centers
 from memnav.core.grid_path import descend as _descend
 from memnav.core.grid_path import line_of_sight as _line_of_sight
 from memnav.core.grid_path import string_pull as _string_pull
@@ -107,10 +108,8 @@ class NavGrid:
         return row, col
 
     def cell_center(self, row: int, col: int) -> np.ndarray:
-        c = self.config.cell_m
-        x = self.origin[0] + (col + 0.5) * c
-        z = self.origin[1] + (row + 0.5) * c
-        return np.array([x, float(self.floor_y[row, col]), z])
+        x, z = cell_centers(self.origin, row, col, self.config.cell_m)
+        return np.array([float(x), float(self.floor_y[row, col]), float(z)])
 
     def in_bounds(self, row: int, col: int) -> bool:
         return 0 <= row < self.shape[0] and 0 <= col < self.shape[1]
@@ -180,8 +179,7 @@ class NavGrid:
 
         c = self.config.cell_m
         tgt = np.asarray(target, dtype=np.float64)
-        rows = self.origin[1] + (np.arange(self.shape[0]) + 0.5) * c
-        cols = self.origin[0] + (np.arange(self.shape[1]) + 0.5) * c
+        cols, rows = cell_centers(self.origin, np.arange(self.shape[0]), np.arange(self.shape[1]), c)
         # zero level set: a small circle around the target, so the field is metric from the start
         phi = np.hypot(cols[None, :] - tgt[0], rows[:, None] - tgt[2]) - 0.75 * c
         phi[cell] = min(phi[cell], -1e-3)
@@ -219,8 +217,7 @@ class NavGrid:
         pts = np.empty((len(cells) + 1, 3))
         pts[0] = np.asarray(a, dtype=np.float64)
         c = self.config.cell_m
-        pts[1:-1, 0] = self.origin[0] + (cells[1:, 1] + 0.5) * c
-        pts[1:-1, 2] = self.origin[1] + (cells[1:, 0] + 0.5) * c
+        pts[1:-1, 0], pts[1:-1, 2] = cell_centers(self.origin, cells[1:, 0], cells[1:, 1], c)
         pts[1:-1, 1] = self.floor_y[cells[1:, 0], cells[1:, 1]]
         pts[-1] = np.asarray(b, dtype=np.float64)
         keep = _string_pull(self.navigable, self.origin, c, pts)
@@ -235,8 +232,7 @@ class NavGrid:
     def _sample_free(self, caster: RayCaster) -> tuple[np.ndarray, np.ndarray]:
         cfg = self.config
         rows, cols = self.shape
-        xs = self.origin[0] + (np.arange(cols) + 0.5) * cfg.cell_m
-        zs = self.origin[1] + (np.arange(rows) + 0.5) * cfg.cell_m
+        xs, zs = cell_centers(self.origin, np.arange(rows), np.arange(cols), cfg.cell_m)
         xx, zz = np.meshgrid(xs, zs)
         n = xx.size
         top = self.floor_height_m + cfg.max_climb_m + 0.05
