@@ -18,7 +18,8 @@ import numpy as np
 from memnav.core.encoder import Encoder
 from memnav.core.verification import VerificationConfig, extract_features
 from memnav.sim.dataset import default_data_dir
-from memnav.train.frame_bank import houses_of_split, recall_at_1, render_set, same_place
+from memnav.train.encoder_train import embed
+from memnav.train.frame_bank import houses_of_split, recall_at_1, recall_at_k, render_set, same_place
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,12 +89,9 @@ def run(args: argparse.Namespace) -> dict:
     qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries")[0]
     match = same_place(qs.poses, db.poses, qs.house, db.house)
 
-    def emb(frames: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return np.concatenate([encoder.model(torch.from_numpy(frames[i:i + 256].astype(np.float32))).numpy()
-                                   for i in range(0, len(frames), 256)])
-
-    r_enc, n_valid = recall_at_1(emb(db.frames), emb(qs.frames), match)
+    db_emb, q_emb = embed(encoder.model, db.frames), embed(encoder.model, qs.frames)
+    r_enc, n_valid = recall_at_1(db_emb, q_emb, match)
+    r_enc5, _ = recall_at_k(db_emb, q_emb, match, 5)
     r_pix, _ = recall_at_1(pixel_descriptors(db.rgb), pixel_descriptors(qs.rgb), match)
     train_rgb = render_set(houses_of_split(args.data, "train"), 40, encoder.cfg, args.seed + 2, keep_rgb=True,
                            desc="orb vocabulary")[0].rgb
@@ -113,6 +111,7 @@ def run(args: argparse.Namespace) -> dict:
           f"true match)", file=sys.stderr)
     return {
         "recall_at_1": round(r_enc, 4),
+        "recall_at_5": round(r_enc5, 4),
         "baseline_pixels_recall_at_1": round(r_pix, 4),
         "baseline_orb_recall_at_1": round(r_orb, 4),
         "encode_ms_p50": round(float(np.median(times)), 3),

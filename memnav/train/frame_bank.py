@@ -160,12 +160,17 @@ def same_place(poses_a: np.ndarray, poses_b: np.ndarray, house_a: np.ndarray, ho
     return (d <= max_dist_m) & (dyaw <= max_angle_rad) & (house_a[:, None] == house_b[None, :])
 
 
-def recall_at_1(db_emb: np.ndarray, q_emb: np.ndarray, match: np.ndarray) -> tuple[float, int]:
-    """Fraction of queries (with at least one true match) whose nearest database item is a true match."""
+def recall_at_k(db_emb: np.ndarray, q_emb: np.ndarray, match: np.ndarray, k: int = 1) -> tuple[float, int]:
+    """Fraction of queries (with at least one true match) with a true match among their k nearest database items."""
     valid = match.any(axis=1)
     if not valid.any():
         return math.nan, 0
     sims = q_emb[valid] @ db_emb.T
-    best = np.argmax(sims, axis=1)
-    hits = match[valid][np.arange(valid.sum()), best]
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    hits = np.take_along_axis(match[valid], top, axis=1).any(axis=1)
     return float(hits.mean()), int(valid.sum())
+
+
+def recall_at_1(db_emb: np.ndarray, q_emb: np.ndarray, match: np.ndarray) -> tuple[float, int]:
+    """Fraction of queries (with at least one true match) whose nearest database item is a true match."""
+    return recall_at_k(db_emb, q_emb, match, 1)

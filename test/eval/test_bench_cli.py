@@ -37,6 +37,7 @@ def test_bench_encoder_keys(tiny_data, tmp_path):
     for key in ("recall_at_1", "baseline_pixels_recall_at_1", "baseline_orb_recall_at_1"):
         assert 0.0 <= res[key] <= 1.0
     assert res["encode_ms_p50"] > 0 and res["queries_evaluated"] > 0
+    assert res["recall_at_1"] <= res["recall_at_5"] <= 1.0
 
 
 def test_bench_encoder_missing_checkpoint_is_a_clear_error(tmp_path, capsys):

@@ -9,7 +9,7 @@ from memnav.core.encoder import EncoderConfig
 from memnav.core.frames import pose2d_from_habitat
 from memnav.sim.base import SimConfig
 from memnav.sim.embedded import EmbeddedSimulator
-from memnav.train.frame_bank import houses_of_split, near_miss_pose, render_set, same_place
+from memnav.train.frame_bank import houses_of_split, near_miss_pose, recall_at_1, recall_at_k, render_set, same_place
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +60,16 @@ def test_render_set_returns_anchor_positive_and_near_miss_views(tiny_data):
     assert none_pos is None and none_neg is None
     np.testing.assert_allclose(only.poses, main.poses)
     np.testing.assert_array_equal(only.frames, main.frames)
+
+
+def test_recall_at_k_counts_a_true_match_among_the_k_nearest_and_skips_queries_without_one():
+    db = np.eye(4)
+    q = np.array([[1.0, 0.9, 0.0, 0.0],      # nearest db 0 (a match)
+                  [0.0, 1.0, 0.8, 0.7],      # ranks 1, 2, 3: only db 3 matches
+                  [0.0, 0.0, 1.0, 0.0]])     # no true match at all: not counted
+    match = np.array([[1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0]], dtype=bool)
+    assert recall_at_1(db, q, match) == (0.5, 2)
+    assert recall_at_k(db, q, match, 2) == (0.5, 2)
+    assert recall_at_k(db, q, match, 3) == (1.0, 2)
+    r, n = recall_at_k(db, q, np.zeros((3, 4), dtype=bool), 5)
+    assert math.isnan(r) and n == 0
