@@ -440,6 +440,35 @@ class Explorer:
             self._frontier = None
         return plan
 
+    def unvisited_point(self, pose: Pose2D, visited_xy: np.ndarray,
+                        min_distance_m: float) -> tuple[float, float] | None:
+        """The reachable map position nearest to drive to that lies at least `min_distance_m` from every visited
+        position (an (N, 2) array, meters), or None when there is none: where to stand next once everything
+        has been seen but the goal not found, since a place seen from afar was not seen from where it stands."""
+        from scipy import ndimage
+
+        fields = self._fields(pose)
+        if fields is None:
+            return None
+        win, trav, field, _, _ = fields
+        m = self.map
+        assert m is not None
+        cell = self.cfg.cell_m
+        reach = trav & np.isfinite(field)
+        unvisited = np.ones_like(reach)
+        pts = np.asarray(visited_xy, dtype=np.float64).reshape(-1, 2)
+        r, c, inside = m.to_cells(pts[:, 0], pts[:, 1])
+        r, c = r[inside] - win[0].start, c[inside] - win[1].start
+        ok = (r >= 0) & (c >= 0) & (r < reach.shape[0]) & (c < reach.shape[1])
+        unvisited[r[ok], c[ok]] = False
+        far = reach & (ndimage.distance_transform_edt(unvisited) * cell >= min_distance_m)
+        if not far.any():
+            return None
+        rows, cols = np.nonzero(far)
+        i = int(np.argmin(field[rows, cols]))
+        x, y = cell_centers(m.window_origin(win), rows[i], cols[i], cell)
+        return float(x), float(y)
+
     def go_to(self, pose: Pose2D, x_m: float, y_m: float) -> Plan:
         """The next move towards a point (or the reachable cell nearest to it); action None once there."""
         fields = self._fields(pose)

@@ -120,6 +120,14 @@ class NavigatorConfig:
         refine_radius_m: when the stop rule wants to stop and the goal scan fits the map clearly (score >= 0.8)
             at a pose within this distance but farther than waypoint_reach_m, the robot goes there and judges it
             as a candidate instead (0 turns this off; needs scan_match), meters.
+        stop_approach_min_inliers: when the stop rule wants to stop but the goal localized from RGB-D matches
+            (with at least this many agreeing matches) lies farther than stop_approach_min_m, the robot drives
+            there and judges it as a candidate instead (0 turns this off; needs localize).
+        stop_approach_min_m: see stop_approach_min_inliers, meters.
+        sweep_spacing_m: once everything is explored and no goal candidate is left, the robot stands at
+            reachable positions at least this far from everywhere it has been, nearest first, and judges each
+            like a candidate (look around; mode "sweep") before falling back to the best view (0 turns this
+            off), meters.
         persistent_map: keep the occupancy map across episodes, in the odometry frame (lifelong visits that
             share one odometry frame; `explorer.save_map` / `load_map` keep it across runs). False: each
             episode maps from scratch in the frame of its first pose.
@@ -150,6 +158,9 @@ class NavigatorConfig:
     candidate_stop_similarity: float = 0.8
     persistent_map: bool = False
     refine_radius_m: float = 1.5
+    stop_approach_min_inliers: int = 0
+    stop_approach_min_m: float = 0.6
+    sweep_spacing_m: float = 0.0
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -240,6 +251,8 @@ class Navigator:
         self._match_now = False  # scan-match at the next step (the start's look-around is done)
         self._refining = False   # the candidate is a stop the stop rule wanted, moved to a better fit
         self._best_view: tuple[float, Pose2D] | None = None   # (similarity, map pose) of the best view
+        self._visited: list[tuple[float, float]] = []   # map positions of the episode (sweep targets avoid them)
+        self._sweeping = False   # the candidate is a sweep position, not a scan match
         self._steps = 0
         self._anchor: Pose2D | None = None   # first pose of the episode: the occupancy map's origin
         self.goal_estimate: Pose2D | None = None   # localized goal pose in the odometry frame
@@ -272,6 +285,8 @@ class Navigator:
         self._match_now = False
         self._refining = False
         self._best_view = None
+        self._visited = []
+        self._sweeping = False
         self._anchor = None
         self.prev_action = -1
         self.hidden = None
@@ -412,7 +427,7 @@ class Navigator:
             self._note_view(pose, inp.similarity)
         # the stop rule's stop, unless the goal scan fits the map clearly better a few steps away: go there
         # and judge it (mode "candidate"), which also keeps the stop rule quiet on the way
-        stop = inp.stop.stop and not self._refining and not self._refine(pose)
+        stop = inp.stop.stop and not self._refining and not self._refine(pose) and not self._approach_instead(pose)
         move, self.mode = (Action.STOP, "stop") if stop else self._planned_move(pose, inp.collided)
         if move is not None:
             action = move
@@ -461,6 +476,18 @@ class Navigator:
         self._candidate, self._spin, self._refining = best[0], None, True
         return True
 
+    def _approach_instead(self, pose: Pose2D) -> bool:
+        """The stop rule wants to stop: does a well-supported goal estimate lie farther off? If so the robot
+        drives there and judges it (True), with the stop rule quiet on the way."""
+        goal, need = self.goal_estimate, self.cfg.stop_approach_min_inliers
+        if need <= 0 or goal is None or self._goal_support < need or self._spin is not None:
+            return False
+        here = self._map_pose(pose)
+        if math.hypot(goal.x_m - here.x_m, goal.y_m - here.y_m) <= self.cfg.stop_approach_min_m:
+            return False
+        self._refining = True
+        return True
+
     def _was_rejected(self, pose: Pose2D) -> bool:
         """A candidate or goal estimate was judged and rejected within _REJECT_RADIUS_M of this position."""
         return any(math.hypot(pose.x_m - r.x_m, pose.y_m - r.y_m) < _REJECT_RADIUS_M for r in self._rejected)
@@ -486,6 +513,7 @@ class Navigator:
         use it relative to the episode's first pose.
         """
         odom, pose = pose, self._map_pose(pose)
+        self._visited.append((pose.x_m, pose.y_m))
         if self.goal_estimate is not None:
             move = self._approach_move(pose)
             if move is not None:
@@ -501,7 +529,7 @@ class Navigator:
             return Action.TURN_LEFT, "look"
         move = self._candidate_move(pose)
         if move is not None:
-            return move, "candidate"
+            return move, "sweep" if self._sweeping else "candidate"
         if self.cfg.explore:
             move = self.explorer.explore(pose).action
             self._explored = move is None
@@ -510,7 +538,10 @@ class Navigator:
             # nothing left to explore from here: any fitting pose is worth a look
             move = self._candidate_move(pose)
             if move is not None:
-                return move, "candidate"
+                return move, "sweep" if self._sweeping else "candidate"
+            move = self._sweep_move(pose)
+            if move is not None:
+                return move, "sweep"
             move = self._best_view_move(pose)
             if move is not None:
                 return move, "best_view"
@@ -518,10 +549,8 @@ class Navigator:
 
     def _candidate_move(self, pose: Pose2D) -> Action | None:
         """Drive to, face and judge the best scan-matched goal candidate; None when there is none."""
-        if self._scan is None:
-            return None
-        if self._candidate is None and (self._explored or self._match_now
-                                        or self._steps % self.cfg.match_every_steps == 1):
+        if self._scan is not None and self._candidate is None and (
+                self._explored or self._match_now or self._steps % self.cfg.match_every_steps == 1):
             self._match_now = False
             min_score = 0.0 if self._explored else self.cfg.candidate_min_score
             for cand in self.explorer.match_goal(pose, self._scan):
@@ -542,6 +571,23 @@ class Navigator:
         self._candidate = None
         self._spin = None
         self._refining = False
+        self._sweeping = False
+        return None
+
+    def _sweep_move(self, pose: Pose2D) -> Action | None:
+        """Nothing left to explore or match: stand where the robot has not been (`sweep_spacing_m` from its
+        path), look around and judge it as a candidate; None when no such position is left."""
+        if self.cfg.sweep_spacing_m <= 0:
+            return None
+        for _ in range(3):    # a position that cannot be reached is rejected (and then avoided): try another
+            been = np.array(self._visited + [(r.x_m, r.y_m) for r in self._rejected])
+            spot = self.explorer.unvisited_point(pose, been, self.cfg.sweep_spacing_m)
+            if spot is None:
+                return None
+            self._candidate, self._sweeping = Candidate(Pose2D(spot[0], spot[1], 0.0), 0.0), True
+            move = self._candidate_move(pose)
+            if move is not None:
+                return move
         return None
 
     def _look_around(self, pose: Pose2D) -> Action | None:
@@ -575,6 +621,7 @@ class Navigator:
             self.goal_estimate = None
             self._goal_support = 0
             self._spin = None
+            self._refining = False
         return move
 
     # -- homing over the scene graph --------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
@@ -86,7 +87,9 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
             agent.reset(ep, goal, sim)
             while not env.done:
                 obs = env.step(agent.act(obs))
-            results.append(env.result())
+            result = env.result()
+            layer = getattr(agent, "mode", None)   # agents with decision layers say which one ended it
+            results.append(replace(result, ended_by=layer) if layer else result)
             summary = aggregate(results)
             bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
     finally:
@@ -184,6 +187,11 @@ def run(args: argparse.Namespace) -> int:
                 lifelong[name] = lifelong_spl_by_visit(results)
                 summaries[name]["lifelong_spl_by_visit"] = lifelong[name]
     print(format_table(summaries))
+    for name, summary in summaries.items():
+        if "ended_by" in summary:
+            rows = ", ".join(f"{layer} {r['episodes']} ({r['successes']} ok)"
+                             for layer, r in summary["ended_by"].items())
+            print(f"{name}: episodes ended by: {rows}")
     if args.lifelong:
         for name, curve in lifelong.items():
             shown = ", ".join(f"{v:.2f}" for v in curve[:10])

@@ -148,6 +148,11 @@ class LearnedAgent:
     def act(self, obs: Observation) -> Action:
         return self.step(obs.rgb, obs.depth, obs.pose)[0]
 
+    @property
+    def mode(self) -> str:
+        """The Navigator layer that chose the last action (`Navigator.mode`)."""
+        return self.navigator.mode
+
     def _map_path(self, place_key: str) -> Path:
         assert self.options.lifelong_dir is not None
         return Path(self.options.lifelong_dir) / f"{place_key}.map.npz"

@@ -46,6 +46,9 @@ class EpisodeResult:
         path_length_m: length of the path the agent actually travelled, meters.
         steps: actions taken (STOP included).
         status: how the episode ended.
+        ended_by: for agents with decision layers (memnav's Navigator): the layer that chose the last action
+            ("stop" = the stop rule, "candidate"/"approach" = a judged goal candidate, "best_view", "homing",
+            "policy", ...); empty for other agents.
     """
 
     episode_id: str
@@ -58,6 +61,7 @@ class EpisodeResult:
     path_length_m: float
     steps: int
     status: EpisodeStatus
+    ended_by: str = ""
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -74,7 +78,7 @@ def aggregate(results: Sequence[EpisodeResult]) -> dict:
     def mean(key: str) -> float:
         return float(np.mean([getattr(r, key) for r in results]))
 
-    return {
+    out = {
         "episodes": len(results),
         "success": mean("success"),
         "spl": mean("spl"),
@@ -83,3 +87,16 @@ def aggregate(results: Sequence[EpisodeResult]) -> dict:
         "distance_to_goal": mean("distance_to_goal_m"),
         "path_length": mean("path_length_m"),
     }
+    if any(r.ended_by for r in results):
+        out["ended_by"] = ended_by_layer(results)
+    return out
+
+
+def ended_by_layer(results: Sequence[EpisodeResult]) -> dict[str, dict]:
+    """Per decision layer that chose an episode's last action: episodes and successes ended that way."""
+    table: dict[str, dict] = {}
+    for r in results:
+        row = table.setdefault(r.ended_by or "unknown", {"episodes": 0, "successes": 0})
+        row["episodes"] += 1
+        row["successes"] += int(r.success > 0)
+    return dict(sorted(table.items(), key=lambda kv: -kv[1]["episodes"]))

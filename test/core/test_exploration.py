@@ -160,3 +160,31 @@ def test_map_saves_and_loads_exactly_and_bad_files_are_refused_untouched(sim, tm
         OccupancyMap.load(newer, ExplorerConfig())
     assert np.array_equal(other.map.free, m.free)               # a refused load keeps the map it had
 
+
+
+def test_unvisited_point_is_reachable_far_from_the_path_and_none_once_everywhere_was_visited(sim):
+    obs = _start(sim, 1.0, 3.0)
+    explorer = Explorer(ExplorerConfig())
+    obs, _, done = _explore(sim, explorer, obs)
+    assert done
+    path = np.array([[obs.pose.x_m, obs.pose.y_m]])
+    spot = explorer.unvisited_point(obs.pose, path, 1.5)
+    assert spot is not None and math.hypot(spot[0] - path[0, 0], spot[1] - path[0, 1]) >= 1.5 - 0.1   # 1 cell
+    plan = explorer.go_to(obs.pose, *spot)                 # reachable: a plan that drives there
+    assert plan.action is not None
+    # the nearest such position: every reachable cell closer to the robot is within 1.5 m of the path
+    nearer = explorer.unvisited_point(obs.pose, path, 0.5)
+    assert nearer is not None and math.hypot(nearer[0] - obs.pose.x_m, nearer[1] - obs.pose.y_m) <= \
+        math.hypot(spot[0] - obs.pose.x_m, spot[1] - obs.pose.y_m)
+    # standing everywhere leaves nothing unvisited (the two rooms span x 0-8 m, z 0-4 m)
+    xs, zs = np.meshgrid(np.arange(0.0, 8.0, 0.2), np.arange(0.0, 4.0, 0.2))
+    everywhere = np.array([[p[0], p[1]] for p in (
+        (lambda q: (q.x_m, q.y_m))(_map_xy(x, z)) for x, z in zip(xs.ravel(), zs.ravel()))])
+    assert explorer.unvisited_point(obs.pose, everywhere, 0.5) is None
+
+
+def _map_xy(x_hab: float, z_hab: float) -> Pose2D:
+    from memnav.core.frames import pose2d_from_habitat
+
+    x, y, yaw = pose2d_from_habitat(np.array([x_hab, 0.0, z_hab]), 0.0)
+    return Pose2D(x, y, yaw)

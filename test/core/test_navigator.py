@@ -1,4 +1,6 @@
 """Navigator: memory tokens per memory kind, stop decisions, goal-image checks (real encoder network)."""
+import itertools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +168,86 @@ def test_homing_drops_a_blocked_target_and_is_off_by_default(encoder):
     plain.reset(*goal)
     plain.act(*_frame(300), Pose2D(0.0, 0.0, 0.0), 10 * 10**9)
     assert plain.mode == "policy"
+
+
+def _approach_setup(encoder, two_room_scene, min_inliers: int):
+    """A robot whose stop rule always wants to stop, 1.5 m short of where the goal photo was taken, with a
+    well-supported goal estimate there (as RGB-D localization would give it)."""
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    start = np.array([2.5, 0.0, 3.5])
+    sim.set_agent_pose(start, 0.0)
+    first = sim.render_at(start, 0.0)
+    obs = first
+    for _ in range(6):
+        obs = sim.step(Action.MOVE_FORWARD)
+    goal_pose = obs.pose.relative_to(first.pose)
+    assert goal_pose.x_m == pytest.approx(1.5, abs=0.05)
+    cfg = NavigatorConfig(memory=MemoryKind.NONE.value, explore=True, localize=False,
+                          stop_approach_min_inliers=min_inliers)
+    always = GoalBeliefCalibrator(np.array([0.0, 0.0, 10.0]), ("similarity", "verification"))
+    nav = Navigator(encoder, always, cfg, policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
+    nav.reset(obs.rgb, obs.depth)
+    sim.set_agent_pose(start, 0.0)
+    nav.goal_estimate, nav._goal_support = goal_pose, 20
+    return sim, nav, first
+
+
+def test_a_stop_short_of_a_localized_goal_drives_there_and_stops_facing_it(encoder, two_room_scene):
+    sim, nav, obs = _approach_setup(encoder, two_room_scene, min_inliers=10)
+    action, inp, _ = nav.act(obs.rgb, obs.depth, obs.pose, 1)
+    assert inp.stop.stop and action != Action.STOP and nav.mode == "approach"
+    for t in range(2, 60):
+        obs = sim.step(action)
+        action, inp, _ = nav.act(obs.rgb, obs.depth, obs.pose, t)
+        if action == Action.STOP:
+            break
+    assert action == Action.STOP and nav.mode == "approach"
+    here = obs.pose.relative_to(sim.render_at(np.array([2.5, 0.0, 3.5]), 0.0).pose)
+    assert math.hypot(here.x_m - 1.5, here.y_m) < 0.5 and inp.similarity > 0.9
+    sim.close()
+
+
+def test_without_stop_approach_or_with_too_little_support_the_stop_rule_stops_at_once(encoder, two_room_scene):
+    for need in (0, 25):                      # off; the estimate's 20 inliers are fewer than needed
+        sim, nav, obs = _approach_setup(encoder, two_room_scene, min_inliers=need)
+        action, _, _ = nav.act(obs.rgb, obs.depth, obs.pose, 1)
+        assert action == Action.STOP and nav.mode == "stop"
+        sim.close()
+
+
+def test_sweep_stands_away_from_the_path_once_everything_is_explored_then_falls_back_to_the_best_view(
+        encoder, two_room_scene):
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    start = np.array([1.0, 0.0, 3.0])
+    sim.set_agent_pose(start, 0.0)
+    obs = sim.render_at(start, 0.0)
+    never = GoalBeliefCalibrator(np.array([0.0, 0.0, -10.0]), ("similarity", "verification"))   # never stops
+    cfg = NavigatorConfig(memory=MemoryKind.NONE.value, explore=True, scan_match=False, sweep_spacing_m=1.5)
+    nav = Navigator(encoder, never, cfg, policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
+    nav.reset(*_frame(7))                     # a goal photo of nowhere in this scene
+    modes, path = [], []
+    for t in range(1, 700):
+        action, _, _ = nav.act(obs.rgb, obs.depth, obs.pose, t)
+        modes.append(nav.mode)
+        path.append((obs.pose.x_m, obs.pose.y_m))
+        if action == Action.STOP:
+            break
+        obs = sim.step(action)
+    sim.close()
+    assert action == Action.STOP and modes[-1] == "best_view"
+    first = modes.index("sweep")
+    assert "explore" in modes[:first] and "explore" not in modes[first:]
+    # each sweep position (where the robot turned a full circle on the spot) was about 1.5 m or more from the
+    # path before the sweep began (less one 0.1 m cell and the distance at which a target counts as reached)
+    runs = [(p, len(list(g))) for p, g in itertools.groupby(path[first:])]
+    spots = [p for p, n in runs if n >= 11]
+    assert len(spots) >= 2
+    before = np.array(path[:first])
+    for p in spots:
+        assert np.min(np.hypot(*(before - np.array(p)).T)) >= 1.5 - 0.1 - nav.explorer.cfg.target_reach_m

@@ -45,6 +45,12 @@ def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
     for e in res["agents"]["oracle"]["per_episode"]:   # the oracle fails only by running out of steps
         assert e["success"] == 1.0 or e["steps"] == 30
     assert res["forward"]["success"] == 0.0 and res["forward"]["mean_steps"] == 30
+    # the memnav agents say which of their layers ended each episode; agents without layers leave it empty
+    for name in ("memnav", "memnav-fixed"):
+        layers = [e["ended_by"] for e in res["agents"][name]["per_episode"]]
+        assert all(layers) and sum(r["episodes"] for r in res[name]["ended_by"].values()) == 2
+        assert f"{name}: episodes ended by: " in table
+    assert all(e["ended_by"] == "" for e in res["agents"]["oracle"]["per_episode"]) and "ended_by" not in res["oracle"]
 
 
 @pytest.mark.slow
