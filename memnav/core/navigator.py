@@ -30,10 +30,13 @@ heading can be off by half a turn): it faces the view most similar to the goal p
 stop rule agrees or that similarity is at least `candidate_stop_similarity`, else it rejects the candidate
 and goes on (mode "candidate"). An exploring episode starts with the same full turn in place (mode "look").
 When the stop rule wants to stop but the goal scan fits the map clearly better within `refine_radius_m`,
-that pose becomes the candidate instead. When nothing is left to explore or check, the robot returns to
-the episode's view most similar to the goal photo and stops there (mode "best_view").
+that pose becomes the candidate instead; likewise, with `stop_approach_min_inliers`, when an RGB-D goal
+estimate with that much support lies farther than `stop_approach_min_m`. When nothing is left to explore or
+check, the robot first stands at positions at least `sweep_spacing_m` from everywhere it has been and judges
+each like a candidate (mode "sweep": a place seen from afar was not seen from where it stands), then returns
+to the episode's view most similar to the goal photo and stops there (mode "best_view").
 With `persistent_map` the occupancy map is kept across episodes in the odometry frame (lifelong visits).
-Priority: stop rule > approach > homing > look > candidate > explore > best view > policy.
+Priority: stop rule > approach > homing > look > candidate > explore > sweep > best view > policy.
 
 The stop controller reads a calibrated belief from the cosine similarity of the current and goal
 embeddings and a geometric verification score (ORB + RANSAC, computed only when the similarity makes a
@@ -236,7 +239,7 @@ class Navigator:
         self._target_yaw = 0.0
         self._route: list[Pose2D] = []
         self._failed: set[int] = set()
-        self.mode = "policy"  # what chose the last move: "policy", "homing", "explore" or "approach"
+        self.mode = "policy"  # what chose the last move (see the module docstring's priority of layers)
         self.explorer = Explorer(ExplorerConfig(hfov_deg=cfg.hfov_deg, camera_height_m=cfg.camera_height_m,
                                                 forward_step_m=cfg.forward_step_m,
                                                 heading_tolerance_rad=cfg.heading_tolerance_rad))

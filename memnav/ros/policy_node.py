@@ -12,7 +12,7 @@ Publishes:
     /cmd_vel                    geometry_msgs/Twist (each action as a velocity held for `action_duration_s`)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
                                 stop_reason, goal_probability, places, mode: "policy", "homing",
-                                "explore", "candidate", "approach" or "stop"}
+                                "look", "explore", "candidate", "approach", "sweep", "best_view" or "stop"}
 Parameters: the fields of PolicyNodeConfig below.
 Modes: `lockstep` true acts once per new frame pair (evaluation against sim_bridge_node in lock-step);
 false decides on the newest frames once the previous action has had its `action_duration_s`: on the first new

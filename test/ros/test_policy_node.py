@@ -74,7 +74,7 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
             pytest.fail(f"episodes finished: {list(results)}; actions seen: {len(got['action'])}\n" + "\n".join(outs))
         for r in results.values():
             assert r["steps"] <= 6 and r["goal_stamp_ns"] > 0
-        modes = ("policy", "homing", "look", "explore", "candidate", "approach", "best_view", "stop")
+        modes = ("policy", "homing", "look", "explore", "candidate", "approach", "sweep", "best_view", "stop")
         assert got["state"] and all(0.0 <= s["belief"] <= 1.0 and s["mode"] in modes for s in got["state"])
         assert set(got["action"]) <= {a.name for a in Action}
         assert len(got["action"]) >= sum(r["steps"] for r in results.values())
