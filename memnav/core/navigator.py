@@ -131,6 +131,9 @@ class NavigatorConfig:
             reachable positions at least this far from everywhere it has been, nearest first, and judges each
             like a candidate (look around; mode "sweep") before falling back to the best view (0 turns this
             off), meters.
+        best_view_after_steps: from this many actions into an episode, the robot stops searching (candidates,
+            exploration, sweep) and goes to the best view, so that it stops somewhere before an episode's
+            step limit instead of being cut off mid-search (0 turns this off).
         persistent_map: keep the occupancy map across episodes, in the odometry frame (lifelong visits that
             share one odometry frame; `explorer.save_map` / `load_map` keep it across runs). False: each
             episode maps from scratch in the frame of its first pose.
@@ -164,6 +167,7 @@ class NavigatorConfig:
     stop_approach_min_inliers: int = 0
     stop_approach_min_m: float = 0.6
     sweep_spacing_m: float = 0.0
+    best_view_after_steps: int = 0
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -254,7 +258,7 @@ class Navigator:
         self._match_now = False  # scan-match at the next step (the start's look-around is done)
         self._refining = False   # the candidate is a stop the stop rule wanted, moved to a better fit
         self._best_view: tuple[float, Pose2D] | None = None   # (similarity, map pose) of the best view
-        self._visited: list[tuple[float, float]] = []   # map positions of the episode (sweep targets avoid them)
+        self._visited: list[tuple[float, float]] = []   # map positions of the episode's moves (one per action)
         self._sweeping = False   # the candidate is a sweep position, not a scan match
         self._steps = 0
         self._anchor: Pose2D | None = None   # first pose of the episode: the occupancy map's origin
@@ -524,6 +528,11 @@ class Navigator:
         move = self._homing_move(odom, collided)
         if move is not None:
             return move, "homing"
+        late = self.cfg.best_view_after_steps
+        if self.cfg.explore and late > 0 and len(self._visited) > late:
+            move = self._best_view_move(pose)    # time is nearly up: stop at the best guess
+            if move is not None:
+                return move, "best_view"
         self._steps += 1
         if self.cfg.explore and self._look_left > 0:
             # look around first (turns cost no path length): a map all around, views for the stop rule

@@ -172,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
                 memory_dir = (args.memory_dir or Path(tmp)) / name
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
-                                          homing=not args.no_homing, explore=not args.no_explore)
+                                          homing=not args.no_homing, explore=not args.no_explore,
+                                          max_steps=args.max_steps)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

@@ -43,6 +43,8 @@ EXPLORING_SEARCH_VALUE = 0.5
 EXPLORING_STOP_APPROACH_MIN_INLIERS = 10
 # exploring agents: once everything is explored, stand this far from everywhere they have been and look around
 EXPLORING_SWEEP_SPACING_M = 1.5
+# exploring agents: this many actions before the step limit, stop searching and go to the best view
+EXPLORING_BEST_VIEW_RESERVE = 100
 
 
 @dataclass
@@ -61,6 +63,8 @@ class LearnedAgentOptions:
             from RGB-D matches (NavigatorConfig.explore / localize); False leaves the search to the policy.
         collision_fraction: a forward move shorter than this fraction of 0.25 m counts as blocked
             (NavigatorConfig.collision_fraction).
+        max_steps: the episode's step limit, actions (0: none); an exploring agent heads for its best view
+            EXPLORING_BEST_VIEW_RESERVE actions before it (NavigatorConfig.best_view_after_steps).
     """
 
     policy_dir: Path = MODELS
@@ -71,6 +75,7 @@ class LearnedAgentOptions:
     homing: bool = True
     explore: bool = True
     collision_fraction: float = 0.9
+    max_steps: int = 500
 
 
 class LearnedAgent:
@@ -99,7 +104,9 @@ class LearnedAgent:
                               persistent_map=explore and opts.lifelong_dir is not None,
                               collision_fraction=opts.collision_fraction,
                               stop_approach_min_inliers=EXPLORING_STOP_APPROACH_MIN_INLIERS if explore else 0,
-                              sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0)
+                              sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0,
+                              best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)
+                              if explore and opts.max_steps > 0 else 0)
         # an agent that explores has more to gain from searching on than one that leaves it to the policy
         stop_params = {"search_value": EXPLORING_SEARCH_VALUE} if explore else None
         self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy, stop_params=stop_params)

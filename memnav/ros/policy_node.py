@@ -61,6 +61,8 @@ class PolicyNodeConfig:
         collision_fraction: a MOVE_FORWARD after which odometry moved less than this fraction of
             forward_step_m counts as blocked (0.9 in lock-step, where a step is exact; in real time velocity
             and acceleration limits make every step fall a little short: use about 0.4).
+        max_steps: the episode's step limit in actions (the sim bridge's sim.max_episode_steps; 0 = none): an
+            exploring agent stops searching and heads for its best view 100 actions before it.
         torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
             several nodes on few cores each spinning a thread per core were measured 50x slower.
     """
@@ -80,10 +82,13 @@ class PolicyNodeConfig:
     torch_threads: int = 1
     explore: bool = True
     collision_fraction: float = 0.9
+    max_steps: int = 500
 
     def __post_init__(self) -> None:
         if not 0.0 < self.collision_fraction <= 1.0:
             raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
+        if self.max_steps < 0:
+            raise ValueError(f"PolicyNodeConfig.max_steps must be >= 0 (0 = no step limit), got {self.max_steps!r}")
         if self.action_duration_s <= 0 or self.sync_tolerance_s < 0 or self.torch_threads < 0:
             raise ValueError("PolicyNodeConfig: action_duration_s must be > 0, sync_tolerance_s and torch_threads "
                              f">= 0; got {self.action_duration_s!r}, {self.sync_tolerance_s!r}, {self.torch_threads!r}")
@@ -133,7 +138,8 @@ def build(node) -> Callable[[], None]:
                                encoder_checkpoint=Path(cfg.encoder_checkpoint or MODELS / "encoder.pt"),
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
-                               explore=cfg.explore, collision_fraction=cfg.collision_fraction)
+                               explore=cfg.explore, collision_fraction=cfg.collision_fraction,
+                               max_steps=cfg.max_steps)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

@@ -218,8 +218,9 @@ def test_without_stop_approach_or_with_too_little_support_the_stop_rule_stops_at
         sim.close()
 
 
-def test_sweep_stands_away_from_the_path_once_everything_is_explored_then_falls_back_to_the_best_view(
-        encoder, two_room_scene):
+def _search_two_rooms(encoder, two_room_scene, max_actions: int = 700, **cfg):
+    """Explore the two-room scene for a goal photo of nowhere in it (the stop rule never fires): the modes,
+    positions and last action of every step."""
     from memnav.sim.base import SimConfig
     from memnav.sim.embedded import EmbeddedSimulator
 
@@ -227,12 +228,13 @@ def test_sweep_stands_away_from_the_path_once_everything_is_explored_then_falls_
     start = np.array([1.0, 0.0, 3.0])
     sim.set_agent_pose(start, 0.0)
     obs = sim.render_at(start, 0.0)
-    never = GoalBeliefCalibrator(np.array([0.0, 0.0, -10.0]), ("similarity", "verification"))   # never stops
-    cfg = NavigatorConfig(memory=MemoryKind.NONE.value, explore=True, scan_match=False, sweep_spacing_m=1.5)
-    nav = Navigator(encoder, never, cfg, policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
-    nav.reset(*_frame(7))                     # a goal photo of nowhere in this scene
+    never = GoalBeliefCalibrator(np.array([0.0, 0.0, -10.0]), ("similarity", "verification"))
+    nav = Navigator(encoder, never, NavigatorConfig(memory=MemoryKind.NONE.value, explore=True, scan_match=False,
+                                                    **cfg),
+                    policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
+    nav.reset(*_frame(7))
     modes, path = [], []
-    for t in range(1, 700):
+    for t in range(1, max_actions):
         action, _, _ = nav.act(obs.rgb, obs.depth, obs.pose, t)
         modes.append(nav.mode)
         path.append((obs.pose.x_m, obs.pose.y_m))
@@ -240,6 +242,12 @@ def test_sweep_stands_away_from_the_path_once_everything_is_explored_then_falls_
             break
         obs = sim.step(action)
     sim.close()
+    return modes, path, action, nav
+
+
+def test_sweep_stands_away_from_the_path_once_everything_is_explored_then_falls_back_to_the_best_view(
+        encoder, two_room_scene):
+    modes, path, action, nav = _search_two_rooms(encoder, two_room_scene, sweep_spacing_m=1.5)
     assert action == Action.STOP and modes[-1] == "best_view"
     first = modes.index("sweep")
     assert "explore" in modes[:first] and "explore" not in modes[first:]
@@ -251,3 +259,9 @@ def test_sweep_stands_away_from_the_path_once_everything_is_explored_then_falls_
     before = np.array(path[:first])
     for p in spots:
         assert np.min(np.hypot(*(before - np.array(p)).T)) >= 1.5 - 0.1 - nav.explorer.cfg.target_reach_m
+
+
+def test_late_in_the_episode_the_search_gives_way_to_the_best_view(encoder, two_room_scene):
+    modes, _, action, _ = _search_two_rooms(encoder, two_room_scene, sweep_spacing_m=1.5, best_view_after_steps=40)
+    assert action == Action.STOP and "sweep" not in modes
+    assert set(modes[40:]) == {"best_view"} and "explore" in modes[:40]

@@ -27,6 +27,8 @@ def test_action_velocity():
     assert action_velocity(Action.STOP, cfg) == (0.0, 0.0)
     with pytest.raises(ValueError):
         PolicyNodeConfig(action_duration_s=0.0)
+    with pytest.raises(ValueError, match="max_steps"):
+        PolicyNodeConfig(max_steps=-1)
 
 
 def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
