@@ -137,6 +137,14 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
     return sets
 
 
+def _refuse_changed(state_path: Path, what: str, started: dict, now: dict) -> None:
+    """Refuse to resume a run whose saved settings differ from this command's, naming each field."""
+    if started != now:
+        diff = ", ".join(f"{k} {started.get(k)} (now {v})" for k, v in now.items() if started.get(k) != v)
+        raise ValueError(f"{state_path}: was started with other {what}: {diff}; pass the same options to resume "
+                         f"or --restart to start over")
+
+
 def validation_recall(model: FrameEncoder, db: FrameSet, queries: FrameSet) -> float:
     match = same_place(queries.poses, db.poses, queries.house, db.house)
     r, _ = recall_at_1(embed(model, db.frames), embed(model, queries.frames), match)
@@ -187,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--steps must be > 0 and --batch >= 2")
     torch.set_num_threads(args.threads)
     enc_cfg = EncoderConfig(input_px=args.input_px, widths=tuple(args.widths))
+    data_config = {k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")}
     cache = args.cache_dir or (args.data / "cache")
     train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True, cache,
                                       near_miss=cfg.near_miss, jitter=(cfg.positive_m, cfg.positive_deg))
@@ -210,19 +219,12 @@ def run(args: argparse.Namespace) -> int:
         if st["total_steps"] != cfg.steps:
             raise ValueError(f"{state_path}: was started for --steps {st['total_steps']}; pass the same "
                              f"--steps to resume or --restart to start over")
-        started = st.get("encoder_config", EncoderConfig().to_dict())
-        if started != enc_cfg.to_dict():
-            diff = ", ".join(f"{k} {started.get(k)} (now {v})" for k, v in enc_cfg.to_dict().items()
-                             if started.get(k) != v)
-            raise ValueError(f"{state_path}: was started with another architecture: {diff}; pass the same "
-                             f"options to resume or --restart to start over")
-        # states written before these options existed trained without near misses on 0.5 m / 15 deg pairs
-        was = {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0, **st.get("data_config", {})}
-        now = {k: getattr(cfg, k) for k in was}
-        if was != now:
-            diff = ", ".join(f"{k} {was[k]} (now {now[k]})" for k in was if was[k] != now[k])
-            raise ValueError(f"{state_path}: was started with other training data: {diff}; pass the same "
-                             f"options to resume or --restart to start over")
+        # states written before these options existed: the default network, no near misses, 0.5 m / 15 deg pairs
+        _refuse_changed(state_path, "architecture", st.get("encoder_config", EncoderConfig().to_dict()),
+                        enc_cfg.to_dict())
+        _refuse_changed(state_path, "training data",
+                        {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0, **st.get("data_config", {})},
+                        data_config)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
@@ -238,8 +240,7 @@ def run(args: argparse.Namespace) -> int:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
                     "gen": gen.get_state(), "rng": rng.bit_generator.state, "curve": curve, "step": step,
                     "total_steps": cfg.steps,
-                    "data_config": {"near_miss": cfg.near_miss, "positive_m": cfg.positive_m,
-                                    "positive_deg": cfg.positive_deg},
+                    "data_config": data_config,
                     "encoder_config": enc_cfg.to_dict()}, tmp)
         tmp.replace(state_path)
         write_curve(args.out, curve)
