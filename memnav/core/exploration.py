@@ -74,6 +74,7 @@ class ExplorerConfig:
     target_reach_m: float = 0.3
     heading_tolerance_rad: float = math.radians(16.0)
     forward_step_m: float = 0.25
+    blocked_hits: int = 3
 
     def __post_init__(self) -> None:
         positive = ("cell_m", "size_m", "hfov_deg", "camera_height_m", "max_range_m", "robot_radius_m",
@@ -84,8 +85,8 @@ class ExplorerConfig:
                 raise ValueError(f"ExplorerConfig.{name} must be a positive number, got {value!r}")
         if not 0 < self.hfov_deg < 180:
             raise ValueError(f"ExplorerConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
-        if self.pixel_stride < 1 or self.min_frontier_cells < 1:
-            raise ValueError("ExplorerConfig.pixel_stride and min_frontier_cells must be >= 1")
+        if self.pixel_stride < 1 or self.min_frontier_cells < 1 or self.blocked_hits < 1:
+            raise ValueError("ExplorerConfig.pixel_stride, min_frontier_cells and blocked_hits must be >= 1")
         if self.obstacle_max_height_m <= self.obstacle_min_height_m:
             raise ValueError("ExplorerConfig.obstacle_max_height_m must exceed obstacle_min_height_m")
 
@@ -193,7 +194,7 @@ class OccupancyMap:
         cos_y, sin_y = math.cos(pose.yaw_rad), math.sin(pose.yaw_rad)
         xs = pose.x_m + cos_y * dist - sin_y * offsets
         ys = pose.y_m + sin_y * dist + cos_y * offsets
-        self._add(self.occ, xs, ys, amount=50)
+        self._add(self.occ, xs, ys, amount=cfg.blocked_hits)
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

@@ -127,6 +127,8 @@ def test_config_rejects_bad_values():
         ExplorerConfig(hfov_deg=200.0)
     with pytest.raises(ValueError, match="obstacle_max_height_m"):
         ExplorerConfig(obstacle_min_height_m=1.0, obstacle_max_height_m=0.5)
+    with pytest.raises(ValueError, match="blocked_hits"):
+        ExplorerConfig(blocked_hits=0)
 
 
 def test_map_saves_and_loads_exactly_and_bad_files_are_refused_untouched(sim, tmp_path):
@@ -188,3 +190,29 @@ def _map_xy(x_hab: float, z_hab: float) -> Pose2D:
 
     x, y, yaw = pose2d_from_habitat(np.array([x_hab, 0.0, z_hab]), 0.0)
     return Pose2D(x, y, yaw)
+
+
+def _reachable(explorer: Explorer, pose: Pose2D, x_m: float, y_m: float) -> bool:
+    win, _, field, _, _ = explorer._fields(pose)
+    r, c, _ = explorer.map.to_cells(np.array([x_m]), np.array([y_m]))
+    return bool(np.isfinite(field[int(r[0]) - win[0].start, int(c[0]) - win[1].start]))
+
+
+def test_a_bump_in_a_doorway_closes_it_until_the_camera_outvotes_it_and_repeated_bumps_keep_it_closed(sim):
+    explorer = Explorer(ExplorerConfig())
+    for x in (2.0, 2.4, 2.8, 3.2, 3.6):         # walking up to the door (habitat x = 4), looking through it
+        obs = sim.render_at(np.array([x, 0.0, 2.0]), -math.pi / 2)
+        explorer.update(obs.depth, obs.pose)
+    pose = obs.pose
+    target = _map_xy(5.5, 2.0)                   # in the second room
+    assert _reachable(explorer, pose, target.x_m, target.y_m)
+    explorer.update(obs.depth, pose, blocked=True)   # the robot brushed the door frame: the cells ahead are marked
+    assert not _reachable(explorer, pose, target.x_m, target.y_m)
+    views = 0
+    while not _reachable(explorer, pose, target.x_m, target.y_m):
+        explorer.update(obs.depth, pose)         # the camera keeps seeing the doorway free
+        views += 1
+        assert views <= 8, "free evidence should reopen a doorway closed by a single bump"
+    for _ in range(3):                           # but bumping every time keeps the way closed
+        explorer.update(obs.depth, pose, blocked=True)
+        assert not _reachable(explorer, pose, target.x_m, target.y_m)
