@@ -87,11 +87,14 @@ def _fit(src: np.ndarray, dst: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 def localize_goal(goal: Features, goal_depth: np.ndarray, current: Features, current_depth: np.ndarray,
-                  cfg: GoalLocalizerConfig | None = None,
-                  verification: VerificationConfig | None = None) -> GoalEstimate | None:
-    """The goal camera's planar pose in the current robot frame, or None without enough agreeing matches."""
+                  cfg: GoalLocalizerConfig | None = None, verification: VerificationConfig | None = None,
+                  matches: tuple[np.ndarray, np.ndarray] | None = None) -> GoalEstimate | None:
+    """The goal camera's planar pose in the current robot frame, or None without enough agreeing matches.
+
+    `matches`: the goal -> current ratio-test matches when the caller has them already (`match_features`).
+    """
     cfg = cfg or GoalLocalizerConfig()
-    pg, pc = match_features(goal, current, verification)
+    pg, pc = matches if matches is not None else match_features(goal, current, verification)
     if len(pg) < cfg.min_inliers:
         return None
     xg, vg = lift_keypoints(pg, goal_depth, cfg.hfov_deg, cfg.max_depth_m)
@@ -101,22 +104,30 @@ def localize_goal(goal: Features, goal_depth: np.ndarray, current: Features, cur
     n = len(xg)
     if n < cfg.min_inliers:
         return None
-    rng = np.random.default_rng(cfg.seed)
     height_ok = np.abs(xg[:, 2] - xc[:, 2]) <= cfg.height_tolerance_m
     src, dst = xg[:, :2], xc[:, :2]
-    best_mask, best_count = None, 0
-    for _ in range(cfg.iterations):
-        i, j = rng.choice(n, size=2, replace=False)
-        if np.linalg.norm(src[i] - src[j]) < 0.2:
-            continue   # too close together to fix a rotation
-        theta, t = _fit(src[[i, j]], dst[[i, j]])
-        c, s = math.cos(theta), math.sin(theta)
-        pred = src @ np.array([[c, s], [-s, c]]) + t
-        mask = (np.linalg.norm(pred - dst, axis=1) <= cfg.inlier_m) & height_ok
-        count = int(mask.sum())
-        if count > best_count:
-            best_mask, best_count = mask, count
-    if best_mask is None or best_count < cfg.min_inliers or best_count < cfg.min_inlier_ratio * n:
+    # all hypotheses at once: two distinct matches each; the rotation takes one's difference onto the other's
+    rng = np.random.default_rng(cfg.seed)
+    i = rng.integers(0, n, cfg.iterations)
+    j = rng.integers(0, n - 1, cfg.iterations)
+    j += j >= i
+    u, v = src[i] - src[j], dst[i] - dst[j]
+    usable = np.hypot(u[:, 0], u[:, 1]) >= 0.2           # too close together to fix a rotation
+    if not usable.any():
+        return None
+    i, j, u, v = i[usable], j[usable], u[usable], v[usable]
+    theta = np.arctan2(u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0], u[:, 0] * v[:, 0] + u[:, 1] * v[:, 1])
+    c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
+    ms, md = 0.5 * (src[i] + src[j]), 0.5 * (dst[i] + dst[j])
+    tx = md[:, 0:1] - (c * ms[:, 0:1] - s * ms[:, 1:2])
+    ty = md[:, 1:2] - (s * ms[:, 0:1] + c * ms[:, 1:2])
+    res = np.hypot(c * src[None, :, 0] - s * src[None, :, 1] + tx - dst[None, :, 0],
+                   s * src[None, :, 0] + c * src[None, :, 1] + ty - dst[None, :, 1])
+    masks = (res <= cfg.inlier_m) & height_ok[None, :]
+    counts = masks.sum(axis=1)
+    best = int(np.argmax(counts))                      # the first of the best-supported hypotheses
+    best_mask, best_count = masks[best], int(counts[best])
+    if best_count < cfg.min_inliers or best_count < cfg.min_inlier_ratio * n:
         return None
     theta, t = _fit(src[best_mask], dst[best_mask])
     # goal camera origin (0, 0) maps to t; its forward axis is rotated by theta

@@ -71,7 +71,13 @@ from memnav.core.policy import (
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig
 from memnav.core.stop import FixedThresholdStop, GoalBeliefCalibrator, StopDecision, VoIStopController
 from memnav.core.types import Action, Pose2D
-from memnav.core.verification import Features, VerificationConfig, extract_features, verify_features
+from memnav.core.verification import (
+    Features,
+    VerificationConfig,
+    extract_features,
+    match_features,
+    verify_features,
+)
 
 _SPIN_TURNS = 11   # TURN_LEFTs of a full look around (12 views, 30 degrees apart)
 _REJECT_RADIUS_M = 0.75   # candidates and goal estimates this close to a rejected one are not visited again
@@ -95,7 +101,11 @@ class NavigatorConfig:
         memory: none | episodic | scene_graph (see the module docstring).
         buffer_capacity: working-buffer items given to the policy (scene_graph memory).
         retrieval_k: long-term places retrieved by goal similarity per step (scene_graph memory).
-        verify_min_similarity: run geometric verification only at or above this embedding cosine similarity.
+        verify_min_similarity: run geometric verification (and goal localization) at or above this embedding
+            cosine similarity.
+        verify_every_steps: below verify_min_similarity, still run them on every n-th frame (0 = never): the
+            goal can show in ORB matches well before the embeddings agree (from 1.5 m behind the goal spot,
+            say, or across a room), and each run costs several milliseconds, so not on every frame.
         stop_rule: "voi" (value of information) or "fixed" (belief threshold baseline).
         fixed_threshold: belief at which the fixed rule stops.
         max_depth_m: depth profile scale, meters.
@@ -143,6 +153,7 @@ class NavigatorConfig:
     buffer_capacity: int = 16
     retrieval_k: int = 8
     verify_min_similarity: float = 0.6
+    verify_every_steps: int = 0
     stop_rule: str = "voi"
     fixed_threshold: float = 0.5
     max_depth_m: float = 5.0
@@ -171,6 +182,10 @@ class NavigatorConfig:
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
+        if isinstance(self.verify_every_steps, bool) or not isinstance(self.verify_every_steps, int) \
+                or self.verify_every_steps < 0:
+            raise ValueError(f"NavigatorConfig.verify_every_steps must be an integer >= 0, got "
+                             f"{self.verify_every_steps!r}")
         if self.stop_rule not in ("voi", "fixed"):
             raise ValueError(f"NavigatorConfig.stop_rule must be 'voi' or 'fixed', got {self.stop_rule!r}")
 
@@ -261,6 +276,7 @@ class Navigator:
         self._visited: list[tuple[float, float]] = []   # map positions of the episode's moves (one per action)
         self._sweeping = False   # the candidate is a sweep position, not a scan match
         self._steps = 0
+        self._frames = 0         # frames observed this episode (verify_every_steps)
         self._anchor: Pose2D | None = None   # first pose of the episode: the occupancy map's origin
         self.goal_estimate: Pose2D | None = None   # localized goal pose in the odometry frame
         self._goal_support = 0
@@ -287,6 +303,7 @@ class Navigator:
         self._rejected: list[Pose2D] = []
         self._explored = False
         self._steps = 0
+        self._frames = 0
         self._spin = None
         self._look_left = _SPIN_TURNS if self.cfg.explore else 0
         self._match_now = False
@@ -327,12 +344,16 @@ class Navigator:
         emb = self.encoder.encode(rgb, depth).astype(np.float32)
         sim = float(np.dot(emb, self.goal))
         verification = 0.0
-        if sim >= self.cfg.verify_min_similarity and self._goal_features is not None:
+        self._frames += 1
+        every = self.cfg.verify_every_steps
+        if self._goal_features is not None and (sim >= self.cfg.verify_min_similarity
+                                                or (every > 0 and self._frames % every == 0)):
             feats = extract_features(rgb, self.verification_cfg)
             # goal first, as `memnav train stop` calibrated it (ratio-test matching is not symmetric)
-            verification = verify_features(self._goal_features, feats, self.verification_cfg).score
+            matches = match_features(self._goal_features, feats, self.verification_cfg)
+            verification = verify_features(self._goal_features, feats, self.verification_cfg, matches).score
             if self.cfg.localize and self._goal_depth is not None:
-                self._localize(feats, depth, self._map_pose(pose))
+                self._localize(feats, depth, self._map_pose(pose), matches)
         if self.cfg.explore or self.cfg.localize:
             self.explorer.update(depth, self._map_pose(pose), blocked=collided)
         belief = float(self.calibrator.predict(np.array([[sim, verification]]))[0])
@@ -354,11 +375,12 @@ class Navigator:
         rel = pose.relative_to(self._anchor)
         return Pose2D(round(rel.x_m, 6), round(rel.y_m, 6), round(rel.yaw_rad, 6))
 
-    def _localize(self, feats: Features, depth: np.ndarray, pose: Pose2D) -> None:
+    def _localize(self, feats: Features, depth: np.ndarray, pose: Pose2D,
+                  matches: tuple[np.ndarray, np.ndarray]) -> None:
         """Place the goal on the robot's map from RGB-D matches; the best-supported estimate wins."""
         assert self._goal_features is not None and self._goal_depth is not None
         est = localize_goal(self._goal_features, self._goal_depth, feats, depth, self.localizer_cfg,
-                            self.verification_cfg)
+                            self.verification_cfg, matches)
         if est is None or est.inliers < self._goal_support or (self.goal_estimate is not None and self._spin):
             return                              # nothing better, or the current estimate is being judged
         goal = to_odometry_frame(est, pose)

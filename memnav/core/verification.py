@@ -87,12 +87,16 @@ def match_features(a: Features, b: Features, cfg: VerificationConfig | None = No
     return a.keypoints[[m.queryIdx for m in good]], b.keypoints[[m.trainIdx for m in good]]
 
 
-def verify_features(a: Features, b: Features, cfg: VerificationConfig | None = None) -> VerificationResult:
-    """Score how well two feature sets agree on one rigid scene (epipolar geometry)."""
+def verify_features(a: Features, b: Features, cfg: VerificationConfig | None = None,
+                    matches: tuple[np.ndarray, np.ndarray] | None = None) -> VerificationResult:
+    """Score how well two feature sets agree on one rigid scene (epipolar geometry).
+
+    `matches`: the a -> b ratio-test matches when the caller has them already (`match_features`).
+    """
     import cv2
 
     cfg = cfg or VerificationConfig()
-    pa, pb = match_features(a, b, cfg)
+    pa, pb = matches if matches is not None else match_features(a, b, cfg)
     if len(pa) < 8:
         return VerificationResult(0.0, 0, len(pa))
     _, mask = cv2.findFundamentalMat(pa, pb, cv2.FM_RANSAC, cfg.ransac_px, 0.99)

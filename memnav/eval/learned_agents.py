@@ -45,6 +45,8 @@ EXPLORING_STOP_APPROACH_MIN_INLIERS = 10
 EXPLORING_SWEEP_SPACING_M = 1.5
 # exploring agents: this many actions before the step limit, stop searching and go to the best view
 EXPLORING_BEST_VIEW_RESERVE = 100
+# exploring agents: below the similarity gate, still verify (and localize the goal) on every 3rd frame
+EXPLORING_VERIFY_EVERY_STEPS = 3
 
 
 @dataclass
@@ -105,6 +107,7 @@ class LearnedAgent:
                               collision_fraction=opts.collision_fraction,
                               stop_approach_min_inliers=EXPLORING_STOP_APPROACH_MIN_INLIERS if explore else 0,
                               sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0,
+                              verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)
                               if explore and opts.max_steps > 0 else 0)
         # an agent that explores has more to gain from searching on than one that leaves it to the policy

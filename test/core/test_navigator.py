@@ -265,3 +265,31 @@ def test_late_in_the_episode_the_search_gives_way_to_the_best_view(encoder, two_
     modes, _, action, _ = _search_two_rooms(encoder, two_room_scene, sweep_spacing_m=1.5, best_view_after_steps=40)
     assert action == Action.STOP and "sweep" not in modes
     assert set(modes[40:]) == {"best_view"} and "explore" in modes[:40]
+
+
+def test_verification_runs_below_the_similarity_gate_only_every_nth_frame(encoder, two_room_scene):
+    """1.5 m behind the goal spot, looking through the door at it, the embeddings disagree (similarity near 0)
+    but ORB matches do: verify_every_steps lets the verification see it on every n-th frame only."""
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    start = np.array([1.0, 0.0, 2.0])
+    sim.set_agent_pose(start, -math.pi / 2)
+    here = sim.render_at(start, -math.pi / 2)
+    goal = here
+    for _ in range(6):
+        goal = sim.step(Action.MOVE_FORWARD)
+    sim.close()
+    never = GoalBeliefCalibrator(np.array([0.0, 0.0, -10.0]), ("similarity", "verification"))
+    scores = {}
+    for every in (0, 2):
+        cfg = NavigatorConfig(memory=MemoryKind.NONE.value, verify_min_similarity=0.99, verify_every_steps=every)
+        nav = Navigator(encoder, never, cfg, policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
+        nav.reset(goal.rgb, goal.depth)
+        scores[every] = [nav.observe(here.rgb, here.depth, here.pose, t).verification for t in range(1, 5)]
+        assert nav.last.similarity < 0.99
+    assert scores[0] == [0.0] * 4
+    assert scores[2][0] == scores[2][2] == 0.0 and scores[2][1] > 0.5 and scores[2][3] > 0.5
+    with pytest.raises(ValueError, match="verify_every_steps"):
+        NavigatorConfig(verify_every_steps=-1)
