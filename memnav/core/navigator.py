@@ -39,8 +39,8 @@ With `persistent_map` the occupancy map is kept across episodes in the odometry 
 Priority: stop rule > approach > homing > look > candidate > explore > sweep > best view > policy.
 
 The stop controller reads a calibrated belief from the cosine similarity of the current and goal
-embeddings and a geometric verification score (ORB + RANSAC, computed only when the similarity makes a
-stop plausible, since it costs milliseconds). Time comes in as `stamp_ns`; nothing here reads a clock.
+embeddings and a geometric verification score (ORB + RANSAC, computed when the similarity makes a stop
+plausible and, with `verify_every_steps`, on every n-th frame besides, since it costs milliseconds). Time comes in as `stamp_ns`; nothing here reads a clock.
 """
 from __future__ import annotations
 
