@@ -40,7 +40,8 @@ Priority: stop rule > approach > homing > look > candidate > explore > sweep > b
 
 The stop controller reads a calibrated belief from the cosine similarity of the current and goal
 embeddings and a geometric verification score (ORB + RANSAC, computed when the similarity makes a stop
-plausible and, with `verify_every_steps`, on every n-th frame besides, since it costs milliseconds). Time comes in as `stamp_ns`; nothing here reads a clock.
+plausible and, with `verify_every_steps`, on every n-th frame besides, since it costs milliseconds).
+Time comes in as `stamp_ns`; nothing here reads a clock.
 """
 from __future__ import annotations
 

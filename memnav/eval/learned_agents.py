@@ -44,7 +44,7 @@ EXPLORING_STOP_APPROACH_MIN_INLIERS = 10
 # exploring agents: once everything is explored, stand this far from everywhere they have been and look around
 EXPLORING_SWEEP_SPACING_M = 1.5
 # exploring agents: this many actions before the step limit, stop searching and go to the best view
-EXPLORING_BEST_VIEW_RESERVE = 100
+EXPLORING_BEST_VIEW_RESERVE = 50
 # exploring agents: below the similarity gate, still verify (and localize the goal) on every 3rd frame
 EXPLORING_VERIFY_EVERY_STEPS = 3
 

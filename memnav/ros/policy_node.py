@@ -62,7 +62,8 @@ class PolicyNodeConfig:
             forward_step_m counts as blocked (0.9 in lock-step, where a step is exact; in real time velocity
             and acceleration limits make every step fall a little short: use about 0.4).
         max_steps: the episode's step limit in actions (the sim bridge's sim.max_episode_steps; 0 = none): an
-            exploring agent stops searching and heads for its best view 100 actions before it.
+            exploring agent stops searching and heads for its best view 50 actions before it
+            (memnav.eval.learned_agents.EXPLORING_BEST_VIEW_RESERVE).
         torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
             several nodes on few cores each spinning a thread per core were measured 50x slower.
     """
