@@ -13,7 +13,7 @@ reached, seen or found unreachable, or towards a given target point (the goal on
 localized). Geodesic distances come from the fast marching method on the traversable cells; paths are
 steepest descent on that field, string-pulled, and the robot turns towards the first visible waypoint
 and moves forward when roughly facing it. Nothing here reads the simulator: only depth, odometry and
-the outcome of the robot's own moves (a forward move that fell short marks the cells ahead occupied).
+the outcome of the robot's own moves (a forward move that fell short adds obstacle evidence to the cells ahead).
 """
 from __future__ import annotations
 
@@ -57,6 +57,9 @@ class ExplorerConfig:
         target_reach_m: a point target counts as reached within this distance, meters.
         heading_tolerance_rad: move forward when the waypoint bearing is within this, else turn, radians.
         forward_step_m: length of MOVE_FORWARD, meters (collision marking).
+        blocked_hits: obstacle hits a forward move that fell short adds to the cells just ahead. Few enough
+            that free evidence the camera keeps seeing outvotes them within a few frames (a doorway the robot
+            brushed opens again); a spot the robot keeps bumping into stays closed, each bump adding as many.
     """
 
     cell_m: float = 0.1
