@@ -268,8 +268,8 @@ def test_late_in_the_episode_the_search_gives_way_to_the_best_view(encoder, two_
 
 
 def test_verification_runs_below_the_similarity_gate_only_every_nth_frame(encoder, two_room_scene):
-    """1.5 m behind the goal spot, looking through the door at it, the embeddings disagree (similarity near 0)
-    but ORB matches do: verify_every_steps lets the verification see it on every n-th frame only."""
+    """1.5 m behind the goal spot, facing the same way (towards the door), the embeddings disagree (similarity
+    near 0) but ORB matches do: verify_every_steps lets the verification see it on every n-th frame only."""
     from memnav.sim.base import SimConfig
     from memnav.sim.embedded import EmbeddedSimulator
 
