@@ -455,8 +455,9 @@ class Navigator:
         logits = None if self.cfg.explore else self._run_policy(inp)
         if self.cfg.explore:
             self._note_view(pose, inp.similarity)
-        # the stop rule's stop, unless the goal scan fits the map clearly better a few steps away: go there
-        # and judge it (mode "candidate"), which also keeps the stop rule quiet on the way
+        # the stop rule's stop, unless the goal scan fits the map clearly better a few steps away (mode
+        # "candidate") or a well-supported RGB-D goal estimate lies farther off (mode "approach"): go there and
+        # judge it, which also keeps the stop rule quiet on the way
         stop = inp.stop.stop and not self._refining and not self._refine(pose) and not self._approach_instead(pose)
         move, self.mode = (Action.STOP, "stop") if stop else self._planned_move(pose, inp.collided)
         if move is not None:
