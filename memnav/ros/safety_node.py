@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     import rclpy
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import Odometry
+    from rclpy.executors import ExternalShutdownException
     from rclpy.node import Node
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     node.create_timer(1.0 / cfg.rate_hz, on_tick)
     try:
         rclpy.spin(node)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ExternalShutdownException):   # Ctrl-C, whichever way rclpy reports it
         pass
     finally:
         # leave the base commanded to stand still

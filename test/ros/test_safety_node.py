@@ -140,7 +140,7 @@ def test_safety_node_guards_the_command(monkeypatch):
         rclpy.shutdown()
         out = stop_processes([proc])[0]
         print(out[-4000:])  # shown by pytest when the test fails
-    assert proc.returncode == 0, out[-3000:]
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{out[-3000:]}"
     for what in ("dropped command", "dropped color", "dropped odom", "emergency stop ENGAGED"):
         assert what in out, out[-3000:]
 
