@@ -24,6 +24,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.velocity_guard import GuardOutput, Source, VelocityGuard, VelocityGuardConfig
@@ -59,11 +60,17 @@ def status_body(guard: VelocityGuard, out: GuardOutput, requested: tuple[float, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memnav.ros.stack_node import run_nodes
+
+    return run_nodes([("safety_node", build)], argv)
+
+
+def build(node) -> Callable[[], None]:
+    """Declare this node's parameters on `node` (an rclpy Node named safety_node) and create its publishers,
+    subscriptions and timer; nothing spins here. Returns the clean-up to call before the node is destroyed."""
     import rclpy
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import Odometry
-    from rclpy.executors import ExternalShutdownException
-    from rclpy.node import Node
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import Bool, String
@@ -71,8 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     from memnav.ros import conversions as conv
     from memnav.ros.params import declare_dataclass
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = Node("safety_node")
     cfg = declare_dataclass(node, SafetyNodeConfig)
     guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
     pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
@@ -137,18 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     node.create_subscription(Odometry, "/odom", watch(Source.ODOM, conv.odometry_to_pose), qos_profile_sensor_data)
     node.create_subscription(Bool, "/memnav/estop", on_estop, 10)
     node.create_timer(1.0 / cfg.rate_hz, on_tick)
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):   # Ctrl-C, whichever way rclpy reports it
-        pass
-    finally:
-        # leave the base commanded to stand still
-        if rclpy.ok():
+
+    def close() -> None:
+        if rclpy.ok():                 # leave the base commanded to stand still
             pub_cmd.publish(Twist())
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+
+    return close
 
 
 if __name__ == "__main__":
