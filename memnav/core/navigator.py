@@ -11,10 +11,14 @@
 
 With `homing` on (the memnav agents), a long-term place whose embedding matches the goal photo
 (cosine similarity >= `homing_min_similarity`, e.g. remembered from an earlier visit to the house) becomes
-a target: the robot follows the scene graph's traversability edges from its nearest place to it, turns to
-the heading the place was seen with, and lets the stop rule decide there. A collision on the way, or
-arriving without the stop rule stopping, drops that target for the episode and hands control back to
-the policy, which also drives whenever no place matches.
+a target. Without an occupancy map (`explore` off) the robot follows the scene graph's traversability edges
+from its nearest place to it, turns to the heading the place was seen with, and lets the stop rule decide
+there; a collision on the way, or arriving without the stop rule stopping, drops that target for the
+episode and hands control back to the policy, which also drives whenever no place matches. With
+`homing_via_map` and the map (`explore` on) the place becomes the next candidate instead (mode "homing"):
+the map's planner drives around what a straight graph edge runs into, and the robot first faces the
+remembered heading, then judges the place like a scan-matched candidate (below), each place once per
+episode (off by default: on lifelong val runs it found more goals but cost SPL, README).
 
 With `explore` on (the memnav agents), the robot also keeps its own occupancy map from depth and
 odometry (`memnav.core.exploration`) and, when no remembered place matches, drives to the nearest
@@ -25,7 +29,9 @@ it succeeds, the robot drives to that pose on its map and judges it as a candida
 "approach"). With `scan_match` on, the goal's depth is also matched as a 2D scan against that map
 (`memnav.core.scan_match`) every `match_every_steps` steps: a pose where it fits well (score at least
 `candidate_min_score`, or any fit once nothing is reachable to explore from where the robot is) becomes a
-candidate; the robot drives there and turns a full circle (turns add no path length, and the scan's
+candidate (with `candidate_prior`, of the `candidate_pool` best fits the one whose surroundings the long-term
+memory remembers as most like the goal photo comes first: the best similarity among places within
+`prior_radius_m` that faced its way); the robot drives there and turns a full circle (turns add no path length, and the scan's
 heading can be off by half a turn): it faces the view most similar to the goal photo and stops when the
 stop rule agrees or that similarity is at least `candidate_stop_similarity`, else it rejects the candidate
 and goes on (mode "candidate"). An exploring episode starts with the same full turn in place (mode "look").
@@ -71,7 +77,7 @@ from memnav.core.policy import (
 )
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig
 from memnav.core.stop import FixedThresholdStop, GoalBeliefCalibrator, StopDecision, VoIStopController
-from memnav.core.types import Action, Pose2D
+from memnav.core.types import Action, Pose2D, wrap_angle
 from memnav.core.verification import (
     Features,
     VerificationConfig,
@@ -118,6 +124,8 @@ class NavigatorConfig:
         homing: follow the scene graph to a remembered place that matches the goal photo (scene_graph memory).
         homing_min_similarity: cosine similarity of a place's embedding to the goal embedding for the place
             to become a homing target.
+        homing_via_map: with explore on, a homing target becomes the next candidate, reached over the
+            occupancy map and judged with a look-around (mode "homing"), instead of a route over graph edges.
         waypoint_reach_m: a route waypoint counts as reached within this distance, meters.
         heading_tolerance_rad: turn towards a waypoint (or the target heading) while off by more than
             this, radians (half a 30 deg turn, plus a margin, so a heading is always reachable).
@@ -131,6 +139,14 @@ class NavigatorConfig:
         match_every_steps: steps between two scan-matching searches (each takes tens of milliseconds).
         candidate_min_score: scan-match score (0-1) at which a candidate interrupts exploration.
         candidate_stop_similarity: embedding cosine similarity to the goal that confirms a candidate on arrival.
+        candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
+        candidate_prior: visit the candidate whose surroundings the long-term memory remembers as most like the
+            goal photo first (scene_graph memory): the best embedding similarity to the goal among remembered
+            places within prior_radius_m of the candidate that faced within prior_angle_deg of its heading;
+            places are remembered across episodes in lifelong mode. False: the best scan fit first.
+        prior_radius_m: see candidate_prior, meters.
+        prior_angle_deg: see candidate_prior, degrees.
+        prior_unseen: the prior of a candidate no remembered place looked at (similarity scale, -1 to 1).
         refine_radius_m: when the stop rule wants to stop and the goal scan fits the map clearly (score >= 0.8)
             at a pose within this distance but farther than waypoint_reach_m, the robot goes there and judges it
             as a candidate instead (0 turns this off; needs scan_match), meters.
@@ -163,6 +179,7 @@ class NavigatorConfig:
     greedy: bool = True
     homing: bool = False
     homing_min_similarity: float = 0.9
+    homing_via_map: bool = False
     waypoint_reach_m: float = 0.3
     heading_tolerance_rad: float = math.radians(16.0)
     explore: bool = False
@@ -174,6 +191,11 @@ class NavigatorConfig:
     match_every_steps: int = 10
     candidate_min_score: float = 0.85
     candidate_stop_similarity: float = 0.8
+    candidate_pool: int = 4
+    candidate_prior: bool = False
+    prior_radius_m: float = 1.0
+    prior_angle_deg: float = 45.0
+    prior_unseen: float = 0.5
     persistent_map: bool = False
     refine_radius_m: float = 1.5
     stop_approach_min_inliers: int = 0
@@ -187,6 +209,12 @@ class NavigatorConfig:
                 or self.verify_every_steps < 0:
             raise ValueError(f"NavigatorConfig.verify_every_steps must be an integer >= 0, got "
                              f"{self.verify_every_steps!r}")
+        if isinstance(self.candidate_pool, bool) or not isinstance(self.candidate_pool, int) or self.candidate_pool < 1:
+            raise ValueError(f"NavigatorConfig.candidate_pool must be an integer >= 1, got {self.candidate_pool!r}")
+        for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0)):
+            value = getattr(self, name)
+            if not 0.0 <= value <= top:
+                raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
         if self.stop_rule not in ("voi", "fixed"):
             raise ValueError(f"NavigatorConfig.stop_rule must be 'voi' or 'fixed', got {self.stop_rule!r}")
 
@@ -263,6 +291,7 @@ class Navigator:
         self.explorer = Explorer(ExplorerConfig(hfov_deg=cfg.hfov_deg, camera_height_m=cfg.camera_height_m,
                                                 forward_step_m=cfg.forward_step_m,
                                                 heading_tolerance_rad=cfg.heading_tolerance_rad))
+        self._match_cfg = ScanMatchConfig(max_candidates=cfg.candidate_pool)
         self.localizer_cfg = GoalLocalizerConfig(hfov_deg=cfg.hfov_deg, min_inliers=cfg.localize_min_inliers)
         self._goal_depth: np.ndarray | None = None
         self._scan: GoalScan | None = None
@@ -275,7 +304,7 @@ class Navigator:
         self._refining = False   # the candidate is a stop the stop rule wanted, moved to a better fit
         self._best_view: tuple[float, Pose2D] | None = None   # (similarity, map pose) of the best view
         self._visited: list[tuple[float, float]] = []   # map positions of the episode's moves (one per action)
-        self._sweeping = False   # the candidate is a sweep position, not a scan match
+        self._cand_kind = "candidate"   # what the candidate is: a scan match, a "sweep" position or a "homing" place
         self._steps = 0
         self._frames = 0         # frames observed this episode (verify_every_steps)
         self._anchor: Pose2D | None = None   # first pose of the episode: the occupancy map's origin
@@ -311,7 +340,7 @@ class Navigator:
         self._refining = False
         self._best_view = None
         self._visited = []
-        self._sweeping = False
+        self._cand_kind = "candidate"
         self._anchor = None
         self.prev_action = -1
         self.hidden = None
@@ -565,7 +594,7 @@ class Navigator:
             return Action.TURN_LEFT, "look"
         move = self._candidate_move(pose)
         if move is not None:
-            return move, "sweep" if self._sweeping else "candidate"
+            return move, self._cand_kind
         if self.cfg.explore:
             move = self.explorer.explore(pose).action
             self._explored = move is None
@@ -574,7 +603,7 @@ class Navigator:
             # nothing left to explore from here: any fitting pose is worth a look
             move = self._candidate_move(pose)
             if move is not None:
-                return move, "sweep" if self._sweeping else "candidate"
+                return move, self._cand_kind
             move = self._sweep_move(pose)
             if move is not None:
                 return move, "sweep"
@@ -589,10 +618,11 @@ class Navigator:
                 self._explored or self._match_now or self._steps % self.cfg.match_every_steps == 1):
             self._match_now = False
             min_score = 0.0 if self._explored else self.cfg.candidate_min_score
-            for cand in self.explorer.match_goal(pose, self._scan):
-                if cand.score >= min_score and not self._was_rejected(cand.pose):
-                    self._candidate = cand
-                    break
+            pool = [cand for cand in self.explorer.match_goal(pose, self._scan, self._match_cfg)
+                    if cand.score >= min_score and not self._was_rejected(cand.pose)]
+            if pool:
+                self._candidate = (max(pool, key=lambda c: (self._view_prior(c.pose), c.score))
+                                   if self.cfg.candidate_prior else pool[0])
         if self._candidate is None:
             return None
         goal = self._candidate.pose
@@ -600,6 +630,10 @@ class Navigator:
         if plan.action is not None:
             return plan.action
         if plan.waypoint is not None:          # arrived: look all around, then judge the best view
+            if self._cand_kind == "homing" and self._spin is None:
+                turn = face(pose, goal.yaw_rad, self.cfg.heading_tolerance_rad)   # first the remembered view
+                if turn is not None:
+                    return turn
             move = self._look_around(pose)
             if move is not None:
                 return move
@@ -607,8 +641,20 @@ class Navigator:
         self._candidate = None
         self._spin = None
         self._refining = False
-        self._sweeping = False
+        self._cand_kind = "candidate"
         return None
+
+    def _view_prior(self, pose: Pose2D) -> float:
+        """How much what the long-term memory saw around a map pose, facing its way, looked like the goal photo
+        (see NavigatorConfig.candidate_prior)."""
+        if self.memory is None:
+            return self.cfg.prior_unseen
+        odom = pose if self._anchor is None else self._anchor.compose(pose)
+        here = self.memory.to_memory_frame(odom)
+        limit = math.radians(self.cfg.prior_angle_deg)
+        sims = [float(np.dot(p.embedding, self.goal)) for p in self.memory.places_within(here, self.cfg.prior_radius_m)
+                if abs(wrap_angle(p.pose.yaw_rad - here.yaw_rad)) <= limit]
+        return max(sims, default=self.cfg.prior_unseen)
 
     def _sweep_move(self, pose: Pose2D) -> Action | None:
         """Nothing left to explore or match: stand where the robot has not been (`sweep_spacing_m` from its
@@ -620,7 +666,7 @@ class Navigator:
             spot = self.explorer.unvisited_point(pose, been, self.cfg.sweep_spacing_m)
             if spot is None:
                 return None
-            self._candidate, self._sweeping = Candidate(Pose2D(spot[0], spot[1], 0.0), 0.0), True
+            self._candidate, self._cand_kind = Candidate(Pose2D(spot[0], spot[1], 0.0), 0.0), "sweep"
             move = self._candidate_move(pose)
             if move is not None:
                 return move
@@ -665,6 +711,9 @@ class Navigator:
         """The next move towards a remembered place that matches the goal, or None (the policy drives)."""
         if not self.cfg.homing or self.memory is None:
             return None
+        if self.cfg.explore and self.cfg.homing_via_map:
+            self._home_as_candidate(pose)
+            return None
         if self._target is not None and self.mode == "homing" and collided:
             self._drop_target()          # the remembered route is blocked here
         robot = self.memory.to_memory_frame(pose)
@@ -680,6 +729,29 @@ class Navigator:
                 self._drop_target()      # the stop rule looked from here and did not stop
             return turn
         return steer(robot, self._route[0].x_m, self._route[0].y_m, tol)
+
+    def _home_as_candidate(self, odom: Pose2D) -> None:
+        """With an occupancy map: make the best remembered place that matches the goal the candidate to judge.
+
+        The map's planner then drives around what a straight graph edge runs into (furniture, a door post),
+        and the look-around there judges the place like any candidate. Each place is tried once an episode;
+        a candidate being looked around from is not interrupted.
+        """
+        assert self.memory is not None
+        if self._spin is not None or self._cand_kind == "homing":
+            return
+        robot_mem, robot_map = self.memory.to_memory_frame(odom), self._map_pose(odom)
+        for hit in self._retrieved:      # best first
+            if hit.similarity < self.cfg.homing_min_similarity:
+                return
+            if hit.node_id in self._failed:
+                continue
+            self._failed.add(hit.node_id)
+            spot = robot_map.compose(hit.pose.relative_to(robot_mem))
+            if self._was_rejected(spot):
+                continue
+            self._candidate, self._cand_kind, self._refining = Candidate(spot, hit.similarity), "homing", False
+            return
 
     def _plan(self, robot: Pose2D) -> bool:
         """Pick the best-matching remembered place and a route to it over traversability edges."""

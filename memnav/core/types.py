@@ -75,6 +75,12 @@ class Pose2D:
         c, s = math.cos(origin.yaw_rad), math.sin(origin.yaw_rad)
         return Pose2D(c * dx + s * dy, -s * dx + c * dy, wrap_angle(self.yaw_rad - origin.yaw_rad))
 
+    def compose(self, relative: Pose2D) -> Pose2D:
+        """A pose given in this pose's frame, expressed in the frame this pose is in (inverse of relative_to)."""
+        c, s = math.cos(self.yaw_rad), math.sin(self.yaw_rad)
+        return Pose2D(self.x_m + c * relative.x_m - s * relative.y_m, self.y_m + s * relative.x_m + c * relative.y_m,
+                      wrap_angle(self.yaw_rad + relative.yaw_rad))
+
 
 def wrap_angle(angle_rad: float) -> float:
     """Wrap an angle to [-pi, pi)."""

@@ -47,6 +47,8 @@ EXPLORING_SWEEP_SPACING_M = 1.5
 EXPLORING_BEST_VIEW_RESERVE = 50
 # exploring agents: below the similarity gate, still verify (and localize the goal) on every 3rd frame
 EXPLORING_VERIFY_EVERY_STEPS = 3
+# exploring agents: weigh 8 scan-matched candidates at a time by what the memory saw there (candidate_prior)
+EXPLORING_CANDIDATE_POOL = 8
 
 
 @dataclass
@@ -108,6 +110,7 @@ class LearnedAgent:
                               stop_approach_min_inliers=EXPLORING_STOP_APPROACH_MIN_INLIERS if explore else 0,
                               sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
+                              candidate_prior=explore, candidate_pool=EXPLORING_CANDIDATE_POOL if explore else 4,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)
                               if explore and opts.max_steps > 0 else 0)
         # an agent that explores has more to gain from searching on than one that leaves it to the policy

@@ -170,6 +170,59 @@ def test_homing_drops_a_blocked_target_and_is_off_by_default(encoder):
     assert plain.mode == "policy"
 
 
+def test_candidate_prior_is_what_the_memory_saw_there_facing_that_way(encoder):
+    nav = _nav(encoder, MemoryKind.SCENE_GRAPH, candidate_prior=True, prior_unseen=0.5)
+    goal = _frame(99)
+    target = _remember_route(nav, goal)                # the goal photo was seen at (3, 0) facing +y
+    nav.reset(*goal)
+    assert nav._view_prior(Pose2D(target.x_m + 0.2, 0.3, target.yaw_rad)) == pytest.approx(1.0, abs=1e-5)
+    assert nav._view_prior(Pose2D(target.x_m + 0.2, 0.3, -target.yaw_rad)) == 0.5   # facing away: unseen
+    assert nav._view_prior(Pose2D(10.0, 10.0, 0.0)) == 0.5                          # nothing remembered there
+    other = nav._view_prior(Pose2D(1.5, 0.0, 0.2))   # the place at (1.5, 0) shows something else
+    assert other < 0.99 and other == pytest.approx(float(np.dot(encoder.encode(*_frame(11)), nav.goal)), abs=1e-5)
+    for bad in ({"candidate_pool": 0}, {"prior_angle_deg": 200.0}, {"prior_radius_m": float("nan")}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            NavigatorConfig(**bad)
+
+
+def test_with_a_map_homing_drives_around_the_wall_a_graph_edge_crosses(encoder, two_room_scene):
+    """An earlier visit remembered two places whose traversability edge runs straight through the wall between
+    the rooms; with an occupancy map the remembered goal place becomes a candidate reached through the door."""
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    a, b = np.array([2.5, 0.0, 3.5]), np.array([5.0, 0.0, 3.5])     # the wall at x = 4 m, door at z 1.5-2.5
+    cfg = NavigatorConfig(memory=MemoryKind.SCENE_GRAPH.value, buffer_capacity=4, retrieval_k=3, explore=True,
+                          scan_match=False, homing=True, homing_min_similarity=0.95, persistent_map=True,
+                          homing_via_map=True)
+    policy = MemoryPolicy(PolicyConfig(memory_tokens=cfg.memory_tokens, hidden_dim=32, token_dim=16, heads=2))
+    nav = Navigator(encoder, _calibrator(), cfg, policy=policy)
+    goal = sim.render_at(b, math.pi / 2)
+    nav.reset(*_frame(5))                              # the earlier visit
+    for i, (pos, yaw) in enumerate(((a, 0.0), (a, math.pi), (b, 0.0), (b, math.pi / 2))):
+        view = sim.render_at(pos, yaw)
+        nav.observe(view.rgb, view.depth, view.pose, (i + 1) * 10**9)
+    ids = [int(n) for n in nav.memory.place_ids()]     # one place per view, in the order seen
+    edge = nav.memory.shortest_path(ids[1], ids[2])    # the 2.5 m traversability edge through the wall
+    assert len(ids) == 4 and edge is not None and list(edge.node_ids) == [ids[1], ids[2]]
+    nav.reset(goal.rgb, goal.depth)                    # a new episode from room 1, memory and map kept
+    sim.set_agent_pose(a, math.pi)
+    obs = sim.render_at(a, math.pi)
+    modes = []
+    for t in range(300):
+        action, _, _ = nav.act(obs.rgb, obs.depth, obs.pose, (10 + t) * 10**9)
+        modes.append(nav.mode)
+        if action is Action.STOP:
+            break
+        obs = sim.step(action)
+    here = sim.agent_state.position
+    sim.close()
+    assert action is Action.STOP and modes[-1] == "homing", modes
+    assert math.hypot(here[0] - b[0], here[2] - b[2]) < 0.5
+    assert "homing" in modes[:20] and "explore" not in modes and "policy" not in modes
+
+
 def _approach_setup(encoder, two_room_scene, min_inliers: int):
     """A robot whose stop rule always wants to stop, 1.5 m short of where the goal photo was taken, with a
     well-supported goal estimate there (as RGB-D localization would give it)."""

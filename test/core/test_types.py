@@ -34,6 +34,17 @@ def test_relative_pose():
     assert rel.yaw_rad == pytest.approx(0.0)
 
 
+def test_compose_undoes_relative_to():
+    origin = Pose2D(1.0, -2.0, 2.5)
+    for p in (Pose2D(1.0, 3.0, math.pi / 2), Pose2D(-4.0, 0.5, -3.0)):
+        back = origin.compose(p.relative_to(origin))
+        assert (back.x_m, back.y_m) == (pytest.approx(p.x_m), pytest.approx(p.y_m))
+        assert wrap_angle(back.yaw_rad - p.yaw_rad) == pytest.approx(0.0, abs=1e-12)
+    ahead = Pose2D(0.0, 0.0, math.pi / 2).compose(Pose2D(2.0, 0.0, 0.0))   # 2 m ahead of a robot facing +y
+    assert (ahead.x_m, ahead.y_m, ahead.yaw_rad) == (pytest.approx(0.0, abs=1e-12), pytest.approx(2.0),
+                                                     pytest.approx(math.pi / 2))
+
+
 def test_wrap_angle_range():
     for a in (-10.0, -math.pi, 0.0, math.pi, 7.0):
         w = wrap_angle(a)

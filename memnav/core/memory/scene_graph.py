@@ -1211,6 +1211,21 @@ class SceneGraphMemory:
         i = int(np.argmin(d))
         return int(pl.ids[slots[i]]), float(d[i])
 
+    def places_within(self, pose: Pose2D | Sequence[float], radius_m: float) -> list[PlaceInfo]:
+        """Copies of the places within `radius_m` of a memory-frame position, nearest first.
+
+        Raises:
+            InvalidInputError: a bad pose or radius.
+        """
+        p = check_pose(pose, "pose")
+        if not math.isfinite(radius_m) or radius_m < 0:
+            raise InvalidInputError("radius_m", f"must be a finite distance >= 0, got {radius_m}")
+        pl = self._places
+        slots = pl.alive_slots()
+        d = np.hypot(pl.pose[slots, 0] - p.x_m, pl.pose[slots, 1] - p.y_m)
+        inside = np.flatnonzero(d <= radius_m)
+        return [self.place(int(pl.ids[slots[i]])) for i in inside[np.argsort(d[inside], kind="stable")]]
+
     def place(self, node_id: int) -> PlaceInfo:
         """A copy of a place node's data.
 

@@ -197,6 +197,11 @@ def test_shortest_path_uses_traversability_only():
     assert SceneGraphMemory(cfg()).nearest_place([0.0, 0.0, 0.0]) is None
     with pytest.raises(InvalidInputError, match="pose"):
         m.nearest_place([float("nan"), 0.0, 0.0])
+    near = m.places_within([2.0, 0.0, 0.0], 1.1)        # b (0.5 m) then c (1.0 m); a (2 m) is outside
+    assert [p.node_id for p in near] == [b, c] and near[0].embedding.shape == (m.config.embedding_dim,)
+    assert m.places_within([20.0, 0.0, 0.0], 5.0) == []
+    with pytest.raises(InvalidInputError, match="radius_m"):
+        m.places_within([0.0, 0.0, 0.0], float("nan"))
 
 
 def test_objects_are_associated_by_instance_or_class_and_distance():
