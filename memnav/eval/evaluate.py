@@ -57,6 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-homing", action="store_true",
                         help="memnav agents: leave every move to the policy (no scene-graph homing to a "
                              "remembered place that matches the goal photo)")
+    parser.add_argument("--candidate-prior", action="store_true",
+                        help="memnav agents: of the 8 best scan-matched goal candidates visit first the one whose "
+                             "surroundings the long-term memory remembers as most like the goal photo "
+                             "(NavigatorConfig.candidate_prior; default: the best scan fit first)")
+    parser.add_argument("--homing-via-map", action="store_true",
+                        help="memnav agents: reach a remembered place that matches the goal photo over the "
+                             "occupancy map and judge it with a look-around (NavigatorConfig.homing_via_map; "
+                             "default: a route over the scene graph's edges)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -173,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           homing=not args.no_homing, explore=not args.no_explore,
-                                          max_steps=args.max_steps)
+                                          max_steps=args.max_steps, candidate_prior=args.candidate_prior,
+                                          homing_via_map=args.homing_via_map)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

@@ -47,7 +47,7 @@ EXPLORING_SWEEP_SPACING_M = 1.5
 EXPLORING_BEST_VIEW_RESERVE = 50
 # exploring agents: below the similarity gate, still verify (and localize the goal) on every 3rd frame
 EXPLORING_VERIFY_EVERY_STEPS = 3
-# exploring agents: weigh 8 scan-matched candidates at a time by what the memory saw there (candidate_prior)
+# exploring agents with candidate_prior: weigh this many scan-matched candidates at a time
 EXPLORING_CANDIDATE_POOL = 8
 
 
@@ -69,6 +69,10 @@ class LearnedAgentOptions:
             (NavigatorConfig.collision_fraction).
         max_steps: the episode's step limit, actions (0: none); an exploring agent heads for its best view
             EXPLORING_BEST_VIEW_RESERVE actions before it (NavigatorConfig.best_view_after_steps).
+        candidate_prior: exploring agents rank the EXPLORING_CANDIDATE_POOL best scan-matched candidates by
+            what the long-term memory saw there (NavigatorConfig.candidate_prior).
+        homing_via_map: exploring agents reach homing targets over the occupancy map
+            (NavigatorConfig.homing_via_map).
     """
 
     policy_dir: Path = MODELS
@@ -80,6 +84,8 @@ class LearnedAgentOptions:
     explore: bool = True
     collision_fraction: float = 0.9
     max_steps: int = 500
+    candidate_prior: bool = False
+    homing_via_map: bool = False
 
 
 class LearnedAgent:
@@ -110,7 +116,9 @@ class LearnedAgent:
                               stop_approach_min_inliers=EXPLORING_STOP_APPROACH_MIN_INLIERS if explore else 0,
                               sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
-                              candidate_prior=explore, candidate_pool=EXPLORING_CANDIDATE_POOL if explore else 4,
+                              candidate_prior=explore and opts.candidate_prior,
+                              candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior else 4,
+                              homing_via_map=opts.homing_via_map,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)
                               if explore and opts.max_steps > 0 else 0)
         # an agent that explores has more to gain from searching on than one that leaves it to the policy

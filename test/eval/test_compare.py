@@ -72,10 +72,11 @@ def test_lifelong_keeps_memory_per_house(setup, tmp_path):
         assert stats.places > 0 and stats.last_stamp_ns >= 3 * 10**9   # stamps grew across the 3 visits
     finally:
         m.close()
-    # a second run continues the same databases (stamps continue, nothing is refused)
+    # a second run continues the same databases (stamps continue, nothing is refused), here with the optional
+    # memory-ranked candidates and homing over the occupancy map
     assert main(["eval", "--agent", "memnav", "--lifelong", "--memory-dir", str(mem), "--data", str(data),
                  "--episodes", "1", "--max-steps", "5", "--policy-dir", str(root), *MODELS_ARGS,
-                 "--no-progress"]) == 0
+                 "--candidate-prior", "--homing-via-map", "--no-progress"]) == 0
 
 
 def test_unknown_compare_agent_and_wrong_checkpoint_are_clear_errors(setup, tmp_path, capsys):

@@ -53,6 +53,21 @@ def test_without_exploration_the_policy_drives_alone(two_room_scene):
         sim.close()
 
 
+def test_candidate_prior_and_homing_via_map_are_options_of_exploring_agents_only():
+    plain = LearnedAgent("memnav", LearnedAgentOptions())
+    ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
+    blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False))
+    try:
+        assert (plain.navigator.cfg.candidate_prior, plain.navigator.cfg.candidate_pool) == (False, 4)
+        assert not plain.navigator.cfg.homing_via_map
+        assert (ranked.navigator.cfg.candidate_prior, ranked.navigator.cfg.candidate_pool) == (True, 8)
+        assert ranked.navigator.cfg.homing_via_map and ranked.navigator._match_cfg.max_candidates == 8
+        assert not blind.navigator.cfg.candidate_prior     # no map, no scan-matched candidates to rank
+    finally:
+        for agent in (plain, ranked, blind):
+            agent.close()
+
+
 def test_exploring_agent_looks_around_first_and_at_a_candidate(two_room_scene):
     sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
     agent = LearnedAgent("memnav", LearnedAgentOptions())
