@@ -66,6 +66,10 @@ class PolicyNodeConfig:
             (memnav.eval.learned_agents.EXPLORING_BEST_VIEW_RESERVE).
         torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
             several nodes on few cores each spinning a thread per core were measured 50x slower.
+        candidate_prior: exploring agents visit first the scan-matched candidate the long-term memory saw as
+            most like the goal photo (`memnav eval --candidate-prior`; off, as measured in README).
+        homing_via_map: exploring agents reach a remembered matching place over the occupancy map
+            (`memnav eval --homing-via-map`; off, as measured in README).
     """
 
     agent: str = "memnav"
@@ -84,6 +88,8 @@ class PolicyNodeConfig:
     explore: bool = True
     collision_fraction: float = 0.9
     max_steps: int = 500
+    candidate_prior: bool = False
+    homing_via_map: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.collision_fraction <= 1.0:
@@ -140,7 +146,8 @@ def build(node) -> Callable[[], None]:
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
-                               max_steps=cfg.max_steps)
+                               max_steps=cfg.max_steps, candidate_prior=cfg.candidate_prior,
+                               homing_via_map=cfg.homing_via_map)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
