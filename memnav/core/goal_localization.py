@@ -136,7 +136,4 @@ def localize_goal(goal: Features, goal_depth: np.ndarray, current: Features, cur
 
 def to_odometry_frame(estimate: GoalEstimate, robot: Pose2D) -> Pose2D:
     """A goal pose relative to the robot, expressed in the robot's odometry frame."""
-    rel = estimate.relative
-    c, s = math.cos(robot.yaw_rad), math.sin(robot.yaw_rad)
-    return Pose2D(robot.x_m + c * rel.x_m - s * rel.y_m, robot.y_m + s * rel.x_m + c * rel.y_m,
-                  wrap_angle(robot.yaw_rad + rel.yaw_rad))
+    return robot.compose(estimate.relative)

@@ -117,7 +117,8 @@ class LearnedAgent:
                               sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               candidate_prior=explore and opts.candidate_prior,
-                              candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior else 4,
+                              candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior
+                              else NavigatorConfig.candidate_pool,
                               homing_via_map=opts.homing_via_map,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)
                               if explore and opts.max_steps > 0 else 0)

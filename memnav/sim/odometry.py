@@ -41,6 +41,4 @@ def apply_odometry(odom: Pose2D, fwd_m: float, left_m: float, dyaw_rad: float, c
         left_m += rng.normal(0.0, config.odom_noise_trans_std * dist)
     if config.odom_noise_rot_std > 0 and (dist > 0 or dyaw_rad != 0):
         dyaw_rad += rng.normal(0.0, config.odom_noise_rot_std * (abs(dyaw_rad) + dist))
-    c, s = math.cos(odom.yaw_rad), math.sin(odom.yaw_rad)
-    return Pose2D(odom.x_m + c * fwd_m - s * left_m, odom.y_m + s * fwd_m + c * left_m,
-                  wrap_angle(odom.yaw_rad + dyaw_rad))
+    return odom.compose(Pose2D(fwd_m, left_m, dyaw_rad))

@@ -1202,14 +1202,11 @@ class SceneGraphMemory:
         Raises:
             InvalidInputError: a bad pose.
         """
-        p = check_pose(pose, "pose")
-        pl = self._places
-        slots = pl.alive_slots()
+        slots, d = self._place_distances(check_pose(pose, "pose"))
         if slots.size == 0:
             return None
-        d = np.hypot(pl.pose[slots, 0] - p.x_m, pl.pose[slots, 1] - p.y_m)
         i = int(np.argmin(d))
-        return int(pl.ids[slots[i]]), float(d[i])
+        return int(self._places.ids[slots[i]]), float(d[i])
 
     def places_within(self, pose: Pose2D | Sequence[float], radius_m: float) -> list[PlaceInfo]:
         """Copies of the places within `radius_m` of a memory-frame position, nearest first.
@@ -1220,11 +1217,15 @@ class SceneGraphMemory:
         p = check_pose(pose, "pose")
         if not math.isfinite(radius_m) or radius_m < 0:
             raise InvalidInputError("radius_m", f"must be a finite distance >= 0, got {radius_m}")
+        slots, d = self._place_distances(p)
+        inside = np.flatnonzero(d <= radius_m)
+        return [self.place(int(self._places.ids[slots[i]])) for i in inside[np.argsort(d[inside], kind="stable")]]
+
+    def _place_distances(self, p: Pose2D) -> tuple[np.ndarray, np.ndarray]:
+        """The live place slots and their planar distances to a memory-frame position, m."""
         pl = self._places
         slots = pl.alive_slots()
-        d = np.hypot(pl.pose[slots, 0] - p.x_m, pl.pose[slots, 1] - p.y_m)
-        inside = np.flatnonzero(d <= radius_m)
-        return [self.place(int(pl.ids[slots[i]])) for i in inside[np.argsort(d[inside], kind="stable")]]
+        return slots, np.hypot(pl.pose[slots, 0] - p.x_m, pl.pose[slots, 1] - p.y_m)
 
     def place(self, node_id: int) -> PlaceInfo:
         """A copy of a place node's data.
