@@ -138,6 +138,10 @@ class NavigatorConfig:
         scan_match: match the goal depth against the occupancy map for goal candidates (needs explore).
         match_every_steps: steps between two scan-matching searches (each takes tens of milliseconds).
         candidate_min_score: scan-match score (0-1) at which a candidate interrupts exploration.
+        candidate_near_m: while exploring, a candidate within this straight-line distance of the robot interrupts
+            exploration already at candidate_near_min_score (checking a nearby fit costs little path; 0 = off),
+            meters.
+        candidate_near_min_score: see candidate_near_m (0-1).
         candidate_stop_similarity: embedding cosine similarity to the goal that confirms a candidate on arrival.
         candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
         candidate_prior: visit the candidate whose surroundings the long-term memory remembers as most like the
@@ -190,6 +194,8 @@ class NavigatorConfig:
     scan_match: bool = False
     match_every_steps: int = 10
     candidate_min_score: float = 0.85
+    candidate_near_m: float = 0.0
+    candidate_near_min_score: float = 0.6
     candidate_stop_similarity: float = 0.8
     candidate_pool: int = 4
     candidate_prior: bool = False
@@ -211,7 +217,8 @@ class NavigatorConfig:
                              f"{self.verify_every_steps!r}")
         if isinstance(self.candidate_pool, bool) or not isinstance(self.candidate_pool, int) or self.candidate_pool < 1:
             raise ValueError(f"NavigatorConfig.candidate_pool must be an integer >= 1, got {self.candidate_pool!r}")
-        for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0)):
+        for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0), ("candidate_near_m", math.inf),
+                          ("candidate_near_min_score", 1.0)):
             value = getattr(self, name)
             if not 0.0 <= value <= top:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
@@ -617,9 +624,8 @@ class Navigator:
         if self._scan is not None and self._candidate is None and (
                 self._explored or self._match_now or self._steps % self.cfg.match_every_steps == 1):
             self._match_now = False
-            min_score = 0.0 if self._explored else self.cfg.candidate_min_score
             pool = [cand for cand in self.explorer.match_goal(pose, self._scan, self._match_cfg)
-                    if cand.score >= min_score and not self._was_rejected(cand.pose)]
+                    if self._candidate_worth(cand, pose) and not self._was_rejected(cand.pose)]
             if pool:
                 self._candidate = (max(pool, key=lambda c: (self._view_prior(c.pose), c.score))
                                    if self.cfg.candidate_prior else pool[0])
@@ -643,6 +649,14 @@ class Navigator:
         self._refining = False
         self._cand_kind = "candidate"
         return None
+
+    def _candidate_worth(self, cand: Candidate, pose: Pose2D) -> bool:
+        """Whether a scan-matched candidate is worth a trip now: any fit once nothing is left to explore, else a
+        score of at least candidate_min_score, or candidate_near_min_score within candidate_near_m."""
+        if self._explored or cand.score >= self.cfg.candidate_min_score:
+            return True
+        near = math.hypot(cand.pose.x_m - pose.x_m, cand.pose.y_m - pose.y_m) <= self.cfg.candidate_near_m
+        return near and cand.score >= self.cfg.candidate_near_min_score
 
     def _view_prior(self, pose: Pose2D) -> float:
         """How much what the long-term memory saw around a map pose, facing its way, looked like the goal photo

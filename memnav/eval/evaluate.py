@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
-from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
+from memnav.eval.learned_agents import EXPLORING_CANDIDATE_NEAR_M, MODELS, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
@@ -65,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memnav agents: reach a remembered place that matches the goal photo over the "
                              "occupancy map and judge it with a look-around (NavigatorConfig.homing_via_map; "
                              "default: a route over the scene graph's edges)")
+    parser.add_argument("--candidate-near-m", type=float, default=EXPLORING_CANDIDATE_NEAR_M, metavar="M",
+                        help="memnav agents: while exploring, judge a scan-matched goal candidate within this "
+                             "straight-line distance already when its fit is moderate (score >= 0.6 instead of "
+                             "0.85), since a nearby check costs little path; meters, 0 = off "
+                             "(NavigatorConfig.candidate_near_m; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -182,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           homing=not args.no_homing, explore=not args.no_explore,
                                           max_steps=args.max_steps, candidate_prior=args.candidate_prior,
-                                          homing_via_map=args.homing_via_map)
+                                          homing_via_map=args.homing_via_map,
+                                          candidate_near_m=args.candidate_near_m)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

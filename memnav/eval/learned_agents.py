@@ -49,6 +49,9 @@ EXPLORING_BEST_VIEW_RESERVE = 50
 EXPLORING_VERIFY_EVERY_STEPS = 3
 # exploring agents with candidate_prior: weigh this many scan-matched candidates at a time
 EXPLORING_CANDIDATE_POOL = 8
+# exploring agents: a scan-matched candidate this close (straight line, meters) is judged at a lower fit
+# (NavigatorConfig.candidate_near_m; chosen on val, README "Exploration")
+EXPLORING_CANDIDATE_NEAR_M = 2.0
 
 
 @dataclass
@@ -73,6 +76,9 @@ class LearnedAgentOptions:
             what the long-term memory saw there (NavigatorConfig.candidate_prior).
         homing_via_map: exploring agents reach homing targets over the occupancy map
             (NavigatorConfig.homing_via_map).
+        candidate_near_m: exploring agents judge a scan-matched candidate this close (straight line, meters)
+            already at a fit of NavigatorConfig.candidate_near_min_score (0 = off;
+            NavigatorConfig.candidate_near_m).
     """
 
     policy_dir: Path = MODELS
@@ -86,6 +92,7 @@ class LearnedAgentOptions:
     max_steps: int = 500
     candidate_prior: bool = False
     homing_via_map: bool = False
+    candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
 
 
 class LearnedAgent:
@@ -120,6 +127,7 @@ class LearnedAgent:
                               candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior
                               else NavigatorConfig.candidate_pool,
                               homing_via_map=opts.homing_via_map,
+                              candidate_near_m=opts.candidate_near_m if explore else 0.0,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)
                               if explore and opts.max_steps > 0 else 0)
         # an agent that explores has more to gain from searching on than one that leaves it to the policy

@@ -70,6 +70,8 @@ class PolicyNodeConfig:
             most like the goal photo (`memnav eval --candidate-prior`; off, as measured in README).
         homing_via_map: exploring agents reach a remembered matching place over the occupancy map
             (`memnav eval --homing-via-map`; off, as measured in README).
+        candidate_near_m: exploring agents judge a scan-matched goal candidate this close (straight line,
+            meters) already at a moderate fit (`memnav eval --candidate-near-m`; 0 = off).
     """
 
     agent: str = "memnav"
@@ -90,6 +92,7 @@ class PolicyNodeConfig:
     max_steps: int = 500
     candidate_prior: bool = False
     homing_via_map: bool = False
+    candidate_near_m: float = 2.0   # = memnav.eval.learned_agents.EXPLORING_CANDIDATE_NEAR_M (a test checks)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.collision_fraction <= 1.0:
@@ -147,7 +150,7 @@ def build(node) -> Callable[[], None]:
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
                                max_steps=cfg.max_steps, candidate_prior=cfg.candidate_prior,
-                               homing_via_map=cfg.homing_via_map)
+                               homing_via_map=cfg.homing_via_map, candidate_near_m=cfg.candidate_near_m)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

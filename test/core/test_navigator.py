@@ -185,6 +185,26 @@ def test_candidate_prior_is_what_the_memory_saw_there_facing_that_way(encoder):
             NavigatorConfig(**bad)
 
 
+def test_a_nearby_candidate_is_worth_a_trip_at_a_lower_scan_score(encoder):
+    from memnav.core.scan_match import Candidate
+
+    here = Pose2D(1.0, 1.0, 0.0)
+    near, far = Pose2D(3.0, 2.0, 0.0), Pose2D(6.0, 1.0, 0.0)      # 2.2 m and 5 m from the robot
+    nav = _nav(encoder, MemoryKind.NONE, candidate_min_score=0.85, candidate_near_m=3.0,
+               candidate_near_min_score=0.65)
+    assert nav._candidate_worth(Candidate(near, 0.7), here)
+    assert not nav._candidate_worth(Candidate(near, 0.6), here)      # near, but fits too poorly
+    assert not nav._candidate_worth(Candidate(far, 0.7), here)       # fits as well, but too far for its score
+    assert nav._candidate_worth(Candidate(far, 0.9), here)           # a clear fit is worth any trip
+    nav._explored = True                                             # nothing left to explore: any fit
+    assert nav._candidate_worth(Candidate(far, 0.61), here)
+    off = _nav(encoder, MemoryKind.NONE, candidate_min_score=0.85)   # the default: no nearby exception
+    assert not off._candidate_worth(Candidate(near, 0.84), here)
+    for bad in ({"candidate_near_m": -1.0}, {"candidate_near_min_score": 1.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            NavigatorConfig(**bad)
+
+
 def test_with_a_map_homing_drives_around_the_wall_a_graph_edge_crosses(encoder, two_room_scene):
     """An earlier visit remembered two places whose traversability edge runs straight through the wall between
     the rooms; with an occupancy map the remembered goal place becomes a candidate reached through the door."""

@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from memnav.core.types import Action
-from memnav.eval.learned_agents import LearnedAgent, LearnedAgentOptions
+from memnav.eval.learned_agents import EXPLORING_CANDIDATE_NEAR_M, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.embedded import EmbeddedSimulator
 
@@ -63,6 +63,8 @@ def test_candidate_prior_and_homing_via_map_are_options_of_exploring_agents_only
         assert (ranked.navigator.cfg.candidate_prior, ranked.navigator.cfg.candidate_pool) == (True, 8)
         assert ranked.navigator.cfg.homing_via_map and ranked.navigator._match_cfg.max_candidates == 8
         assert not blind.navigator.cfg.candidate_prior     # no map, no scan-matched candidates to rank
+        assert plain.navigator.cfg.candidate_near_m == EXPLORING_CANDIDATE_NEAR_M > 0
+        assert blind.navigator.cfg.candidate_near_m == 0.0
     finally:
         for agent in (plain, ranked, blind):
             agent.close()

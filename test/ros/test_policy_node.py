@@ -31,6 +31,15 @@ def test_action_velocity():
         PolicyNodeConfig(max_steps=-1)
 
 
+def test_policy_node_defaults_are_the_eval_agents_defaults():
+    from memnav.eval.learned_agents import EXPLORING_CANDIDATE_NEAR_M, LearnedAgentOptions
+
+    node, agent = PolicyNodeConfig(), LearnedAgentOptions()
+    assert node.candidate_near_m == agent.candidate_near_m == EXPLORING_CANDIDATE_NEAR_M
+    assert (node.candidate_prior, node.homing_via_map, node.max_steps) == (agent.candidate_prior,
+                                                                          agent.homing_via_map, agent.max_steps)
+
+
 def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=2)
     save_policy(MemoryPolicy(PolicyConfig(memory_tokens=24)), tmp_path / "policy_memnav.pt",
