@@ -141,7 +141,8 @@ class NavigatorConfig:
         candidate_near_m: while exploring, a candidate within this straight-line distance of the robot interrupts
             exploration already at candidate_near_min_score (checking a nearby fit costs little path; 0 = off),
             meters.
-        candidate_near_min_score: see candidate_near_m (0-1).
+        candidate_near_min_score: see candidate_near_m (0-1; the matcher reports no fit below
+            ScanMatchConfig.min_score, 0.6, so lower values act as 0.6).
         candidate_stop_similarity: embedding cosine similarity to the goal that confirms a candidate on arrival.
         candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
         candidate_prior: visit the candidate whose surroundings the long-term memory remembers as most like the
