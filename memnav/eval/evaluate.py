@@ -7,8 +7,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from memnav.core.navigator import NavigatorConfig
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
-from memnav.eval.learned_agents import EXPLORING_CANDIDATE_NEAR_M, MODELS, LearnedAgentOptions
+from memnav.eval.learned_agents import EXPLORING_CANDIDATE_NEAR_M, EXPLORING_CANDIDATE_POOL, MODELS, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
@@ -58,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memnav agents: leave every move to the policy (no scene-graph homing to a "
                              "remembered place that matches the goal photo)")
     parser.add_argument("--candidate-prior", action="store_true",
-                        help="memnav agents: of the 8 best scan-matched goal candidates visit first the one whose "
+                        help=f"memnav agents: of the {EXPLORING_CANDIDATE_POOL} best scan-matched goal candidates "
+                             "visit first the one whose "
                              "surroundings the long-term memory remembers as most like the goal photo "
                              "(NavigatorConfig.candidate_prior; default: the best scan fit first)")
     parser.add_argument("--homing-via-map", action="store_true",
@@ -67,8 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: a route over the scene graph's edges)")
     parser.add_argument("--candidate-near-m", type=float, default=EXPLORING_CANDIDATE_NEAR_M, metavar="M",
                         help="memnav agents: while exploring, judge a scan-matched goal candidate within this "
-                             "straight-line distance already when its fit is moderate (score >= 0.6 instead of "
-                             "0.85), since a nearby check costs little path; meters, 0 = off "
+                             f"straight-line distance already when its fit is moderate (score >= "
+                             f"{NavigatorConfig.candidate_near_min_score} instead of "
+                             f"{NavigatorConfig.candidate_min_score}), since a nearby check costs little path; "
+                             "meters, 0 = off "
                              "(NavigatorConfig.candidate_near_m; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")

@@ -53,7 +53,7 @@ def test_without_exploration_the_policy_drives_alone(two_room_scene):
         sim.close()
 
 
-def test_candidate_prior_and_homing_via_map_are_options_of_exploring_agents_only():
+def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exploring_agents_only():
     plain = LearnedAgent("memnav", LearnedAgentOptions())
     ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
     blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False))
