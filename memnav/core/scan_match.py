@@ -65,25 +65,43 @@ class Candidate:
     score: float
 
 
-def goal_scan(depth: np.ndarray, hfov_deg: float, camera_height_m: float, min_height_m: float,
-              max_height_m: float, cfg: ScanMatchConfig | None = None) -> GoalScan:
-    """The goal image's 2D scan: per sampled column, the nearest surface at obstacle height."""
-    cfg = cfg or ScanMatchConfig()
+def surface_columns(depth: np.ndarray, hfov_deg: float, camera_height_m: float, min_height_m: float,
+                    max_height_m: float, columns: int, max_range_m: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sampled image column, the nearest surface between min_height_m and max_height_m above the floor.
+
+    Returns (endpoints (K, 2) as (forward, left) meters in the camera frame, image rows (K,), image columns (K,))
+    for the columns that see such a surface within max_range_m. Non-finite or <= 5 cm depths are ignored.
+    """
     depth = np.asarray(depth, dtype=np.float32)
     h, w = depth.shape
     f = w / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
-    cols = np.linspace(0, w - 1, min(cfg.columns, w)).round().astype(np.int64)
+    cols = np.linspace(0, w - 1, min(columns, w)).round().astype(np.int64)
     left_per_m = -(cols + 0.5 - w / 2.0) / f
     up_per_m = -(np.arange(h) + 0.5 - h / 2.0) / f
     d = depth[:, cols]
     height = camera_height_m + up_per_m[:, None] * d
     tall = (d > 0.05) & np.isfinite(d) & (height >= min_height_m) & (height <= max_height_m)
-    fwd = np.where(tall, d, np.inf).min(axis=0)
-    ok = np.isfinite(fwd) & (np.hypot(fwd, fwd * left_per_m) <= cfg.max_range_m)
+    masked = np.where(tall, d, np.inf)
+    rows = masked.argmin(axis=0)
+    fwd = masked.min(axis=0)
+    ok = np.isfinite(fwd) & (np.hypot(fwd, fwd * left_per_m) <= max_range_m)
     ends = np.stack([fwd[ok], fwd[ok] * left_per_m[ok]], axis=1)
+    return ends, rows[ok], cols[ok]
+
+
+def free_space_points(endpoints: np.ndarray) -> np.ndarray:
+    """Points at 30%, 55% and 80% of the way to each endpoint: seen through, so they must be free."""
     fracs = np.array([0.3, 0.55, 0.8])
-    free = (ends[None, :, :] * fracs[:, None, None]).reshape(-1, 2)
-    return GoalScan(ends, free)
+    return (endpoints[None, :, :] * fracs[:, None, None]).reshape(-1, 2)
+
+
+def goal_scan(depth: np.ndarray, hfov_deg: float, camera_height_m: float, min_height_m: float,
+              max_height_m: float, cfg: ScanMatchConfig | None = None) -> GoalScan:
+    """The goal image's 2D scan: per sampled column, the nearest surface at obstacle height."""
+    cfg = cfg or ScanMatchConfig()
+    ends = surface_columns(depth, hfov_deg, camera_height_m, min_height_m, max_height_m, cfg.columns,
+                           cfg.max_range_m)[0]
+    return GoalScan(ends, free_space_points(ends))
 
 
 def match_scan(scan: GoalScan, obstacle_distance_m: np.ndarray, known: np.ndarray, positions: np.ndarray,

@@ -34,10 +34,16 @@ def test_bench_encoder_keys(tiny_data, tmp_path):
     assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--db-per-house", "30",
                  "--queries-per-house", "10", "--vocab-words", "16", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
-    for key in ("recall_at_1", "baseline_pixels_recall_at_1", "baseline_orb_recall_at_1"):
+    for key in ("recall_at_1", "recall_at_1_verified", "baseline_pixels_recall_at_1", "baseline_orb_recall_at_1"):
         assert 0.0 <= res[key] <= 1.0
     assert res["encode_ms_p50"] > 0 and res["queries_evaluated"] > 0
+    assert res["verify_top_k"] == 10 and res["verify_pair_ms_p50"] > 0
     assert res["recall_at_1"] <= res["recall_at_5"] <= 1.0
+
+
+def test_bench_encoder_negative_verify_top_is_a_clear_error(capsys):
+    assert main(["bench", "encoder", "--verify-top", "-1"]) == 2
+    assert "--verify-top" in capsys.readouterr().err
 
 
 def test_bench_encoder_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
