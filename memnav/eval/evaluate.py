@@ -9,7 +9,8 @@ from pathlib import Path
 
 from memnav.core.navigator import NavigatorConfig
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
-from memnav.eval.learned_agents import EXPLORING_CANDIDATE_NEAR_M, EXPLORING_CANDIDATE_POOL, MODELS, LearnedAgentOptions
+from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M, EXPLORING_CANDIDATE_POOL
+from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv

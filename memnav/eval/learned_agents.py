@@ -19,6 +19,15 @@ from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig
 from memnav.core.policy import load_policy
 from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.types import Action, Observation
+from memnav.eval.exploring_defaults import (
+    EXPLORING_BEST_VIEW_RESERVE,
+    EXPLORING_CANDIDATE_NEAR_M,
+    EXPLORING_CANDIDATE_POOL,
+    EXPLORING_SEARCH_VALUE,
+    EXPLORING_STOP_APPROACH_MIN_INLIERS,
+    EXPLORING_SWEEP_SPACING_M,
+    EXPLORING_VERIFY_EVERY_STEPS,
+)
 from memnav.paths import MODELS
 
 if TYPE_CHECKING:
@@ -33,25 +42,6 @@ LEARNED: dict[str, tuple[str, MemoryKind, str]] = {
     "memnav": ("policy_memnav.pt", MemoryKind.SCENE_GRAPH, "voi"),
     "memnav-fixed": ("policy_memnav.pt", MemoryKind.SCENE_GRAPH, "fixed"),
 }
-
-
-# VoI stop rule's value of searching on (VoIStopConfig.search_value) for agents that explore: stops need a
-# belief of about 0.65 instead of about 0.45 (fewer stops at look-alike places; 0.45 was chosen on 24 test
-# episodes, 0.5 on 96 val episodes, README "Exploration")
-EXPLORING_SEARCH_VALUE = 0.5
-# exploring agents: drive to an RGB-D goal estimate this well supported instead of stopping short of it
-EXPLORING_STOP_APPROACH_MIN_INLIERS = 10
-# exploring agents: once everything is explored, stand this far from everywhere they have been and look around
-EXPLORING_SWEEP_SPACING_M = 1.5
-# exploring agents: this many actions before the step limit, stop searching and go to the best view
-EXPLORING_BEST_VIEW_RESERVE = 50
-# exploring agents: below the similarity gate, still verify (and localize the goal) on every 3rd frame
-EXPLORING_VERIFY_EVERY_STEPS = 3
-# exploring agents with candidate_prior: weigh this many scan-matched candidates at a time
-EXPLORING_CANDIDATE_POOL = 8
-# exploring agents: a scan-matched candidate this close (straight line, meters) is judged at a lower fit
-# (NavigatorConfig.candidate_near_m; chosen on val, README "Exploration")
-EXPLORING_CANDIDATE_NEAR_M = 2.0
 
 
 @dataclass

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.types import Action
+from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M
 
 
 @dataclass
@@ -63,7 +64,7 @@ class PolicyNodeConfig:
             and acceleration limits make every step fall a little short: use about 0.4).
         max_steps: the episode's step limit in actions (the sim bridge's sim.max_episode_steps; 0 = none): an
             exploring agent stops searching and heads for its best view 50 actions before it
-            (memnav.eval.learned_agents.EXPLORING_BEST_VIEW_RESERVE).
+            (memnav.eval.exploring_defaults.EXPLORING_BEST_VIEW_RESERVE).
         torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
             several nodes on few cores each spinning a thread per core were measured 50x slower.
         candidate_prior: exploring agents visit first the scan-matched candidate the long-term memory saw as
@@ -92,7 +93,7 @@ class PolicyNodeConfig:
     max_steps: int = 500
     candidate_prior: bool = False
     homing_via_map: bool = False
-    candidate_near_m: float = 2.0   # = memnav.eval.learned_agents.EXPLORING_CANDIDATE_NEAR_M (a test checks)
+    candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
 
     def __post_init__(self) -> None:
         if not 0.0 < self.collision_fraction <= 1.0:

@@ -4,7 +4,8 @@ import math
 import numpy as np
 
 from memnav.core.types import Action
-from memnav.eval.learned_agents import EXPLORING_CANDIDATE_NEAR_M, LearnedAgent, LearnedAgentOptions
+from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M
+from memnav.eval.learned_agents import LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.embedded import EmbeddedSimulator
 

@@ -32,7 +32,8 @@ def test_action_velocity():
 
 
 def test_policy_node_defaults_are_the_eval_agents_defaults():
-    from memnav.eval.learned_agents import EXPLORING_CANDIDATE_NEAR_M, LearnedAgentOptions
+    from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M
+    from memnav.eval.learned_agents import LearnedAgentOptions
 
     node, agent = PolicyNodeConfig(), LearnedAgentOptions()
     assert node.candidate_near_m == agent.candidate_near_m == EXPLORING_CANDIDATE_NEAR_M

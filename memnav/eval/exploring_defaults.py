@@ -1,0 +1,23 @@
+"""Defaults of the agents that explore (memnav, memnav-fixed), in one torch-free module.
+
+`memnav.eval.learned_agents` builds the agents from them; the ROS `policy_node` config reads them too, so a
+node and `memnav eval` run the same agent by default.
+"""
+
+# VoI stop rule's value of searching on (VoIStopConfig.search_value) for agents that explore: stops need a
+# belief of about 0.65 instead of about 0.45 (fewer stops at look-alike places; 0.45 was chosen on 24 test
+# episodes, 0.5 on 96 val episodes, README "Exploration")
+EXPLORING_SEARCH_VALUE = 0.5
+# exploring agents: drive to an RGB-D goal estimate this well supported instead of stopping short of it
+EXPLORING_STOP_APPROACH_MIN_INLIERS = 10
+# exploring agents: once everything is explored, stand this far from everywhere they have been and look around
+EXPLORING_SWEEP_SPACING_M = 1.5
+# exploring agents: this many actions before the step limit, stop searching and go to the best view
+EXPLORING_BEST_VIEW_RESERVE = 50
+# exploring agents: below the similarity gate, still verify (and localize the goal) on every 3rd frame
+EXPLORING_VERIFY_EVERY_STEPS = 3
+# exploring agents with candidate_prior: weigh this many scan-matched candidates at a time
+EXPLORING_CANDIDATE_POOL = 8
+# exploring agents: a scan-matched candidate this close (straight line, meters) is judged at a lower fit
+# (NavigatorConfig.candidate_near_m; chosen on val, README "Exploration")
+EXPLORING_CANDIDATE_NEAR_M = 2.0
