@@ -10,9 +10,9 @@ in A's camera frame at every relative pose within `max_shift_m` and `max_turn_de
 
 where d is the distance to A's nearest endpoint and c_A its colour (RGB in [0, 1]), minus the fraction
 of B's free-space points that land on A's surfaces. The fit is the best pose's score, averaged over
-both directions (B in A, A in B); it is about 0.6-0.9 for views of the same spot and lower for views of
-another spot, even one that looks alike, because room shape, furniture layout and colours must all agree at
-a pose inside the box. Colour separates the two ends of a symmetric room, which depth alone confuses.
+both directions (B in A, A in B). On the train houses it is 0.29-0.65 (10th-90th percentile) for views
+within 1 m and 30 deg of each other and mostly below 0.2 for look-alikes elsewhere (median 0.06): room
+shape, furniture layout and colours must all agree at a pose inside the box. Colour separates the two ends of a symmetric room, which depth alone confuses.
 
 Used to re-rank a place-recognition shortlist: `verified_order` sorts candidates by embedding similarity
 plus `weight` times the fit. No learning is involved; it needs the depth a robot's RGB-D camera gives.
@@ -141,15 +141,16 @@ def view_scan(rgb: np.ndarray, depth: np.ndarray, cfg: ScanVerifyConfig | None =
         label[((ends[:, 1] - lo[1]) / cell).astype(np.int64), ((ends[:, 0] - lo[0]) / cell).astype(np.int64)] = \
             np.arange(len(ends))
         dist, (near_r, near_c) = distance_transform_edt(label < 0, return_indices=True)
-        nearest = label[near_r, near_c]
+        nearest = label[near_r, near_c].astype(np.int32)
         dist_m = dist * cell
-        closeness = np.where(dist_m <= 4.0 * cfg.sigma_m, np.exp(-dist_m ** 2 / (2.0 * cfg.sigma_m ** 2)), 0.0)
+        closeness = np.where(dist_m <= 4.0 * cfg.sigma_m, np.exp(-dist_m ** 2 / (2.0 * cfg.sigma_m ** 2)),
+                             0.0).astype(np.float32)
     else:
-        nearest = np.zeros((n_rows, n_cols), dtype=np.int64)
-        closeness = np.zeros((n_rows, n_cols))
+        nearest = np.zeros((n_rows, n_cols), dtype=np.int32)
+        closeness = np.zeros((n_rows, n_cols), dtype=np.float32)
     grid_r, grid_c = np.mgrid[0:n_rows, 0:n_cols]
     inside = np.hypot(lo[0] + (grid_c + 0.5) * cell, lo[1] + (grid_r + 0.5) * cell) <= cfg.max_shift_m + 1e-9
-    search_rows, search_cols = np.nonzero(inside)
+    search_rows, search_cols = (v.astype(np.int32) for v in np.nonzero(inside))
     return ViewScan(ends, colours, free_space_points(ends), lo, closeness, nearest, label >= 0, search_rows,
                     search_cols)
 
