@@ -12,7 +12,8 @@ where d is the distance to A's nearest endpoint and c_A its colour (RGB in [0, 1
 of B's free-space points that land on A's surfaces. The fit is the best pose's score, averaged over
 both directions (B in A, A in B). On the train houses it is 0.29-0.65 (10th-90th percentile) for views
 within 1 m and 30 deg of each other and mostly below 0.2 for look-alikes elsewhere (median 0.06): room
-shape, furniture layout and colours must all agree at a pose inside the box. Colour separates the two ends of a symmetric room, which depth alone confuses.
+shape, furniture layout and colours must all agree at a pose inside the box. Colour separates the two
+ends of a symmetric room, which depth alone confuses.
 
 Used to re-rank a place-recognition shortlist: `verified_order` sorts candidates by embedding similarity
 plus `weight` times the fit. No learning is involved; it needs the depth a robot's RGB-D camera gives.
