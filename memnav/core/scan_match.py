@@ -142,6 +142,16 @@ def match_scan(scan: GoalScan, obstacle_distance_m: np.ndarray, known: np.ndarra
 
 
 @njit(cache=True)
+def rotated_cells(points, yaw, cell_m, shift, rows_out, cols_out):  # pragma: no cover - compiled
+    """Cell offsets (rows = second axis, cols = first) of points (forward, left) seen from a cell centre at
+    heading yaw, plus shift; written into rows_out / cols_out."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    for j in range(points.shape[0]):
+        rows_out[j] = int(math.floor(0.5 + (s * points[j, 0] + c * points[j, 1]) / cell_m)) + shift
+        cols_out[j] = int(math.floor(0.5 + (c * points[j, 0] - s * points[j, 1]) / cell_m)) + shift
+
+
+@njit(cache=True)
 def _search(dist, known, rows, cols, yaws, ends, free, cell_m, sigma):  # pragma: no cover - compiled
     """Best score and heading per position. A point at (forward, left) seen from a cell centre lands in the
     cell at an integer offset that depends on the heading only, so per heading the offsets are computed once
@@ -174,13 +184,8 @@ def _search(dist, known, rows, cols, yaws, ends, free, cell_m, sigma):  # pragma
     fr = np.empty(nf, np.int64)
     fc = np.empty(nf, np.int64)
     for yi in range(yaws.size):
-        c, s = math.cos(yaws[yi]), math.sin(yaws[yi])
-        for j in range(k):
-            er[j] = int(math.floor(0.5 + (s * ends[j, 0] + c * ends[j, 1]) / cell_m)) + pad
-            ec[j] = int(math.floor(0.5 + (c * ends[j, 0] - s * ends[j, 1]) / cell_m)) + pad
-        for j in range(nf):
-            fr[j] = int(math.floor(0.5 + (s * free[j, 0] + c * free[j, 1]) / cell_m)) + pad
-            fc[j] = int(math.floor(0.5 + (c * free[j, 0] - s * free[j, 1]) / cell_m)) + pad
+        rotated_cells(ends, yaws[yi], cell_m, pad, er, ec)
+        rotated_cells(free, yaws[yi], cell_m, pad, fr, fc)
         for i in range(n):
             r0, c0 = rows[i], cols[i]
             total = 0.0

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 from scipy.ndimage import distance_transform_edt
 
-from memnav.core.scan_match import free_space_points, surface_columns
+from memnav.core.scan_match import free_space_points, rotated_cells, surface_columns
 
 
 @dataclass
@@ -202,13 +202,8 @@ def _best_pose(closeness, nearest, surface, rows, cols, yaws, ends, affinity, fr
     fr = np.empty(n_free, np.int64)
     fc = np.empty(n_free, np.int64)
     for yi in range(yaws.size):
-        c, s = math.cos(yaws[yi]), math.sin(yaws[yi])
-        for j in range(k):
-            er[j] = int(math.floor(0.5 + (s * ends[j, 0] + c * ends[j, 1]) / cell))
-            ec[j] = int(math.floor(0.5 + (c * ends[j, 0] - s * ends[j, 1]) / cell))
-        for j in range(n_free):
-            fr[j] = int(math.floor(0.5 + (s * free[j, 0] + c * free[j, 1]) / cell))
-            fc[j] = int(math.floor(0.5 + (c * free[j, 0] - s * free[j, 1]) / cell))
+        rotated_cells(ends, yaws[yi], cell, 0, er, ec)
+        rotated_cells(free, yaws[yi], cell, 0, fr, fc)
         for i in range(rows.size):
             total = 0.0
             for j in range(k):
