@@ -175,7 +175,7 @@ def _one_way(a: ViewScan, b: ViewScan, cfg: ScanVerifyConfig) -> float:
 
 def scan_fit(a: ViewScan, b: ViewScan, cfg: ScanVerifyConfig | None = None) -> float:
     """Symmetric fit of two views: the mean of both directions' best pose score (<= 1; 0 if either view
-    has fewer than `min_points` surface points)."""
+    has fewer than `min_points` surface points). Both scans must come from `view_scan` with the same cfg."""
     cfg = cfg or ScanVerifyConfig()
     return 0.5 * (_one_way(a, b, cfg) + _one_way(b, a, cfg))
 
