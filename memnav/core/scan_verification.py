@@ -156,15 +156,8 @@ def view_scan(rgb: np.ndarray, depth: np.ndarray, cfg: ScanVerifyConfig | None =
                     search_cols)
 
 
-def _one_way(a: ViewScan, b: ViewScan, cfg: ScanVerifyConfig) -> float:
-    """Best score of b's scan placed in a's frame, over the relative poses searched."""
-    if len(a.endpoints) < cfg.min_points or len(b.endpoints) < cfg.min_points:
-        return 0.0
-    if cfg.colour_sigma > 0:
-        diff = b.colours[:, None, :] - a.colours[None, :, :]
-        affinity = np.exp(-(diff ** 2).sum(axis=2) / (2.0 * cfg.colour_sigma ** 2))
-    else:
-        affinity = np.ones((len(b.endpoints), len(a.endpoints)))
+def _one_way(a: ViewScan, b: ViewScan, affinity: np.ndarray, cfg: ScanVerifyConfig) -> float:
+    """Best score of b's scan placed in a's frame, over the relative poses searched; affinity is (K_b, K_a)."""
     turn = math.radians(cfg.max_turn_deg)
     step = math.radians(cfg.turn_step_deg)
     n_half = int(math.floor(turn / step + 1e-9))
@@ -177,7 +170,15 @@ def scan_fit(a: ViewScan, b: ViewScan, cfg: ScanVerifyConfig | None = None) -> f
     """Symmetric fit of two views: the mean of both directions' best pose score (<= 1; 0 if either view
     has fewer than `min_points` surface points). Both scans must come from `view_scan` with the same cfg."""
     cfg = cfg or ScanVerifyConfig()
-    return 0.5 * (_one_way(a, b, cfg) + _one_way(b, a, cfg))
+    if len(a.endpoints) < cfg.min_points or len(b.endpoints) < cfg.min_points:
+        return 0.0
+    # colour agreement of every endpoint pair, (K_b, K_a): one matrix serves both directions
+    if cfg.colour_sigma > 0:
+        diff = b.colours[:, None, :] - a.colours[None, :, :]
+        affinity = np.exp(-(diff ** 2).sum(axis=2) / (2.0 * cfg.colour_sigma ** 2))
+    else:
+        affinity = np.ones((len(b.endpoints), len(a.endpoints)))
+    return 0.5 * (_one_way(a, b, affinity, cfg) + _one_way(b, a, np.ascontiguousarray(affinity.T), cfg))
 
 
 def verified_order(similarities: np.ndarray, fits: np.ndarray, weight: float) -> np.ndarray:
