@@ -73,6 +73,12 @@ class PolicyNodeConfig:
             (`memnav eval --homing-via-map`; off, as measured in README).
         candidate_near_m: exploring agents judge a scan-matched goal candidate this close (straight line,
             meters) already at a moderate fit (`memnav eval --candidate-near-m`; 0 = off).
+        min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
+            matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
+            volatile actions published before a subscriber is matched never reach it; 0 = do not wait).
+        min_state_subscribers: the same for /memnav/policy_state.
+        subscriber_wait_s: wait at most this long after a goal arrives for those subscribers, then act anyway
+            (with a warning), seconds.
     """
 
     agent: str = "memnav"
@@ -94,6 +100,9 @@ class PolicyNodeConfig:
     candidate_prior: bool = False
     homing_via_map: bool = False
     candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
+    min_action_subscribers: int = 0
+    min_state_subscribers: int = 0
+    subscriber_wait_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.collision_fraction <= 1.0:
@@ -103,6 +112,10 @@ class PolicyNodeConfig:
         if self.action_duration_s <= 0 or self.sync_tolerance_s < 0 or self.torch_threads < 0:
             raise ValueError("PolicyNodeConfig: action_duration_s must be > 0, sync_tolerance_s and torch_threads "
                              f">= 0; got {self.action_duration_s!r}, {self.sync_tolerance_s!r}, {self.torch_threads!r}")
+        if min(self.min_action_subscribers, self.min_state_subscribers) < 0 or self.subscriber_wait_s < 0:
+            raise ValueError("PolicyNodeConfig: min_action_subscribers, min_state_subscribers and subscriber_wait_s "
+                             f"must be >= 0; got {self.min_action_subscribers!r}, {self.min_state_subscribers!r}, "
+                             f"{self.subscriber_wait_s!r}")
 
 
 def action_velocity(action: Action, cfg: PolicyNodeConfig) -> tuple[float, float]:
@@ -159,7 +172,8 @@ def build(node) -> Callable[[], None]:
     pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
     pub_state = node.create_publisher(String, "/memnav/policy_state", 10)
     st = {"goal_rgb": None, "goal_depth": None, "goal_has_depth": False, "rgb": None, "depth": None, "pose": None,
-          "goal_ns": None, "goal_wall": 0.0, "acted_ns": -1, "dropped": 0, "cmd": (0.0, 0.0), "cmd_until": 0.0}
+          "goal_ns": None, "goal_wall": 0.0, "acted_ns": -1, "dropped": 0, "cmd": (0.0, 0.0), "cmd_until": 0.0,
+          "waited_goal": None}
 
     odoms: StampedQueue = StampedQueue(64)   # recent odometry, to pair a real-time frame with its pose
 
@@ -254,6 +268,8 @@ def build(node) -> Callable[[], None]:
             return  # real time: the previous action is still being carried out
         if not st["goal_has_depth"] and time.monotonic() - st["goal_wall"] < cfg.goal_depth_wait_s:
             return  # the goal's depth may still be on its way (topics are not ordered)
+        if not subscribers_ready():
+            return  # lock-step: the bridge re-sends this frame; real time: the timer asks again
         st["acted_ns"] = t_rgb
         # lock-step: memory time advances one second per action, exactly as in the in-process evaluation
         try:
@@ -272,6 +288,21 @@ def build(node) -> Callable[[], None]:
         pub_state.publish(String(data=json.dumps(body)))
         if action == Action.STOP:
             st["goal_ns"] = None
+
+    def subscribers_ready() -> bool:
+        short = [f"{topic} has {n} of {need}" for topic, n, need in (
+            ("/memnav/action", pub_action.get_subscription_count(), cfg.min_action_subscribers),
+            ("/memnav/policy_state", pub_state.get_subscription_count(), cfg.min_state_subscribers)) if n < need]
+        if not short:
+            return True
+        if time.monotonic() - st["goal_wall"] < cfg.subscriber_wait_s:
+            node.get_logger().info(f"waiting for subscribers: {', '.join(short)}", throttle_duration_sec=2.0)
+            return False
+        if st["waited_goal"] != st["goal_ns"]:
+            st["waited_goal"] = st["goal_ns"]
+            node.get_logger().warning(f"acting after {cfg.subscriber_wait_s:.0f} s without the subscribers asked for: "
+                                      + ", ".join(short))
+        return True
 
     def publish_cmd() -> None:
         now = node.get_clock().now().nanoseconds / 1e9

@@ -102,7 +102,7 @@ def test_every_params_file_builds_its_dataclasses(path):
 
 def test_memnav_yaml_lists_every_field_of_the_new_nodes():
     doc = yaml.safe_load((CONFIG_DIR / "memnav.yaml").read_text())
-    for node in ("encoder_node", "memory_node", "stop_node", "sim_bridge_node"):
+    for node in ("encoder_node", "memory_node", "stop_node", "sim_bridge_node", "policy_node"):
         flat = _flatten(doc[node]["ros__parameters"])
         fields = {f"{prefix}{f.name}" for prefix, cls in NODE_PARAMETERS[node] for f in dataclasses.fields(cls)}
         assert fields == set(flat), f"{node}: missing {sorted(fields - set(flat))}"

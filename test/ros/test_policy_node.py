@@ -29,6 +29,8 @@ def test_action_velocity():
         PolicyNodeConfig(action_duration_s=0.0)
     with pytest.raises(ValueError, match="max_steps"):
         PolicyNodeConfig(max_steps=-1)
+    with pytest.raises(ValueError, match="min_state_subscribers"):
+        PolicyNodeConfig(min_state_subscribers=-1)
 
 
 def test_policy_node_defaults_are_the_eval_agents_defaults():
@@ -64,7 +66,9 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
                                  matched=lambda info: matched.__setitem__("result", info.current_count)))
     # results are latched one deep and with exploration a 6-step episode ends within a fraction of a second:
     # the policy node (which starts the episodes moving) is started only once this node's result reader is
-    # matched to the bridge, so no result can be missed
+    # matched to the bridge, so no result can be missed; and it acts only once its action publisher has
+    # matched both the bridge and this node, and its state publisher this node (else the first actions of a
+    # freshly discovered publisher can go out before this node's readers are matched, and are lost)
     procs = [subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
                                "-p", "split:=test", "-p", "lockstep:=true", "-p", "sim.max_episode_steps:=6"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
@@ -72,7 +76,8 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
     while time.monotonic() < end and not matched["result"] and procs[0].poll() is None:
         rclpy.spin_once(node, timeout_sec=0.05)
     procs.append(subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args",
-                                   "-p", f"policy_dir:={tmp_path}", "-p", "lockstep:=true"],
+                                   "-p", f"policy_dir:={tmp_path}", "-p", "lockstep:=true",
+                                   "-p", "min_action_subscribers:=2", "-p", "min_state_subscribers:=1"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
         end = time.monotonic() + 120
