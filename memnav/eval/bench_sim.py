@@ -28,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heavy-triangles", type=int, default=1_000_000,
                         help="minimum triangle count of the heavy mesh")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the action sequence")
+    parser.add_argument("--renderer", choices=("auto", "object", "bvh"), default="auto",
+                        help="the simulator's ray caster (SimConfig.renderer): auto = object-order up to 20k "
+                             "triangles, open3d's Embree BVH above; each figure's is reported as <key>_renderer")
+    parser.add_argument("--render-threads", type=int, default=1,
+                        help="threads of the object-order ray caster (SimConfig.render_threads; 0 = one per core)")
 
 
 def _house_scene(data: Path, workdir: Path) -> Path:
@@ -85,7 +90,8 @@ def time_steps(scene: Path, config: SimConfig, steps: int, chunks: int, seed: in
         for a in chunk:
             sim.step(a)
         rates.append(len(chunk) / (time.perf_counter() - t0))
-    return {"steps_per_s": float(np.median(rates)), "triangles": sim.scene.mesh.num_triangles}
+    return {"steps_per_s": float(np.median(rates)), "triangles": sim.scene.mesh.num_triangles,
+            "renderer": sim.scene.caster.renderer}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -101,9 +107,12 @@ def run(args: argparse.Namespace) -> dict:
         for key, scene, size in tqdm(jobs, desc="bench sim", file=sys.stderr):
             if scene is None:
                 scene = make_heavy_mesh(house, args.heavy_triangles, work, args.seed)
-            cfg = SimConfig(width_px=size, height_px=size)
+            cfg = SimConfig(width_px=size, height_px=size, renderer=getattr(args, "renderer", "auto"),
+                            render_threads=getattr(args, "render_threads", 1))
             res = time_steps(scene, cfg, args.steps, args.chunks, args.seed)
             out[f"{key}_steps_per_s"] = round(res["steps_per_s"], 1)
             out[f"{key}_triangles"] = res["triangles"]
+            out[f"{key}_renderer"] = res["renderer"]
+    out["render_threads"] = getattr(args, "render_threads", 1)
     out["targets"] = {"rgbd_128_steps_per_s": 1000, "rgbd_256_steps_per_s": 300, "heavy_128_steps_per_s": 300}
     return out

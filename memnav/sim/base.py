@@ -37,6 +37,11 @@ class SimConfig:
         odom_noise_rot_std: odometry rotation noise, std in radians per radian turned (plus per meter).
         max_depth_m: depth readings beyond this are clipped, meters.
         seed: random seed for odometry noise and navigable-point sampling.
+        renderer: how the embedded simulator finds each pixel's nearest surface (memnav.sim.render): "auto"
+            (object-order ray casting for meshes up to 20k triangles, open3d's Embree BVH above), "object"
+            or "bvh".
+        render_threads: threads of the object-order ray caster (0 = one per core). 1 by default: it meets the
+            speed targets on one core (README) and leaves the others to the agent and ROS nodes.
     """
 
     width_px: int = 128
@@ -55,6 +60,8 @@ class SimConfig:
     odom_noise_rot_std: float = 0.0
     max_depth_m: float = 10.0
     seed: int = 0
+    renderer: str = "auto"
+    render_threads: int = 1
 
     def __post_init__(self) -> None:
         positive = ("width_px", "height_px", "hfov_deg", "sensor_height_m", "forward_step_m",
@@ -69,6 +76,10 @@ class SimConfig:
         for name in ("odom_noise_trans_std", "odom_noise_rot_std", "max_climb_m"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.renderer not in ("auto", "object", "bvh"):
+            raise ValueError(f"SimConfig.renderer must be auto, object or bvh, got {self.renderer!r}")
+        if self.render_threads < 0:
+            raise ValueError(f"SimConfig.render_threads must be >= 0 (0 = one per core), got {self.render_threads!r}")
 
     @property
     def turn_angle_rad(self) -> float:

@@ -1,6 +1,7 @@
 """The embedded simulator: any triangle-mesh scene, ray cast on the CPU, Habitat ImageNav actions.
 
-No GPU, no habitat-sim: open3d's Embree ray caster renders RGB-D(-semantic) views, a navigable grid
+No GPU, no habitat-sim: a CPU ray caster renders RGB-D(-semantic) views (memnav.sim.render: object-order
+for small meshes, open3d's Embree BVH for large ones), a navigable grid
 computed from the mesh gives collisions (the agent is a cylinder that slides along obstacles),
 geodesic distances and shortest paths.
 """
@@ -37,7 +38,7 @@ class _LoadedScene:
     def __init__(self, path: Path, config: SimConfig) -> None:
         self.path = path
         self.mesh: SceneMesh = load_scene_mesh(path)
-        self.caster = RayCaster(self.mesh)
+        self.caster = RayCaster(self.mesh, config.renderer, config.render_threads)
         self.grid = NavGrid(self.mesh, self.caster, NavGridConfig(
             cell_m=config.navmesh_cell_m, agent_radius_m=config.agent_radius_m,
             agent_height_m=config.agent_height_m, max_climb_m=config.max_climb_m))

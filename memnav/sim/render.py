@@ -1,15 +1,35 @@
-"""Pinhole RGB-D(-semantic) rendering of a SceneMesh by ray casting (open3d RaycastingScene, Embree, CPU)."""
+"""Pinhole RGB-D(-semantic) rendering of a SceneMesh by ray casting on the CPU.
+
+Two ways to find each pixel ray's nearest hit, with the same results (the same ray-triangle test; they differ
+only where a ray meets two triangles at the same distance, on shared edges or coplanar overlaps):
+- "bvh": open3d's RaycastingScene (Embree), one ray at a time through a bounding-volume hierarchy;
+- "object": object-order ray casting for level cameras (memnav's own numba kernel): each triangle, brought
+  into the camera frame, tests only the pixel rays inside its projected bounds (per image row, the span
+  where its three edge inequalities can hold) and keeps the nearest positive hit per ray. Its cost grows
+  with the triangle count, so it is the faster one for small scenes (the generated houses) only.
+"""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from memnav.sim.mesh import SceneMesh
 
 AMBIENT = 0.35  # share of light that reaches surfaces at grazing angles (keeps walls readable)
+RENDERERS = ("auto", "object", "bvh")
+OBJECT_ORDER_MAX_TRIANGLES = 20_000  # "auto" casts object-order up to this many triangles, else through the BVH
+NEAR_M = 1e-4  # object-order casting ignores hits closer than this (the BVH reports them)
+BANDS = 8      # object-order casting splits the image into this many row bands, spread over the threads
+
+if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
+    # OpenMP, else numba's own work queue; numba would try TBB first, and the TBB in this environment is too
+    # old for it, which costs a warning on every run
+    numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
 
 
 @dataclass(frozen=True)
@@ -50,10 +70,25 @@ class Frame:
 
 
 class RayCaster:
-    """Renders views of one scene; build once per scene (the BVH build is the costly part)."""
+    """Renders views of one scene; build once per scene (the BVH build is the costly part).
 
-    def __init__(self, mesh: SceneMesh) -> None:
+    `renderer` picks how `render` finds the hits (module docstring): "auto" (object-order up to
+    OBJECT_ORDER_MAX_TRIANGLES triangles), "object" or "bvh". `threads` is the object-order kernel's thread
+    count (0 = numba's default, one per core); the BVH uses open3d's own threads. `cast` (arbitrary rays,
+    used by the navigable grid) always goes through the BVH.
+    """
+
+    def __init__(self, mesh: SceneMesh, renderer: str = "auto", threads: int = 1) -> None:
         import open3d as o3d
+
+        if renderer not in RENDERERS:
+            raise ValueError(f"renderer must be one of {', '.join(RENDERERS)}; got {renderer!r}")
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0 (0 = one per core), got {threads!r}")
+        n_faces = int(mesh.faces.shape[0])
+        self.renderer = ("object" if n_faces <= OBJECT_ORDER_MAX_TRIANGLES else "bvh") if renderer == "auto" \
+            else renderer
+        self.threads = min(threads, numba.config.NUMBA_NUM_THREADS) if threads else numba.config.NUMBA_NUM_THREADS
 
         self._o3d = o3d
         self.mesh = mesh
@@ -69,6 +104,13 @@ class RayCaster:
         tex = mesh.textures if mesh.textures.shape[0] else np.zeros((1, 1, 1, 3), np.uint8)
         self._tex_size = int(tex.shape[1])
         self._tex_flat = np.ascontiguousarray(tex.reshape(-1, 3))
+        self._verts64 = np.ascontiguousarray(mesh.vertices, dtype=np.float64)
+        self._faces64 = np.ascontiguousarray(mesh.faces, dtype=np.int64)
+        e1 = self._verts64[self._faces64[:, 1]] - self._verts64[self._faces64[:, 0]]
+        e2 = self._verts64[self._faces64[:, 2]] - self._verts64[self._faces64[:, 0]]
+        normals = np.cross(e1, e2)
+        length = np.linalg.norm(normals, axis=1, keepdims=True)
+        self._face_normals = (normals / np.where(length > 0, length, 1.0)).astype(np.float32)
 
     def cast(self, origins: np.ndarray, directions: np.ndarray) -> dict[str, np.ndarray]:
         """Raw ray cast: (N,3) origins and directions -> t_hit, primitive_ids, primitive_uvs, normals."""
@@ -94,13 +136,16 @@ class RayCaster:
         n = base.shape[0]
         rays = np.empty((b * n, 6), dtype=np.float32)
         _make_rays(base, positions, yaws, rays)
-        out = self._scene.cast_rays(self._o3d.core.Tensor.from_numpy(rays))
-        hits = {k: v.numpy() for k, v in out.items()}
+        if self.renderer == "object":
+            hits = self._object_cast(positions, yaws, camera)
+        else:
+            out = self._scene.cast_rays(self._o3d.core.Tensor.from_numpy(rays))
+            hits = {k: v.numpy() for k, v in out.items()}
         rgb = np.empty((b * n, 3), dtype=np.uint8)
         depth = np.empty(b * n, dtype=np.float32)
         sem = np.empty(b * n, dtype=np.int32)
         _shade(hits["t_hit"], hits["primitive_ids"], hits["primitive_uvs"], hits["primitive_normals"],
-               rays, self._uv0, self._duv1, self._duv2, self.mesh.face_texture,
+               self.renderer == "object", rays, self._uv0, self._duv1, self._duv2, self.mesh.face_texture,
                self._colors, self._tex_flat, self._tex_size, self.mesh.face_semantic,
                np.float32(max_depth_m), rgb, depth, sem)
         h, w = camera.height_px, camera.width_px
@@ -110,11 +155,32 @@ class RayCaster:
         return [Frame(rgb[i], depth[i], sem[i] if sem is not None else None) for i in range(b)]
 
 
+    def _object_cast(self, positions: np.ndarray, yaws: np.ndarray, camera: Camera) -> dict[str, np.ndarray]:
+        """Object-order hits of B level views, in cast_rays' layout (t_hit inf on a miss)."""
+        w, h, n = camera.width_px, camera.height_px, camera.width_px * camera.height_px
+        b = positions.shape[0]
+        t_hit = np.empty(b * n, dtype=np.float32)
+        ids = np.zeros(b * n, dtype=np.int64)
+        uvs = np.zeros((b * n, 2), dtype=np.float32)
+        n_faces = self._faces64.shape[0]
+        coef = np.empty((n_faces, 10))
+        box = np.empty((n_faces, 4), dtype=np.int64)
+        numba.set_num_threads(self.threads)
+        for i in range(b):
+            _triangle_setup(self._verts64, self._faces64, positions[i].astype(np.float64), float(np.cos(yaws[i])),
+                            float(np.sin(yaws[i])), camera.focal_px, w, h, NEAR_M, coef, box)
+            _object_sweep(coef, box, camera.focal_px, w, h, BANDS, t_hit, ids, uvs, i * n)
+        # normals per face, not per ray: _shade looks them up by primitive id
+        return {"t_hit": t_hit, "primitive_ids": ids, "primitive_uvs": uvs, "primitive_normals": self._face_normals}
+
+
 # fastmath without nnan/ninf: misses are inf and must stay detectable
 @njit(cache=True, nogil=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy")
-def _shade(t_hit, prim_ids, prim_uvs, normals, rays, uv0, duv1, duv2, face_tex, colors, tex_flat,
+def _shade(t_hit, prim_ids, prim_uvs, normals, normals_per_face, rays, uv0, duv1, duv2, face_tex, colors, tex_flat,
            tex_size, face_sem, max_depth, rgb_out, depth_out, sem_out):  # pragma: no cover - compiled
-    """Texture lookup, colour interpolation and headlight shading for every ray, in one pass."""
+    """Texture lookup, colour interpolation and headlight shading for every ray, in one pass.
+
+    normals: (N, 3) per ray, or (F, 3) per face when normals_per_face."""
     n = t_hit.shape[0]
     for i in range(n):
         t = t_hit[i]
@@ -130,7 +196,8 @@ def _shade(t_hit, prim_ids, prim_uvs, normals, rays, uv0, duv1, duv2, face_tex, 
         w2 = prim_uvs[i, 1]
         w0 = 1.0 - w1 - w2
         dx, dy, dz = rays[i, 3], rays[i, 4], rays[i, 5]
-        cos = abs(normals[i, 0] * dx + normals[i, 1] * dy + normals[i, 2] * dz) / np.sqrt(dx * dx + dy * dy + dz * dz)
+        j = f if normals_per_face else i
+        cos = abs(normals[j, 0] * dx + normals[j, 1] * dy + normals[j, 2] * dz) / np.sqrt(dx * dx + dy * dy + dz * dz)
         shade = AMBIENT + (1.0 - AMBIENT) * cos
         tid = face_tex[f]
         k = -1
@@ -169,3 +236,122 @@ def _make_rays(base, positions, yaws, rays):  # pragma: no cover - compiled
             rays[k, 3] = c * base[j, 0] + s * base[j, 2]
             rays[k, 4] = base[j, 1]
             rays[k, 5] = -s * base[j, 0] + c * base[j, 2]
+
+
+@njit(cache=True, nogil=True)
+def _triangle_setup(verts, faces, pos, c, s, f, w, h, near, coef, box):  # pragma: no cover - compiled
+    """Object-order casting, per triangle of one view (camera at `pos`, heading cos c / sin s about +Y).
+
+    With a pixel ray r = (u, v, -1) in the camera frame and the triangle's edges e1, e2 and offset
+    o = -v0, the ray-triangle test reads det = r.(e2 x e1), U det = r.(e2 x o), V det = r.(o x e1),
+    t det = e2.(o x e1): three functions affine in (u, v) and a constant. coef[k] holds their
+    coefficients (the constant last); box[k] = (row0, row1, col0, col1) bounds the pixels the triangle
+    can cover (its part at depth >= near, projected), empty (row0 > row1) when it is out of view.
+    """
+    cam = np.empty((3, 3))
+    for k in range(faces.shape[0]):
+        behind = 0
+        for j in range(3):
+            x = verts[faces[k, j], 0] - pos[0]
+            z = verts[faces[k, j], 2] - pos[2]
+            cam[j, 0] = c * x - s * z          # the inverse of render's rotation about +Y
+            cam[j, 1] = verts[faces[k, j], 1] - pos[1]
+            cam[j, 2] = s * x + c * z
+            if -cam[j, 2] <= near:
+                behind += 1
+        box[k, 0], box[k, 1] = 1, 0
+        if behind == 3:
+            continue
+        umin, umax, vmin, vmax = 1e30, -1e30, 1e30, -1e30
+        for j in range(3):                     # the polygon clipped to depth >= near, projected
+            da = -cam[j, 2]
+            if da > near:
+                umin, umax = min(umin, cam[j, 0] / da), max(umax, cam[j, 0] / da)
+                vmin, vmax = min(vmin, cam[j, 1] / da), max(vmax, cam[j, 1] / da)
+            jn = (j + 1) % 3
+            db = -cam[jn, 2]
+            if (da > near) != (db > near):
+                a = (near - da) / (db - da)
+                x = (cam[j, 0] + a * (cam[jn, 0] - cam[j, 0])) / near
+                y = (cam[j, 1] + a * (cam[jn, 1] - cam[j, 1])) / near
+                umin, umax, vmin, vmax = min(umin, x), max(umax, x), min(vmin, y), max(vmax, y)
+        # pixel centre (row i, col j) is u = (j + 0.5 - w/2) / f, v = -(i + 0.5 - h/2) / f; clamp as floats
+        # first (an out-of-range float converted to int is undefined)
+        c0 = max(int(np.floor(min(max(umin * f + w / 2.0 - 0.5, -1.0), w + 1.0))), 0)
+        c1 = min(int(np.ceil(min(max(umax * f + w / 2.0 - 0.5, -1.0), w + 1.0))), w - 1)
+        r0 = max(int(np.floor(min(max(-vmax * f + h / 2.0 - 0.5, -1.0), h + 1.0))), 0)
+        r1 = min(int(np.ceil(min(max(-vmin * f + h / 2.0 - 0.5, -1.0), h + 1.0))), h - 1)
+        if c0 > c1:
+            continue
+        box[k, 0], box[k, 1], box[k, 2], box[k, 3] = r0, r1, c0, c1
+        e1x, e1y, e1z = cam[1, 0] - cam[0, 0], cam[1, 1] - cam[0, 1], cam[1, 2] - cam[0, 2]
+        e2x, e2y, e2z = cam[2, 0] - cam[0, 0], cam[2, 1] - cam[0, 1], cam[2, 2] - cam[0, 2]
+        ox, oy, oz = -cam[0, 0], -cam[0, 1], -cam[0, 2]
+        qx, qy, qz = oy * e1z - oz * e1y, oz * e1x - ox * e1z, ox * e1y - oy * e1x
+        coef[k, 0] = e2y * e1z - e2z * e1y     # r.(n) = n_x u + n_y v - n_z
+        coef[k, 1] = e2z * e1x - e2x * e1z
+        coef[k, 2] = -(e2x * e1y - e2y * e1x)
+        coef[k, 3] = e2y * oz - e2z * oy
+        coef[k, 4] = e2z * ox - e2x * oz
+        coef[k, 5] = -(e2x * oy - e2y * ox)
+        coef[k, 6], coef[k, 7], coef[k, 8] = qx, qy, -qz
+        coef[k, 9] = e2x * qx + e2y * qy + e2z * qz
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _object_sweep(coef, box, f, w, h, bands, t_out, id_out, uv_out, off):  # pragma: no cover - compiled
+    """Nearest hit per pixel ray of one view into t_out/id_out/uv_out[off:off + h*w]; row bands in parallel."""
+    band_h = (h + bands - 1) // bands
+    for band in prange(bands):
+        ra, rb = band * band_h, min(h - 1, band * band_h + band_h - 1)
+        for i in range(off + ra * w, off + (rb + 1) * w):
+            t_out[i] = np.inf
+        for k in range(coef.shape[0]):
+            r0, r1 = max(box[k, 0], ra), min(box[k, 1], rb)
+            big_k = coef[k, 9]
+            if r0 > r1 or big_k == 0.0:
+                continue
+            sg = 1.0 if big_k > 0.0 else -1.0   # a hit (t > 0) has det of the sign of t det
+            c0, c1 = box[k, 2], box[k, 3]
+            a0, a1, a2 = sg * coef[k, 0], sg * coef[k, 1], sg * coef[k, 2]
+            b0, b1, b2 = sg * coef[k, 3], sg * coef[k, 4], sg * coef[k, 5]
+            q0, q1, q2 = sg * coef[k, 6], sg * coef[k, 7], sg * coef[k, 8]
+            sk = sg * big_k
+            for r in range(r0, r1 + 1):
+                v = -(r + 0.5 - h / 2.0) / f
+                da, ua, va = a1 * v + a2, b1 * v + b2, q1 * v + q2
+                # the span of u where U det >= 0, V det >= 0 and (1 - U - V) det >= 0 can all hold
+                lo, hi = (c0 + 0.5 - w / 2.0) / f, (c1 + 0.5 - w / 2.0) / f
+                for m in range(3):
+                    if m == 0:
+                        al, be = b0, ua
+                    elif m == 1:
+                        al, be = q0, va
+                    else:
+                        al, be = a0 - b0 - q0, da - ua - va
+                    if al > 0.0:
+                        lo = max(lo, -be / al)
+                    elif al < 0.0:
+                        hi = min(hi, -be / al)
+                    elif be < 0.0:
+                        hi = lo - 1.0
+                if not hi >= lo:   # also NaN
+                    continue
+                # one pixel of margin each side: every pixel in the span still gets the exact test
+                cl = max(int(np.floor(min(max(lo * f + w / 2.0 - 0.5, c0 - 1.0), c1 + 1.0))), c0)
+                cr = min(int(np.ceil(min(max(hi * f + w / 2.0 - 0.5, c0 - 1.0), c1 + 1.0))), c1)
+                for col in range(cl, cr + 1):
+                    u = (col + 0.5 - w / 2.0) / f
+                    det = a0 * u + da
+                    un = b0 * u + ua
+                    vn = q0 * u + va
+                    if un < 0.0 or vn < 0.0 or un + vn > det or det <= 0.0:
+                        continue
+                    i = off + r * w + col
+                    if sk >= t_out[i] * det:   # t = sk / det is not nearer than the nearest hit so far
+                        continue
+                    inv = 1.0 / det
+                    t_out[i] = sk * inv
+                    id_out[i] = k
+                    uv_out[i, 0] = un * inv
+                    uv_out[i, 1] = vn * inv
