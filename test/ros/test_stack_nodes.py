@@ -136,14 +136,18 @@ def test_stack_builds_memory_and_decides_stops(stack):
              10, "/memnav/action subscriber and memory services")
         wait(lambda: min(matched.values()) > 0, 10, "memory events and stop decisions matched to this node")
         # the writers can match this node a moment after its readers matched them: a warm-up action repeats
-        # until both a memory event and a stop decision arrive, so no checked frame's message is lost
-        for _ in range(3):
+        # until both a memory event and a stop decision arrive, so no checked frame's message is lost; and
+        # until a decision was verified, i.e. the stop node also pairs colour frames and the goal image it
+        # receives from the bridge (its own readers are matched by discovery at their own pace)
+        for _ in range(5):
             counts = (len(got["event"]), len(got["stop"]))
             pub.publish(String(data="TURN_LEFT"))
-            if wait(lambda c=counts: len(got["event"]) > c[0] and len(got["stop"]) > c[1], 4, "", required=False):
+            if wait(lambda c=counts: len(got["event"]) > c[0] and len(got["stop"]) > c[1]
+                    and any(d["verification_ran"] for d in got["stop"][c[1]:]), 4, "", required=False):
                 break
         else:
-            pytest.fail(f"no memory event or stop decision after 3 warm-up actions\n{_tails(folder)}")
+            pytest.fail(f"no memory event, stop decision or verified decision after 5 warm-up actions\n"
+                        f"{_tails(folder)}")
         before = max(stamp_to_ns(m.header.stamp) for m in got["emb"])
         for action in ("TURN_LEFT", "TURN_LEFT", "MOVE_FORWARD", "TURN_RIGHT", "TURN_RIGHT", "TURN_RIGHT"):
             seen = {stamp_to_ns(m.header.stamp) for m in got["emb"]}
