@@ -34,6 +34,10 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
                              "instead of the first N (a fair sample when N is small)")
     parser.add_argument("--backend", choices=("embedded", "habitat"), default="embedded",
                         help="simulator: the embedded CPU ray caster, or habitat-sim (installed with conda)")
+    parser.add_argument("--renderer", choices=("auto", "object", "bvh"), default="auto",
+                        help="embedded simulator's ray caster (SimConfig.renderer): auto = object-order up to 20k "
+                             "triangles, open3d's Embree BVH above; bvh reproduces the renders the shipped models "
+                             "were trained on and README's agent figures were measured on")
     parser.add_argument("--max-steps", type=int, default=500, metavar="STEPS",
                         help="step limit per episode, actions (Habitat ImageNav uses 500)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")
@@ -174,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     episodes = load_split(args)
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")
-    config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed)
+    config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed, renderer=getattr(args, "renderer", "auto"))
     encoder = None
     if any(a in LEARNED_AGENTS for a in names):
         from memnav.core.encoder import Encoder
