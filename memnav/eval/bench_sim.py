@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.types import Action
-from memnav.sim.base import SimConfig
+from memnav.sim.base import RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heavy-triangles", type=int, default=1_000_000,
                         help="minimum triangle count of the heavy mesh")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the action sequence")
-    parser.add_argument("--renderer", choices=("auto", "object", "bvh"), default="auto",
+    parser.add_argument("--renderer", choices=RENDERERS, default="auto",
                         help="the simulator's ray caster (SimConfig.renderer): auto = object-order up to 20k "
                              "triangles, open3d's Embree BVH above; each figure's is reported as <key>_renderer")
     parser.add_argument("--render-threads", type=int, default=1,

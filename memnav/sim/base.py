@@ -15,6 +15,8 @@ from memnav.core.types import Action, Observation
 if TYPE_CHECKING:
     from memnav.sim.episodes import Episode
 
+RENDERERS = ("auto", "object", "bvh")  # SimConfig.renderer choices (memnav.sim.render)
+
 
 @dataclass
 class SimConfig:
@@ -76,7 +78,7 @@ class SimConfig:
         for name in ("odom_noise_trans_std", "odom_noise_rot_std", "max_climb_m"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if self.renderer not in ("auto", "object", "bvh"):
+        if self.renderer not in RENDERERS:
             raise ValueError(f"SimConfig.renderer must be auto, object or bvh, got {self.renderer!r}")
         if self.render_threads < 0:
             raise ValueError(f"SimConfig.render_threads must be >= 0 (0 = one per core), got {self.render_threads!r}")

@@ -1,7 +1,8 @@
 """Pinhole RGB-D(-semantic) rendering of a SceneMesh by ray casting on the CPU.
 
-Two ways to find each pixel ray's nearest hit, with the same results (the same ray-triangle test; they differ
-only where a ray meets two triangles at the same distance, on shared edges or coplanar overlaps):
+Two ways to find each pixel ray's nearest hit, with the same results up to float rounding (they differ only
+where a ray meets two triangles at the same distance, on shared edges or coplanar overlaps, and each breaks
+the tie its own way):
 - "bvh": open3d's RaycastingScene (Embree), one ray at a time through a bounding-volume hierarchy;
 - "object": object-order ray casting for level cameras (memnav's own numba kernel): each triangle, brought
   into the camera frame, tests only the pixel rays inside its projected bounds (per image row, the span
@@ -18,10 +19,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from memnav.sim.base import RENDERERS
 from memnav.sim.mesh import SceneMesh
 
 AMBIENT = 0.35  # share of light that reaches surfaces at grazing angles (keeps walls readable)
-RENDERERS = ("auto", "object", "bvh")
 OBJECT_ORDER_MAX_TRIANGLES = 20_000  # "auto" casts object-order up to this many triangles, else through the BVH
 NEAR_M = 1e-4  # object-order casting ignores hits closer than this (the BVH reports them)
 BANDS = 8      # object-order casting splits the image into this many row bands, spread over the threads
@@ -153,7 +154,6 @@ class RayCaster:
         depth = depth.reshape(b, h, w)
         sem = sem.reshape(b, h, w) if semantic else None
         return [Frame(rgb[i], depth[i], sem[i] if sem is not None else None) for i in range(b)]
-
 
     def _object_cast(self, positions: np.ndarray, yaws: np.ndarray, camera: Camera) -> dict[str, np.ndarray]:
         """Object-order hits of B level views, in cast_rays' layout (t_hit inf on a miss)."""
