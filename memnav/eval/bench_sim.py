@@ -107,12 +107,12 @@ def run(args: argparse.Namespace) -> dict:
         for key, scene, size in tqdm(jobs, desc="bench sim", file=sys.stderr):
             if scene is None:
                 scene = make_heavy_mesh(house, args.heavy_triangles, work, args.seed)
-            cfg = SimConfig(width_px=size, height_px=size, renderer=getattr(args, "renderer", "auto"),
-                            render_threads=getattr(args, "render_threads", 1))
+            cfg = SimConfig(width_px=size, height_px=size, renderer=args.renderer,
+                            render_threads=args.render_threads)
             res = time_steps(scene, cfg, args.steps, args.chunks, args.seed)
             out[f"{key}_steps_per_s"] = round(res["steps_per_s"], 1)
             out[f"{key}_triangles"] = res["triangles"]
             out[f"{key}_renderer"] = res["renderer"]
-    out["render_threads"] = getattr(args, "render_threads", 1)
+    out["render_threads"] = args.render_threads
     out["targets"] = {"rgbd_128_steps_per_s": 1000, "rgbd_256_steps_per_s": 300, "heavy_128_steps_per_s": 300}
     return out

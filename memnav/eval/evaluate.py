@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     episodes = load_split(args)
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")
-    config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed, renderer=getattr(args, "renderer", "auto"))
+    config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed, renderer=args.renderer)
     encoder = None
     if any(a in LEARNED_AGENTS for a in names):
         from memnav.core.encoder import Encoder

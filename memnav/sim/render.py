@@ -105,13 +105,14 @@ class RayCaster:
         tex = mesh.textures if mesh.textures.shape[0] else np.zeros((1, 1, 1, 3), np.uint8)
         self._tex_size = int(tex.shape[1])
         self._tex_flat = np.ascontiguousarray(tex.reshape(-1, 3))
-        self._verts64 = np.ascontiguousarray(mesh.vertices, dtype=np.float64)
-        self._faces64 = np.ascontiguousarray(mesh.faces, dtype=np.int64)
-        e1 = self._verts64[self._faces64[:, 1]] - self._verts64[self._faces64[:, 0]]
-        e2 = self._verts64[self._faces64[:, 2]] - self._verts64[self._faces64[:, 0]]
-        normals = np.cross(e1, e2)
-        length = np.linalg.norm(normals, axis=1, keepdims=True)
-        self._face_normals = (normals / np.where(length > 0, length, 1.0)).astype(np.float32)
+        if self.renderer == "object":   # float64 geometry and unit face normals (the BVH path needs neither)
+            self._verts64 = np.ascontiguousarray(mesh.vertices, dtype=np.float64)
+            self._faces64 = np.ascontiguousarray(mesh.faces, dtype=np.int64)
+            e1 = self._verts64[self._faces64[:, 1]] - self._verts64[self._faces64[:, 0]]
+            e2 = self._verts64[self._faces64[:, 2]] - self._verts64[self._faces64[:, 0]]
+            normals = np.cross(e1, e2)
+            length = np.linalg.norm(normals, axis=1, keepdims=True)
+            self._face_normals = (normals / np.where(length > 0, length, 1.0)).astype(np.float32)
 
     def cast(self, origins: np.ndarray, directions: np.ndarray) -> dict[str, np.ndarray]:
         """Raw ray cast: (N,3) origins and directions -> t_hit, primitive_ids, primitive_uvs, normals."""
