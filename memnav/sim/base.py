@@ -42,8 +42,9 @@ class SimConfig:
         renderer: how the embedded simulator finds each pixel's nearest surface (memnav.sim.render): "auto"
             (object-order ray casting for meshes up to 20k triangles, open3d's Embree BVH above), "object"
             or "bvh".
-        render_threads: threads of the object-order ray caster (0 = one per core). 1 by default: it meets the
-            speed targets on one core (README) and leaves the others to the agent and ROS nodes.
+        render_threads: threads of the object-order ray caster, casting and shading (0 = one per core; the
+            BVH casts on open3d's threads and shades on one either way). 1 by default leaves the other cores to
+            the agent and the ROS nodes; README gives the speed with 1 and with all.
     """
 
     width_px: int = 128

@@ -39,6 +39,7 @@ class _LoadedScene:
         self.path = path
         self.mesh: SceneMesh = load_scene_mesh(path)
         self.caster = RayCaster(self.mesh, config.renderer, config.render_threads)
+        self.has_semantics = self.mesh.has_semantics  # a scan over every face: once per scene, not per frame
         self.grid = NavGrid(self.mesh, self.caster, NavGridConfig(
             cell_m=config.navmesh_cell_m, agent_radius_m=config.agent_radius_m,
             agent_height_m=config.agent_height_m, max_climb_m=config.max_climb_m))
@@ -182,7 +183,7 @@ class EmbeddedSimulator:
         eye = position + np.array([0.0, self.config.sensor_height_m, 0.0])
         return self.scene.caster.render(eye[None], np.array([yaw_rad]), self._camera,
                                         max_depth_m=self.config.max_depth_m,
-                                        semantic=self.scene.mesh.has_semantics)[0]
+                                        semantic=self.scene.has_semantics)[0]
 
     def _gt_pose(self) -> Pose2D:
         x, y, yaw = pose2d_from_habitat(self._position, self._yaw)
