@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "triangles, open3d's Embree BVH above; each figure's is reported as <key>_renderer")
     parser.add_argument("--render-threads", type=int, default=1,
                         help="threads of the object-order ray caster (SimConfig.render_threads; 0 = one per core)")
+    parser.add_argument("--scene", type=Path, default=None, metavar="MESH",
+                        help="also time 128x128 RGB-D steps on this mesh (any file the simulator loads: .glb, "
+                             ".gltf, .ply, .obj; a Habitat *.stage_config.json beside it is honoured); "
+                             "reported as scene_128_steps_per_s, scene_128_triangles, scene_128_renderer")
 
 
 def _house_scene(data: Path, workdir: Path) -> Path:
@@ -114,12 +118,16 @@ def time_steps(scene: Path, config: SimConfig, steps: int, chunks: int, seed: in
 def run(args: argparse.Namespace) -> dict:
     if args.steps <= 0 or args.chunks <= 0:
         raise ValueError("--steps and --chunks must be positive")
+    if args.scene is not None and not args.scene.is_file():
+        raise FileNotFoundError(f"--scene: no mesh file at {args.scene}")
     from tqdm import tqdm
 
     with tempfile.TemporaryDirectory(prefix="memnav_bench_sim_") as tmp:
         work = Path(tmp)
         house = _house_scene(args.data, work)
         jobs = [("rgbd_128", house, 128), ("rgbd_256", house, 256), ("heavy_128", None, 128)]
+        if args.scene is not None:
+            jobs.append(("scene_128", args.scene, 128))
         out: dict = {"scene": str(house), "cpu_count": os.cpu_count()}
         for key, scene, size in tqdm(jobs, desc="bench sim", file=sys.stderr):
             if scene is None:
@@ -130,6 +138,8 @@ def run(args: argparse.Namespace) -> dict:
             out[f"{key}_steps_per_s"] = round(res["steps_per_s"], 1)
             out[f"{key}_triangles"] = res["triangles"]
             out[f"{key}_renderer"] = res["renderer"]
+        if args.scene is not None:
+            out["scene_128_mesh"] = str(args.scene)
     out["render_threads"] = args.render_threads
     out["targets"] = {"rgbd_128_steps_per_s": 1000, "rgbd_256_steps_per_s": 300, "heavy_128_steps_per_s": 300}
     return out

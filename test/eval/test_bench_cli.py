@@ -17,12 +17,21 @@ def tiny_data(tmp_path_factory):
 @pytest.mark.slow
 def test_bench_sim_keys(tiny_data, tmp_path):
     out = tmp_path / "sim.json"
+    own = sorted((tiny_data / "scenes").glob("*.glb"))[-1]   # a user's mesh: any file the simulator loads
     assert main(["bench", "sim", "--data", str(tiny_data), "--steps", "20", "--chunks", "2",
-                 "--heavy-triangles", "30000", "--json", str(out)]) == 0
+                 "--heavy-triangles", "30000", "--scene", str(own), "--json", str(out)]) == 0
     res = json.loads(out.read_text())
-    for key in ("rgbd_128_steps_per_s", "rgbd_256_steps_per_s", "heavy_128_steps_per_s"):
+    for key in ("rgbd_128_steps_per_s", "rgbd_256_steps_per_s", "heavy_128_steps_per_s", "scene_128_steps_per_s"):
         assert res[key] > 0
     assert res["heavy_128_triangles"] >= 30000
+    assert res["scene_128_mesh"] == str(own) and res["scene_128_renderer"] == "object"
+    assert res["scene_128_triangles"] < 20_000
+
+
+def test_bench_sim_refuses_a_missing_scene(tmp_path, capsys):
+    out = tmp_path / "sim.json"
+    assert main(["bench", "sim", "--scene", str(tmp_path / "nope.glb"), "--json", str(out)]) != 0
+    assert "--scene" in capsys.readouterr().err and not out.exists()
 
 
 @pytest.mark.slow
