@@ -54,7 +54,7 @@ def make_heavy_mesh(scene: Path, min_triangles: int, out_dir: Path, seed: int = 
     Like a scan's mesh, the result is one indexed surface: coincident corners are welded first and each
     edge's midpoint is one vertex shared by both triangles on it, so the jitter moves the triangles on both
     sides of an edge alike and opens no cracks. (Until 2026-11 every triangle had its own corners and the
-    jitter opened cracks that 3% of the camera rays passed through; README gives the figures on both.)
+    jitter opened cracks that about 3.5% of the camera rays passed through; README gives figures on both.)
     """
     import trimesh
 

@@ -167,8 +167,8 @@ class RayCaster:
         shade = _shade
         if self.threads > 1 and self.renderer == "object":
             # Behind the BVH shading stays on one thread: numba's OpenMP workers spin for a while after a
-            # parallel region and took the cores from Embree's threads in the next cast (heavy_128 197 steps/s
-            # with 2 shading threads, against about 300 with one).
+            # parallel region and took the cores from Embree's threads in the next cast (on the bench's old
+            # heavy mesh, 197-213 steps/s with 2 shading threads, 280-392 with one).
             numba.set_num_threads(self.threads)   # numba's thread count is process-wide: set it for each call
             shade = _shade_parallel
         shade(hits["t_hit"], hits["primitive_ids"], hits["primitive_uvs"], hits["primitive_normals"],
