@@ -35,7 +35,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=("embedded", "habitat"), default="embedded",
                         help="simulator: the embedded CPU ray caster, or habitat-sim (installed with conda)")
     parser.add_argument("--renderer", choices=RENDERERS, default="auto",
-                        help="embedded simulator's ray caster (SimConfig.renderer): auto = object-order up to 20k "
+                        help="embedded simulator's ray caster (SimConfig.renderer): auto = object-order up to 15k "
                              "triangles, open3d's Embree BVH above; bvh reproduces the renders the shipped models "
                              "were trained on and README's agent figures were measured on")
     parser.add_argument("--max-steps", type=int, default=500, metavar="STEPS",

@@ -40,7 +40,7 @@ class SimConfig:
         max_depth_m: depth readings beyond this are clipped, meters.
         seed: random seed for odometry noise and navigable-point sampling.
         renderer: how the embedded simulator finds each pixel's nearest surface (memnav.sim.render): "auto"
-            (object-order ray casting for meshes up to 20k triangles, open3d's Embree BVH above), "object"
+            (object-order ray casting for meshes up to 15k triangles, open3d's Embree BVH above), "object"
             or "bvh".
         render_threads: threads of the object-order ray caster, casting and shading (0 = one per core; the
             BVH casts on open3d's threads and shades on one either way). 1 by default leaves the other cores to
