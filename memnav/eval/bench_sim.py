@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.types import Action
-from memnav.sim.base import RENDERERS, SimConfig
+from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 
 
@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="minimum triangle count of the heavy mesh")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the action sequence")
     parser.add_argument("--renderer", choices=RENDERERS, default="auto",
-                        help="the simulator's ray caster (SimConfig.renderer): auto = object-order up to 15k "
-                             "triangles, open3d's Embree BVH above; each figure's is reported as <key>_renderer")
+                        help="the simulator's ray caster (SimConfig.renderer): auto = object-order up to "
+                             f"{OBJECT_ORDER_MAX_TRIANGLES:,} triangles, open3d's Embree BVH above; each "
+                             "figure's is reported as <key>_renderer")
     parser.add_argument("--render-threads", type=int, default=1,
                         help="threads of the object-order ray caster (SimConfig.render_threads; 0 = one per core)")
     parser.add_argument("--scene", type=Path, default=None, metavar="MESH",

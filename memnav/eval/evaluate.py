@@ -11,7 +11,7 @@ from memnav.core.navigator import NavigatorConfig
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
 from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M, EXPLORING_CANDIDATE_POOL
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
-from memnav.sim.base import RENDERERS, SimConfig
+from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
 from memnav.sim.metrics import EpisodeResult, aggregate
@@ -35,9 +35,10 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=("embedded", "habitat"), default="embedded",
                         help="simulator: the embedded CPU ray caster, or habitat-sim (installed with conda)")
     parser.add_argument("--renderer", choices=RENDERERS, default="auto",
-                        help="embedded simulator's ray caster (SimConfig.renderer): auto = object-order up to 15k "
-                             "triangles, open3d's Embree BVH above; bvh reproduces the renders the shipped models "
-                             "were trained on and README's agent figures were measured on")
+                        help="embedded simulator's ray caster (SimConfig.renderer): auto = object-order up to "
+                             f"{OBJECT_ORDER_MAX_TRIANGLES:,} triangles, open3d's Embree BVH above; bvh reproduces "
+                             "the renders the shipped models were trained on and README's agent figures were "
+                             "measured on")
     parser.add_argument("--max-steps", type=int, default=500, metavar="STEPS",
                         help="step limit per episode, actions (Habitat ImageNav uses 500)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")

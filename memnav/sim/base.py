@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from memnav.sim.episodes import Episode
 
 RENDERERS = ("auto", "object", "bvh")  # SimConfig.renderer choices (memnav.sim.render)
+OBJECT_ORDER_MAX_TRIANGLES = 15_000  # "auto" casts object-order up to this many triangles, else through the BVH
 
 
 @dataclass
@@ -40,8 +41,8 @@ class SimConfig:
         max_depth_m: depth readings beyond this are clipped, meters.
         seed: random seed for odometry noise and navigable-point sampling.
         renderer: how the embedded simulator finds each pixel's nearest surface (memnav.sim.render): "auto"
-            (object-order ray casting for meshes up to 15k triangles, open3d's Embree BVH above), "object"
-            or "bvh".
+            (object-order ray casting for meshes up to OBJECT_ORDER_MAX_TRIANGLES triangles, open3d's Embree
+            BVH above), "object" or "bvh".
         render_threads: threads of the object-order ray caster, casting and shading (0 = one per core; the
             BVH casts on open3d's threads and shades on one either way). 1 by default leaves the other cores to
             the agent and the ROS nodes; README gives the speed with 1 and with all.
@@ -80,7 +81,7 @@ class SimConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.renderer not in RENDERERS:
-            raise ValueError(f"SimConfig.renderer must be auto, object or bvh, got {self.renderer!r}")
+            raise ValueError(f"SimConfig.renderer must be one of {', '.join(RENDERERS)}; got {self.renderer!r}")
         if self.render_threads < 0:
             raise ValueError(f"SimConfig.render_threads must be >= 0 (0 = one per core), got {self.render_threads!r}")
 

@@ -19,11 +19,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from memnav.sim.base import RENDERERS
+from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS
 from memnav.sim.mesh import SceneMesh
 
 AMBIENT = 0.35  # share of light that reaches surfaces at grazing angles (keeps walls readable)
-OBJECT_ORDER_MAX_TRIANGLES = 15_000  # "auto" casts object-order up to this many triangles, else through the BVH
 NEAR_M = 1e-4  # object-order casting ignores hits closer than this (the BVH reports them)
 RECORD_FLOATS = 16  # float32 columns of a face's shading record (face_records): 64 bytes, one cache line
 SHADE_CHUNK = 2048  # rays per shading chunk (one parallel task; its hit faces' records fit in L2)
