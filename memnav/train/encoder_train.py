@@ -24,7 +24,7 @@ import torch
 
 from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
 from memnav.sim.dataset import default_data_dir
-from memnav.train.frame_bank import FrameSet, houses_of_split, recall_at_1, render_set, same_place
+from memnav.train.frame_bank import FrameSet, dataset_summary, houses_of_split, recall_at_1, render_set, same_place
 
 
 @dataclass
@@ -119,7 +119,7 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
     """Render (or load from the cache) a split's frames: anchors, their positives and near misses."""
     houses = houses_of_split(data, split)
     kind = (f"pairs{jitter[0]:g}m{jitter[1]:g}deg" if pairs else "single") + ("_nearmiss" if near_miss else "")
-    key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{kind}"
+    key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{kind}_{_dataset_tag(data)}"
     path = cache_dir / f"encoder_bank_{key}.npz"
     if path.is_file():
         z = np.load(path)
@@ -135,6 +135,12 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
     np.savez(tmp, house=sets[0].house, **arrays)
     tmp.replace(path)
     return sets
+
+
+def _dataset_tag(data: Path) -> str:
+    """Short tag of a dataset (its generator seed and house count) so that banks of two datasets never mix."""
+    summary = dataset_summary(data)
+    return f"d{summary.get('seed', 'x')}n{summary.get('houses', 'x')}"
 
 
 def _refuse_changed(state_path: Path, what: str, started: dict, now: dict) -> None:
@@ -155,7 +161,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EncoderTrainConfig()
     parser.add_argument("--out", type=Path, default=Path("models/encoder.pt"), help="checkpoint to write")
     parser.add_argument("--data", type=Path, default=default_data_dir(),
-                        metavar="DIR", help="generated dataset (its train houses are used; val for recall)")
+                        metavar="DIR", help="generated dataset whose train houses are trained on")
+    parser.add_argument("--val-data", type=Path, default=None, metavar="DIR",
+                        help="dataset whose val houses give the validation recall@1 (default: --data); lets a "
+                             "run on a larger generated dataset be compared with runs on the default one")
     parser.add_argument("--steps", type=int, default=d.steps, help="total training steps (resume continues to it)")
     parser.add_argument("--batch", type=int, default=d.batch_pairs, help="positive pairs per batch")
     parser.add_argument("--lr", type=float, default=d.lr, help="learning rate")
@@ -195,12 +204,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--steps must be > 0 and --batch >= 2")
     torch.set_num_threads(args.threads)
     enc_cfg = EncoderConfig(input_px=args.input_px, widths=tuple(args.widths))
-    data_config = {k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")}
-    cache = args.cache_dir or (args.data / "cache")
-    train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True, cache,
-                                      near_miss=cfg.near_miss, jitter=(cfg.positive_m, cfg.positive_deg))
-    val_db = _bank(args.data, "val", 300, enc_cfg, cfg.seed + 1, False, cache)[0]
-    val_q = _bank(args.data, "val", 100, enc_cfg, cfg.seed + 2, False, cache)[0]
+    data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
+                   "dataset": _dataset_tag(args.data)}
+    val_data = args.val_data or args.data
+    train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
+                                      args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
+                                      jitter=(cfg.positive_m, cfg.positive_deg))
+    val_cache = args.cache_dir or (val_data / "cache")
+    val_db = _bank(val_data, "val", 300, enc_cfg, cfg.seed + 1, False, val_cache)[0]
+    val_q = _bank(val_data, "val", 100, enc_cfg, cfg.seed + 2, False, val_cache)[0]
     assert train_b is not None
 
     torch.manual_seed(cfg.seed)
@@ -219,12 +231,13 @@ def run(args: argparse.Namespace) -> int:
         if st["total_steps"] != cfg.steps:
             raise ValueError(f"{state_path}: was started for --steps {st['total_steps']}; pass the same "
                              f"--steps to resume or --restart to start over")
-        # states written before these options existed: the default network, no near misses, 0.5 m / 15 deg pairs
+        # states written before these options existed: the default network, no near misses, 0.5 m / 15 deg
+        # pairs, the dataset of this command
         _refuse_changed(state_path, "architecture", st.get("encoder_config", EncoderConfig().to_dict()),
                         enc_cfg.to_dict())
         _refuse_changed(state_path, "training data",
-                        {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0, **st.get("data_config", {})},
-                        data_config)
+                        {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
+                         "dataset": data_config["dataset"], **st.get("data_config", {})}, data_config)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])

@@ -30,12 +30,17 @@ class FrameSet:
     rgb: np.ndarray | None = None
 
 
-def houses_of_split(data: Path, split: str) -> list[Path]:
-    """Scene files of the houses in a split of a generated dataset (from splits.json)."""
+def dataset_summary(data: Path) -> dict:
+    """A generated dataset's splits.json (houses, seed, splits: house name -> split)."""
     splits_file = Path(data) / "splits.json"
     if not splits_file.is_file():
         raise FileNotFoundError(f"{splits_file} not found: generate houses first (memnav scenes --out {data})")
-    splits = json.loads(splits_file.read_text())["splits"]
+    return json.loads(splits_file.read_text())
+
+
+def houses_of_split(data: Path, split: str) -> list[Path]:
+    """Scene files of the houses in a split of a generated dataset (from splits.json)."""
+    splits = dataset_summary(data)["splits"]
     houses = [Path(data) / "scenes" / f"{name}.glb" for name, s in sorted(splits.items()) if s == split]
     if not houses:
         raise ValueError(f"{data}: no houses in split {split!r}")

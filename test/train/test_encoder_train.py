@@ -42,6 +42,28 @@ def test_train_writes_checkpoint_curve_and_resumes(tiny_data, tmp_path, capsys):
     assert (tiny_data / "cache").is_dir() and any("nearmiss" in f.name for f in (tiny_data / "cache").iterdir())
 
 
+@pytest.mark.slow
+def test_train_on_one_dataset_validates_on_another_and_refuses_to_resume_on_a_third(tiny_data, tmp_path, capsys):
+    other = make_tiny_dataset(tmp_path / "other", seed=5)
+    out = tmp_path / "encoder.pt"
+    args = ["train", "encoder", "--out", str(out), "--data", str(other), "--val-data", str(tiny_data),
+            "--steps", "2", "--batch", "8", "--pairs-per-house", "12", "--eval-every", "2", "--no-progress",
+            "--no-near-miss"]
+    assert main(args) == 0
+    # the train bank lives with the train houses, the validation banks with the val houses, each tagged
+    # with its dataset's seed and size
+    assert [f.name for f in (other / "cache").iterdir()] == ["encoder_bank_train_1h_12_64px_s0_pairs0.5m15deg_d5n3.npz"]
+    assert any(f.name.startswith("encoder_bank_val_") and f.name.endswith("_d2n3.npz")
+               for f in (tiny_data / "cache").iterdir())
+    assert len(json.loads(out.with_suffix(".curve.json").read_text())["val_recall_at_1"]) == 1
+    third = make_tiny_dataset(tmp_path / "third", seed=6)
+    assert main([a if a != str(other) else str(third) for a in args]) == 2
+    assert "dataset d5n3 (now d6n3)" in capsys.readouterr().err
+    missing = [a if a != str(tiny_data) else str(tmp_path / "nowhere") for a in args]
+    assert main([*missing, "--restart"]) == 2
+    assert "splits.json not found" in capsys.readouterr().err
+
+
 def test_info_nce_near_misses_join_the_denominator_unless_marked_same_place():
     import torch
 
