@@ -41,9 +41,11 @@ class EncoderTrainConfig:
         pairs_per_house: rendered training pairs per train house.
         positive_m: positives are rendered within this distance, meters.
         positive_deg: positives are rendered within this heading change, degrees.
-        near_miss: also render, for each anchor, a view just outside the same-place criterion (1.15-2 m
-            away, or turned 40-75 deg; `frame_bank.near_miss_pose`) and add it to the batch as a negative.
-            Views a metre or so apart look alike, and random in-batch negatives rarely are that close.
+        near_miss: also render, for each anchor, a view just outside the same-place criterion (near_miss_m
+            away, or turned near_miss_turn_deg; `frame_bank.near_miss_pose`) and add it to the batch as a
+            negative. Views a metre or so apart look alike, and random in-batch negatives rarely are that close.
+        near_miss_m: distance band of the near misses that moved, meters.
+        near_miss_turn_deg: turn band of the near misses that turned in place (within 0.3 m), degrees.
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -59,6 +61,8 @@ class EncoderTrainConfig:
     positive_deg: float = 15.0
     eval_every: int = 250
     near_miss: bool = True
+    near_miss_m: tuple[float, float] = (1.15, 2.0)
+    near_miss_turn_deg: tuple[float, float] = (40.0, 75.0)
     seed: int = 0
 
 
@@ -114,11 +118,14 @@ def embed(model: FrameEncoder, frames: np.ndarray, batch: int = 256) -> np.ndarr
 
 
 def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: int, pairs: bool,
-          cache_dir: Path, near_miss: bool = False, jitter: tuple[float, float] = (0.5, 15.0)
+          cache_dir: Path, near_miss: bool = False, jitter: tuple[float, float] = (0.5, 15.0),
+          near_miss_m: tuple[float, float] = (1.15, 2.0), near_miss_turn_deg: tuple[float, float] = (40.0, 75.0)
           ) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render (or load from the cache) a split's frames: anchors, their positives and near misses."""
     houses = houses_of_split(data, split)
     kind = (f"pairs{jitter[0]:g}m{jitter[1]:g}deg" if pairs else "single") + ("_nearmiss" if near_miss else "")
+    if near_miss and (tuple(near_miss_m), tuple(near_miss_turn_deg)) != ((1.15, 2.0), (40.0, 75.0)):
+        kind += f"{near_miss_m[0]:g}-{near_miss_m[1]:g}m{near_miss_turn_deg[0]:g}-{near_miss_turn_deg[1]:g}deg"
     key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{kind}_{_dataset_tag(data)}"
     path = cache_dir / f"encoder_bank_{key}.npz"
     if path.is_file():
@@ -127,6 +134,7 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
                      for p in ("", "p", "n"))
     pair_jitter = (jitter[0], math.radians(jitter[1])) if pairs else None
     sets = render_set(houses, per_house, enc_cfg, seed, pair_jitter=pair_jitter, near_miss=near_miss,
+                      near_miss_m=near_miss_m, near_miss_turn_deg=near_miss_turn_deg,
                       desc=f"render {split}")
     cache_dir.mkdir(parents=True, exist_ok=True)
     arrays = {f"{p}{k}": getattr(fs, k) for p, fs in zip(("", "p", "n"), sets) if fs is not None
@@ -188,6 +196,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-near-miss", action="store_true",
                         help="train without the rendered near-miss negatives (views 1.15-2 m away or turned "
                              "40-75 deg); the shipped encoder uses them")
+    parser.add_argument("--near-miss-m", type=float, nargs=2, default=list(d.near_miss_m), metavar=("MIN", "MAX"),
+                        help="distance band of the near-miss negatives that moved, meters (the success radius is 1)")
+    parser.add_argument("--near-miss-turn-deg", type=float, nargs=2, default=list(d.near_miss_turn_deg),
+                        metavar=("MIN", "MAX"), help="turn band of the near misses that turned in place, degrees "
+                                                     "(the success criterion allows 30)")
     parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -199,17 +212,23 @@ def run(args: argparse.Namespace) -> int:
     cfg = EncoderTrainConfig(steps=args.steps, batch_pairs=args.batch, lr=args.lr,
                              pairs_per_house=args.pairs_per_house, eval_every=args.eval_every, seed=args.seed,
                              near_miss=not args.no_near_miss, positive_m=args.positive_m,
-                             positive_deg=args.positive_deg)
+                             positive_deg=args.positive_deg, near_miss_m=tuple(args.near_miss_m),
+                             near_miss_turn_deg=tuple(args.near_miss_turn_deg))
     if cfg.steps <= 0 or cfg.batch_pairs < 2:
         raise ValueError("--steps must be > 0 and --batch >= 2")
+    for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
+        if not 0 <= lo < hi:
+            raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
     torch.set_num_threads(args.threads)
     enc_cfg = EncoderConfig(input_px=args.input_px, widths=tuple(args.widths))
     data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
+                   "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
                    "dataset": _dataset_tag(args.data)}
     val_data = args.val_data or args.data
     train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
                                       args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
-                                      jitter=(cfg.positive_m, cfg.positive_deg))
+                                      jitter=(cfg.positive_m, cfg.positive_deg), near_miss_m=cfg.near_miss_m,
+                                      near_miss_turn_deg=cfg.near_miss_turn_deg)
     val_cache = args.cache_dir or (val_data / "cache")
     val_db = _bank(val_data, "val", 300, enc_cfg, cfg.seed + 1, False, val_cache)[0]
     val_q = _bank(val_data, "val", 100, enc_cfg, cfg.seed + 2, False, val_cache)[0]
@@ -232,12 +251,13 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{state_path}: was started for --steps {st['total_steps']}; pass the same "
                              f"--steps to resume or --restart to start over")
         # states written before these options existed: the default network, no near misses, 0.5 m / 15 deg
-        # pairs, the dataset of this command
+        # pairs, the default near-miss bands, the dataset of this command
         _refuse_changed(state_path, "architecture", st.get("encoder_config", EncoderConfig().to_dict()),
                         enc_cfg.to_dict())
         _refuse_changed(state_path, "training data",
-                        {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
-                         "dataset": data_config["dataset"], **st.get("data_config", {})}, data_config)
+                        {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0, "near_miss_m": [1.15, 2.0],
+                         "near_miss_turn_deg": [40.0, 75.0], "dataset": data_config["dataset"],
+                         **st.get("data_config", {})}, data_config)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])

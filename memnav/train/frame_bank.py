@@ -112,11 +112,14 @@ def near_miss_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, m
 
 def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed: int, keep_rgb: bool = False,
                pair_jitter: tuple[float, float] | None = None, progress: bool = True,
-               desc: str = "render", near_miss: bool = False) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+               desc: str = "render", near_miss: bool = False, near_miss_m: tuple[float, float] = (1.15, 2.0),
+               near_miss_turn_deg: tuple[float, float] = (40.0, 75.0)
+               ) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render frames at sampled poses in each house; optionally a positive and a near-miss view of each.
 
     Returns (frames, positives or None, near misses or None). Positives lie within pair_jitter =
-    (meters, radians); near misses come from `near_miss_pose` (with near_miss=True).
+    (meters, radians); near misses come from `near_miss_pose` (with near_miss=True), near_miss_m and
+    near_miss_turn_deg giving its distance and turn bands.
     """
     from tqdm import tqdm
 
@@ -129,7 +132,8 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
     if pair_jitter is not None:
         samplers["pos"] = lambda pos, yaw: jitter_pose(sim, pos, yaw, rng, *pair_jitter)
     if near_miss:
-        samplers["neg"] = lambda pos, yaw: near_miss_pose(sim, pos, yaw, rng)
+        turn = (math.radians(near_miss_turn_deg[0]), math.radians(near_miss_turn_deg[1]))
+        samplers["neg"] = lambda pos, yaw: near_miss_pose(sim, pos, yaw, rng, *near_miss_m, turn_rad=turn)
     views: dict[str, tuple[list, list, list]] = {k: ([], [], []) for k in ("main", *samplers)}
     bar = tqdm(total=len(houses) * per_house, desc=desc, unit="frame", disable=not progress, file=sys.stderr)
     for scene in houses:

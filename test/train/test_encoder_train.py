@@ -43,7 +43,7 @@ def test_train_writes_checkpoint_curve_and_resumes(tiny_data, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_train_on_one_dataset_validates_on_another_and_refuses_to_resume_on_a_third(tiny_data, tmp_path, capsys):
+def test_train_on_one_dataset_validates_on_another_and_refuses_changed_data_on_resume(tiny_data, tmp_path, capsys):
     other = make_tiny_dataset(tmp_path / "other", seed=5)
     out = tmp_path / "encoder.pt"
     args = ["train", "encoder", "--out", str(out), "--data", str(other), "--val-data", str(tiny_data),
@@ -59,6 +59,14 @@ def test_train_on_one_dataset_validates_on_another_and_refuses_to_resume_on_a_th
     third = make_tiny_dataset(tmp_path / "third", seed=6)
     assert main([a if a != str(other) else str(third) for a in args]) == 2
     assert "dataset d5n3 (now d6n3)" in capsys.readouterr().err
+    assert main([*args, "--near-miss-m", "1.6", "1.0"]) == 2
+    assert "--near-miss-m MIN MAX needs 0 <= MIN < MAX, got 1.6 1" in capsys.readouterr().err
+    banded = [a for a in args if a != "--no-near-miss"]
+    assert main([*banded, "--restart", "--near-miss-m", "1.0", "1.6", "--near-miss-turn-deg", "30", "60"]) == 0
+    bank = "encoder_bank_train_1h_12_64px_s0_pairs0.5m15deg_nearmiss1-1.6m30-60deg_d5n3.npz"
+    assert (other / "cache" / bank).is_file()
+    assert main(banded) == 2   # resuming with the default bands is refused, naming the one that differs
+    assert "near_miss_m [1.0, 1.6] (now [1.15, 2.0])" in capsys.readouterr().err
     missing = [a if a != str(tiny_data) else str(tmp_path / "nowhere") for a in args]
     assert main([*missing, "--restart"]) == 2
     assert "splits.json not found" in capsys.readouterr().err
