@@ -23,6 +23,7 @@ import numpy as np
 from memnav.core.encoder import Encoder, EncoderConfig
 from memnav.core.scan_verification import ScanVerifyConfig, ViewScan, scan_fit, verified_order, view_scan
 from memnav.core.verification import VerificationConfig, extract_features
+from memnav.sim.base import RENDERERS
 from memnav.sim.dataset import default_data_dir
 from memnav.train.encoder_train import embed
 from memnav.train.frame_bank import houses_of_split, recall_at_1, recall_at_k, render_set, same_place
@@ -36,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries-per-house", type=int, default=100, help="query views per test house")
     parser.add_argument("--vocab-words", type=int, default=256, help="ORB bag-of-words vocabulary size")
     parser.add_argument("--seed", type=int, default=123, help="random seed of the sampled poses")
+    parser.add_argument("--renderer", choices=RENDERERS, default="auto",
+                        help="the simulator's ray caster (SimConfig.renderer); the two differ on a few tenths of a "
+                             "percent of pixels, enough to move scan verification and the baselines slightly")
     parser.add_argument("--verify-top", type=int, default=10, metavar="K",
                         help="re-rank the K nearest views by scan verification for recall_at_1_verified (0 = skip)")
 
@@ -127,8 +131,10 @@ def run(args: argparse.Namespace) -> dict:
     encoder = Encoder.from_checkpoint(args.checkpoint)
     torch.set_num_threads(2)
     houses = houses_of_split(args.data, "test")
-    db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database")[0]
-    qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries")[0]
+    db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
+                    renderer=args.renderer)[0]
+    qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries",
+                    renderer=args.renderer)[0]
     match = same_place(qs.poses, db.poses, qs.house, db.house)
 
     db_emb, q_emb = embed(encoder.model, db.frames), embed(encoder.model, qs.frames)
@@ -141,7 +147,7 @@ def run(args: argparse.Namespace) -> dict:
                     "verify_pair_ms_p50": round(float(np.median(fit_ms)), 3) if fit_ms else None}
     r_pix, _ = recall_at_1(pixel_descriptors(db.rgb), pixel_descriptors(qs.rgb), match)
     train_rgb = render_set(houses_of_split(args.data, "train"), 40, encoder.cfg, args.seed + 2, keep_rgb=True,
-                           desc="orb vocabulary")[0].rgb
+                           desc="orb vocabulary", renderer=args.renderer)[0].rgb
     bow = OrbBagOfWords(train_rgb, args.vocab_words, args.seed)
     r_orb, _ = recall_at_1(bow.describe(db.rgb), bow.describe(qs.rgb), match)
 
@@ -168,5 +174,6 @@ def run(args: argparse.Namespace) -> dict:
         "database_size": int(len(db.poses)),
         "test_houses": len(houses),
         "checkpoint": str(args.checkpoint),
+        "renderer": args.renderer,
         "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0},
     }

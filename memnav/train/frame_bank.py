@@ -113,13 +113,13 @@ def near_miss_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, m
 def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed: int, keep_rgb: bool = False,
                pair_jitter: tuple[float, float] | None = None, progress: bool = True,
                desc: str = "render", near_miss: bool = False, near_miss_m: tuple[float, float] = (1.15, 2.0),
-               near_miss_turn_deg: tuple[float, float] = (40.0, 75.0)
+               near_miss_turn_deg: tuple[float, float] = (40.0, 75.0), renderer: str = "auto"
                ) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render frames at sampled poses in each house; optionally a positive and a near-miss view of each.
 
     Returns (frames, positives or None, near misses or None). Positives lie within pair_jitter =
     (meters, radians); near misses come from `near_miss_pose` (with near_miss=True), near_miss_m and
-    near_miss_turn_deg giving its distance and turn bands.
+    near_miss_turn_deg giving its distance and turn bands. `renderer` is SimConfig.renderer.
     """
     from tqdm import tqdm
 
@@ -127,7 +127,7 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
     from memnav.sim.embedded import EmbeddedSimulator
 
     rng = np.random.default_rng(seed)
-    sim = EmbeddedSimulator(config=SimConfig(seed=seed))
+    sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
     samplers = {}
     if pair_jitter is not None:
         samplers["pos"] = lambda pos, yaw: jitter_pose(sim, pos, yaw, rng, *pair_jitter)

@@ -48,6 +48,7 @@ def test_bench_encoder_keys(tiny_data, tmp_path):
     assert res["encode_ms_p50"] > 0 and res["queries_evaluated"] > 0
     assert res["verify_top_k"] == 10 and res["verify_pair_ms_p50"] > 0
     assert res["recall_at_1"] <= res["recall_at_5"] <= 1.0
+    assert res["renderer"] == "auto"
 
 
 def test_bench_encoder_negative_verify_top_is_a_clear_error(capsys):

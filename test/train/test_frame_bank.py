@@ -62,6 +62,25 @@ def test_render_set_returns_anchor_positive_and_near_miss_views(tiny_data):
     np.testing.assert_array_equal(only.frames, main.frames)
 
 
+def test_render_set_near_miss_bands_and_renderer(tiny_data):
+    houses = houses_of_split(tiny_data, "train")
+    cfg = EncoderConfig()
+    main, _, neg = render_set(houses, 40, cfg, seed=3, near_miss=True, near_miss_m=(1.0, 1.3),
+                              near_miss_turn_deg=(31.0, 35.0), progress=False)
+    dist = np.hypot(*(neg.poses[:, :2] - main.poses[:, :2]).T)
+    turn = np.degrees(np.abs((neg.poses[:, 2] - main.poses[:, 2] + np.pi) % (2 * np.pi) - np.pi))
+    moved = dist > 0.31
+    assert moved.sum() >= 15 and (~moved).sum() >= 3      # both kinds, 3 in 4 moved
+    assert np.all((dist[moved] >= 1.0 - 1e-6) & (dist[moved] <= 1.3 + 1e-6))
+    assert np.all((turn[~moved] >= 31.0 - 1e-3) & (turn[~moved] <= 35.0 + 1e-3))
+    # the two ray casters see the same poses, and their frames differ on a small fraction of pixels
+    bvh, _, _ = render_set(houses, 6, cfg, seed=1, keep_rgb=True, progress=False, renderer="bvh")
+    obj, _, _ = render_set(houses, 6, cfg, seed=1, keep_rgb=True, progress=False, renderer="object")
+    np.testing.assert_array_equal(bvh.poses, obj.poses)
+    differ = np.abs(bvh.rgb.astype(int) - obj.rgb.astype(int)).max(axis=-1) > 8
+    assert differ.mean() < 0.01
+
+
 def test_recall_at_k_counts_a_true_match_among_the_k_nearest_and_skips_queries_without_one():
     db = np.eye(4)
     q = np.array([[1.0, 0.9, 0.0, 0.0],      # nearest db 0 (a match)
