@@ -183,7 +183,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop cleanly after this many minutes (state saved; re-run to continue)")
     parser.add_argument("--restart", action="store_true", help="ignore an existing <out>.state and start over")
     parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="where rendered frame banks are cached (default: DATA/cache)")
+                        help="where rendered frame banks are cached (unset: each dataset's own DIR/cache)")
     e = EncoderConfig()
     parser.add_argument("--input-px", type=int, default=e.input_px, metavar="PX",
                         help="network input size in pixels (frames are resized to PX x PX; multiple of 16)")
@@ -195,7 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="... and within this heading change, degrees")
     parser.add_argument("--no-near-miss", action="store_true",
                         help="train without the rendered near-miss negatives (views 1.15-2 m away or turned "
-                             "40-75 deg); the shipped encoder uses them")
+                             "40-75 deg by default); the shipped models/encoder.pt was trained without them")
     parser.add_argument("--near-miss-m", type=float, nargs=2, default=list(d.near_miss_m), metavar=("MIN", "MAX"),
                         help="distance band of the near-miss negatives that moved, meters (the success radius is 1)")
     parser.add_argument("--near-miss-turn-deg", type=float, nargs=2, default=list(d.near_miss_turn_deg),
