@@ -46,6 +46,9 @@ class EncoderTrainConfig:
             negative. Views a metre or so apart look alike, and random in-batch negatives rarely are that close.
         near_miss_m: distance band of the near misses that moved, meters.
         near_miss_turn_deg: turn band of the near misses that turned in place (within 0.3 m), degrees.
+        mine_every: every this many steps (0 = never), embed all training anchors and give each its most
+            similar other anchor of the same house that is not the same place (a look-alike) as one more
+            negative from then on (`mine_look_alikes`).
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -63,6 +66,7 @@ class EncoderTrainConfig:
     near_miss: bool = True
     near_miss_m: tuple[float, float] = (1.15, 2.0)
     near_miss_turn_deg: tuple[float, float] = (40.0, 75.0)
+    mine_every: int = 0
     seed: int = 0
 
 
@@ -159,6 +163,20 @@ def _refuse_changed(state_path: Path, what: str, started: dict, now: dict) -> No
                          f"or --restart to start over")
 
 
+def mine_look_alikes(model: FrameEncoder, anchors: FrameSet) -> np.ndarray:
+    """For each anchor, the index of the most similar anchor of its house that is not the same place."""
+    emb = embed(model, anchors.frames)
+    mined = np.arange(len(emb))
+    for h in np.unique(anchors.house):
+        ids = np.flatnonzero(anchors.house == h)
+        sims = emb[ids] @ emb[ids].T
+        sims[same_place(anchors.poses[ids], anchors.poses[ids], anchors.house[ids], anchors.house[ids])] = -np.inf
+        best = sims.argmax(axis=1)
+        ok = np.isfinite(sims[np.arange(len(ids)), best])
+        mined[ids[ok]] = ids[best[ok]]
+    return mined
+
+
 def validation_recall(model: FrameEncoder, db: FrameSet, queries: FrameSet) -> float:
     match = same_place(queries.poses, db.poses, queries.house, db.house)
     r, _ = recall_at_1(embed(model, db.frames), embed(model, queries.frames), match)
@@ -201,6 +219,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--near-miss-turn-deg", type=float, nargs=2, default=list(d.near_miss_turn_deg),
                         metavar=("MIN", "MAX"), help="turn band of the near misses that turned in place, degrees "
                                                      "(the success criterion allows 30)")
+    parser.add_argument("--mine-every", type=int, default=d.mine_every, metavar="STEPS",
+                        help="every STEPS steps, give each anchor its current closest look-alike (same house, not "
+                             "the same place) as an extra negative; 0 = off")
     parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -213,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
                              pairs_per_house=args.pairs_per_house, eval_every=args.eval_every, seed=args.seed,
                              near_miss=not args.no_near_miss, positive_m=args.positive_m,
                              positive_deg=args.positive_deg, near_miss_m=tuple(args.near_miss_m),
-                             near_miss_turn_deg=tuple(args.near_miss_turn_deg))
+                             near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every)
     if cfg.steps <= 0 or cfg.batch_pairs < 2:
         raise ValueError("--steps must be > 0 and --batch >= 2")
     for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
@@ -223,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     enc_cfg = EncoderConfig(input_px=args.input_px, widths=tuple(args.widths))
     data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
-                   "dataset": _dataset_tag(args.data)}
+                   "mine_every": cfg.mine_every, "dataset": _dataset_tag(args.data)}
     val_data = args.val_data or args.data
     train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
                                       args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
@@ -256,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
                         enc_cfg.to_dict())
         _refuse_changed(state_path, "training data",
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0, "near_miss_m": [1.15, 2.0],
-                         "near_miss_turn_deg": [40.0, 75.0], "dataset": data_config["dataset"],
+                         "near_miss_turn_deg": [40.0, 75.0], "mine_every": 0, "dataset": data_config["dataset"],
                          **st.get("data_config", {})}, data_config)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
@@ -280,6 +301,7 @@ def run(args: argparse.Namespace) -> int:
 
     houses = np.unique(train_a.house)
     by_house = {h: np.flatnonzero(train_a.house == h) for h in houses}
+    mined: np.ndarray | None = None
     start = time.monotonic()
     bar = tqdm(total=cfg.steps, initial=step, desc="train encoder", unit="step", disable=args.no_progress,
                file=sys.stderr)
@@ -299,8 +321,20 @@ def run(args: argparse.Namespace) -> int:
             house = train_a.house[idx]
             same_an = torch.from_numpy(same_place(train_a.poses[idx], train_n.poses[idx], house, house))
             same_bn = torch.from_numpy(same_place(train_b.poses[idx], train_n.poses[idx], house, house))
+        if cfg.mine_every > 0 and step >= cfg.mine_every:
+            if mined is None or step % cfg.mine_every == 0:
+                mined = mine_look_alikes(model, train_a)
+                model.train()
+            j = mined[idx]
+            views.append(augment(torch.from_numpy(train_a.frames[j].astype(np.float32)), gen))
+            house = train_a.house[idx]
+            sa = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[j], house, house))
+            sb = torch.from_numpy(same_place(train_b.poses[idx], train_a.poses[j], house, house))
+            same_an = sa if same_an is None else torch.cat([same_an, sa], dim=1)
+            same_bn = sb if same_bn is None else torch.cat([same_bn, sb], dim=1)
         z = model(torch.cat(views)).split(len(idx))
-        loss = info_nce(z[0], z[1], same, cfg.temperature, z[2] if len(z) > 2 else None, same_an, same_bn)
+        zn = torch.cat(z[2:]) if len(z) > 2 else None
+        loss = info_nce(z[0], z[1], same, cfg.temperature, zn, same_an, same_bn)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -1,11 +1,15 @@
 """A few steps of encoder training on a tiny generated dataset: checkpoint, curve, resume."""
 import json
 
+import numpy as np
 import pytest
+import torch
 from conftest import make_tiny_dataset
 
 from memnav.cli import main
-from memnav.core.encoder import load_checkpoint
+from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint
+from memnav.train.encoder_train import embed, mine_look_alikes
+from memnav.train.frame_bank import FrameSet, same_place
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +71,37 @@ def test_train_on_one_dataset_validates_on_another_and_refuses_changed_data_on_r
     assert (other / "cache" / bank).is_file()
     assert main(banded) == 2   # resuming with the default bands is refused, naming the one that differs
     assert "near_miss_m [1.0, 1.6] (now [1.15, 2.0])" in capsys.readouterr().err
+    assert main([*banded, "--restart", "--mine-every", "1"]) == 0   # mined look-alikes from step 1 on
+    assert main(banded) == 2
+    assert "mine_every 1 (now 0)" in capsys.readouterr().err
     missing = [a if a != str(tiny_data) else str(tmp_path / "nowhere") for a in args]
     assert main([*missing, "--restart"]) == 2
     assert "splits.json not found" in capsys.readouterr().err
 
 
-def test_info_nce_near_misses_join_the_denominator_unless_marked_same_place():
-    import torch
+def test_mined_look_alike_is_the_most_similar_other_place_of_the_same_house():
+    torch.manual_seed(0)
+    model = FrameEncoder(EncoderConfig())
+    rng = np.random.default_rng(0)
+    n = 12
+    frames = rng.random((n, 4, 64, 64)).astype(np.float16)
+    poses = np.column_stack([rng.uniform(0, 8, n), rng.uniform(0, 8, n), rng.uniform(-3, 3, n)])
+    poses[1] = poses[0] + [0.2, 0.0, 0.1]          # 0 and 1 are the same place
+    poses[11] = [50.0, 50.0, 0.0]                   # the only anchor of house 1
+    house = np.array([0] * 11 + [1])
+    anchors = FrameSet(frames, poses, house)
+    mined = mine_look_alikes(model, anchors)
+    emb = embed(model, frames)
+    allowed = ~same_place(poses, poses, house, house)
+    for i in range(11):
+        j = mined[i]
+        assert house[j] == house[i] and allowed[i, j]
+        assert emb[i] @ emb[j] == pytest.approx(max(emb[i] @ emb[k] for k in range(n) if allowed[i, k]), abs=1e-5)
+    assert mined[0] != 1 and mined[1] != 0
+    assert mined[11] == 11                           # nothing to mine in a house of one anchor: itself
 
+
+def test_info_nce_near_misses_join_the_denominator_unless_marked_same_place():
     from memnav.train.encoder_train import info_nce
 
     torch.manual_seed(0)
