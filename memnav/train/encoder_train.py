@@ -237,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
                              near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every)
     if cfg.steps <= 0 or cfg.batch_pairs < 2:
         raise ValueError("--steps must be > 0 and --batch >= 2")
+    if cfg.mine_every < 0:
+        raise ValueError(f"--mine-every must be >= 0 (0 = off), got {cfg.mine_every}")
     for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
         if not 0 <= lo < hi:
             raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")

@@ -71,6 +71,8 @@ def test_train_on_one_dataset_validates_on_another_and_refuses_changed_data_on_r
     assert (other / "cache" / bank).is_file()
     assert main(banded) == 2   # resuming with the default bands is refused, naming the one that differs
     assert "near_miss_m [1.0, 1.6] (now [1.15, 2.0])" in capsys.readouterr().err
+    assert main([*banded, "--restart", "--mine-every", "-1"]) == 2
+    assert "--mine-every must be >= 0" in capsys.readouterr().err
     assert main([*banded, "--restart", "--mine-every", "1"]) == 0   # mined look-alikes from step 1 on
     assert main(banded) == 2
     assert "mine_every 1 (now 0)" in capsys.readouterr().err
