@@ -24,7 +24,16 @@ import torch
 
 from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
 from memnav.sim.dataset import default_data_dir
-from memnav.train.frame_bank import FrameSet, dataset_summary, houses_of_split, recall_at_1, render_set, same_place
+from memnav.train.frame_bank import (
+    NEAR_MISS_M,
+    NEAR_MISS_TURN_DEG,
+    FrameSet,
+    dataset_summary,
+    houses_of_split,
+    recall_at_1,
+    render_set,
+    same_place,
+)
 
 
 @dataclass
@@ -64,8 +73,8 @@ class EncoderTrainConfig:
     positive_deg: float = 15.0
     eval_every: int = 250
     near_miss: bool = True
-    near_miss_m: tuple[float, float] = (1.15, 2.0)
-    near_miss_turn_deg: tuple[float, float] = (40.0, 75.0)
+    near_miss_m: tuple[float, float] = NEAR_MISS_M
+    near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG
     mine_every: int = 0
     seed: int = 0
 
@@ -123,12 +132,12 @@ def embed(model: FrameEncoder, frames: np.ndarray, batch: int = 256) -> np.ndarr
 
 def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: int, pairs: bool,
           cache_dir: Path, near_miss: bool = False, jitter: tuple[float, float] = (0.5, 15.0),
-          near_miss_m: tuple[float, float] = (1.15, 2.0), near_miss_turn_deg: tuple[float, float] = (40.0, 75.0)
+          near_miss_m: tuple[float, float] = NEAR_MISS_M, near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG
           ) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render (or load from the cache) a split's frames: anchors, their positives and near misses."""
     houses = houses_of_split(data, split)
     kind = (f"pairs{jitter[0]:g}m{jitter[1]:g}deg" if pairs else "single") + ("_nearmiss" if near_miss else "")
-    if near_miss and (tuple(near_miss_m), tuple(near_miss_turn_deg)) != ((1.15, 2.0), (40.0, 75.0)):
+    if near_miss and (tuple(near_miss_m), tuple(near_miss_turn_deg)) != (NEAR_MISS_M, NEAR_MISS_TURN_DEG):
         kind += f"{near_miss_m[0]:g}-{near_miss_m[1]:g}m{near_miss_turn_deg[0]:g}-{near_miss_turn_deg[1]:g}deg"
     key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{kind}_{_dataset_tag(data)}"
     path = cache_dir / f"encoder_bank_{key}.npz"
@@ -212,8 +221,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--positive-deg", type=float, default=d.positive_deg, metavar="DEG",
                         help="... and within this heading change, degrees")
     parser.add_argument("--no-near-miss", action="store_true",
-                        help="train without the rendered near-miss negatives (views 1.15-2 m away or turned "
-                             "40-75 deg by default); the shipped models/encoder.pt was trained without them")
+                        help="train without the rendered near-miss negatives (views {:g}-{:g} m away or turned "
+                             "{:g}-{:g} deg by default); the shipped models/encoder.pt was trained without them"
+                             .format(*NEAR_MISS_M, *NEAR_MISS_TURN_DEG))
     parser.add_argument("--near-miss-m", type=float, nargs=2, default=list(d.near_miss_m), metavar=("MIN", "MAX"),
                         help="distance band of the near-miss negatives that moved, meters (the success radius is 1)")
     parser.add_argument("--near-miss-turn-deg", type=float, nargs=2, default=list(d.near_miss_turn_deg),
@@ -278,8 +288,9 @@ def run(args: argparse.Namespace) -> int:
         _refuse_changed(state_path, "architecture", st.get("encoder_config", EncoderConfig().to_dict()),
                         enc_cfg.to_dict())
         _refuse_changed(state_path, "training data",
-                        {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0, "near_miss_m": [1.15, 2.0],
-                         "near_miss_turn_deg": [40.0, 75.0], "mine_every": 0, "dataset": data_config["dataset"],
+                        {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
+                         "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
+                         "mine_every": 0, "dataset": data_config["dataset"],
                          **st.get("data_config", {})}, data_config)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
@@ -314,13 +325,12 @@ def run(args: argparse.Namespace) -> int:
         idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
         xa = augment(torch.from_numpy(train_a.frames[idx].astype(np.float32)), gen)
         xb = augment(torch.from_numpy(train_b.frames[idx].astype(np.float32)), gen)
-        same = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[idx], train_a.house[idx],
-                                           train_a.house[idx]))
+        house = train_a.house[idx]
+        same = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[idx], house, house))
         views = [xa, xb]
         same_an = same_bn = None
         if train_n is not None:
             views.append(augment(torch.from_numpy(train_n.frames[idx].astype(np.float32)), gen))
-            house = train_a.house[idx]
             same_an = torch.from_numpy(same_place(train_a.poses[idx], train_n.poses[idx], house, house))
             same_bn = torch.from_numpy(same_place(train_b.poses[idx], train_n.poses[idx], house, house))
         if cfg.mine_every > 0 and step >= cfg.mine_every:
@@ -329,7 +339,6 @@ def run(args: argparse.Namespace) -> int:
                 model.train()
             j = mined[idx]
             views.append(augment(torch.from_numpy(train_a.frames[j].astype(np.float32)), gen))
-            house = train_a.house[idx]
             sa = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[j], house, house))
             sb = torch.from_numpy(same_place(train_b.poses[idx], train_a.poses[j], house, house))
             same_an = sa if same_an is None else torch.cat([same_an, sa], dim=1)

@@ -12,6 +12,9 @@ import numpy as np
 from memnav.core.encoder import EncoderConfig, frames_to_array
 from memnav.sim.base import SimConfig
 
+NEAR_MISS_M = (1.15, 2.0)  # default distance band of the near misses that moved, meters (success radius: 1)
+NEAR_MISS_TURN_DEG = (40.0, 75.0)  # default turn band of the near misses that turned in place, degrees (allowed: 30)
+
 
 @dataclass
 class FrameSet:
@@ -80,9 +83,10 @@ def jitter_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, max_
     return pos.copy(), yaw + rng.uniform(-max_angle_rad, max_angle_rad)
 
 
-def near_miss_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, min_dist_m: float = 1.15,
-                   max_dist_m: float = 2.0, max_angle_rad: float = math.radians(20),
-                   turn_rad: tuple[float, float] = (math.radians(40), math.radians(75))) -> tuple[np.ndarray, float]:
+def near_miss_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, min_dist_m: float = NEAR_MISS_M[0],
+                   max_dist_m: float = NEAR_MISS_M[1], max_angle_rad: float = math.radians(20),
+                   turn_rad: tuple[float, float] = (math.radians(NEAR_MISS_TURN_DEG[0]),
+                                                    math.radians(NEAR_MISS_TURN_DEG[1]))) -> tuple[np.ndarray, float]:
     """A navigable pose just outside the same-place criterion of (pos, yaw): a hard negative for training.
 
     Three times in four it is min_dist_m..max_dist_m away (half of those along the viewing axis, forwards or
@@ -112,8 +116,8 @@ def near_miss_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, m
 
 def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed: int, keep_rgb: bool = False,
                pair_jitter: tuple[float, float] | None = None, progress: bool = True,
-               desc: str = "render", near_miss: bool = False, near_miss_m: tuple[float, float] = (1.15, 2.0),
-               near_miss_turn_deg: tuple[float, float] = (40.0, 75.0), renderer: str = "auto"
+               desc: str = "render", near_miss: bool = False, near_miss_m: tuple[float, float] = NEAR_MISS_M,
+               near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG, renderer: str = "auto"
                ) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render frames at sampled poses in each house; optionally a positive and a near-miss view of each.
 
