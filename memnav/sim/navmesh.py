@@ -180,13 +180,22 @@ class NavGrid:
         c = self.config.cell_m
         tgt = np.asarray(target, dtype=np.float64)
         cols, rows = cell_centers(self.origin, np.arange(self.shape[0]), np.arange(self.shape[1]), c)
-        # zero level set: a small circle around the target, so the field is metric from the start
-        phi = np.hypot(cols[None, :] - tgt[0], rows[:, None] - tgt[2]) - 0.75 * c
-        phi[cell] = min(phi[cell], -1e-3)
         mask = self.labels != self.labels[cell]
-        masked = np.ma.MaskedArray(phi, mask=mask)
-        dist = skfmm.distance(masked, dx=c, order=2)
-        field = np.where(np.ma.getmaskarray(dist), np.inf, np.ma.getdata(dist) + 0.75 * c)
+        straight = np.hypot(cols[None, :] - tgt[0], rows[:, None] - tgt[2])
+        # zero level set: a small circle around the target, so the field is metric from the start. The
+        # components are 8-connected but the march is 4-connected: a target cell joined to the rest only
+        # diagonally has no zero crossing to start from, so the circle grows until it has one; a component
+        # that fits inside the circle is all a straight line away.
+        field = np.where(mask, np.inf, straight)
+        for radius in (0.75 * c, 1.5 * c, 3.0 * c):
+            phi = straight - radius
+            phi[cell] = min(phi[cell], -1e-3)
+            try:
+                dist = skfmm.distance(np.ma.MaskedArray(phi, mask=mask), dx=c, order=2)
+            except ValueError:  # no zero contour
+                continue
+            field = np.where(np.ma.getmaskarray(dist), np.inf, np.ma.getdata(dist) + radius)
+            break
         field = np.maximum(field, 0.0)
         self._fields[cell] = field
         while len(self._fields) > self.config.field_cache_size:

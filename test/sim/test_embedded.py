@@ -47,6 +47,25 @@ def test_geodesic_goes_through_the_door(sim):
 
 
 
+def test_geodesic_from_a_cell_joined_only_diagonally(sim):
+    """Components are 8-connected while the fast march is 4-connected: a target cell whose four side
+    neighbours are blocked still gets a field (it used to raise 'no zero contour')."""
+    from scipy import ndimage
+
+    grid = sim.grid
+    r, c = grid.to_cell(np.array([2.0, 0.0, 3.0]))
+    grid.navigable[r - 1:r + 2, c - 1:c + 2] = False
+    grid.navigable[r, c] = grid.navigable[r + 1, c + 1] = True   # joined to the room through one corner
+    grid.labels, grid.num_components = ndimage.label(grid.navigable, structure=np.ones((3, 3)))
+    grid._fields.clear()
+    target = grid.cell_center(r, c)
+    assert grid.labels[r, c] == grid.labels[grid.to_cell(np.array([7.0, 0.0, 3.0]))]
+    far = sim.geodesic_distance(np.array([7.0, 0.0, 3.0]), target)
+    assert math.isfinite(far) and far >= math.hypot(7.0 - target[0], 3.0 - target[2])
+    path = sim.shortest_path(np.array([2.5, 0.0, 3.5]), target)
+    assert len(path) >= 2 and np.allclose(path[-1], target)
+
+
 def test_rendering_shapes_depth_and_semantics(sim):
     sim.set_agent_pose(np.array([3.0, 0.0, 1.3]), math.pi / 2)   # looking along -X toward the box
     obs = sim.step(Action.STOP)
