@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
     parser.add_argument("--data", type=Path, default=default_data_dir(),
                         metavar="DIR", help="generated dataset (test houses are evaluated)")
+    parser.add_argument("--split", choices=("train", "val", "test"), default="test",
+                        help="houses whose views are retrieved (default test: never trained on); train shows how "
+                             "far an encoder is from what it does on houses it saw")
+    parser.add_argument("--max-houses", type=int, default=0, metavar="N",
+                        help="only the first N houses of the split (0 = all)")
     parser.add_argument("--db-per-house", type=int, default=300, help="database views per test house")
     parser.add_argument("--queries-per-house", type=int, default=100, help="query views per test house")
     parser.add_argument("--vocab-words", type=int, default=256, help="ORB bag-of-words vocabulary size")
@@ -130,7 +135,9 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--verify-top must be >= 0, got {args.verify_top}")
     encoder = Encoder.from_checkpoint(args.checkpoint)
     torch.set_num_threads(2)
-    houses = houses_of_split(args.data, "test")
+    if args.max_houses < 0:
+        raise ValueError(f"--max-houses must be >= 0 (0 = all), got {args.max_houses}")
+    houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
     db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
                     renderer=args.renderer)[0]
     qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries",
@@ -173,6 +180,7 @@ def run(args: argparse.Namespace) -> dict:
         "queries_evaluated": n_valid,
         "database_size": int(len(db.poses)),
         "test_houses": len(houses),
+        "split": args.split,
         "checkpoint": str(args.checkpoint),
         "renderer": args.renderer,
         "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0},

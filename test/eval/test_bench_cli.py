@@ -48,7 +48,18 @@ def test_bench_encoder_keys(tiny_data, tmp_path):
     assert res["encode_ms_p50"] > 0 and res["queries_evaluated"] > 0
     assert res["verify_top_k"] == 10 and res["verify_pair_ms_p50"] > 0
     assert res["recall_at_1"] <= res["recall_at_5"] <= 1.0
-    assert res["renderer"] == "auto"
+    assert res["renderer"] == "auto" and res["split"] == "test"
+    # the same on a train house, where an encoder can be compared with what it does on houses it saw
+    assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--split", "train",
+                 "--max-houses", "1", "--db-per-house", "30", "--queries-per-house", "10", "--vocab-words", "16",
+                 "--verify-top", "0", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["split"] == "train" and res["test_houses"] == 1 and 0.0 <= res["recall_at_1"] <= 1.0
+
+
+def test_bench_encoder_negative_max_houses_is_a_clear_error(capsys):
+    assert main(["bench", "encoder", "--max-houses", "-2"]) == 2
+    assert "--max-houses" in capsys.readouterr().err
 
 
 def test_bench_encoder_negative_verify_top_is_a_clear_error(capsys):
