@@ -32,14 +32,14 @@ from memnav.train.frame_bank import houses_of_split, recall_at_1, recall_at_k, r
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
     parser.add_argument("--data", type=Path, default=default_data_dir(),
-                        metavar="DIR", help="generated dataset (test houses are evaluated)")
+                        metavar="DIR", help="generated dataset (its --split houses are evaluated)")
     parser.add_argument("--split", choices=("train", "val", "test"), default="test",
                         help="houses whose views are retrieved (default test: never trained on); train shows how "
                              "far an encoder is from what it does on houses it saw")
     parser.add_argument("--max-houses", type=int, default=0, metavar="N",
                         help="only the first N houses of the split (0 = all)")
-    parser.add_argument("--db-per-house", type=int, default=300, help="database views per test house")
-    parser.add_argument("--queries-per-house", type=int, default=100, help="query views per test house")
+    parser.add_argument("--db-per-house", type=int, default=300, help="database views per house")
+    parser.add_argument("--queries-per-house", type=int, default=100, help="query views per house")
     parser.add_argument("--vocab-words", type=int, default=256, help="ORB bag-of-words vocabulary size")
     parser.add_argument("--seed", type=int, default=123, help="random seed of the sampled poses")
     parser.add_argument("--renderer", choices=RENDERERS, default="auto",

@@ -46,7 +46,6 @@ def test_geodesic_goes_through_the_door(sim):
         assert sim.grid.line_of_sight(p, q)
 
 
-
 def test_geodesic_from_a_cell_joined_only_diagonally(sim):
     """Components are 8-connected while the fast march is 4-connected: a target cell whose four side
     neighbours are blocked still gets a field (it used to raise 'no zero contour')."""
