@@ -186,7 +186,6 @@ class NavGrid:
         # components are 8-connected but the march is 4-connected: a target cell joined to the rest only
         # diagonally has no zero crossing to start from, so the circle grows until it has one; a component
         # that fits inside the circle is all a straight line away.
-        field = np.where(mask, np.inf, straight)
         for radius in (0.75 * c, 1.5 * c, 3.0 * c):
             phi = straight - radius
             phi[cell] = min(phi[cell], -1e-3)
@@ -196,6 +195,8 @@ class NavGrid:
                 continue
             field = np.where(np.ma.getmaskarray(dist), np.inf, np.ma.getdata(dist) + radius)
             break
+        else:
+            field = np.where(mask, np.inf, straight)
         field = np.maximum(field, 0.0)
         self._fields[cell] = field
         while len(self._fields) > self.config.field_cache_size:
