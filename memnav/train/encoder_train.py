@@ -58,6 +58,11 @@ class EncoderTrainConfig:
         mine_every: every this many steps (0 = never), embed all training anchors and give each its most
             similar other anchor of the same house that is not the same place (a look-alike) as one more
             negative from then on (`mine_look_alikes`).
+        house_bank_every: from this step on (0 = never), also rank each view's positive against every other
+            training anchor of its house (`house_bank_loss`), through a table of their embeddings that is
+            recomputed in full every this many steps and refreshed for the batch's anchors every step. Anchors
+            of the table inside the same-place box count as positives too, so the term asks what the
+            retrieval benchmark asks: that some view of the same place outranks every other view of the house.
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -76,6 +81,7 @@ class EncoderTrainConfig:
     near_miss_m: tuple[float, float] = NEAR_MISS_M
     near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG
     mine_every: int = 0
+    house_bank_every: int = 0
     seed: int = 0
 
 
@@ -119,6 +125,30 @@ def info_nce(za: torch.Tensor, zb: torch.Tensor, same: torch.Tensor, temperature
     target = torch.arange(b)
     return 0.5 * (torch.nn.functional.cross_entropy(logits_ab, target)
                   + torch.nn.functional.cross_entropy(logits_ba, target))
+
+
+def house_bank_loss(z: torch.Tensor, partner: torch.Tensor, poses: np.ndarray, house: np.ndarray,
+                    own: np.ndarray, table: torch.Tensor, table_poses: np.ndarray, table_house: np.ndarray,
+                    temperature: float) -> torch.Tensor:
+    """Mean over rows of -log P(a view of the same place) among the row's partner and its house's table views.
+
+    Row i's candidates are its partner view (always a positive) and every table entry of house[i] except
+    own[i] (the table entry of the row's own anchor); table entries within the same-place box of poses[i]
+    are positives as well. Gradient flows through z and partner, not through the (detached) table.
+    """
+    losses = []
+    for h in np.unique(house):
+        rows = np.flatnonzero(house == h)
+        cols = np.flatnonzero(table_house == h)
+        s_tab = z[rows] @ table[cols].T / temperature
+        s_tab = s_tab.masked_fill(torch.from_numpy(cols[None, :] == own[rows, None]), float("-inf"))
+        s_pos = (z[rows] * partner[rows]).sum(dim=1, keepdim=True) / temperature
+        logits = torch.cat([s_pos, s_tab], dim=1)
+        pos = torch.from_numpy(np.concatenate(
+            [np.ones((len(rows), 1), dtype=bool),
+             same_place(poses[rows], table_poses[cols], house[rows], table_house[cols])], axis=1))
+        losses.append(torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~pos, float("-inf")), dim=1))
+    return torch.cat(losses).mean()
 
 
 def embed(model: FrameEncoder, frames: np.ndarray, batch: int = 256) -> np.ndarray:
@@ -172,9 +202,12 @@ def _refuse_changed(state_path: Path, what: str, started: dict, now: dict) -> No
                          f"or --restart to start over")
 
 
-def mine_look_alikes(model: FrameEncoder, anchors: FrameSet) -> np.ndarray:
-    """For each anchor, the index of the most similar anchor of its house that is not the same place."""
-    emb = embed(model, anchors.frames)
+def mine_look_alikes(model: FrameEncoder, anchors: FrameSet, emb: np.ndarray | None = None) -> np.ndarray:
+    """For each anchor, the index of the most similar anchor of its house that is not the same place.
+
+    `emb` (optional): the anchors' embeddings by this model, if already computed.
+    """
+    emb = embed(model, anchors.frames) if emb is None else emb
     mined = np.arange(len(emb))
     for h in np.unique(anchors.house):
         ids = np.flatnonzero(anchors.house == h)
@@ -232,6 +265,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mine-every", type=int, default=d.mine_every, metavar="STEPS",
                         help="every STEPS steps, give each anchor its current closest look-alike (same house, not "
                              "the same place) as an extra negative; 0 = off")
+    parser.add_argument("--house-bank-every", type=int, default=d.house_bank_every, metavar="STEPS",
+                        help="from step STEPS on, also rank each positive against every other training anchor of "
+                             "its house (embeddings re-computed every STEPS steps; table views within 1 m / 30 deg "
+                             "count as positives); 0 = off")
     parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -244,11 +281,13 @@ def run(args: argparse.Namespace) -> int:
                              pairs_per_house=args.pairs_per_house, eval_every=args.eval_every, seed=args.seed,
                              near_miss=not args.no_near_miss, positive_m=args.positive_m,
                              positive_deg=args.positive_deg, near_miss_m=tuple(args.near_miss_m),
-                             near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every)
+                             near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every,
+                             house_bank_every=args.house_bank_every)
     if cfg.steps <= 0 or cfg.batch_pairs < 2:
         raise ValueError("--steps must be > 0 and --batch >= 2")
-    if cfg.mine_every < 0:
-        raise ValueError(f"--mine-every must be >= 0 (0 = off), got {cfg.mine_every}")
+    for name, every in (("--mine-every", cfg.mine_every), ("--house-bank-every", cfg.house_bank_every)):
+        if every < 0:
+            raise ValueError(f"{name} must be >= 0 (0 = off), got {every}")
     for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
         if not 0 <= lo < hi:
             raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
@@ -256,7 +295,8 @@ def run(args: argparse.Namespace) -> int:
     enc_cfg = EncoderConfig(input_px=args.input_px, widths=tuple(args.widths))
     data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
-                   "mine_every": cfg.mine_every, "dataset": _dataset_tag(args.data)}
+                   "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
+                   "dataset": _dataset_tag(args.data)}
     val_data = args.val_data or args.data
     train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
                                       args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
@@ -290,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
         _refuse_changed(state_path, "training data",
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
-                         "mine_every": 0, "dataset": data_config["dataset"],
+                         "mine_every": 0, "house_bank_every": 0, "dataset": data_config["dataset"],
                          **st.get("data_config", {})}, data_config)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
@@ -315,6 +355,18 @@ def run(args: argparse.Namespace) -> int:
     houses = np.unique(train_a.house)
     by_house = {h: np.flatnonzero(train_a.house == h) for h in houses}
     mined: np.ndarray | None = None
+    table: torch.Tensor | None = None
+    table_step = -1  # the step at which `table` was last computed in full
+
+    def anchor_table() -> torch.Tensor:
+        """Embeddings of all training anchors by the current model, computed once per step at most."""
+        nonlocal table, table_step
+        if table_step != step:
+            table = torch.from_numpy(embed(model, train_a.frames))
+            table_step = step
+            model.train()
+        assert table is not None
+        return table
     start = time.monotonic()
     bar = tqdm(total=cfg.steps, initial=step, desc="train encoder", unit="step", disable=args.no_progress,
                file=sys.stderr)
@@ -335,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
             same_bn = torch.from_numpy(same_place(train_b.poses[idx], train_n.poses[idx], house, house))
         if cfg.mine_every > 0 and step >= cfg.mine_every:
             if mined is None or step % cfg.mine_every == 0:
-                mined = mine_look_alikes(model, train_a)
+                mined = mine_look_alikes(model, train_a, anchor_table().numpy())
                 model.train()
             j = mined[idx]
             views.append(augment(torch.from_numpy(train_a.frames[j].astype(np.float32)), gen))
@@ -343,13 +395,26 @@ def run(args: argparse.Namespace) -> int:
             sb = torch.from_numpy(same_place(train_b.poses[idx], train_a.poses[j], house, house))
             same_an = sa if same_an is None else torch.cat([same_an, sa], dim=1)
             same_bn = sb if same_bn is None else torch.cat([same_bn, sb], dim=1)
+        use_bank = cfg.house_bank_every > 0 and step >= cfg.house_bank_every
+        if use_bank and (table_step < 0 or step % cfg.house_bank_every == 0):
+            anchor_table()
         z = model(torch.cat(views)).split(len(idx))
         zn = torch.cat(z[2:]) if len(z) > 2 else None
         loss = info_nce(z[0], z[1], same, cfg.temperature, zn, same_an, same_bn)
+        if use_bank:
+            assert table is not None
+            loss = loss + 0.5 * (
+                house_bank_loss(z[0], z[1], train_a.poses[idx], house, idx, table, train_a.poses, train_a.house,
+                                cfg.temperature)
+                + house_bank_loss(z[1], z[0], train_b.poses[idx], house, idx, table, train_a.poses, train_a.house,
+                                  cfg.temperature))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
+        if use_bank:
+            assert table is not None
+            table[idx] = z[0].detach()
         step += 1
         curve["step"].append(step)
         curve["loss"].append(loss.item())

@@ -8,7 +8,7 @@ from conftest import make_tiny_dataset
 
 from memnav.cli import main
 from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint
-from memnav.train.encoder_train import embed, mine_look_alikes
+from memnav.train.encoder_train import embed, house_bank_loss, mine_look_alikes
 from memnav.train.frame_bank import FrameSet, same_place
 
 
@@ -76,6 +76,13 @@ def test_train_on_one_dataset_validates_on_another_and_refuses_changed_data_on_r
     assert main([*banded, "--restart", "--mine-every", "1"]) == 0   # mined look-alikes from step 1 on
     assert main(banded) == 2
     assert "mine_every 1 (now 0)" in capsys.readouterr().err
+    # the house bank from step 1 on, alone and beside mining (which then shares its table)
+    assert main([*banded, "--restart", "--house-bank-every", "1"]) == 0
+    assert main([*banded, "--restart", "--house-bank-every", "1", "--mine-every", "1"]) == 0
+    assert main([*banded, "--mine-every", "1"]) == 2
+    assert "house_bank_every 1 (now 0)" in capsys.readouterr().err
+    assert main([*banded, "--restart", "--house-bank-every", "-2"]) == 2
+    assert "--house-bank-every must be >= 0" in capsys.readouterr().err
     missing = [a if a != str(tiny_data) else str(tmp_path / "nowhere") for a in args]
     assert main([*missing, "--restart"]) == 2
     assert "splits.json not found" in capsys.readouterr().err
@@ -141,3 +148,38 @@ def test_stop_calibration_writes_belief_and_reliability(tiny_data, tmp_path):
     assert out.with_suffix(".png").stat().st_size > 1000
     belief = GoalBeliefCalibrator.from_dict(res).predict([[0.9, 1.0]])
     assert 0.0 <= float(belief[0]) <= 1.0
+
+
+def test_house_bank_loss_counts_table_views_of_the_same_place_as_positives_and_skips_the_own_entry():
+    # two rows in house 0; the table holds 4 views of house 0 and 1 of house 1
+    z = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]), dim=1)
+    partner = torch.nn.functional.normalize(torch.tensor([[0.6, 0.8, 0.0], [0.8, 0.6, 0.0]]), dim=1)
+    poses = np.array([[0.0, 0.0, 0.0], [5.0, 0.0, 0.0]])
+    house = np.array([0, 0])
+    table = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    table_house = np.array([0, 0, 0, 0, 1])
+    own = np.array([0, 1])                      # rows 0 and 1 are anchors 0 and 1 of the table
+
+    def loss(table_poses):
+        return float(house_bank_loss(z, partner, poses, house, own, table, table_poses, table_house, 0.1))
+
+    far = np.array([[0, 0, 0], [5, 0, 0], [20, 20, 0], [30, 30, 0], [0, 0, 0]], dtype=float)
+    near = far.copy()
+    near[2] = [0.3, 0.0, 0.2]                   # table view 2 (equal to row 0's embedding) is row 0's place
+    # as a negative, view 2 outscores row 0's partner; as a positive it makes the loss smaller
+    assert loss(near) < loss(far)
+    # the rows' own entries (0 and 1, equal to z) are never candidates, and house 1's view (also equal to
+    # row 0's embedding) is never one either: moving them changes nothing
+    moved = far.copy()
+    moved[[0, 1, 4]] = [[40, 0, 0], [0, 40, 0], [0, 0, 0]]
+    assert loss(moved) == pytest.approx(loss(far))
+    # by hand for row 1: candidates are its partner and table views 0, 2 and 3 (view 1 is its own)
+    s_pos = float(z[1] @ partner[1]) / 0.1
+    s_tab = np.array([float(z[1] @ table[k]) / 0.1 for k in (0, 2, 3)])
+    row1 = np.log(np.exp(s_pos) + np.exp(s_tab).sum()) - s_pos
+    row0 = float(house_bank_loss(z[:1], partner[:1], poses[:1], house[:1], own[:1], table, far, table_house, 0.1))
+    assert loss(far) == pytest.approx((row0 + row1) / 2, rel=1e-5)
+    # gradient reaches both the rows and their partners
+    zg, pg = z.clone().requires_grad_(), partner.clone().requires_grad_()
+    house_bank_loss(zg, pg, poses, house, own, table, far, table_house, 0.1).backward()
+    assert zg.grad is not None and pg.grad is not None and pg.grad.abs().sum() > 0
