@@ -4,7 +4,8 @@ Views taken within `positive_m` and `positive_deg` of each other should embed cl
 others apart. Training pairs are rendered by the embedded simulator in the TRAIN houses (random poses
 and poses along shortest-path walks, each with a jittered second view); the loss is a symmetric InfoNCE
 over the batch where other views of the same place are removed from the negatives, and batches mix a
-few houses so most negatives come from the same house (hard negatives). Augmentations (brightness,
+few houses so most negatives come from the same house (hard negatives). Optional terms: mined look-alikes
+(`--mine-every`) and the house bank (`--house-bank-every`, `house_bank_loss`). Augmentations (brightness,
 contrast, colour gain, noise, depth noise and dropout, small shifts) make it robust to lighting and
 sensor noise. Resumable: the optimiser state and curve live in `<out>.state`; re-running the same command
 continues up to `--steps`.
