@@ -133,10 +133,10 @@ def run(args: argparse.Namespace) -> dict:
 
     if args.verify_top < 0:
         raise ValueError(f"--verify-top must be >= 0, got {args.verify_top}")
-    encoder = Encoder.from_checkpoint(args.checkpoint)
-    torch.set_num_threads(2)
     if args.max_houses < 0:
         raise ValueError(f"--max-houses must be >= 0 (0 = all), got {args.max_houses}")
+    encoder = Encoder.from_checkpoint(args.checkpoint)
+    torch.set_num_threads(2)
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
     db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
                     renderer=args.renderer)[0]

@@ -389,7 +389,6 @@ def run(args: argparse.Namespace) -> int:
         if cfg.mine_every > 0 and step >= cfg.mine_every:
             if mined is None or step % cfg.mine_every == 0:
                 mined = mine_look_alikes(model, train_a, anchor_table().numpy())
-                model.train()
             j = mined[idx]
             views.append(augment(torch.from_numpy(train_a.frames[j].astype(np.float32)), gen))
             sa = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[j], house, house))
