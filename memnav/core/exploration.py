@@ -30,7 +30,7 @@ from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, goal_sc
 from memnav.core.types import Action, Pose2D, wrap_angle
 
 MAP_FORMAT = "memnav-occupancy-map"
-MAP_VERSION = 1
+MAP_VERSION = 2   # 2: surface colours (colour_sum, colour_hits); version-1 maps load without them
 
 
 class MapFileError(ValueError):
@@ -108,6 +108,8 @@ class OccupancyMap:
         self.origin = np.array([center.x_m - 0.5 * n * config.cell_m, center.y_m - 0.5 * n * config.cell_m])
         self.free = np.zeros((n, n), np.uint16)
         self.occ = np.zeros((n, n), np.uint16)
+        self.colour_sum = np.zeros((n, n, 3), np.float32)   # summed RGB (0-1) of the obstacle pixels per cell
+        self.colour_hits = np.zeros((n, n), np.uint16)
         self._lo = np.array([n, n])       # bounding box of cells with any evidence (rows, cols)
         self._hi = np.array([-1, -1])
         self._rays: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -135,8 +137,10 @@ class OccupancyMap:
         self._hi = np.maximum(self._hi, [r.max(), c.max()])
 
     # -- integration ---------------------------------------------------------------------------------
-    def integrate(self, depth: np.ndarray, pose: Pose2D) -> None:
-        """Add one depth frame (z-depth in meters, 0 = no return) seen from `pose`."""
+    def integrate(self, depth: np.ndarray, pose: Pose2D, rgb: np.ndarray | None = None) -> None:
+        """Add one depth frame (z-depth in meters, 0 = no return) seen from `pose`; with `rgb` (H', W', 3) uint8
+        registered to it (same field of view, any resolution), also the colours of the surfaces at obstacle
+        height."""
         cfg = self.cfg
         depth = np.asarray(depth, dtype=np.float32)
         h, w = depth.shape
@@ -168,6 +172,21 @@ class OccupancyMap:
         self._add(self.free, *world(fx, fy))
         self._add(self.free, *world(d[floor], lat[floor]))
         self._add(self.occ, *world(d[obstacle], lat[obstacle]))
+        if rgb is not None and np.ndim(rgb) == 3 and np.shape(rgb)[2] == 3:
+            rgb = np.asarray(rgb)
+            if rgb.shape[:2] != (h, w):     # registered to the depth image, another resolution: nearest pixel
+                rgb = rgb[(np.arange(h) * rgb.shape[0]) // h][:, (np.arange(w) * rgb.shape[1]) // w]
+            r, c, inside = self.to_cells(*world(d[obstacle], lat[obstacle]))
+            flat = r[inside] * self.colour_hits.shape[1] + c[inside]
+            colours = rgb[::s, ::s][obstacle][inside].astype(np.float32) / 255.0
+            sums = self.colour_sum.reshape(-1, 3)
+            np.add.at(sums, flat, colours)
+            cells, counts = np.unique(flat, return_counts=True)
+            hits = self.colour_hits.reshape(-1)
+            hits[cells] = np.minimum(hits[cells].astype(np.int64) + counts, 60000)
+            full = cells[hits[cells] >= 30000]      # a cell seen very often: halve both, the mean stays
+            hits[full] //= 2
+            sums[full] *= 0.5
         self.mark_footprint(pose)
 
     def _pixel_rays(self, h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -207,7 +226,8 @@ class OccupancyMap:
         with open(tmp, "wb") as f:
             np.savez_compressed(f, format=np.array(MAP_FORMAT), version=np.array(MAP_VERSION),
                                 cell_m=np.array(self.cfg.cell_m), cells=np.array(self.cfg.cells),
-                                origin=self.origin, free=self.free, occ=self.occ, lo=self._lo, hi=self._hi)
+                                origin=self.origin, free=self.free, occ=self.occ, lo=self._lo, hi=self._hi,
+                                colour_sum=self.colour_sum, colour_hits=self.colour_hits)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -243,6 +263,12 @@ class OccupancyMap:
         m.occ = data["occ"].astype(np.uint16)
         m._lo = data["lo"].astype(np.int64)
         m._hi = data["hi"].astype(np.int64)
+        if "colour_sum" in data:      # version 2 on
+            if data["colour_sum"].shape != (n, n, 3) or data["colour_hits"].shape != (n, n):
+                raise MapFileError(f"{path}: colour arrays of shape {data['colour_sum'].shape} and "
+                                   f"{data['colour_hits'].shape}, expected {(n, n, 3)} and {(n, n)}")
+            m.colour_sum = data["colour_sum"].astype(np.float32)
+            m.colour_hits = data["colour_hits"].astype(np.uint16)
         return m
 
     # -- views ----------------------------------------------------------------------------------------
@@ -267,6 +293,11 @@ class OccupancyMap:
 
     def known(self, win: tuple[slice, slice]) -> np.ndarray:
         return (self.occ[win] > 0) | (self.free[win] > 0)
+
+    def colours(self, win: tuple[slice, slice]) -> tuple[np.ndarray, np.ndarray]:
+        """(mean RGB (rows, cols, 3) in 0-1, cells with any colour (rows, cols)) on the window."""
+        hits = self.colour_hits[win]
+        return self.colour_sum[win] / np.maximum(hits, 1)[..., None], hits > 0
 
 
 @dataclass
@@ -321,15 +352,15 @@ class Explorer:
         self._frontier = None
         self._failed = []
 
-    def update(self, depth: np.ndarray, pose: Pose2D, blocked: bool = False) -> None:
-        """Integrate a depth frame; `blocked`: the last forward move fell short."""
+    def update(self, depth: np.ndarray, pose: Pose2D, blocked: bool = False, rgb: np.ndarray | None = None) -> None:
+        """Integrate a depth frame (and its colours, given `rgb`); `blocked`: the last forward move fell short."""
         self._version += 1
         if self.map is None:
             self.map = OccupancyMap(self.cfg, pose)
         if blocked:
             self.map.mark_blocked_ahead(pose)
             self._frontier = None   # re-plan around what was hit
-        self.map.integrate(depth, pose)
+        self.map.integrate(depth, pose, rgb)
 
     # -- planning -------------------------------------------------------------------------------------
     def _fields(self, pose: Pose2D) -> tuple | None:
@@ -396,10 +427,44 @@ class Explorer:
             positions &= np.hypot(xs[None, :] - pose.x_m, ys[:, None] - pose.y_m) <= radius_m
         return match_scan(scan, clearance, known, positions, origin, cell, cfg)
 
-    def goal_scan(self, depth: np.ndarray, cfg: ScanMatchConfig | None = None) -> GoalScan:
-        """The goal image's depth as a scan, with this map's camera and obstacle heights."""
+    def goal_scan(self, depth: np.ndarray, cfg: ScanMatchConfig | None = None,
+                  rgb: np.ndarray | None = None) -> GoalScan:
+        """The goal image's depth as a scan (with colours, given `rgb`), with this map's camera and obstacle
+        heights."""
         c = self.cfg
-        return goal_scan(depth, c.hfov_deg, c.camera_height_m, c.obstacle_min_height_m, c.obstacle_max_height_m, cfg)
+        return goal_scan(depth, c.hfov_deg, c.camera_height_m, c.obstacle_min_height_m, c.obstacle_max_height_m, cfg,
+                         rgb=rgb, band_m=c.cell_m)
+
+    def colour_fit(self, scan: GoalScan, pose: Pose2D, sigma: float = 0.1, min_points: int = 8) -> float | None:
+        """How well the goal scan's colours agree with the map's surface colours with the goal camera at `pose`
+        (map frame): the mean over endpoints of exp(-|colour difference|^2 / 2 sigma^2), each endpoint compared
+        with the mean colour of the map cells within one cell of where it lands (two when those hold none).
+        None when the scan has no colours or fewer than `min_points` endpoints land near coloured cells."""
+        m = self.map
+        if m is None or scan.colours is None or len(scan.endpoints) == 0:
+            return None
+        c, s_ = math.cos(pose.yaw_rad), math.sin(pose.yaw_rad)
+        fwd, left = scan.endpoints[:, 0], scan.endpoints[:, 1]
+        r, col, _ = m.to_cells(pose.x_m + c * fwd - s_ * left, pose.y_m + s_ * fwd + c * left)
+        n = m.colour_hits.shape[0]
+        total = np.zeros((len(r), 3))
+        hits = np.zeros(len(r))
+        for reach in (1, 2):
+            need = hits == 0
+            if not need.any():
+                break
+            for dr in range(-reach, reach + 1):
+                for dc in range(-reach, reach + 1):
+                    if reach == 2 and max(abs(dr), abs(dc)) < 2:
+                        continue
+                    rr, cc = np.clip(r + dr, 0, n - 1), np.clip(col + dc, 0, n - 1)
+                    total[need] += m.colour_sum[rr[need], cc[need]]
+                    hits[need] += m.colour_hits[rr[need], cc[need]]
+        ok = hits > 0
+        if ok.sum() < min_points:
+            return None
+        diff = chromaticity(total[ok] / hits[ok, None]) - chromaticity(scan.colours[ok])
+        return float(np.exp(-(diff ** 2).sum(axis=1) / (2.0 * sigma ** 2)).mean())
 
     def explore(self, pose: Pose2D) -> Plan:
         """The next move towards the chosen frontier, or Plan(None, "none") when nothing is left to explore."""
@@ -528,6 +593,13 @@ class Explorer:
             wp = pts[min(3, len(pts) - 1)]
         return Plan(steer(pose, float(wp[0]), float(wp[2]), cfg.heading_tolerance_rad), kind,
                     (float(wp[0]), float(wp[2])), float(field[gr, gc]))
+
+
+def chromaticity(rgb: np.ndarray) -> np.ndarray:
+    """RGB (..., 3) divided by its channel mean: the colour without its brightness, which the lighting and the
+    viewing angle change from view to view (black stays black)."""
+    rgb = np.asarray(rgb, dtype=np.float64)
+    return rgb / np.maximum(rgb.mean(axis=-1, keepdims=True), 0.02)
 
 
 def steer(pose: Pose2D, x_m: float, y_m: float, tolerance_rad: float) -> Action:

@@ -145,6 +145,13 @@ class NavigatorConfig:
             ScanMatchConfig.min_score, 0.6, so lower values act as 0.6).
         candidate_stop_similarity: embedding cosine similarity to the goal that confirms a candidate on arrival.
         candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
+        colour_weight: candidates are taken in the order of scan-match score + colour_weight x colour fit (the
+            goal scan's colours against the map's surface colours at the candidate pose,
+            `Explorer.colour_fit`): the occupancy map keeps what colour each wall and piece of furniture was,
+            which tells apart rooms of the same shape. 0 = the scan-match score alone.
+        candidate_min_colour: a candidate whose colour fit is below this is not visited (candidates where the
+            map holds too few colours to compare are kept); 0 = off.
+        colour_sigma: colour-difference scale of the colour fit (RGB in 0-1).
         candidate_prior: visit the candidate whose surroundings the long-term memory remembers as most like the
             goal photo first (scene_graph memory): the best embedding similarity to the goal among remembered
             places within prior_radius_m of the candidate that faced within prior_angle_deg of its heading;
@@ -199,6 +206,9 @@ class NavigatorConfig:
     candidate_near_min_score: float = 0.6
     candidate_stop_similarity: float = 0.8
     candidate_pool: int = 4
+    colour_weight: float = 0.0
+    candidate_min_colour: float = 0.0
+    colour_sigma: float = 0.1
     candidate_prior: bool = False
     prior_radius_m: float = 1.0
     prior_angle_deg: float = 45.0
@@ -219,10 +229,13 @@ class NavigatorConfig:
         if isinstance(self.candidate_pool, bool) or not isinstance(self.candidate_pool, int) or self.candidate_pool < 1:
             raise ValueError(f"NavigatorConfig.candidate_pool must be an integer >= 1, got {self.candidate_pool!r}")
         for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0), ("candidate_near_m", math.inf),
-                          ("candidate_near_min_score", 1.0)):
+                          ("candidate_near_min_score", 1.0), ("colour_weight", math.inf),
+                          ("candidate_min_colour", 1.0)):
             value = getattr(self, name)
             if not 0.0 <= value <= top:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
+        if not (math.isfinite(self.colour_sigma) and self.colour_sigma > 0):
+            raise ValueError(f"NavigatorConfig.colour_sigma must be a positive number, got {self.colour_sigma!r}")
         if self.stop_rule not in ("voi", "fixed"):
             raise ValueError(f"NavigatorConfig.stop_rule must be 'voi' or 'fixed', got {self.stop_rule!r}")
 
@@ -335,7 +348,7 @@ class Navigator:
         self.goal_estimate = None
         self._goal_support = 0
         self.explorer.reset(keep_map=self.cfg.persistent_map)
-        self._scan = (self.explorer.goal_scan(self._goal_depth)
+        self._scan = (self.explorer.goal_scan(self._goal_depth, rgb=goal_rgb)
                       if self._goal_depth is not None and self.cfg.scan_match else None)
         self._candidate: Candidate | None = None
         self._rejected: list[Pose2D] = []
@@ -393,7 +406,7 @@ class Navigator:
             if self.cfg.localize and self._goal_depth is not None:
                 self._localize(feats, depth, self._map_pose(pose), matches)
         if self.cfg.explore or self.cfg.localize:
-            self.explorer.update(depth, self._map_pose(pose), blocked=collided)
+            self.explorer.update(depth, self._map_pose(pose), blocked=collided, rgb=rgb)
         belief = float(self.calibrator.predict(np.array([[sim, verification]]))[0])
         decision = self.stop_rule.decide(belief)
         tokens, mask = self._update_memory(emb, pose, stamp_ns, rgb)
@@ -627,6 +640,8 @@ class Navigator:
             self._match_now = False
             pool = [cand for cand in self.explorer.match_goal(pose, self._scan, self._match_cfg)
                     if self._candidate_worth(cand, pose) and not self._was_rejected(cand.pose)]
+            if pool and (self.cfg.colour_weight > 0 or self.cfg.candidate_min_colour > 0):
+                pool = self._colour_order(pool)
             if pool:
                 self._candidate = (max(pool, key=lambda c: (self._view_prior(c.pose), c.score))
                                    if self.cfg.candidate_prior else pool[0])
@@ -650,6 +665,17 @@ class Navigator:
         self._refining = False
         self._cand_kind = "candidate"
         return None
+
+    def _colour_order(self, pool: list[Candidate]) -> list[Candidate]:
+        """The candidates whose colours do not contradict the goal's, best score + colour_weight x fit first."""
+        assert self._scan is not None
+        rated = []
+        for cand in pool:
+            fit = self.explorer.colour_fit(self._scan, cand.pose, self.cfg.colour_sigma)
+            if fit is not None and fit < self.cfg.candidate_min_colour:
+                continue
+            rated.append((cand.score + self.cfg.colour_weight * (fit if fit is not None else 0.0), cand))
+        return [cand for _, cand in sorted(rated, key=lambda rc: -rc[0])]
 
     def _candidate_worth(self, cand: Candidate, pose: Pose2D) -> bool:
         """Whether a scan-matched candidate is worth a trip now: any fit once nothing is left to explore, else a

@@ -51,10 +51,12 @@ class ScanMatchConfig:
 
 @dataclass
 class GoalScan:
-    """Endpoints (K, 2) and free-space points (F, 2), meters, in the goal camera frame (forward, left)."""
+    """Endpoints (K, 2) and free-space points (F, 2), meters, in the goal camera frame (forward, left); with
+    colours (K, 3), RGB in [0, 1]: the mean colour of each endpoint's column at obstacle height near its range."""
 
     endpoints: np.ndarray
     free_points: np.ndarray
+    colours: np.ndarray | None = None
 
 
 @dataclass
@@ -96,12 +98,26 @@ def free_space_points(endpoints: np.ndarray) -> np.ndarray:
 
 
 def goal_scan(depth: np.ndarray, hfov_deg: float, camera_height_m: float, min_height_m: float,
-              max_height_m: float, cfg: ScanMatchConfig | None = None) -> GoalScan:
-    """The goal image's 2D scan: per sampled column, the nearest surface at obstacle height."""
+              max_height_m: float, cfg: ScanMatchConfig | None = None, rgb: np.ndarray | None = None,
+              band_m: float = 0.1) -> GoalScan:
+    """The goal image's 2D scan: per sampled column, the nearest surface at obstacle height; with `rgb` (H, W, 3)
+    uint8 of the depth's size, also each endpoint's colour: the mean over its column's pixels at obstacle
+    height within `band_m` of its depth, as an occupancy map's cell averages what it saw there."""
     cfg = cfg or ScanMatchConfig()
-    ends = surface_columns(depth, hfov_deg, camera_height_m, min_height_m, max_height_m, cfg.columns,
-                           cfg.max_range_m)[0]
-    return GoalScan(ends, free_space_points(ends))
+    ends, _, cols = surface_columns(depth, hfov_deg, camera_height_m, min_height_m, max_height_m, cfg.columns,
+                                    cfg.max_range_m)
+    colours = None
+    if rgb is not None and np.shape(rgb) == (*np.shape(depth), 3):
+        depth = np.asarray(depth, dtype=np.float32)
+        h, w = depth.shape
+        f = w / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
+        d = depth[:, cols]
+        height = camera_height_m - ((np.arange(h) + 0.5 - h / 2.0) / f)[:, None] * d
+        near = (np.isfinite(d) & (height >= min_height_m) & (height <= max_height_m)
+                & (np.abs(d - ends[:, 0][None, :]) <= band_m))
+        pix = np.asarray(rgb)[:, cols].astype(np.float64) / 255.0            # (H, K, 3)
+        colours = (pix * near[..., None]).sum(axis=0) / np.maximum(near.sum(axis=0), 1)[:, None]
+    return GoalScan(ends, free_space_points(ends), colours)
 
 
 def match_scan(scan: GoalScan, obstacle_distance_m: np.ndarray, known: np.ndarray, positions: np.ndarray,

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from memnav.core.navigator import NavigatorConfig
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
-from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M, EXPLORING_CANDIDATE_POOL
+from memnav.eval.exploring_defaults import (
+    EXPLORING_CANDIDATE_MIN_COLOUR,
+    EXPLORING_CANDIDATE_NEAR_M,
+    EXPLORING_CANDIDATE_POOL,
+    EXPLORING_COLOUR_POOL,
+    EXPLORING_COLOUR_WEIGHT,
+)
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
@@ -80,6 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{NavigatorConfig.candidate_min_score}), since a nearby check costs little path; "
                              "meters, 0 = off "
                              "(NavigatorConfig.candidate_near_m; default: %(default)s)")
+    parser.add_argument("--colour-weight", type=float, default=EXPLORING_COLOUR_WEIGHT, metavar="W",
+                        help="memnav agents: take scan-matched goal candidates in the order of scan score + W x "
+                             "colour fit (the goal photo's colours against the colours the occupancy map kept "
+                             f"of each surface), from the {EXPLORING_COLOUR_POOL} best scan fits; 0 = the scan "
+                             "score alone, from the 4 best (NavigatorConfig.colour_weight; default: %(default)s)")
+    parser.add_argument("--candidate-min-colour", type=float, default=EXPLORING_CANDIDATE_MIN_COLOUR, metavar="C",
+                        help="memnav agents: skip scan-matched goal candidates whose colour fit (0-1) is below C; "
+                             "0 = off (NavigatorConfig.candidate_min_colour; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -198,7 +212,9 @@ def run(args: argparse.Namespace) -> int:
                                           homing=not args.no_homing, explore=not args.no_explore,
                                           max_steps=args.max_steps, candidate_prior=args.candidate_prior,
                                           homing_via_map=args.homing_via_map,
-                                          candidate_near_m=args.candidate_near_m)
+                                          candidate_near_m=args.candidate_near_m,
+                                          colour_weight=args.colour_weight,
+                                          candidate_min_colour=args.candidate_min_colour)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

@@ -21,3 +21,11 @@ EXPLORING_CANDIDATE_POOL = 8
 # exploring agents: a scan-matched candidate this close (straight line, meters) is judged at a lower fit
 # (NavigatorConfig.candidate_near_m; chosen on val, README "Exploration")
 EXPLORING_CANDIDATE_NEAR_M = 2.0
+# exploring agents: take scan-matched candidates in the order of scan score + this x colour fit (the goal's
+# colours against the occupancy map's surface colours; NavigatorConfig.colour_weight; chosen on val, README
+# "Colour on the map")
+EXPLORING_COLOUR_WEIGHT = 1.0
+# exploring agents: skip candidates whose colour fit is below this (NavigatorConfig.candidate_min_colour)
+EXPLORING_CANDIDATE_MIN_COLOUR = 0.15
+# exploring agents that weigh colour: consider this many scan-matched candidates at a time
+EXPLORING_COLOUR_POOL = 8

@@ -21,8 +21,11 @@ from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.types import Action, Observation
 from memnav.eval.exploring_defaults import (
     EXPLORING_BEST_VIEW_RESERVE,
+    EXPLORING_CANDIDATE_MIN_COLOUR,
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_CANDIDATE_POOL,
+    EXPLORING_COLOUR_POOL,
+    EXPLORING_COLOUR_WEIGHT,
     EXPLORING_SEARCH_VALUE,
     EXPLORING_STOP_APPROACH_MIN_INLIERS,
     EXPLORING_SWEEP_SPACING_M,
@@ -69,6 +72,11 @@ class LearnedAgentOptions:
         candidate_near_m: exploring agents judge a scan-matched candidate this close (straight line, meters)
             already at a fit of NavigatorConfig.candidate_near_min_score (0 = off;
             NavigatorConfig.candidate_near_m).
+        colour_weight: exploring agents take scan-matched candidates in the order of scan score + this x colour
+            fit, from the EXPLORING_COLOUR_POOL best fits (0 = the scan score alone, from the 4 best;
+            NavigatorConfig.colour_weight).
+        candidate_min_colour: exploring agents skip candidates whose colour fit is below this (0 = off;
+            NavigatorConfig.candidate_min_colour).
     """
 
     policy_dir: Path = MODELS
@@ -83,6 +91,8 @@ class LearnedAgentOptions:
     candidate_prior: bool = False
     homing_via_map: bool = False
     candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
+    colour_weight: float = EXPLORING_COLOUR_WEIGHT
+    candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
 
 
 class LearnedAgent:
@@ -106,6 +116,7 @@ class LearnedAgent:
         calibrator = GoalBeliefCalibrator.from_dict(json.loads(Path(opts.calibration).read_text()))
         graph = kind is MemoryKind.SCENE_GRAPH
         explore = graph and opts.explore
+        colour = opts.colour_weight > 0 or opts.candidate_min_colour > 0
         cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True, homing=graph and opts.homing,
                               explore=explore, localize=explore, scan_match=explore,
                               persistent_map=explore and opts.lifelong_dir is not None,
@@ -115,7 +126,9 @@ class LearnedAgent:
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               candidate_prior=explore and opts.candidate_prior,
                               candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior
-                              else NavigatorConfig.candidate_pool,
+                              else EXPLORING_COLOUR_POOL if explore and colour else NavigatorConfig.candidate_pool,
+                              colour_weight=opts.colour_weight if explore else 0.0,
+                              candidate_min_colour=opts.candidate_min_colour if explore else 0.0,
                               homing_via_map=opts.homing_via_map,
                               candidate_near_m=opts.candidate_near_m if explore else 0.0,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)

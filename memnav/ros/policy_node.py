@@ -34,7 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.types import Action
-from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M
+from memnav.eval.exploring_defaults import (
+    EXPLORING_CANDIDATE_MIN_COLOUR,
+    EXPLORING_CANDIDATE_NEAR_M,
+    EXPLORING_COLOUR_WEIGHT,
+)
 
 
 @dataclass
@@ -73,6 +77,10 @@ class PolicyNodeConfig:
             (`memnav eval --homing-via-map`; off, as measured in README).
         candidate_near_m: exploring agents judge a scan-matched goal candidate this close (straight line,
             meters) already at a moderate fit (`memnav eval --candidate-near-m`; 0 = off).
+        colour_weight: exploring agents take scan-matched goal candidates in the order of scan score + this x
+            colour fit against the occupancy map's surface colours (`memnav eval --colour-weight`; 0 = off).
+        candidate_min_colour: exploring agents skip candidates whose colour fit is below this
+            (`memnav eval --candidate-min-colour`; 0 = off).
         min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
             matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
             volatile actions published before a subscriber is matched never reach it; 0 = do not wait).
@@ -100,6 +108,8 @@ class PolicyNodeConfig:
     candidate_prior: bool = False
     homing_via_map: bool = False
     candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
+    colour_weight: float = EXPLORING_COLOUR_WEIGHT
+    candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
@@ -164,7 +174,8 @@ def build(node) -> Callable[[], None]:
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
                                max_steps=cfg.max_steps, candidate_prior=cfg.candidate_prior,
-                               homing_via_map=cfg.homing_via_map, candidate_near_m=cfg.candidate_near_m)
+                               homing_via_map=cfg.homing_via_map, candidate_near_m=cfg.candidate_near_m,
+                               colour_weight=cfg.colour_weight, candidate_min_colour=cfg.candidate_min_colour)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

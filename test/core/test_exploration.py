@@ -24,14 +24,14 @@ def _start(sim, x_hab: float, z_hab: float, yaw: float = 0.0):
     return sim.render_at(pos, yaw)
 
 
-def _explore(sim, explorer: Explorer, obs, max_steps: int = 300):
+def _explore(sim, explorer: Explorer, obs, max_steps: int = 300, colour: bool = False):
     explorer.reset()
     prev = None
     collisions = 0
     for _ in range(max_steps):
         blocked = prev is not None and prev == Action.MOVE_FORWARD and obs.collided
         collisions += int(blocked)
-        explorer.update(obs.depth, obs.pose, blocked=blocked)
+        explorer.update(obs.depth, obs.pose, blocked=blocked, rgb=obs.rgb if colour else None)
         plan = explorer.explore(obs.pose)
         if plan.action is None:
             return obs, collisions, True
@@ -102,6 +102,36 @@ def test_goal_scan_matches_back_to_where_the_view_was_taken(sim):
     assert near and near[0] <= 1, [(round(c.pose.x_m, 2), round(c.pose.y_m, 2), round(c.score, 3)) for c in cands]
 
 
+def test_colour_fit_rates_the_goal_pose_above_the_depth_look_alikes(sim):
+    obs = _start(sim, 1.0, 3.0)
+    explorer = Explorer(ExplorerConfig())
+    obs, _, _ = _explore(sim, explorer, obs, colour=True)
+    m = explorer.map
+    assert m.colour_hits.sum() > 1000 and (m.colour_hits > 0).sum() < (m.occ > 0).sum() + 1
+    goal = sim.render_at(np.array([6.5, 0.0, 1.0]), 0.6)   # second room, looking into its back-left corner
+    scan = explorer.goal_scan(goal.depth, rgb=goal.rgb)
+    assert scan.colours is not None and scan.colours.shape == scan.endpoints.shape[:1] + (3,)
+    assert explorer.goal_scan(goal.depth).colours is None
+    g = goal.gt_pose
+    cands = explorer.match_goal(obs.pose, explorer.goal_scan(goal.depth))
+    fits = [explorer.colour_fit(scan, c.pose) for c in cands]
+    assert len(cands) >= 3 and all(f is not None for f in fits)
+    true = [i for i, c in enumerate(cands) if math.hypot(c.pose.x_m - g.x_m, c.pose.y_m - g.y_m) < 0.35]
+    assert len(true) == 1, [(round(c.pose.x_m, 2), round(c.pose.y_m, 2)) for c in cands]
+    # the walls of both rooms share colours, so the look-alike corner agrees in part; the true pose agrees best
+    assert fits[true[0]] > 0.9 and all(f < fits[true[0]] - 0.05 for i, f in enumerate(fits) if i != true[0]), fits
+    # a colour image of another resolution, registered to the depth image, colours the same cells
+    a_, b_ = Explorer(ExplorerConfig()), Explorer(ExplorerConfig())
+    a_.update(goal.depth, g, rgb=goal.rgb)
+    b_.update(goal.depth, g, rgb=np.repeat(np.repeat(goal.rgb, 2, axis=0), 2, axis=1))
+    assert a_.map.colour_hits.any() and np.array_equal(a_.map.colour_hits, b_.map.colour_hits)
+    assert np.allclose(a_.map.colour_sum, b_.map.colour_sum)
+    # a map without colours has nothing to compare
+    grey = Explorer(ExplorerConfig())
+    grey.update(goal.depth, g)
+    assert grey.colour_fit(scan, g) is None
+
+
 def test_go_to_reaches_a_point_and_reports_arrival(sim):
     obs = _start(sim, 1.0, 3.0)
     explorer = Explorer(ExplorerConfig())
@@ -143,7 +173,7 @@ def test_map_saves_and_loads_exactly_and_bad_files_are_refused_untouched(sim, tm
     obs = _start(sim, 2.0, 2.5)
     explorer = Explorer(ExplorerConfig())
     for _ in range(6):
-        explorer.update(obs.depth, obs.pose)
+        explorer.update(obs.depth, obs.pose, rgb=obs.rgb)
         obs = sim.step(Action.TURN_LEFT)
     path = tmp_path / "house.map.npz"
     assert explorer.save_map(path) and not (tmp_path / "house.map.npz.tmp").exists()
@@ -153,6 +183,14 @@ def test_map_saves_and_loads_exactly_and_bad_files_are_refused_untouched(sim, tm
     m, n = explorer.map, other.map
     assert np.array_equal(m.free, n.free) and np.array_equal(m.occ, n.occ) and np.allclose(m.origin, n.origin)
     assert other.explore(obs.pose).action == explorer.explore(obs.pose).action
+    assert m.colour_hits.any() and np.array_equal(m.colour_hits, n.colour_hits)
+    assert np.array_equal(m.colour_sum, n.colour_sum)
+    # a version-1 map (before colours) loads, without colours
+    old = tmp_path / "v1.map.npz"
+    with np.load(path) as z:
+        np.savez(old, **{k: z[k] for k in z.files if not k.startswith("colour_")} | {"version": np.array(1)})
+    v1 = OccupancyMap.load(old, ExplorerConfig())
+    assert np.array_equal(v1.occ, m.occ) and not v1.colour_hits.any()
     # another grid, garbage, a newer version: clear errors naming the file, nothing overwritten
     with pytest.raises(MapFileError, match="cells of 0.2 m"):
         OccupancyMap.load(path, ExplorerConfig(cell_m=0.2))

@@ -200,7 +200,8 @@ def test_a_nearby_candidate_is_worth_a_trip_at_a_lower_scan_score(encoder):
     assert nav._candidate_worth(Candidate(far, 0.61), here)
     off = _nav(encoder, MemoryKind.NONE, candidate_min_score=0.85)   # the default: no nearby exception
     assert not off._candidate_worth(Candidate(near, 0.84), here)
-    for bad in ({"candidate_near_m": -1.0}, {"candidate_near_min_score": 1.5}):
+    for bad in ({"candidate_near_m": -1.0}, {"candidate_near_min_score": 1.5}, {"colour_weight": -1.0},
+                {"candidate_min_colour": 1.5}, {"colour_sigma": 0.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             NavigatorConfig(**bad)
 
@@ -366,3 +367,39 @@ def test_verification_runs_below_the_similarity_gate_only_every_nth_frame(encode
     assert scores[2][0] == scores[2][2] == 0.0 and scores[2][1] > 0.5 and scores[2][3] > 0.5
     with pytest.raises(ValueError, match="verify_every_steps"):
         NavigatorConfig(verify_every_steps=-1)
+
+
+def test_colour_fit_orders_and_filters_scan_matched_candidates(encoder, two_room_scene):
+    """The robot's map keeps surface colours as it observes; candidates are then ranked by scan score + colour
+    fit and those whose colours contradict the goal's are skipped."""
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    try:
+        nav = _nav(encoder, MemoryKind.NONE, explore=True, scan_match=True, persistent_map=True, candidate_pool=8,
+                   colour_weight=1.0, candidate_min_colour=0.3)
+        goal = sim.render_at(np.array([6.5, 0.0, 1.0]), 0.6)   # second room, looking into its back-left corner
+        nav.reset(goal.rgb, goal.depth)
+        for x, z in ((1.0, 3.0), (2.5, 1.0), (6.0, 3.0), (6.0, 1.5)):   # look around in both rooms
+            sim.set_agent_pose(np.array([x, 0.0, z]), 0.0)
+            obs = sim.render_at(np.array([x, 0.0, z]), 0.0)
+            for _ in range(12):
+                nav.observe(obs.rgb, obs.depth, obs.pose, stamp_ns=1)
+                obs = sim.step(Action.TURN_LEFT)
+        cands = nav.explorer.match_goal(obs.pose, nav._scan, nav._match_cfg)
+        fits = [nav.explorer.colour_fit(nav._scan, c.pose) for c in cands]
+        g = goal.gt_pose
+
+        def is_goal(c):
+            return math.hypot(c.pose.x_m - g.x_m, c.pose.y_m - g.y_m) < 0.35
+
+        assert any(f is not None and f < 0.3 for f in fits) and sum(map(is_goal, cands)) == 1
+        ordered = nav._colour_order(cands)
+        assert is_goal(ordered[0])
+        assert len(ordered) == sum(f is None or f >= 0.3 for f in fits) < len(cands)
+        keys = [c.score + (f or 0.0) for c, f in zip(cands, fits)]
+        assert [round(c.score + (nav.explorer.colour_fit(nav._scan, c.pose) or 0.0), 9) for c in ordered] == \
+            sorted((round(k, 9) for k, f in zip(keys, fits) if f is None or f >= 0.3), reverse=True)
+    finally:
+        sim.close()

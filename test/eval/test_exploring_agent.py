@@ -4,7 +4,12 @@ import math
 import numpy as np
 
 from memnav.core.types import Action
-from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M
+from memnav.eval.exploring_defaults import (
+    EXPLORING_CANDIDATE_MIN_COLOUR,
+    EXPLORING_CANDIDATE_NEAR_M,
+    EXPLORING_COLOUR_POOL,
+    EXPLORING_COLOUR_WEIGHT,
+)
 from memnav.eval.learned_agents import LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.embedded import EmbeddedSimulator
@@ -58,16 +63,21 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
     plain = LearnedAgent("memnav", LearnedAgentOptions())
     ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
     blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False))
+    grey = LearnedAgent("memnav", LearnedAgentOptions(colour_weight=0.0, candidate_min_colour=0.0))
     try:
-        assert (plain.navigator.cfg.candidate_prior, plain.navigator.cfg.candidate_pool) == (False, 4)
+        assert plain.navigator.cfg.candidate_pool == EXPLORING_COLOUR_POOL and not plain.navigator.cfg.candidate_prior
+        assert plain.navigator.cfg.colour_weight == EXPLORING_COLOUR_WEIGHT > 0
+        assert plain.navigator.cfg.candidate_min_colour == EXPLORING_CANDIDATE_MIN_COLOUR > 0
         assert not plain.navigator.cfg.homing_via_map
         assert (ranked.navigator.cfg.candidate_prior, ranked.navigator.cfg.candidate_pool) == (True, 8)
         assert ranked.navigator.cfg.homing_via_map and ranked.navigator._match_cfg.max_candidates == 8
         assert not blind.navigator.cfg.candidate_prior     # no map, no scan-matched candidates to rank
         assert plain.navigator.cfg.candidate_near_m == EXPLORING_CANDIDATE_NEAR_M > 0
         assert blind.navigator.cfg.candidate_near_m == 0.0
+        assert blind.navigator.cfg.colour_weight == blind.navigator.cfg.candidate_min_colour == 0.0
+        assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
     finally:
-        for agent in (plain, ranked, blind):
+        for agent in (plain, ranked, blind, grey):
             agent.close()
 
 

@@ -41,6 +41,7 @@ def test_policy_node_defaults_are_the_eval_agents_defaults():
     assert node.candidate_near_m == agent.candidate_near_m == EXPLORING_CANDIDATE_NEAR_M
     assert (node.candidate_prior, node.homing_via_map, node.max_steps) == (agent.candidate_prior,
                                                                           agent.homing_via_map, agent.max_steps)
+    assert (node.colour_weight, node.candidate_min_colour) == (agent.colour_weight, agent.candidate_min_colour)
 
 
 def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
