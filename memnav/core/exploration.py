@@ -447,19 +447,15 @@ class Explorer:
         fwd, left = scan.endpoints[:, 0], scan.endpoints[:, 1]
         r, col, _ = m.to_cells(pose.x_m + c * fwd - s_ * left, pose.y_m + s_ * fwd + c * left)
         n = m.colour_hits.shape[0]
-        total = np.zeros((len(r), 3))
-        hits = np.zeros(len(r))
-        for reach in (1, 2):
-            need = hits == 0
-            if not need.any():
-                break
-            for dr in range(-reach, reach + 1):
-                for dc in range(-reach, reach + 1):
-                    if reach == 2 and max(abs(dr), abs(dc)) < 2:
-                        continue
-                    rr, cc = np.clip(r + dr, 0, n - 1), np.clip(col + dc, 0, n - 1)
-                    total[need] += m.colour_sum[rr[need], cc[need]]
-                    hits[need] += m.colour_hits[rr[need], cc[need]]
+        rr = np.clip(r[:, None] + _RING_DR[None, :], 0, n - 1)     # (K, 25): the cells within two of each
+        cc = np.clip(col[:, None] + _RING_DC[None, :], 0, n - 1)
+        sums, counts = m.colour_sum[rr, cc], m.colour_hits[rr, cc].astype(np.float64)
+        inner = _RING_INNER[None, :]
+        hits = np.where(inner, counts, 0.0).sum(axis=1)
+        total = (sums * inner[..., None]).sum(axis=1)
+        outer = hits == 0                    # nothing within one cell: widen to two
+        hits[outer] = counts[outer].sum(axis=1)
+        total[outer] = sums[outer].sum(axis=1)
         ok = hits > 0
         if ok.sum() < min_points:
             return None
@@ -593,6 +589,11 @@ class Explorer:
             wp = pts[min(3, len(pts) - 1)]
         return Plan(steer(pose, float(wp[0]), float(wp[2]), cfg.heading_tolerance_rad), kind,
                     (float(wp[0]), float(wp[2])), float(field[gr, gc]))
+
+
+# colour_fit's neighbourhood: cell offsets within two cells, and which of them lie within one
+_RING_DR, _RING_DC = (v.ravel() for v in np.mgrid[-2:3, -2:3])
+_RING_INNER = (np.abs(_RING_DR) <= 1) & (np.abs(_RING_DC) <= 1)
 
 
 def chromaticity(rgb: np.ndarray) -> np.ndarray:
