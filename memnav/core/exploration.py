@@ -294,11 +294,6 @@ class OccupancyMap:
     def known(self, win: tuple[slice, slice]) -> np.ndarray:
         return (self.occ[win] > 0) | (self.free[win] > 0)
 
-    def colours(self, win: tuple[slice, slice]) -> tuple[np.ndarray, np.ndarray]:
-        """(mean RGB (rows, cols, 3) in 0-1, cells with any colour (rows, cols)) on the window."""
-        hits = self.colour_hits[win]
-        return self.colour_sum[win] / np.maximum(hits, 1)[..., None], hits > 0
-
 
 @dataclass
 class Plan:
