@@ -171,12 +171,13 @@ class OccupancyMap:
         fy = (along * uy[None, :])[keep]
         self._add(self.free, *world(fx, fy))
         self._add(self.free, *world(d[floor], lat[floor]))
-        self._add(self.occ, *world(d[obstacle], lat[obstacle]))
+        obstacle_xy = world(d[obstacle], lat[obstacle])
+        self._add(self.occ, *obstacle_xy)
         if rgb is not None and np.ndim(rgb) == 3 and np.shape(rgb)[2] == 3:
             rgb = np.asarray(rgb)
             if rgb.shape[:2] != (h, w):     # registered to the depth image, another resolution: nearest pixel
                 rgb = rgb[(np.arange(h) * rgb.shape[0]) // h][:, (np.arange(w) * rgb.shape[1]) // w]
-            r, c, inside = self.to_cells(*world(d[obstacle], lat[obstacle]))
+            r, c, inside = self.to_cells(*obstacle_xy)
             flat = r[inside] * self.colour_hits.shape[1] + c[inside]
             colours = rgb[::s, ::s][obstacle][inside].astype(np.float32) / 255.0
             sums = self.colour_sum.reshape(-1, 3)
@@ -446,7 +447,7 @@ class Explorer:
         cc = np.clip(col[:, None] + _RING_DC[None, :], 0, n - 1)
         sums, counts = m.colour_sum[rr, cc], m.colour_hits[rr, cc].astype(np.float64)
         inner = _RING_INNER[None, :]
-        hits = np.where(inner, counts, 0.0).sum(axis=1)
+        hits = (counts * inner).sum(axis=1)
         total = (sums * inner[..., None]).sum(axis=1)
         outer = hits == 0                    # nothing within one cell: widen to two
         hits[outer] = counts[outer].sum(axis=1)

@@ -74,14 +74,7 @@ def surface_columns(depth: np.ndarray, hfov_deg: float, camera_height_m: float, 
     Returns (endpoints (K, 2) as (forward, left) meters in the camera frame, image rows (K,), image columns (K,))
     for the columns that see such a surface within max_range_m. Non-finite or <= 5 cm depths are ignored.
     """
-    depth = np.asarray(depth, dtype=np.float32)
-    h, w = depth.shape
-    f = w / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
-    cols = np.linspace(0, w - 1, min(columns, w)).round().astype(np.int64)
-    left_per_m = -(cols + 0.5 - w / 2.0) / f
-    up_per_m = -(np.arange(h) + 0.5 - h / 2.0) / f
-    d = depth[:, cols]
-    height = camera_height_m + up_per_m[:, None] * d
+    cols, left_per_m, d, height = _sampled_columns(depth, hfov_deg, camera_height_m, columns)
     tall = (d > 0.05) & np.isfinite(d) & (height >= min_height_m) & (height <= max_height_m)
     masked = np.where(tall, d, np.inf)
     rows = masked.argmin(axis=0)
@@ -89,6 +82,19 @@ def surface_columns(depth: np.ndarray, hfov_deg: float, camera_height_m: float, 
     ok = np.isfinite(fwd) & (np.hypot(fwd, fwd * left_per_m) <= max_range_m)
     ends = np.stack([fwd[ok], fwd[ok] * left_per_m[ok]], axis=1)
     return ends, rows[ok], cols[ok]
+
+
+def _sampled_columns(depth: np.ndarray, hfov_deg: float, camera_height_m: float,
+                     columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The image columns a scan samples (K,), their left offset per meter of depth (K,), and their depths and
+    heights above the floor (H, K), meters."""
+    depth = np.asarray(depth, dtype=np.float32)
+    h, w = depth.shape
+    f = w / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
+    cols = np.linspace(0, w - 1, min(columns, w)).round().astype(np.int64)
+    d = depth[:, cols]
+    height = camera_height_m - ((np.arange(h) + 0.5 - h / 2.0) / f)[:, None] * d
+    return cols, -(cols + 0.5 - w / 2.0) / f, d, height
 
 
 def free_space_points(endpoints: np.ndarray) -> np.ndarray:
@@ -108,11 +114,9 @@ def goal_scan(depth: np.ndarray, hfov_deg: float, camera_height_m: float, min_he
                                     cfg.max_range_m)
     colours = None
     if rgb is not None and np.shape(rgb) == (*np.shape(depth), 3):
-        depth = np.asarray(depth, dtype=np.float32)
-        h, w = depth.shape
-        f = w / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
-        d = depth[:, cols]
-        height = camera_height_m - ((np.arange(h) + 0.5 - h / 2.0) / f)[:, None] * d
+        all_cols, _, d, height = _sampled_columns(depth, hfov_deg, camera_height_m, cfg.columns)
+        keep = np.searchsorted(all_cols, cols)          # the sampled columns that saw a surface
+        d, height = d[:, keep], height[:, keep]
         near = (np.isfinite(d) & (height >= min_height_m) & (height <= max_height_m)
                 & (np.abs(d - ends[:, 0][None, :]) <= band_m))
         pix = np.asarray(rgb)[:, cols].astype(np.float64) / 255.0            # (H, K, 3)
