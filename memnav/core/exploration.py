@@ -436,27 +436,33 @@ class Explorer:
         (map frame): the mean over endpoints of exp(-|colour difference|^2 / 2 sigma^2), each endpoint compared
         with the mean colour of the map cells within one cell of where it lands (two when those hold none).
         None when the scan has no colours or fewer than `min_points` endpoints land near coloured cells."""
+        return self.colour_fits(scan, [pose], sigma, min_points)[0]
+
+    def colour_fits(self, scan: GoalScan, poses: list[Pose2D], sigma: float = 0.1,
+                    min_points: int = 8) -> list[float | None]:
+        """`colour_fit` at each of several poses, in one array operation."""
         m = self.map
-        if m is None or scan.colours is None or len(scan.endpoints) == 0:
-            return None
-        c, s_ = math.cos(pose.yaw_rad), math.sin(pose.yaw_rad)
-        fwd, left = scan.endpoints[:, 0], scan.endpoints[:, 1]
-        r, col, _ = m.to_cells(pose.x_m + c * fwd - s_ * left, pose.y_m + s_ * fwd + c * left)
+        if m is None or scan.colours is None or len(scan.endpoints) == 0 or not poses:
+            return [None] * len(poses)
+        px, py, yaw = (np.array([getattr(p, k) for p in poses])[:, None] for k in ("x_m", "y_m", "yaw_rad"))
+        c, s_ = np.cos(yaw), np.sin(yaw)
+        fwd, left = scan.endpoints[None, :, 0], scan.endpoints[None, :, 1]
+        r, col, _ = m.to_cells(px + c * fwd - s_ * left, py + s_ * fwd + c * left)       # (N, K)
         n = m.colour_hits.shape[0]
-        rr = np.clip(r[:, None] + _RING_DR[None, :], 0, n - 1)     # (K, 25): the cells within two of each
-        cc = np.clip(col[:, None] + _RING_DC[None, :], 0, n - 1)
-        sums, counts = m.colour_sum[rr, cc], m.colour_hits[rr, cc].astype(np.float64)
-        inner = _RING_INNER[None, :]
-        hits = (counts * inner).sum(axis=1)
-        total = (sums * inner[..., None]).sum(axis=1)
+        rr = np.clip(r[..., None] + _RING_DR, 0, n - 1)     # (N, K, 25): the cells within two of each endpoint
+        cc = np.clip(col[..., None] + _RING_DC, 0, n - 1)
+        flat = rr * n + cc
+        sums = m.colour_sum.reshape(-1, 3).T[:, flat]                  # (3, N, K, 25)
+        counts = m.colour_hits.ravel()[flat].astype(np.float64)       # (N, K, 25)
+        hits, total = counts @ _RING_INNER, (sums @ _RING_INNER).transpose(1, 2, 0)
         outer = hits == 0                    # nothing within one cell: widen to two
-        hits[outer] = counts[outer].sum(axis=1)
-        total[outer] = sums[outer].sum(axis=1)
+        hits[outer] = counts[outer].sum(axis=-1)
+        total[outer] = sums[:, outer].sum(axis=-1).T
         ok = hits > 0
-        if ok.sum() < min_points:
-            return None
-        diff = chromaticity(total[ok] / hits[ok, None]) - chromaticity(scan.colours[ok])
-        return float(np.exp(-(diff ** 2).sum(axis=1) / (2.0 * sigma ** 2)).mean())
+        diff = chromaticity(total / np.maximum(hits, 1.0)[..., None]) - chromaticity(scan.colours)[None]
+        agree = np.where(ok, np.exp(-(diff ** 2).sum(axis=-1) / (2.0 * sigma ** 2)), 0.0)
+        used = ok.sum(axis=1)
+        return [float(a / u) if u >= min_points else None for a, u in zip(agree.sum(axis=1), used)]
 
     def explore(self, pose: Pose2D) -> Plan:
         """The next move towards the chosen frontier, or Plan(None, "none") when nothing is left to explore."""
@@ -589,7 +595,7 @@ class Explorer:
 
 # colour_fit's neighbourhood: cell offsets within two cells, and which of them lie within one
 _RING_DR, _RING_DC = (v.ravel() for v in np.mgrid[-2:3, -2:3])
-_RING_INNER = (np.abs(_RING_DR) <= 1) & (np.abs(_RING_DC) <= 1)
+_RING_INNER = ((np.abs(_RING_DR) <= 1) & (np.abs(_RING_DC) <= 1)).astype(np.float64)
 
 
 def chromaticity(rgb: np.ndarray) -> np.ndarray:

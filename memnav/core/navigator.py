@@ -143,6 +143,11 @@ class NavigatorConfig:
             meters.
         candidate_near_min_score: see candidate_near_m (0-1; the matcher reports no fit below
             ScanMatchConfig.min_score, 0.6, so lower values act as 0.6).
+        candidate_colour_fit: while exploring, a candidate whose colour fit (see colour_weight) is at least this
+            interrupts exploration already at candidate_colour_min_score: a fit in both depth and colour is
+            rarely a look-alike, and the map's colours can confirm a goal spot before its shape fits clearly
+            (0 = off).
+        candidate_colour_min_score: see candidate_colour_fit (0-1).
         candidate_stop_similarity: embedding cosine similarity to the goal that confirms a candidate on arrival.
         candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
         colour_weight: candidates are taken in the order of scan-match score + colour_weight x colour fit (the
@@ -204,6 +209,8 @@ class NavigatorConfig:
     candidate_min_score: float = 0.85
     candidate_near_m: float = 0.0
     candidate_near_min_score: float = 0.6
+    candidate_colour_fit: float = 0.0
+    candidate_colour_min_score: float = 0.7
     candidate_stop_similarity: float = 0.8
     candidate_pool: int = 4
     colour_weight: float = 0.0
@@ -230,7 +237,8 @@ class NavigatorConfig:
             raise ValueError(f"NavigatorConfig.candidate_pool must be an integer >= 1, got {self.candidate_pool!r}")
         for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0), ("candidate_near_m", math.inf),
                           ("candidate_near_min_score", 1.0), ("colour_weight", math.inf),
-                          ("candidate_min_colour", 1.0)):
+                          ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
+                          ("candidate_colour_min_score", 1.0)):
             value = getattr(self, name)
             if not 0.0 <= value <= top:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
@@ -638,10 +646,15 @@ class Navigator:
         if self._scan is not None and self._candidate is None and (
                 self._explored or self._match_now or self._steps % self.cfg.match_every_steps == 1):
             self._match_now = False
-            pool = [cand for cand in self.explorer.match_goal(pose, self._scan, self._match_cfg)
-                    if self._candidate_worth(cand, pose) and not self._was_rejected(cand.pose)]
-            if pool and (self.cfg.colour_weight > 0 or self.cfg.candidate_min_colour > 0):
-                pool = self._colour_order(pool)
+            cands = [cand for cand in self.explorer.match_goal(pose, self._scan, self._match_cfg)
+                     if not self._was_rejected(cand.pose)]
+            cfg = self.cfg
+            fits = (self.explorer.colour_fits(self._scan, [c.pose for c in cands], cfg.colour_sigma)
+                    if cfg.colour_weight > 0 or cfg.candidate_min_colour > 0 or cfg.candidate_colour_fit > 0
+                    else [None] * len(cands))
+            rated = [(c, f) for c, f in zip(cands, fits) if self._candidate_worth(c, pose, f)]
+            pool = (self._colour_order(rated) if cfg.colour_weight > 0 or cfg.candidate_min_colour > 0
+                    else [c for c, _ in rated])
             if pool:
                 self._candidate = (max(pool, key=lambda c: (self._view_prior(c.pose), c.score))
                                    if self.cfg.candidate_prior else pool[0])
@@ -666,24 +679,25 @@ class Navigator:
         self._cand_kind = "candidate"
         return None
 
-    def _colour_order(self, pool: list[Candidate]) -> list[Candidate]:
-        """The candidates whose colours do not contradict the goal's, best score + colour_weight x fit first."""
-        assert self._scan is not None
-        rated = []
-        for cand in pool:
-            fit = self.explorer.colour_fit(self._scan, cand.pose, self.cfg.colour_sigma)
-            if fit is not None and fit < self.cfg.candidate_min_colour:
-                continue
-            rated.append((cand.score + self.cfg.colour_weight * (fit if fit is not None else 0.0), cand))
-        return [cand for _, cand in sorted(rated, key=lambda rc: -rc[0])]
+    def _colour_order(self, rated: list[tuple[Candidate, float | None]]) -> list[Candidate]:
+        """Of (candidate, colour fit) pairs, the candidates whose colours do not contradict the goal's, best
+        score + colour_weight x fit first."""
+        keep = [(c.score + self.cfg.colour_weight * (f if f is not None else 0.0), c) for c, f in rated
+                if f is None or f >= self.cfg.candidate_min_colour]
+        return [c for _, c in sorted(keep, key=lambda kc: -kc[0])]
 
-    def _candidate_worth(self, cand: Candidate, pose: Pose2D) -> bool:
+    def _candidate_worth(self, cand: Candidate, pose: Pose2D, colour_fit: float | None = None) -> bool:
         """Whether a scan-matched candidate is worth a trip now: any fit once nothing is left to explore, else a
-        score of at least candidate_min_score, or candidate_near_min_score within candidate_near_m."""
-        if self._explored or cand.score >= self.cfg.candidate_min_score:
+        score of at least candidate_min_score, candidate_near_min_score within candidate_near_m, or
+        candidate_colour_min_score with a colour fit (given) of at least candidate_colour_fit."""
+        cfg = self.cfg
+        if self._explored or cand.score >= cfg.candidate_min_score:
             return True
-        near = math.hypot(cand.pose.x_m - pose.x_m, cand.pose.y_m - pose.y_m) <= self.cfg.candidate_near_m
-        return near and cand.score >= self.cfg.candidate_near_min_score
+        near = math.hypot(cand.pose.x_m - pose.x_m, cand.pose.y_m - pose.y_m) <= cfg.candidate_near_m
+        if near and cand.score >= cfg.candidate_near_min_score:
+            return True
+        return (cfg.candidate_colour_fit > 0 and cand.score >= cfg.candidate_colour_min_score
+                and colour_fit is not None and colour_fit >= cfg.candidate_colour_fit)
 
     def _view_prior(self, pose: Pose2D) -> float:
         """How much what the long-term memory saw around a map pose, facing its way, looked like the goal photo

@@ -10,6 +10,7 @@ from pathlib import Path
 from memnav.core.navigator import NavigatorConfig
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
 from memnav.eval.exploring_defaults import (
+    EXPLORING_CANDIDATE_COLOUR_FIT,
     EXPLORING_CANDIDATE_MIN_COLOUR,
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_CANDIDATE_POOL,
@@ -94,6 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--candidate-min-colour", type=float, default=EXPLORING_CANDIDATE_MIN_COLOUR, metavar="C",
                         help="memnav agents: skip scan-matched goal candidates whose colour fit (0-1) is below C; "
                              "0 = off (NavigatorConfig.candidate_min_colour; default: %(default)s)")
+    parser.add_argument("--candidate-colour-fit", type=float, default=EXPLORING_CANDIDATE_COLOUR_FIT, metavar="F",
+                        help="memnav agents: while exploring, judge a scan-matched goal candidate whose colour fit "
+                             "is at least F already at a scan score of "
+                             f"{NavigatorConfig.candidate_colour_min_score} instead of "
+                             f"{NavigatorConfig.candidate_min_score}; 0 = off "
+                             "(NavigatorConfig.candidate_colour_fit; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -214,7 +221,8 @@ def run(args: argparse.Namespace) -> int:
                                           homing_via_map=args.homing_via_map,
                                           candidate_near_m=args.candidate_near_m,
                                           colour_weight=args.colour_weight,
-                                          candidate_min_colour=args.candidate_min_colour)
+                                          candidate_min_colour=args.candidate_min_colour,
+                                          candidate_colour_fit=args.candidate_colour_fit)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

@@ -27,5 +27,11 @@ EXPLORING_CANDIDATE_NEAR_M = 2.0
 EXPLORING_COLOUR_WEIGHT = 1.0
 # exploring agents: skip candidates whose colour fit is below this (NavigatorConfig.candidate_min_colour)
 EXPLORING_CANDIDATE_MIN_COLOUR = 0.15
-# exploring agents that weigh colour: consider this many scan-matched candidates at a time
-EXPLORING_COLOUR_POOL = 8
+# exploring agents that weigh colour: consider this many scan-matched candidates at a time (the colour filter
+# often removed all of the 8 best scan fits, look-alikes, while the goal spot ranked lower; README "Colour on the
+# map")
+EXPLORING_COLOUR_POOL = 24
+# exploring agents: while exploring, a candidate with at least this colour fit is judged already at a scan score
+# of NavigatorConfig.candidate_colour_min_score (NavigatorConfig.candidate_colour_fit; chosen on val, README
+# "Colour on the map")
+EXPLORING_CANDIDATE_COLOUR_FIT = 0.6

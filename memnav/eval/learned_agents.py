@@ -21,6 +21,7 @@ from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.types import Action, Observation
 from memnav.eval.exploring_defaults import (
     EXPLORING_BEST_VIEW_RESERVE,
+    EXPLORING_CANDIDATE_COLOUR_FIT,
     EXPLORING_CANDIDATE_MIN_COLOUR,
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_CANDIDATE_POOL,
@@ -77,6 +78,9 @@ class LearnedAgentOptions:
             NavigatorConfig.colour_weight).
         candidate_min_colour: exploring agents skip candidates whose colour fit is below this (0 = off;
             NavigatorConfig.candidate_min_colour).
+        candidate_colour_fit: while exploring, exploring agents judge a candidate with at least this colour fit
+            already at a scan score of NavigatorConfig.candidate_colour_min_score (0 = off;
+            NavigatorConfig.candidate_colour_fit).
     """
 
     policy_dir: Path = MODELS
@@ -93,6 +97,7 @@ class LearnedAgentOptions:
     candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
     colour_weight: float = EXPLORING_COLOUR_WEIGHT
     candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
+    candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
 
 
 class LearnedAgent:
@@ -129,6 +134,7 @@ class LearnedAgent:
                               else EXPLORING_COLOUR_POOL if explore and colour else NavigatorConfig.candidate_pool,
                               colour_weight=opts.colour_weight if explore else 0.0,
                               candidate_min_colour=opts.candidate_min_colour if explore else 0.0,
+                              candidate_colour_fit=opts.candidate_colour_fit if explore else 0.0,
                               homing_via_map=opts.homing_via_map,
                               candidate_near_m=opts.candidate_near_m if explore else 0.0,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import (
+    EXPLORING_CANDIDATE_COLOUR_FIT,
     EXPLORING_CANDIDATE_MIN_COLOUR,
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_COLOUR_WEIGHT,
@@ -81,6 +82,8 @@ class PolicyNodeConfig:
             colour fit against the occupancy map's surface colours (`memnav eval --colour-weight`; 0 = off).
         candidate_min_colour: exploring agents skip candidates whose colour fit is below this
             (`memnav eval --candidate-min-colour`; 0 = off).
+        candidate_colour_fit: while exploring, exploring agents judge a candidate with at least this colour fit
+            already at a moderate scan score (`memnav eval --candidate-colour-fit`; 0 = off).
         min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
             matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
             volatile actions published before a subscriber is matched never reach it; 0 = do not wait).
@@ -110,6 +113,7 @@ class PolicyNodeConfig:
     candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
     colour_weight: float = EXPLORING_COLOUR_WEIGHT
     candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
+    candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
@@ -175,7 +179,8 @@ def build(node) -> Callable[[], None]:
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
                                max_steps=cfg.max_steps, candidate_prior=cfg.candidate_prior,
                                homing_via_map=cfg.homing_via_map, candidate_near_m=cfg.candidate_near_m,
-                               colour_weight=cfg.colour_weight, candidate_min_colour=cfg.candidate_min_colour)
+                               colour_weight=cfg.colour_weight, candidate_min_colour=cfg.candidate_min_colour,
+                               candidate_colour_fit=cfg.candidate_colour_fit)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

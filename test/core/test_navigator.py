@@ -369,37 +369,75 @@ def test_verification_runs_below_the_similarity_gate_only_every_nth_frame(encode
         NavigatorConfig(verify_every_steps=-1)
 
 
-def test_colour_fit_orders_and_filters_scan_matched_candidates(encoder, two_room_scene):
-    """The robot's map keeps surface colours as it observes; candidates are then ranked by scan score + colour
-    fit and those whose colours contradict the goal's are skipped."""
+def _coloured_two_rooms(encoder, two_room_scene, **kw):
+    """A Navigator whose map has seen both rooms of the two-room scene (a look-around at four spots), its goal
+    a view into the second room's back-left corner; returns (navigator, last observation, goal observation)."""
     from memnav.sim.base import SimConfig
     from memnav.sim.embedded import EmbeddedSimulator
 
     sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
     try:
         nav = _nav(encoder, MemoryKind.NONE, explore=True, scan_match=True, persistent_map=True, candidate_pool=8,
-                   colour_weight=1.0, candidate_min_colour=0.3)
-        goal = sim.render_at(np.array([6.5, 0.0, 1.0]), 0.6)   # second room, looking into its back-left corner
+                   colour_weight=1.0, **kw)
+        goal = sim.render_at(np.array([6.5, 0.0, 1.0]), 0.6)
         nav.reset(goal.rgb, goal.depth)
-        for x, z in ((1.0, 3.0), (2.5, 1.0), (6.0, 3.0), (6.0, 1.5)):   # look around in both rooms
+        for x, z in ((1.0, 3.0), (2.5, 1.0), (6.0, 3.0), (6.0, 1.5)):
             sim.set_agent_pose(np.array([x, 0.0, z]), 0.0)
             obs = sim.render_at(np.array([x, 0.0, z]), 0.0)
             for _ in range(12):
                 nav.observe(obs.rgb, obs.depth, obs.pose, stamp_ns=1)
                 obs = sim.step(Action.TURN_LEFT)
-        cands = nav.explorer.match_goal(obs.pose, nav._scan, nav._match_cfg)
-        fits = [nav.explorer.colour_fit(nav._scan, c.pose) for c in cands]
-        g = goal.gt_pose
-
-        def is_goal(c):
-            return math.hypot(c.pose.x_m - g.x_m, c.pose.y_m - g.y_m) < 0.35
-
-        assert any(f is not None and f < 0.3 for f in fits) and sum(map(is_goal, cands)) == 1
-        ordered = nav._colour_order(cands)
-        assert is_goal(ordered[0])
-        assert len(ordered) == sum(f is None or f >= 0.3 for f in fits) < len(cands)
-        keys = [c.score + (f or 0.0) for c, f in zip(cands, fits)]
-        assert [round(c.score + (nav.explorer.colour_fit(nav._scan, c.pose) or 0.0), 9) for c in ordered] == \
-            sorted((round(k, 9) for k, f in zip(keys, fits) if f is None or f >= 0.3), reverse=True)
+        return nav, obs, goal
     finally:
         sim.close()
+
+
+def test_colour_fit_orders_and_filters_scan_matched_candidates(encoder, two_room_scene):
+    """The robot's map keeps surface colours as it observes; candidates are then ranked by scan score + colour
+    fit and those whose colours contradict the goal's are skipped."""
+    nav, obs, goal = _coloured_two_rooms(encoder, two_room_scene, candidate_min_colour=0.3)
+    cands = nav.explorer.match_goal(obs.pose, nav._scan, nav._match_cfg)
+    fits = [nav.explorer.colour_fit(nav._scan, c.pose) for c in cands]
+    g = goal.gt_pose
+
+    def is_goal(c):
+        return math.hypot(c.pose.x_m - g.x_m, c.pose.y_m - g.y_m) < 0.35
+
+    assert any(f is not None and f < 0.3 for f in fits) and sum(map(is_goal, cands)) == 1
+    assert nav.explorer.colour_fits(nav._scan, [c.pose for c in cands]) == fits     # one batch, the same fits
+    ordered = nav._colour_order(list(zip(cands, fits)))
+    assert is_goal(ordered[0])
+    assert len(ordered) == sum(f is None or f >= 0.3 for f in fits) < len(cands)
+    keys = [c.score + (f or 0.0) for c, f in zip(cands, fits)]
+    assert [round(c.score + (nav.explorer.colour_fit(nav._scan, c.pose) or 0.0), 9) for c in ordered] == \
+        sorted((round(k, 9) for k, f in zip(keys, fits) if f is None or f >= 0.3), reverse=True)
+
+
+def test_a_candidate_whose_colours_fit_interrupts_exploration_at_a_moderate_scan_score(encoder, two_room_scene):
+    """While exploring, a scan fit below candidate_min_score is worth a trip when its colour fit is at least
+    candidate_colour_fit (and its score at least candidate_colour_min_score); a look-alike in another colour
+    is not, and with the option off neither is."""
+    from memnav.core.scan_match import Candidate
+
+    nav, obs, goal = _coloured_two_rooms(encoder, two_room_scene, candidate_colour_fit=0.6,
+                                         candidate_colour_min_score=0.7)
+    cands = nav.explorer.match_goal(obs.pose, nav._scan, nav._match_cfg)
+    fits = nav.explorer.colour_fits(nav._scan, [c.pose for c in cands])
+    g = goal.gt_pose
+    true = [(c, f) for c, f in zip(cands, fits) if math.hypot(c.pose.x_m - g.x_m, c.pose.y_m - g.y_m) < 0.35]
+    other = [(c, f) for c, f in zip(cands, fits) if f is not None and f < 0.6]
+    assert len(true) == 1 and true[0][1] >= 0.6 and other
+    (goal_pose, goal_fit), (other_pose, other_fit) = (true[0][0].pose, true[0][1]), (other[0][0].pose, other[0][1])
+    far = Pose2D(-20.0, -20.0, 0.0)          # candidate_near_m plays no part
+    nav._explored = False
+    assert nav.cfg.candidate_near_m == 0 and nav.cfg.candidate_min_score == 0.85
+    assert nav._candidate_worth(Candidate(goal_pose, 0.75), far, goal_fit)
+    assert not nav._candidate_worth(Candidate(goal_pose, 0.75), far, None)        # no colours to compare
+    assert not nav._candidate_worth(Candidate(goal_pose, 0.65), far, goal_fit)    # below candidate_colour_min_score
+    assert not nav._candidate_worth(Candidate(other_pose, 0.75), far, other_fit)  # colours disagree
+    assert nav._candidate_worth(Candidate(other_pose, 0.9), far, other_fit)       # a clear scan fit, as before
+    nav.cfg.candidate_colour_fit = 0.0
+    assert not nav._candidate_worth(Candidate(goal_pose, 0.75), far, goal_fit)
+    for bad in ({"candidate_colour_fit": -0.1}, {"candidate_colour_min_score": 1.2}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            NavigatorConfig(**bad)

@@ -5,6 +5,7 @@ import numpy as np
 
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import (
+    EXPLORING_CANDIDATE_COLOUR_FIT,
     EXPLORING_CANDIDATE_MIN_COLOUR,
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_COLOUR_POOL,
@@ -68,6 +69,7 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert plain.navigator.cfg.candidate_pool == EXPLORING_COLOUR_POOL and not plain.navigator.cfg.candidate_prior
         assert plain.navigator.cfg.colour_weight == EXPLORING_COLOUR_WEIGHT > 0
         assert plain.navigator.cfg.candidate_min_colour == EXPLORING_CANDIDATE_MIN_COLOUR > 0
+        assert plain.navigator.cfg.candidate_colour_fit == EXPLORING_CANDIDATE_COLOUR_FIT > 0
         assert not plain.navigator.cfg.homing_via_map
         assert (ranked.navigator.cfg.candidate_prior, ranked.navigator.cfg.candidate_pool) == (True, 8)
         assert ranked.navigator.cfg.homing_via_map and ranked.navigator._match_cfg.max_candidates == 8
@@ -75,6 +77,7 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert plain.navigator.cfg.candidate_near_m == EXPLORING_CANDIDATE_NEAR_M > 0
         assert blind.navigator.cfg.candidate_near_m == 0.0
         assert blind.navigator.cfg.colour_weight == blind.navigator.cfg.candidate_min_colour == 0.0
+        assert blind.navigator.cfg.candidate_colour_fit == 0.0
         assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
     finally:
         for agent in (plain, ranked, blind, grey):

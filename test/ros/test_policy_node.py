@@ -42,6 +42,7 @@ def test_policy_node_defaults_are_the_eval_agents_defaults():
     assert (node.candidate_prior, node.homing_via_map, node.max_steps) == (agent.candidate_prior,
                                                                           agent.homing_via_map, agent.max_steps)
     assert (node.colour_weight, node.candidate_min_colour) == (agent.colour_weight, agent.candidate_min_colour)
+    assert node.candidate_colour_fit == agent.candidate_colour_fit
 
 
 def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
