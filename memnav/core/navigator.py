@@ -649,12 +649,11 @@ class Navigator:
             cands = [cand for cand in self.explorer.match_goal(pose, self._scan, self._match_cfg)
                      if not self._was_rejected(cand.pose)]
             cfg = self.cfg
+            order = cfg.colour_weight > 0 or cfg.candidate_min_colour > 0
             fits = (self.explorer.colour_fits(self._scan, [c.pose for c in cands], cfg.colour_sigma)
-                    if cfg.colour_weight > 0 or cfg.candidate_min_colour > 0 or cfg.candidate_colour_fit > 0
-                    else [None] * len(cands))
+                    if order or cfg.candidate_colour_fit > 0 else [None] * len(cands))
             rated = [(c, f) for c, f in zip(cands, fits) if self._candidate_worth(c, pose, f)]
-            pool = (self._colour_order(rated) if cfg.colour_weight > 0 or cfg.candidate_min_colour > 0
-                    else [c for c, _ in rated])
+            pool = self._colour_order(rated) if order else [c for c, _ in rated]
             if pool:
                 self._candidate = (max(pool, key=lambda c: (self._view_prior(c.pose), c.score))
                                    if self.cfg.candidate_prior else pool[0])
