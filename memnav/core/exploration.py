@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.core.frames import pixel_ray_offsets
 from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
@@ -194,9 +195,7 @@ class OccupancyMap:
         """Per column: left offset per meter of depth; per row: up offset per meter; column unit vectors."""
         key = (h, w)
         if key not in self._rays:
-            f = w / (2.0 * math.tan(math.radians(self.cfg.hfov_deg) / 2.0))
-            left = -(np.arange(w) + 0.5 - w / 2.0) / f
-            up = -(np.arange(h) + 0.5 - h / 2.0) / f
+            left, up = pixel_ray_offsets(np.arange(w), np.arange(h), w, h, self.cfg.hfov_deg)
             norm = np.hypot(1.0, left)
             self._rays[key] = (left, up, np.stack([1.0 / norm, left / norm]))
         return self._rays[key]

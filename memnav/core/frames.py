@@ -30,6 +30,15 @@ def map_to_habitat(points: np.ndarray) -> np.ndarray:
     return np.asarray(points, dtype=np.float64) @ _MAP_TO_HAB.T
 
 
+def pixel_ray_offsets(cols: np.ndarray, rows: np.ndarray, width: int, height: int,
+                      hfov_deg: float) -> tuple[np.ndarray, np.ndarray]:
+    """The pinhole camera of a width x height image with square pixels and a horizontal field of view of
+    hfov_deg: for image columns and rows (pixel indices or sub-pixel coordinates), how far left and how far up
+    of the optical axis their rays run per meter of depth (camera frame: forward, left, up)."""
+    f = width / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
+    return -(np.asarray(cols) + 0.5 - width / 2.0) / f, -(np.asarray(rows) + 0.5 - height / 2.0) / f
+
+
 def quat_xyzw_from_yaw(yaw_rad: float) -> np.ndarray:
     """Habitat rotation quaternion [x, y, z, w] for a rotation of yaw_rad about +Y."""
     return np.array([0.0, math.sin(yaw_rad / 2.0), 0.0, math.cos(yaw_rad / 2.0)])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memnav.core.frames import pixel_ray_offsets
 from memnav.core.types import Pose2D, wrap_angle
 from memnav.core.verification import Features, VerificationConfig, match_features
 
@@ -58,7 +59,6 @@ def lift_keypoints(points_px: np.ndarray, depth: np.ndarray, hfov_deg: float,
     """Keypoints (N, 2) -> (N, 3) camera points (forward, left, up) in meters, and which had valid depth."""
     depth = np.asarray(depth, dtype=np.float32)
     h, w = depth.shape
-    f = w / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
     u = np.clip(points_px[:, 0], 0, w - 1)
     v = np.clip(points_px[:, 1], 0, h - 1)
     # a keypoint sits on an edge: take the nearest surface of its 3x3 neighbourhood (the foreground)
@@ -70,7 +70,8 @@ def lift_keypoints(points_px: np.ndarray, depth: np.ndarray, hfov_deg: float,
             best = np.minimum(best, np.where(z > 0.05, z, np.inf))
     valid = np.isfinite(best) & (best <= max_depth_m)
     d = np.where(valid, best, 0.0)
-    pts = np.stack([d, -(u + 0.5 - w / 2.0) / f * d, -(v + 0.5 - h / 2.0) / f * d], axis=1)
+    left_per_m, up_per_m = pixel_ray_offsets(u, v, w, h, hfov_deg)
+    pts = np.stack([d, left_per_m * d, up_per_m * d], axis=1)
     return pts, valid
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from memnav.core.frames import pixel_ray_offsets
 from memnav.core.grid_path import cell_centers
 from memnav.core.types import Pose2D, wrap_angle
 
@@ -90,11 +91,10 @@ def _sampled_columns(depth: np.ndarray, hfov_deg: float, camera_height_m: float,
     heights above the floor (H, K), meters."""
     depth = np.asarray(depth, dtype=np.float32)
     h, w = depth.shape
-    f = w / (2.0 * math.tan(math.radians(hfov_deg) / 2.0))
     cols = np.linspace(0, w - 1, min(columns, w)).round().astype(np.int64)
+    left_per_m, up_per_m = pixel_ray_offsets(cols, np.arange(h), w, h, hfov_deg)
     d = depth[:, cols]
-    height = camera_height_m - ((np.arange(h) + 0.5 - h / 2.0) / f)[:, None] * d
-    return cols, -(cols + 0.5 - w / 2.0) / f, d, height
+    return cols, left_per_m, d, camera_height_m + up_per_m[:, None] * d
 
 
 def free_space_points(endpoints: np.ndarray) -> np.ndarray:
