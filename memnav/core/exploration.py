@@ -61,6 +61,11 @@ class ExplorerConfig:
         blocked_hits: obstacle hits a forward move that fell short adds to the cells just ahead. Few enough
             that free evidence the camera keeps seeing outvotes them within a few frames (a doorway the robot
             brushed opens again); a spot the robot keeps bumping into stays closed, each bump adding as many.
+        boxed_in_m2: when the traversable area connected to the robot is smaller than this (it stands in a niche
+            whose way out is narrower than the robot plus twice clearance_m, or a bump's obstacle marks sealed the
+            corridor it came by), plans drop clearance_m (robot_radius_m only) and pass cells whose obstacle
+            evidence is at most blocked_hits with more than twice as much free evidence, until the robot is out;
+            0 = never, square meters.
     """
 
     cell_m: float = 0.1
@@ -79,6 +84,7 @@ class ExplorerConfig:
     heading_tolerance_rad: float = math.radians(16.0)
     forward_step_m: float = 0.25
     blocked_hits: int = 3
+    boxed_in_m2: float = 1.0
 
     def __post_init__(self) -> None:
         positive = ("cell_m", "size_m", "hfov_deg", "camera_height_m", "max_range_m", "robot_radius_m",
@@ -91,6 +97,8 @@ class ExplorerConfig:
             raise ValueError(f"ExplorerConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
         if self.pixel_stride < 1 or self.min_frontier_cells < 1 or self.blocked_hits < 1:
             raise ValueError("ExplorerConfig.pixel_stride, min_frontier_cells and blocked_hits must be >= 1")
+        if not (math.isfinite(self.boxed_in_m2) and self.boxed_in_m2 >= 0):
+            raise ValueError(f"ExplorerConfig.boxed_in_m2 must be a number >= 0, got {self.boxed_in_m2!r}")
         if self.obstacle_max_height_m <= self.obstacle_min_height_m:
             raise ValueError("ExplorerConfig.obstacle_max_height_m must exceed obstacle_min_height_m")
 
@@ -381,28 +389,51 @@ class Explorer:
         obstacles = m.obstacles(win)
         clearance = ndimage.distance_transform_edt(~obstacles) * cfg.cell_m
         known = m.known(win)
-        trav = known & ~obstacles & (clearance > cfg.robot_radius_m + cfg.clearance_m)
         r, c, _ = m.to_cells(np.array([pose.x_m]), np.array([pose.y_m]))
         rr, cc = int(r[0]) - win[0].start, int(c[0]) - win[1].start
-        if not (0 <= rr < trav.shape[0] and 0 <= cc < trav.shape[1]):
+        if not (0 <= rr < obstacles.shape[0] and 0 <= cc < obstacles.shape[1]):
             return None
-        # the robot stands where it stands, even if the inflated map disagrees
-        rad = int(math.ceil(cfg.robot_radius_m / cfg.cell_m))
-        r0, r1, c0, c1 = max(0, rr - rad), rr + rad + 1, max(0, cc - rad), cc + rad + 1
-        trav[r0:r1, c0:c1] |= ~obstacles[r0:r1, c0:c1]
-        trav[rr, cc] = True
+        trav = self._traversable(known, obstacles, clearance, rr, cc, cfg.robot_radius_m + cfg.clearance_m)
+        region = self._region(trav, rr, cc)
+        if region.sum() * cfg.cell_m ** 2 < cfg.boxed_in_m2:
+            # boxed in (a narrow doorway out of a niche, a corridor a bump's marks sealed): until out, plan
+            # without the margin, through cells whose obstacle evidence is one bump's worth at most and whose
+            # free evidence is more than twice that (a bump there again adds as much and closes them)
+            occ, free = (g[win].astype(np.int32) for g in (m.occ, m.free))
+            loose = obstacles & ~((occ <= cfg.blocked_hits) & (free > 2 * occ))
+            near = ndimage.distance_transform_edt(~loose) * cfg.cell_m
+            trav = self._traversable(known, loose, near, rr, cc, cfg.robot_radius_m)
+            region = self._region(trav, rr, cc)
         rows = np.arange(trav.shape[0])[:, None]
         cols = np.arange(trav.shape[1])[None, :]
         phi = np.hypot(rows - rr, cols - cc) * cfg.cell_m - 0.75 * cfg.cell_m
         phi[rr, cc] = min(phi[rr, cc], -1e-3)
-        labels, _ = ndimage.label(trav)
-        mask = labels != labels[rr, cc]
+        mask = ~region
         try:
             dist = skfmm.distance(np.ma.MaskedArray(phi, mask=mask), dx=cfg.cell_m, order=1)
         except ValueError:
             return None
         field = np.where(np.ma.getmaskarray(dist), np.inf, np.ma.getdata(dist) + 0.75 * cfg.cell_m)
         return win, trav, np.maximum(field, 0.0), known, clearance
+
+    def _traversable(self, known: np.ndarray, obstacles: np.ndarray, clearance: np.ndarray, rr: int, cc: int,
+                     margin_m: float) -> np.ndarray:
+        """Known cells farther than `margin_m` from every obstacle, plus the free cells under the robot at (rr, cc)
+        (it stands where it stands, even if the inflated map disagrees)."""
+        trav = known & ~obstacles & (clearance > margin_m)
+        rad = int(math.ceil(self.cfg.robot_radius_m / self.cfg.cell_m))
+        r0, r1, c0, c1 = max(0, rr - rad), rr + rad + 1, max(0, cc - rad), cc + rad + 1
+        trav[r0:r1, c0:c1] |= ~obstacles[r0:r1, c0:c1]
+        trav[rr, cc] = True
+        return trav
+
+    @staticmethod
+    def _region(trav: np.ndarray, rr: int, cc: int) -> np.ndarray:
+        """The traversable cells connected to (rr, cc)."""
+        from scipy import ndimage
+
+        labels, _ = ndimage.label(trav)
+        return labels == labels[rr, cc]
 
     def match_goal(self, pose: Pose2D, scan: GoalScan, cfg: ScanMatchConfig | None = None,
                    radius_m: float | None = None) -> list[Candidate]:

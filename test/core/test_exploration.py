@@ -260,3 +260,50 @@ def test_a_bump_in_a_doorway_closes_it_until_the_camera_outvotes_it_and_repeated
     for _ in range(3):                           # but bumping every time keeps the way closed
         explorer.update(obs.depth, pose, blocked=True)
         assert not _reachable(explorer, pose, target.x_m, target.y_m)
+
+
+def _niche_map(cfg: ExplorerConfig, gap_m: float = 0.4) -> Explorer:
+    """A 4 x 3 m room above a one-cell wall (row y 0-0.1 m) with a gap of gap_m at x = 0 into a 0.6 m niche below
+    it: at 0.4 m a doorway a 0.18 m robot fits through, narrower than robot + twice the 0.05 m clearance."""
+    from memnav.core.exploration import OccupancyMap
+
+    explorer = Explorer(cfg)
+    m = explorer.map = OccupancyMap(cfg, Pose2D(0.0, 0.0, 0.0))
+    xs, ys = np.meshgrid(np.arange(-1.95, 2.0, 0.1), np.arange(-0.65, 3.0, 0.1))
+    xs, ys = xs.ravel(), ys.ravel()
+    wall = (np.abs(ys - 0.05) < 0.01) & (np.abs(xs) > gap_m / 2)
+    niche = ys < 0.0
+    side = niche & ((np.abs(np.abs(xs) - 0.35) < 0.01) | (np.abs(ys + 0.65) < 0.01)) & (np.abs(xs) < 0.4)
+    outside = niche & (np.abs(xs) > 0.4)
+    walls = wall | side
+    free = ~walls & ~outside
+    m._add(m.free, xs[free], ys[free], 5)
+    m._add(m.occ, xs[walls], ys[walls], 5)
+    return explorer
+
+
+def test_a_robot_boxed_in_by_the_clearance_margin_plans_its_way_out_with_the_radius_alone():
+    robot = Pose2D(0.0, -0.3, math.pi / 2)
+    out = (0.0, 1.5)                             # in the room, beyond the narrow doorway
+    strict = _niche_map(ExplorerConfig(boxed_in_m2=0.0))
+    assert not _reachable(strict, robot, *out)   # the margin closes the doorway: the robot is stuck in the niche
+    assert strict.go_to(robot, *out).action is None
+    explorer = _niche_map(ExplorerConfig())
+    assert _reachable(explorer, robot, *out)
+    assert explorer.go_to(robot, *out).action is not None
+    outside = Pose2D(0.0, 1.5, 0.0)              # out in the room the margin applies again: the doorway is closed
+    assert not _reachable(explorer, outside, 0.0, -0.3)
+    # a wider doorway the robot came through, sealed by a bump (blocked_hits obstacle hits on cells the camera
+    # saw free ten times): boxed in, it plans through the marks; out in the room they count again
+    for boxed_in in (0.0, 1.0):
+        sealed = _niche_map(ExplorerConfig(boxed_in_m2=boxed_in), gap_m=0.6)
+        assert _reachable(sealed, robot, *out)
+        m = sealed.map
+        gap_x = np.arange(-0.25, 0.3, 0.1)
+        m._add(m.occ, gap_x, np.full(gap_x.shape, 0.05), sealed.cfg.blocked_hits)
+        m._add(m.free, gap_x, np.full(gap_x.shape, 0.05), 5)     # 5 + 5: ten free hits
+        sealed._version += 1
+        assert _reachable(sealed, robot, *out) == (boxed_in > 0)
+    assert not _reachable(sealed, Pose2D(0.0, 1.5, 0.0), 0.0, -0.3)
+    with pytest.raises(ValueError, match="boxed_in_m2"):
+        ExplorerConfig(boxed_in_m2=-1.0)
