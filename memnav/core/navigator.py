@@ -149,6 +149,10 @@ class NavigatorConfig:
             (0 = off).
         candidate_colour_min_score: see candidate_colour_fit (0-1).
         candidate_stop_similarity: embedding cosine similarity to the goal that confirms a candidate on arrival.
+        corroborated_stop_similarity: a lower similarity that confirms a candidate when an RGB-D goal estimate
+            (`localize`, at least localize_min_inliers agreeing matches) lies within corroborate_radius_m of
+            where the robot stands: two independent cues put the goal here (0 = off).
+        corroborate_radius_m: see corroborated_stop_similarity, meters.
         candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
         colour_weight: candidates are taken in the order of scan-match score + colour_weight x colour fit (the
             goal scan's colours against the map's surface colours at the candidate pose,
@@ -212,6 +216,8 @@ class NavigatorConfig:
     candidate_colour_fit: float = 0.0
     candidate_colour_min_score: float = 0.7
     candidate_stop_similarity: float = 0.8
+    corroborated_stop_similarity: float = 0.0
+    corroborate_radius_m: float = 0.5
     candidate_pool: int = 4
     colour_weight: float = 0.0
     candidate_min_colour: float = 0.0
@@ -237,6 +243,7 @@ class NavigatorConfig:
             raise ValueError(f"NavigatorConfig.candidate_pool must be an integer >= 1, got {self.candidate_pool!r}")
         for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0), ("candidate_near_m", math.inf),
                           ("candidate_near_min_score", 1.0), ("colour_weight", math.inf),
+                          ("corroborated_stop_similarity", 1.0), ("corroborate_radius_m", math.inf),
                           ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
                           ("candidate_colour_min_score", 1.0)):
             value = getattr(self, name)
@@ -738,10 +745,18 @@ class Navigator:
             self._spin[0] -= 1
             return Action.TURN_LEFT
         self._spin[0] = -1                      # spin done: from now on only face the best heading
-        if self._spin[1] < self.cfg.candidate_stop_similarity:
+        if self._spin[1] < self.cfg.candidate_stop_similarity and not self._corroborated(pose, self._spin[1]):
             return None
         turn = face(pose, self._spin[2], self.cfg.heading_tolerance_rad)
         return turn if turn is not None else Action.STOP
+
+    def _corroborated(self, pose: Pose2D, similarity: float) -> bool:
+        """Whether a look-around's best similarity, below candidate_stop_similarity, still confirms the spot: at
+        least corroborated_stop_similarity with an RGB-D goal estimate near `pose` (map frame)."""
+        cfg, goal = self.cfg, self.goal_estimate
+        return (cfg.corroborated_stop_similarity > 0 and similarity >= cfg.corroborated_stop_similarity
+                and goal is not None and self._goal_support >= cfg.localize_min_inliers
+                and math.hypot(goal.x_m - pose.x_m, goal.y_m - pose.y_m) <= cfg.corroborate_radius_m)
 
     def _approach_move(self, pose: Pose2D) -> Action | None:
         """Drive to the localized goal and judge it as a candidate (look around, STOP facing the best view if

@@ -16,6 +16,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CANDIDATE_POOL,
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
+    EXPLORING_CORROBORATED_SIMILARITY,
 )
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
@@ -71,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-homing", action="store_true",
                         help="memnav agents: leave every move to the policy (no scene-graph homing to a "
                              "remembered place that matches the goal photo)")
+    parser.add_argument("--explore-homing", action="store_true",
+                        help="memnav agents that explore: home over the scene graph too (off by default: the "
+                             "occupancy map's goal candidates find remembered goals, and homing drove to "
+                             "look-alike places first; README \"Homing\")")
     parser.add_argument("--candidate-prior", action="store_true",
                         help=f"memnav agents: of the {EXPLORING_CANDIDATE_POOL} best scan-matched goal candidates "
                              "visit first the one whose "
@@ -101,6 +106,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{NavigatorConfig.candidate_colour_min_score} instead of "
                              f"{NavigatorConfig.candidate_min_score}; 0 = off "
                              "(NavigatorConfig.candidate_colour_fit; default: %(default)s)")
+    parser.add_argument("--corroborated-similarity", type=float, default=EXPLORING_CORROBORATED_SIMILARITY,
+                        metavar="S",
+                        help="memnav agents that explore: a look-around at a candidate or goal estimate whose best "
+                             f"similarity to the goal photo is at least S (below the "
+                             f"{NavigatorConfig.candidate_stop_similarity} that confirms a spot alone) confirms "
+                             "it when an RGB-D goal estimate lies within "
+                             f"{NavigatorConfig.corroborate_radius_m} m; 0 = off "
+                             "(NavigatorConfig.corroborated_stop_similarity; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -217,12 +230,14 @@ def run(args: argparse.Namespace) -> int:
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           homing=not args.no_homing, explore=not args.no_explore,
+                                          explore_homing=args.explore_homing,
                                           max_steps=args.max_steps, candidate_prior=args.candidate_prior,
                                           homing_via_map=args.homing_via_map,
                                           candidate_near_m=args.candidate_near_m,
                                           colour_weight=args.colour_weight,
                                           candidate_min_colour=args.candidate_min_colour,
-                                          candidate_colour_fit=args.candidate_colour_fit)
+                                          candidate_colour_fit=args.candidate_colour_fit,
+                                          corroborated_similarity=args.corroborated_similarity)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

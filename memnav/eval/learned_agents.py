@@ -27,6 +27,8 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CANDIDATE_POOL,
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
+    EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_HOMING,
     EXPLORING_SEARCH_VALUE,
     EXPLORING_STOP_APPROACH_MIN_INLIERS,
     EXPLORING_SWEEP_SPACING_M,
@@ -59,7 +61,11 @@ class LearnedAgentOptions:
         lifelong_dir: lifelong mode: one memory database per house here (None = fresh memory per episode).
         seed: sampling seed (used only when not greedy).
         homing: memnav agents follow the scene graph to a remembered place matching the goal photo
-            (NavigatorConfig.homing); False leaves every move to the policy.
+            (NavigatorConfig.homing); False leaves every move to the policy. Agents that explore home only with
+            explore_homing or homing_via_map.
+        explore_homing: exploring agents home too (EXPLORING_HOMING, off).
+        corroborated_similarity: exploring agents accept a look-around at this similarity when an RGB-D goal
+            estimate lies near (NavigatorConfig.corroborated_stop_similarity; 0 = off).
         explore: memnav agents explore frontiers of their own occupancy map and drive to a goal localized
             from RGB-D matches (NavigatorConfig.explore / localize); False leaves the search to the policy.
         collision_fraction: a forward move shorter than this fraction of 0.25 m counts as blocked
@@ -89,6 +95,7 @@ class LearnedAgentOptions:
     lifelong_dir: Path | None = None
     seed: int = 0
     homing: bool = True
+    explore_homing: bool = EXPLORING_HOMING
     explore: bool = True
     collision_fraction: float = 0.9
     max_steps: int = 500
@@ -98,6 +105,7 @@ class LearnedAgentOptions:
     colour_weight: float = EXPLORING_COLOUR_WEIGHT
     candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
+    corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
 
 
 class LearnedAgent:
@@ -122,7 +130,8 @@ class LearnedAgent:
         graph = kind is MemoryKind.SCENE_GRAPH
         explore = graph and opts.explore
         colour = opts.colour_weight > 0 or opts.candidate_min_colour > 0
-        cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True, homing=graph and opts.homing,
+        cfg = NavigatorConfig(memory=kind.value, stop_rule=stop_rule, greedy=True, homing=graph and opts.homing
+                              and (not explore or opts.explore_homing or opts.homing_via_map),
                               explore=explore, localize=explore, scan_match=explore,
                               persistent_map=explore and opts.lifelong_dir is not None,
                               collision_fraction=opts.collision_fraction,
@@ -135,6 +144,7 @@ class LearnedAgent:
                               colour_weight=opts.colour_weight if explore else 0.0,
                               candidate_min_colour=opts.candidate_min_colour if explore else 0.0,
                               candidate_colour_fit=opts.candidate_colour_fit if explore else 0.0,
+                              corroborated_stop_similarity=opts.corroborated_similarity if explore else 0.0,
                               homing_via_map=opts.homing_via_map,
                               candidate_near_m=opts.candidate_near_m if explore else 0.0,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)

@@ -39,6 +39,8 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CANDIDATE_MIN_COLOUR,
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_COLOUR_WEIGHT,
+    EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_HOMING,
 )
 
 
@@ -74,6 +76,8 @@ class PolicyNodeConfig:
             several nodes on few cores each spinning a thread per core were measured 50x slower.
         candidate_prior: exploring agents visit first the scan-matched candidate the long-term memory saw as
             most like the goal photo (`memnav eval --candidate-prior`; off, as measured in README).
+        explore_homing: exploring agents also home over the scene graph to a remembered place that matches the
+            goal photo (`memnav eval --explore-homing`; off, as measured in README).
         homing_via_map: exploring agents reach a remembered matching place over the occupancy map
             (`memnav eval --homing-via-map`; off, as measured in README).
         candidate_near_m: exploring agents judge a scan-matched goal candidate this close (straight line,
@@ -84,6 +88,8 @@ class PolicyNodeConfig:
             (`memnav eval --candidate-min-colour`; 0 = off).
         candidate_colour_fit: while exploring, exploring agents judge a candidate with at least this colour fit
             already at a moderate scan score (`memnav eval --candidate-colour-fit`; 0 = off).
+        corroborated_similarity: exploring agents accept a look-around at this similarity to the goal photo when
+            an RGB-D goal estimate lies within 0.5 m (`memnav eval --corroborated-similarity`; 0 = off).
         min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
             matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
             volatile actions published before a subscriber is matched never reach it; 0 = do not wait).
@@ -109,11 +115,13 @@ class PolicyNodeConfig:
     collision_fraction: float = 0.9
     max_steps: int = 500
     candidate_prior: bool = False
+    explore_homing: bool = EXPLORING_HOMING
     homing_via_map: bool = False
     candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
     colour_weight: float = EXPLORING_COLOUR_WEIGHT
     candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
+    corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
@@ -178,9 +186,11 @@ def build(node) -> Callable[[], None]:
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
                                max_steps=cfg.max_steps, candidate_prior=cfg.candidate_prior,
-                               homing_via_map=cfg.homing_via_map, candidate_near_m=cfg.candidate_near_m,
+                               explore_homing=cfg.explore_homing, homing_via_map=cfg.homing_via_map,
+                               candidate_near_m=cfg.candidate_near_m,
                                colour_weight=cfg.colour_weight, candidate_min_colour=cfg.candidate_min_colour,
-                               candidate_colour_fit=cfg.candidate_colour_fit)
+                               candidate_colour_fit=cfg.candidate_colour_fit,
+                               corroborated_similarity=cfg.corroborated_similarity)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

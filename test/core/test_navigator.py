@@ -244,9 +244,9 @@ def test_with_a_map_homing_drives_around_the_wall_a_graph_edge_crosses(encoder, 
     assert "homing" in modes[:20] and "explore" not in modes and "policy" not in modes
 
 
-def _approach_setup(encoder, two_room_scene, min_inliers: int):
-    """A robot whose stop rule always wants to stop, 1.5 m short of where the goal photo was taken, with a
-    well-supported goal estimate there (as RGB-D localization would give it)."""
+def _approach_setup(encoder, two_room_scene, min_inliers: int, stop_rule_stops: bool = True, **cfg_kw):
+    """A robot whose stop rule always (or never) wants to stop, 1.5 m short of where the goal photo was taken,
+    with a well-supported goal estimate there (as RGB-D localization would give it)."""
     from memnav.sim.base import SimConfig
     from memnav.sim.embedded import EmbeddedSimulator
 
@@ -260,9 +260,10 @@ def _approach_setup(encoder, two_room_scene, min_inliers: int):
     goal_pose = obs.pose.relative_to(first.pose)
     assert goal_pose.x_m == pytest.approx(1.5, abs=0.05)
     cfg = NavigatorConfig(memory=MemoryKind.NONE.value, explore=True, localize=False,
-                          stop_approach_min_inliers=min_inliers)
-    always = GoalBeliefCalibrator(np.array([0.0, 0.0, 10.0]), ("similarity", "verification"))
-    nav = Navigator(encoder, always, cfg, policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
+                          stop_approach_min_inliers=min_inliers, **cfg_kw)
+    bias = 10.0 if stop_rule_stops else -10.0
+    calibrator = GoalBeliefCalibrator(np.array([0.0, 0.0, bias]), ("similarity", "verification"))
+    nav = Navigator(encoder, calibrator, cfg, policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
     nav.reset(obs.rgb, obs.depth)
     sim.set_agent_pose(start, 0.0)
     nav.goal_estimate, nav._goal_support = goal_pose, 20
@@ -290,6 +291,30 @@ def test_without_stop_approach_or_with_too_little_support_the_stop_rule_stops_at
         action, _, _ = nav.act(obs.rgb, obs.depth, obs.pose, 1)
         assert action == Action.STOP and nav.mode == "stop"
         sim.close()
+
+
+def test_a_localized_goal_corroborates_a_look_around_below_the_candidate_similarity(encoder, two_room_scene):
+    """The stop rule never stops; the look-around at the goal estimate cannot reach a similarity of 1.0. With
+    corroborated_stop_similarity the estimate there confirms a lower one: STOP; without, the spot is rejected."""
+    for corroborate in (0.5, 0.0):
+        sim, nav, obs = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
+                                        candidate_stop_similarity=1.0, corroborated_stop_similarity=corroborate)
+        modes = []
+        for t in range(1, 60):
+            action, inp, _ = nav.act(obs.rgb, obs.depth, obs.pose, t)
+            modes.append(nav.mode)
+            if action == Action.STOP or (modes[-1] != "approach" and "approach" in modes):
+                break
+            obs = sim.step(action)
+        here = obs.pose.relative_to(sim.render_at(np.array([2.5, 0.0, 3.5]), 0.0).pose)
+        assert math.hypot(here.x_m - 1.5, here.y_m) < 0.5 and modes.count("approach") >= 11   # there, looked around
+        if corroborate:
+            assert action == Action.STOP and nav.mode == "approach" and 0.5 <= inp.similarity < 1.0
+        else:
+            assert action != Action.STOP and nav.goal_estimate is None    # rejected and forgotten
+        sim.close()
+    with pytest.raises(ValueError, match="corroborated_stop_similarity"):
+        NavigatorConfig(corroborated_stop_similarity=1.5)
 
 
 def _search_two_rooms(encoder, two_room_scene, max_actions: int = 700, **cfg):

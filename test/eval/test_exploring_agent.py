@@ -10,6 +10,8 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
+    EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_HOMING,
 )
 from memnav.eval.learned_agents import LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
@@ -65,7 +67,11 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
     ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
     blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False))
     grey = LearnedAgent("memnav", LearnedAgentOptions(colour_weight=0.0, candidate_min_colour=0.0))
+    homer = LearnedAgent("memnav", LearnedAgentOptions(explore_homing=True))
     try:
+        # exploring agents home over the scene graph only when asked to; without a map homing stays on
+        assert not plain.navigator.cfg.homing and not EXPLORING_HOMING
+        assert homer.navigator.cfg.homing and ranked.navigator.cfg.homing and blind.navigator.cfg.homing
         assert plain.navigator.cfg.candidate_pool == EXPLORING_COLOUR_POOL and not plain.navigator.cfg.candidate_prior
         assert plain.navigator.cfg.colour_weight == EXPLORING_COLOUR_WEIGHT > 0
         assert plain.navigator.cfg.candidate_min_colour == EXPLORING_CANDIDATE_MIN_COLOUR > 0
@@ -78,9 +84,11 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert blind.navigator.cfg.candidate_near_m == 0.0
         assert blind.navigator.cfg.colour_weight == blind.navigator.cfg.candidate_min_colour == 0.0
         assert blind.navigator.cfg.candidate_colour_fit == 0.0
+        assert plain.navigator.cfg.corroborated_stop_similarity == EXPLORING_CORROBORATED_SIMILARITY > 0
+        assert blind.navigator.cfg.corroborated_stop_similarity == 0.0
         assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
     finally:
-        for agent in (plain, ranked, blind, grey):
+        for agent in (plain, ranked, blind, grey, homer):
             agent.close()
 
 

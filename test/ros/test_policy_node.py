@@ -43,6 +43,8 @@ def test_policy_node_defaults_are_the_eval_agents_defaults():
                                                                           agent.homing_via_map, agent.max_steps)
     assert (node.colour_weight, node.candidate_min_colour) == (agent.colour_weight, agent.candidate_min_colour)
     assert node.candidate_colour_fit == agent.candidate_colour_fit
+    assert node.explore_homing == agent.explore_homing
+    assert node.corroborated_similarity == agent.corroborated_similarity
 
 
 def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
