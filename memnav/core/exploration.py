@@ -10,7 +10,9 @@ free hits (so a wall seen once stays a wall, and a glimpse of noise is outvoted)
 `Explorer` picks moves from that map: towards the nearest reachable *frontier* (a traversable cell next
 to unknown space, in clusters of at least `min_frontier_cells`), committing to a frontier until it is
 reached, seen or found unreachable, or towards a given target point (the goal once it has been
-localized). Geodesic distances come from the fast marching method on the traversable cells; paths are
+localized). A robot walled in on its map (less than `boxed_in_m2` reachable: a niche with a narrow way out, a
+corridor a bump's marks sealed) plans with its radius alone, through cells with one bump's marks at most, until
+out. Geodesic distances come from the fast marching method on the traversable cells; paths are
 steepest descent on that field, string-pulled, and the robot turns towards the first visible waypoint
 and moves forward when roughly facing it. Nothing here reads the simulator: only depth, odometry and
 the outcome of the robot's own moves (a forward move that fell short adds obstacle evidence to the cells ahead).
