@@ -34,8 +34,8 @@ goal photo comes first: the best similarity among places within `prior_radius_m`
 robot drives there and turns a full circle (turns add no path length, and the scan's heading can be off by
 half a turn): it faces the view most similar to the goal photo and stops when the stop rule agrees or that
 similarity is at least `candidate_stop_similarity` (or `corroborated_stop_similarity` with an RGB-D goal
-estimate within `corroborate_radius_m`), else it rejects the candidate and goes on (mode "candidate"). An exploring episode starts with the same full turn in place (mode "look"). When the stop rule
-wants to stop but the goal scan fits the map clearly better within `refine_radius_m`, that pose becomes the
+estimate within `corroborate_radius_m`), else it rejects the candidate and goes on (mode "candidate"). An
+exploring episode starts with the same full turn in place (mode "look"). When the stop rule wants to stop but the goal scan fits the map clearly better within `refine_radius_m`, that pose becomes the
 candidate instead; likewise, with `stop_approach_min_inliers`, when an RGB-D goal estimate with that much
 support lies farther than `stop_approach_min_m`. When nothing is left to explore or check, the robot first
 stands at positions at least `sweep_spacing_m` from everywhere it has been and judges each like a candidate
