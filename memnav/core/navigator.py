@@ -23,26 +23,27 @@ episode (off by default: on lifelong val runs it found more goals but cost SPL, 
 With `explore` on (the memnav agents), the robot also keeps its own occupancy map from depth and odometry
 (`memnav.core.exploration`) and, when no remembered place matches, drives to the nearest unexplored frontier
 instead of leaving the search to the policy; the policy drives when nothing is left to explore. With
-`localize` on and a goal depth image, every step that runs geometric verification also tries to place the
-goal camera metrically (`memnav.core.goal_localization`: RGB-D matches, planar RANSAC); once it succeeds,
-the robot drives to that pose on its map and judges it as a candidate (below; mode "approach"). With
-`scan_match` on, the goal's depth is also matched as a 2D scan against that map (`memnav.core.scan_match`)
-every `match_every_steps` steps: a pose where it fits well (score at least `candidate_min_score`, or any fit
-once nothing is reachable to explore from where the robot is) becomes a candidate (with `candidate_prior`,
-of the `candidate_pool` best fits the one whose surroundings the long-term memory remembers as most like the
-goal photo comes first: the best similarity among places within `prior_radius_m` that faced its way); the
-robot drives there and turns a full circle (turns add no path length, and the scan's heading can be off by
-half a turn): it faces the view most similar to the goal photo and stops when the stop rule agrees or that
-similarity is at least `candidate_stop_similarity` (or `corroborated_stop_similarity` with an RGB-D goal
-estimate within `corroborate_radius_m`), else it rejects the candidate and goes on (mode "candidate"). An
-exploring episode starts with the same full turn in place (mode "look"). When the stop rule wants to stop but the goal scan fits the map clearly better within `refine_radius_m`, that pose becomes the
-candidate instead; likewise, with `stop_approach_min_inliers`, when an RGB-D goal estimate with that much
-support lies farther than `stop_approach_min_m`. When nothing is left to explore or check, the robot first
-stands at positions at least `sweep_spacing_m` from everywhere it has been and judges each like a candidate
-(mode "sweep": a place seen from afar was not seen from where it stands), then returns to the episode's view
-most similar to the goal photo and stops there (mode "best_view").
-With `persistent_map` the occupancy map is kept across episodes in the odometry frame (lifelong visits).
-Priority: stop rule > approach > homing > look > candidate > explore > sweep > best view > policy.
+`localize` on and a goal depth image, every step that runs geometric verification also tries to place the goal
+camera metrically (`memnav.core.goal_localization`: RGB-D matches, planar RANSAC); once it succeeds, the robot
+drives to that pose on its map and judges it as a candidate (below; mode "approach"). With `scan_match` on,
+the goal's depth is also matched as a 2D scan against that map (`memnav.core.scan_match`) every
+`match_every_steps` steps: a pose where it fits well (score at least `candidate_min_score`, or any fit once
+nothing is reachable to explore from where the robot is) becomes a candidate (with `candidate_prior`, of the
+`candidate_pool` best fits the one whose surroundings the long-term memory remembers as most like the goal
+photo comes first: the best similarity among places within `prior_radius_m` that faced its way); the robot
+drives there and turns a full circle (turns add no path length, and the scan's heading can be off by half a
+turn): it faces the view most similar to the goal photo and stops when the stop rule agrees or that similarity
+is at least `candidate_stop_similarity` (or `corroborated_stop_similarity` with an RGB-D goal estimate within
+`corroborate_radius_m`), else it rejects the candidate and goes on (mode "candidate"). An exploring episode
+starts with the same full turn in place (mode "look"). When the stop rule wants to stop but the goal scan fits
+the map clearly better within `refine_radius_m`, that pose becomes the candidate instead; likewise, with
+`stop_approach_min_inliers`, when an RGB-D goal estimate with that much support lies farther than
+`stop_approach_min_m`. When nothing is left to explore or check, the robot first stands at positions at least
+`sweep_spacing_m` from everywhere it has been and judges each like a candidate (mode "sweep": a place seen
+from afar was not seen from where it stands), then returns to the episode's view most similar to the goal
+photo and stops there (mode "best_view"). With `persistent_map` the occupancy map is kept across episodes in
+the odometry frame (lifelong visits). Priority: stop rule > approach > homing > look > candidate > explore >
+sweep > best view > policy.
 
 The stop controller reads a calibrated belief from the cosine similarity of the current and goal
 embeddings and a geometric verification score (ORB + RANSAC, computed when the similarity makes a stop
