@@ -19,6 +19,7 @@ import numpy as np
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
+from memnav.threads import blas_threads, set_inference_threads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,20 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     parser.add_argument("--prefill", type=int, default=2000, metavar="N",
                         help="places loaded into the long-term memory before timing (0 = start empty)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads of torch and of numpy's BLAS (memnav.threads)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
 
 
 def run(args: argparse.Namespace) -> dict:
-    import torch
-
     from memnav.sim.embedded import EmbeddedSimulator
     from memnav.sim.env import ImageNavEnv
     from memnav.sim.episodes import load_episodes
 
     if args.steps <= 0:
         raise ValueError(f"--steps must be positive, got {args.steps}")
-    torch.set_num_threads(args.threads)
+    set_inference_threads(args.threads)
     episodes = load_episodes(args.data, "test")
     agent = LearnedAgent(args.agent, LearnedAgentOptions(policy_dir=args.policy_dir))
     rng = np.random.default_rng(args.seed)
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> dict:
         "step_ms_mean": float(timed.mean()),
         "prefill_places": args.prefill if memory is not None else 0,
         "threads": args.threads,
+        "blas_threads": blas_threads(),  # None where numpy's BLAS is not an OpenBLAS memnav.threads can reach
     }
     print(f"{args.agent}: step p50 {result['step_ms_p50']:.2f} ms, p99 {result['step_ms_p99']:.2f} ms",
           file=sys.stderr)

@@ -43,8 +43,8 @@ class EncoderNodeConfig:
         queue_size: unpaired frames kept per stream while waiting for a partner.
         goal_depth_wait_s: how long a new goal image waits for /memnav/goal_depth of the same stamp before it is
             encoded without depth (a goal photo from a user has none), seconds (wall clock).
-        torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
-            several nodes on few cores each spinning a thread per core were measured 50x slower.
+        torch_threads: CPU threads of this process's torch and numpy BLAS (0 = their defaults, one per core). 1 by
+            default: several nodes on few cores each spinning a thread per core were measured 50x slower.
     """
 
     checkpoint: str = "models/encoder.pt"
@@ -86,9 +86,9 @@ def build(node) -> Callable[[], None]:
 
     cfg = declare_dataclass(node, EncoderNodeConfig)
     if cfg.torch_threads > 0:
-        import torch
+        from memnav.threads import set_inference_threads
 
-        torch.set_num_threads(cfg.torch_threads)
+        set_inference_threads(cfg.torch_threads)
     checkpoint = resolve_model_path(cfg.checkpoint, "checkpoint")
     encoder = Encoder.from_checkpoint(checkpoint)
     needs_depth = encoder.cfg.use_depth

@@ -72,8 +72,8 @@ class PolicyNodeConfig:
         max_steps: the episode's step limit in actions (the sim bridge's sim.max_episode_steps; 0 = none): an
             exploring agent stops searching and heads for its best view 50 actions before it
             (memnav.eval.exploring_defaults.EXPLORING_BEST_VIEW_RESERVE).
-        torch_threads: torch CPU threads of this process (0 = torch's default, one per core). 1 by default:
-            several nodes on few cores each spinning a thread per core were measured 50x slower.
+        torch_threads: CPU threads of this process's torch and numpy BLAS (0 = their defaults, one per core). 1 by
+            default: several nodes on few cores each spinning a thread per core were measured 50x slower.
         candidate_prior: exploring agents visit first the scan-matched candidate the long-term memory saw as
             most like the goal photo (`memnav eval --candidate-prior`; off, as measured in README).
         explore_homing: exploring agents also home over the scene graph to a remembered place that matches the
@@ -177,9 +177,9 @@ def build(node) -> Callable[[], None]:
 
     cfg = declare_dataclass(node, PolicyNodeConfig)
     if cfg.torch_threads > 0:
-        import torch
+        from memnav.threads import set_inference_threads
 
-        torch.set_num_threads(cfg.torch_threads)
+        set_inference_threads(cfg.torch_threads)
     opts = LearnedAgentOptions(policy_dir=Path(cfg.policy_dir or MODELS),
                                encoder_checkpoint=Path(cfg.encoder_checkpoint or MODELS / "encoder.pt"),
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),

@@ -99,6 +99,7 @@ def test_bench_agent_keys(setup, tmp_path):
                  "--prefill", "200", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["steps"] == 15 and 0 < res["step_ms_p50"] <= res["step_ms_p99"]
+    assert res["threads"] == 1 and res["blas_threads"] in (None, 1)
 
 
 def test_lifelong_spl_by_visit_and_spread():
