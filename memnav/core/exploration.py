@@ -539,11 +539,14 @@ class Explorer:
             self._frontier = None
         return plan
 
-    def unvisited_point(self, pose: Pose2D, visited_xy: np.ndarray,
-                        min_distance_m: float) -> tuple[float, float] | None:
+    def unvisited_point(self, pose: Pose2D, visited_xy: np.ndarray, min_distance_m: float, *,
+                        bonus: np.ndarray | None = None, bonus_radius_m: float = 1.0) -> tuple[float, float] | None:
         """The reachable map position nearest to drive to that lies at least `min_distance_m` from every visited
         position (an (N, 2) array, meters), or None when there is none: where to stand next once everything
-        has been seen but the goal not found, since a place seen from afar was not seen from where it stands."""
+        has been seen but the goal not found, since a place seen from afar was not seen from where it stands.
+
+        `bonus`, an (M, 3) array of map x, y and meters, makes a position within `bonus_radius_m` of such a
+        point that many meters nearer (the largest bonus within reach counts): a prior on where to look first."""
         from scipy import ndimage
 
         fields = self._fields(pose)
@@ -564,7 +567,13 @@ class Explorer:
         if not far.any():
             return None
         rows, cols = np.nonzero(far)
-        i = int(np.argmin(field[rows, cols]))
+        cost = field[rows, cols]
+        if bonus is not None and len(bonus):
+            xs, ys = cell_centers(m.window_origin(win), rows, cols, cell)
+            b = np.asarray(bonus, dtype=np.float64).reshape(-1, 3)
+            near = np.hypot(xs[:, None] - b[None, :, 0], ys[:, None] - b[None, :, 1]) <= bonus_radius_m
+            cost = cost - np.where(near, b[None, :, 2], 0.0).max(axis=1)
+        i = int(np.argmin(cost))
         x, y = cell_centers(m.window_origin(win), rows[i], cols[i], cell)
         return float(x), float(y)
 

@@ -161,6 +161,9 @@ class NavigatorConfig:
             which tells apart rooms of the same shape. 0 = the scan-match score alone.
         candidate_min_colour: a candidate whose colour fit is below this is not visited (candidates where the
             map holds too few colours to compare are kept); 0 = off.
+        candidate_distance_weight: with colour ordering, each candidate's rank also loses this much per meter
+            between it and the robot (straight line), so that of two equally good fits the nearer is judged
+            first; 0 = distance does not count.
         colour_sigma: colour-difference scale of the colour fit (RGB in 0-1).
         candidate_prior: visit the candidate whose surroundings the long-term memory remembers as most like the
             goal photo first (scene_graph memory): the best embedding similarity to the goal among remembered
@@ -180,6 +183,14 @@ class NavigatorConfig:
             reachable positions at least this far from everywhere it has been, nearest first, and judges each
             like a candidate (look around; mode "sweep") before falling back to the best view (0 turns this
             off), meters.
+        sweep_prior_weight: in a known house, which sweep position comes first: each is ranked by its path
+            distance minus this many meters per unit of goal similarity above sweep_prior_floor of the most
+            goal-like remembered place within sweep_prior_radius_m (the sweep_prior_k places the long-term
+            memory retrieves for the goal photo). 0 = nearest first. Places this episode saw lie on its path,
+            which the sweep avoids anyway, so a first visit sweeps nearest first whatever the weight.
+        sweep_prior_floor: see sweep_prior_weight (similarity scale, -1 to 1).
+        sweep_prior_radius_m: see sweep_prior_weight, meters.
+        sweep_prior_k: see sweep_prior_weight.
         best_view_after_steps: from this many actions into an episode, the robot stops searching (candidates,
             exploration, sweep) and goes to the best view, so that it stops somewhere before an episode's
             step limit instead of being cut off mid-search (0 turns this off).
@@ -222,6 +233,7 @@ class NavigatorConfig:
     candidate_pool: int = 4
     colour_weight: float = 0.0
     candidate_min_colour: float = 0.0
+    candidate_distance_weight: float = 0.0
     colour_sigma: float = 0.1
     candidate_prior: bool = False
     prior_radius_m: float = 1.0
@@ -232,6 +244,10 @@ class NavigatorConfig:
     stop_approach_min_inliers: int = 0
     stop_approach_min_m: float = 0.6
     sweep_spacing_m: float = 0.0
+    sweep_prior_weight: float = 0.0
+    sweep_prior_floor: float = 0.5
+    sweep_prior_radius_m: float = 1.0
+    sweep_prior_k: int = 64
     best_view_after_steps: int = 0
 
     def __post_init__(self) -> None:
@@ -240,16 +256,21 @@ class NavigatorConfig:
                 or self.verify_every_steps < 0:
             raise ValueError(f"NavigatorConfig.verify_every_steps must be an integer >= 0, got "
                              f"{self.verify_every_steps!r}")
-        if isinstance(self.candidate_pool, bool) or not isinstance(self.candidate_pool, int) or self.candidate_pool < 1:
-            raise ValueError(f"NavigatorConfig.candidate_pool must be an integer >= 1, got {self.candidate_pool!r}")
+        for name in ("candidate_pool", "sweep_prior_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"NavigatorConfig.{name} must be an integer >= 1, got {value!r}")
         for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0), ("candidate_near_m", math.inf),
                           ("candidate_near_min_score", 1.0), ("colour_weight", math.inf),
                           ("corroborated_stop_similarity", 1.0), ("corroborate_radius_m", math.inf),
                           ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
-                          ("candidate_colour_min_score", 1.0)):
+                          ("candidate_colour_min_score", 1.0), ("sweep_prior_weight", math.inf),
+                          ("sweep_prior_radius_m", math.inf), ("candidate_distance_weight", math.inf)):
             value = getattr(self, name)
             if not 0.0 <= value <= top:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
+        if not -1.0 <= self.sweep_prior_floor <= 1.0:
+            raise ValueError(f"NavigatorConfig.sweep_prior_floor must be in [-1, 1], got {self.sweep_prior_floor!r}")
         if not (math.isfinite(self.colour_sigma) and self.colour_sigma > 0):
             raise ValueError(f"NavigatorConfig.colour_sigma must be a positive number, got {self.colour_sigma!r}")
         if self.stop_rule not in ("voi", "fixed"):
@@ -661,7 +682,7 @@ class Navigator:
             fits = (self.explorer.colour_fits(self._scan, [c.pose for c in cands], cfg.colour_sigma)
                     if order or cfg.candidate_colour_fit > 0 else [None] * len(cands))
             rated = [(c, f) for c, f in zip(cands, fits) if self._candidate_worth(c, pose, f)]
-            pool = self._colour_order(rated) if order else [c for c, _ in rated]
+            pool = self._colour_order(rated, pose) if order else [c for c, _ in rated]
             if pool:
                 self._candidate = (max(pool, key=lambda c: (self._view_prior(c.pose), c.score))
                                    if self.cfg.candidate_prior else pool[0])
@@ -686,11 +707,18 @@ class Navigator:
         self._cand_kind = "candidate"
         return None
 
-    def _colour_order(self, rated: list[tuple[Candidate, float | None]]) -> list[Candidate]:
+    def _colour_order(self, rated: list[tuple[Candidate, float | None]], pose: Pose2D | None = None) -> list[Candidate]:
         """Of (candidate, colour fit) pairs, the candidates whose colours do not contradict the goal's, best
-        score + colour_weight x fit first."""
-        keep = [(c.score + self.cfg.colour_weight * (f if f is not None else 0.0), c) for c, f in rated
-                if f is None or f >= self.cfg.candidate_min_colour]
+        score + colour_weight x fit - candidate_distance_weight x distance from `pose` first."""
+        cfg = self.cfg
+
+        def away(c: Candidate) -> float:
+            if pose is None or cfg.candidate_distance_weight <= 0:
+                return 0.0
+            return cfg.candidate_distance_weight * math.hypot(c.pose.x_m - pose.x_m, c.pose.y_m - pose.y_m)
+
+        keep = [(c.score + cfg.colour_weight * (f if f is not None else 0.0) - away(c), c) for c, f in rated
+                if f is None or f >= cfg.candidate_min_colour]
         return [c for _, c in sorted(keep, key=lambda kc: -kc[0])]
 
     def _candidate_worth(self, cand: Candidate, pose: Pose2D, colour_fit: float | None = None) -> bool:
@@ -723,9 +751,11 @@ class Navigator:
         path), look around and judge it as a candidate; None when no such position is left."""
         if self.cfg.sweep_spacing_m <= 0:
             return None
+        bonus = self._sweep_bonus(pose)
         for _ in range(3):    # a position that cannot be reached is rejected (and then avoided): try another
             been = np.array(self._visited + [(r.x_m, r.y_m) for r in self._rejected])
-            spot = self.explorer.unvisited_point(pose, been, self.cfg.sweep_spacing_m)
+            spot = self.explorer.unvisited_point(pose, been, self.cfg.sweep_spacing_m, bonus=bonus,
+                                                 bonus_radius_m=self.cfg.sweep_prior_radius_m)
             if spot is None:
                 return None
             self._candidate, self._cand_kind = Candidate(Pose2D(spot[0], spot[1], 0.0), 0.0), "sweep"
@@ -733,6 +763,22 @@ class Navigator:
             if move is not None:
                 return move
         return None
+
+    def _sweep_bonus(self, pose: Pose2D) -> np.ndarray | None:
+        """(N, 3) map-frame x, y and bonus in meters of the remembered places that look like the goal (see
+        NavigatorConfig.sweep_prior_weight), or None."""
+        cfg = self.cfg
+        if cfg.sweep_prior_weight <= 0 or self.memory is None or self.goal is None:
+            return None
+        odom = pose if self._anchor is None else self._anchor.compose(pose)
+        robot_mem = self.memory.to_memory_frame(odom)
+        rows = []
+        for hit in self.memory.retrieve(self.goal, k=cfg.sweep_prior_k):    # best first
+            if hit.similarity <= cfg.sweep_prior_floor:
+                break
+            spot = pose.compose(hit.pose.relative_to(robot_mem))
+            rows.append((spot.x_m, spot.y_m, cfg.sweep_prior_weight * (hit.similarity - cfg.sweep_prior_floor)))
+        return np.array(rows, dtype=np.float64) if rows else None
 
     def _look_around(self, pose: Pose2D) -> Action | None:
         """At a candidate: turn a full circle (no path length) noting the view most similar to the goal; then

@@ -17,6 +17,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
@@ -114,6 +115,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it when an RGB-D goal estimate lies within "
                              f"{NavigatorConfig.corroborate_radius_m} m; 0 = off "
                              "(NavigatorConfig.corroborated_stop_similarity; default: %(default)s)")
+    parser.add_argument("--sweep-prior-weight", type=float, default=EXPLORING_SWEEP_PRIOR_WEIGHT, metavar="M",
+                        help="memnav agents that explore, in a known house (--lifelong): once nothing is left to "
+                             "explore or match, sweep first the positions within "
+                             f"{NavigatorConfig.sweep_prior_radius_m} m of remembered places that look like the "
+                             f"goal photo, M meters nearer per unit of similarity above "
+                             f"{NavigatorConfig.sweep_prior_floor}; 0 = nearest first "
+                             "(NavigatorConfig.sweep_prior_weight; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -237,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
                                           colour_weight=args.colour_weight,
                                           candidate_min_colour=args.candidate_min_colour,
                                           candidate_colour_fit=args.candidate_colour_fit,
-                                          corroborated_similarity=args.corroborated_similarity)
+                                          corroborated_similarity=args.corroborated_similarity,
+                                          sweep_prior_weight=args.sweep_prior_weight)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

@@ -31,6 +31,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_HOMING,
     EXPLORING_SEARCH_VALUE,
     EXPLORING_STOP_APPROACH_MIN_INLIERS,
+    EXPLORING_SWEEP_PRIOR_WEIGHT,
     EXPLORING_SWEEP_SPACING_M,
     EXPLORING_VERIFY_EVERY_STEPS,
 )
@@ -66,6 +67,8 @@ class LearnedAgentOptions:
         explore_homing: exploring agents home too (EXPLORING_HOMING, off).
         corroborated_similarity: exploring agents accept a look-around at this similarity when an RGB-D goal
             estimate lies near (NavigatorConfig.corroborated_stop_similarity; 0 = off).
+        sweep_prior_weight: exploring agents sweep first the positions near remembered places that look like the
+            goal photo (NavigatorConfig.sweep_prior_weight, meters per unit of similarity; 0 = nearest first).
         explore: memnav agents explore frontiers of their own occupancy map and drive to a goal localized
             from RGB-D matches (NavigatorConfig.explore / localize); False leaves the search to the policy.
         collision_fraction: a forward move shorter than this fraction of 0.25 m counts as blocked
@@ -106,6 +109,7 @@ class LearnedAgentOptions:
     candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
+    sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
 
 
 class LearnedAgent:
@@ -137,6 +141,7 @@ class LearnedAgent:
                               collision_fraction=opts.collision_fraction,
                               stop_approach_min_inliers=EXPLORING_STOP_APPROACH_MIN_INLIERS if explore else 0,
                               sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0,
+                              sweep_prior_weight=opts.sweep_prior_weight if explore else 0.0,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               candidate_prior=explore and opts.candidate_prior,
                               candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior

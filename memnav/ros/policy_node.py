@@ -41,6 +41,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_HOMING,
+    EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
 
 
@@ -90,6 +91,9 @@ class PolicyNodeConfig:
             already at a moderate scan score (`memnav eval --candidate-colour-fit`; 0 = off).
         corroborated_similarity: exploring agents accept a look-around at this similarity to the goal photo when
             an RGB-D goal estimate lies within 0.5 m (`memnav eval --corroborated-similarity`; 0 = off).
+        sweep_prior_weight: exploring agents in a known house sweep first the positions near remembered places
+            that look like the goal photo (`memnav eval --sweep-prior-weight`, meters per unit of similarity;
+            0 = nearest first).
         min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
             matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
             volatile actions published before a subscriber is matched never reach it; 0 = do not wait).
@@ -122,6 +126,7 @@ class PolicyNodeConfig:
     candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
+    sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
@@ -190,7 +195,8 @@ def build(node) -> Callable[[], None]:
                                candidate_near_m=cfg.candidate_near_m,
                                colour_weight=cfg.colour_weight, candidate_min_colour=cfg.candidate_min_colour,
                                candidate_colour_fit=cfg.candidate_colour_fit,
-                               corroborated_similarity=cfg.corroborated_similarity)
+                               corroborated_similarity=cfg.corroborated_similarity,
+                               sweep_prior_weight=cfg.sweep_prior_weight)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

@@ -227,6 +227,15 @@ def test_unvisited_point_is_reachable_far_from_the_path_and_none_once_everywhere
     everywhere = np.array([[p[0], p[1]] for p in (
         (lambda q: (q.x_m, q.y_m))(_map_xy(x, z)) for x, z in zip(xs.ravel(), zs.ravel()))])
     assert explorer.unvisited_point(obs.pose, everywhere, 0.5) is None
+    # a bonus (a remembered goal-like place) pulls the choice to a farther position near it; a bonus point
+    # nowhere near a far reachable position changes nothing
+    other = explorer.unvisited_point(obs.pose, np.vstack([path, [spot]]), 1.5)   # the next one after `spot`
+    assert other is not None and math.hypot(other[0] - spot[0], other[1] - spot[1]) > 1.0
+    pulled = explorer.unvisited_point(obs.pose, path, 1.5, bonus=np.array([[other[0], other[1], 50.0]]),
+                                      bonus_radius_m=0.3)
+    assert pulled is not None and math.hypot(pulled[0] - other[0], pulled[1] - other[1]) <= 0.3 + 1e-6
+    assert explorer.unvisited_point(obs.pose, path, 1.5, bonus=np.array([[999.0, 999.0, 50.0]])) == spot
+    assert explorer.unvisited_point(obs.pose, path, 1.5, bonus=np.zeros((0, 3))) == spot
 
 
 def _map_xy(x_hab: float, z_hab: float) -> Pose2D:

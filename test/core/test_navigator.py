@@ -185,6 +185,26 @@ def test_candidate_prior_is_what_the_memory_saw_there_facing_that_way(encoder):
             NavigatorConfig(**bad)
 
 
+def test_sweep_bonus_comes_from_remembered_places_that_look_like_the_goal(encoder):
+    nav = _nav(encoder, MemoryKind.SCENE_GRAPH, sweep_prior_weight=20.0, sweep_prior_floor=0.5)
+    goal = _frame(99)
+    target = _remember_route(nav, goal)                # the goal photo was seen at (3, 0)
+    nav.reset(*goal)
+    bonus = nav._sweep_bonus(Pose2D(0.0, 0.0, 0.0))
+    sims = [float(np.dot(encoder.encode(*_frame(10 + i)), nav.goal)) for i in range(2)]
+    above = sum(s > 0.5 for s in sims)                 # the other two places count only if they look alike
+    assert bonus is not None and bonus.shape == (1 + above, 3)
+    assert bonus[0, :2] == pytest.approx([target.x_m, target.y_m], abs=1e-4)   # no anchor: the map frame
+    assert bonus[0, 2] == pytest.approx(20.0 * (1.0 - 0.5), abs=1e-3)           # similarity 1: 10 m nearer
+    nav._anchor = Pose2D(1.0, 0.0, 0.0)                # an episode that began at (1, 0): its map frame is shifted
+    shifted = nav._sweep_bonus(Pose2D(-1.0, 0.0, 0.0))
+    assert shifted[0, :2] == pytest.approx([target.x_m - 1.0, target.y_m], abs=1e-4)
+    assert _nav(encoder, MemoryKind.SCENE_GRAPH)._sweep_bonus(Pose2D(0.0, 0.0, 0.0)) is None   # weight 0: off
+    for bad in ({"sweep_prior_weight": -1.0}, {"sweep_prior_floor": 1.5}, {"sweep_prior_k": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            NavigatorConfig(**bad)
+
+
 def test_a_nearby_candidate_is_worth_a_trip_at_a_lower_scan_score(encoder):
     from memnav.core.scan_match import Candidate
 

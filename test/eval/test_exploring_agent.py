@@ -12,6 +12,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_HOMING,
+    EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
 from memnav.eval.learned_agents import LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
@@ -86,6 +87,8 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert blind.navigator.cfg.candidate_colour_fit == 0.0
         assert plain.navigator.cfg.corroborated_stop_similarity == EXPLORING_CORROBORATED_SIMILARITY > 0
         assert blind.navigator.cfg.corroborated_stop_similarity == 0.0
+        assert plain.navigator.cfg.sweep_prior_weight == EXPLORING_SWEEP_PRIOR_WEIGHT > 0
+        assert blind.navigator.cfg.sweep_prior_weight == 0.0
         assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
     finally:
         for agent in (plain, ranked, blind, grey, homer):

@@ -45,6 +45,7 @@ def test_policy_node_defaults_are_the_eval_agents_defaults():
     assert node.candidate_colour_fit == agent.candidate_colour_fit
     assert node.explore_homing == agent.explore_homing
     assert node.corroborated_similarity == agent.corroborated_similarity
+    assert node.sweep_prior_weight == agent.sweep_prior_weight
 
 
 def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
