@@ -161,9 +161,6 @@ class NavigatorConfig:
             which tells apart rooms of the same shape. 0 = the scan-match score alone.
         candidate_min_colour: a candidate whose colour fit is below this is not visited (candidates where the
             map holds too few colours to compare are kept); 0 = off.
-        candidate_distance_weight: with colour ordering, each candidate's rank also loses this much per meter
-            between it and the robot (straight line), so that of two equally good fits the nearer is judged
-            first; 0 = distance does not count.
         colour_sigma: colour-difference scale of the colour fit (RGB in 0-1).
         candidate_prior: visit the candidate whose surroundings the long-term memory remembers as most like the
             goal photo first (scene_graph memory): the best embedding similarity to the goal among remembered
@@ -233,7 +230,6 @@ class NavigatorConfig:
     candidate_pool: int = 4
     colour_weight: float = 0.0
     candidate_min_colour: float = 0.0
-    candidate_distance_weight: float = 0.0
     colour_sigma: float = 0.1
     candidate_prior: bool = False
     prior_radius_m: float = 1.0
@@ -265,7 +261,7 @@ class NavigatorConfig:
                           ("corroborated_stop_similarity", 1.0), ("corroborate_radius_m", math.inf),
                           ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
                           ("candidate_colour_min_score", 1.0), ("sweep_prior_weight", math.inf),
-                          ("sweep_prior_radius_m", math.inf), ("candidate_distance_weight", math.inf)):
+                          ("sweep_prior_radius_m", math.inf)):
             value = getattr(self, name)
             if not 0.0 <= value <= top:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
@@ -682,7 +678,7 @@ class Navigator:
             fits = (self.explorer.colour_fits(self._scan, [c.pose for c in cands], cfg.colour_sigma)
                     if order or cfg.candidate_colour_fit > 0 else [None] * len(cands))
             rated = [(c, f) for c, f in zip(cands, fits) if self._candidate_worth(c, pose, f)]
-            pool = self._colour_order(rated, pose) if order else [c for c, _ in rated]
+            pool = self._colour_order(rated) if order else [c for c, _ in rated]
             if pool:
                 self._candidate = (max(pool, key=lambda c: (self._view_prior(c.pose), c.score))
                                    if self.cfg.candidate_prior else pool[0])
@@ -707,18 +703,11 @@ class Navigator:
         self._cand_kind = "candidate"
         return None
 
-    def _colour_order(self, rated: list[tuple[Candidate, float | None]], pose: Pose2D | None = None) -> list[Candidate]:
+    def _colour_order(self, rated: list[tuple[Candidate, float | None]]) -> list[Candidate]:
         """Of (candidate, colour fit) pairs, the candidates whose colours do not contradict the goal's, best
-        score + colour_weight x fit - candidate_distance_weight x distance from `pose` first."""
-        cfg = self.cfg
-
-        def away(c: Candidate) -> float:
-            if pose is None or cfg.candidate_distance_weight <= 0:
-                return 0.0
-            return cfg.candidate_distance_weight * math.hypot(c.pose.x_m - pose.x_m, c.pose.y_m - pose.y_m)
-
-        keep = [(c.score + cfg.colour_weight * (f if f is not None else 0.0) - away(c), c) for c, f in rated
-                if f is None or f >= cfg.candidate_min_colour]
+        score + colour_weight x fit first."""
+        keep = [(c.score + self.cfg.colour_weight * (f if f is not None else 0.0), c) for c, f in rated
+                if f is None or f >= self.cfg.candidate_min_colour]
         return [c for _, c in sorted(keep, key=lambda kc: -kc[0])]
 
     def _candidate_worth(self, cand: Candidate, pose: Pose2D, colour_fit: float | None = None) -> bool:
