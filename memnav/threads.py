@@ -2,8 +2,8 @@
 
 An agent step does many small matrix products (a 2,000 x 256 memory search, the scan matcher's pose
 grid). numpy's bundled OpenBLAS splits even those over every core, and waking its worker threads costs
-more than the product: on the 2-core machines `memnav bench agent` measured a step p50 of about 9 ms
-with OpenBLAS's default threads against about 7 ms with one. `set_blas_threads` changes the count at
+more than the product: on the 2-core machines `memnav bench agent` measured a step p50 of 7.9-10.6 ms
+with OpenBLAS's default threads (two here) against 6.3 ms with one. `set_blas_threads` changes the count at
 run time (the `OPENBLAS_NUM_THREADS` variable only counts before numpy is imported), through the
 library's own setter found among the libraries loaded in this process. Where none is found (another
 BLAS, another OS) it does nothing and says so by returning None.
