@@ -183,8 +183,8 @@ class NavigatorConfig:
         sweep_prior_weight: in a known house, which sweep position comes first: each is ranked by its path
             distance minus this many meters per unit of goal similarity above sweep_prior_floor of the most
             goal-like remembered place within sweep_prior_radius_m (the sweep_prior_k places the long-term
-            memory retrieves for the goal photo). 0 = nearest first. Places this episode saw lie on its path,
-            which the sweep avoids anyway, so a first visit sweeps nearest first whatever the weight.
+            memory retrieves for the goal photo, first seen before this episode began). 0 = nearest first. A
+            first visit, whose memory holds only this episode's places, sweeps nearest first whatever the weight.
         sweep_prior_floor: see sweep_prior_weight (similarity scale, -1 to 1).
         sweep_prior_radius_m: see sweep_prior_weight, meters.
         sweep_prior_k: see sweep_prior_weight.
@@ -396,6 +396,7 @@ class Navigator:
         self._visited = []
         self._cand_kind = "candidate"
         self._anchor = None
+        self._episode_start_ns: int | None = None   # the stamp of the episode's first frame
         self.prev_action = -1
         self.hidden = None
         self._goal_p = 0.0
@@ -425,6 +426,8 @@ class Navigator:
                         and math.hypot(pose.x_m - prev.x_m, pose.y_m - prev.y_m)
                         < self.cfg.collision_fraction * self.cfg.forward_step_m)
         self._prev_pose = pose
+        if self._episode_start_ns is None:
+            self._episode_start_ns = int(stamp_ns)
         emb = self.encoder.encode(rgb, depth).astype(np.float32)
         sim = float(np.dot(emb, self.goal))
         verification = 0.0
@@ -755,7 +758,8 @@ class Navigator:
 
     def _sweep_bonus(self, pose: Pose2D) -> np.ndarray | None:
         """(N, 3) map-frame x, y and bonus in meters of the remembered places that look like the goal (see
-        NavigatorConfig.sweep_prior_weight), or None."""
+        NavigatorConfig.sweep_prior_weight), or None. Remembered: first seen before this episode began, so a
+        first visit sweeps nearest first."""
         cfg = self.cfg
         if cfg.sweep_prior_weight <= 0 or self.memory is None or self.goal is None:
             return None
@@ -765,6 +769,9 @@ class Navigator:
         for hit in self.memory.retrieve(self.goal, k=cfg.sweep_prior_k):    # best first
             if hit.similarity <= cfg.sweep_prior_floor:
                 break
+            start = self._episode_start_ns
+            if start is not None and self.memory.place(hit.node_id).first_seen_ns >= start:
+                continue                     # seen this episode: not what an earlier visit remembers
             spot = pose.compose(hit.pose.relative_to(robot_mem))
             rows.append((spot.x_m, spot.y_m, cfg.sweep_prior_weight * (hit.similarity - cfg.sweep_prior_floor)))
         return np.array(rows, dtype=np.float64) if rows else None

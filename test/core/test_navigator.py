@@ -199,6 +199,12 @@ def test_sweep_bonus_comes_from_remembered_places_that_look_like_the_goal(encode
     nav._anchor = Pose2D(1.0, 0.0, 0.0)                # an episode that began at (1, 0): its map frame is shifted
     shifted = nav._sweep_bonus(Pose2D(-1.0, 0.0, 0.0))
     assert shifted[0, :2] == pytest.approx([target.x_m - 1.0, target.y_m], abs=1e-4)
+    nav._anchor = None
+    # the goal view seen again in this episode, far from the route: a new place, but not a remembered one
+    nav.observe(*goal, Pose2D(9.0, 6.0, 0.0), 10 * 10**9)
+    assert nav.memory.stats().places == 4
+    again = nav._sweep_bonus(Pose2D(0.0, 0.0, 0.0))
+    assert again.shape == bonus.shape and np.allclose(again, bonus)
     assert _nav(encoder, MemoryKind.SCENE_GRAPH)._sweep_bonus(Pose2D(0.0, 0.0, 0.0)) is None   # weight 0: off
     for bad in ({"sweep_prior_weight": -1.0}, {"sweep_prior_floor": 1.5}, {"sweep_prior_k": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
