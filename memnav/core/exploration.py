@@ -7,15 +7,17 @@ obstacle are free evidence. A cell is an obstacle when its obstacle hits are at 
 free hits (so a wall seen once stays a wall, and a glimpse of noise is outvoted); cells farther than
 `robot_radius_m + clearance_m` from every obstacle are traversable.
 
-`Explorer` picks moves from that map: towards the nearest reachable *frontier* (a traversable cell next
-to unknown space, in clusters of at least `min_frontier_cells`), committing to a frontier until it is
-reached, seen or found unreachable, or towards a given target point (the goal once it has been
-localized). A robot walled in on its map (less than `boxed_in_m2` reachable: a niche with a narrow way out, a
-corridor a bump's marks sealed) plans with its radius alone, through cells with one bump's marks at most, until
-out. Geodesic distances come from the fast marching method on the traversable cells; paths are
-steepest descent on that field, string-pulled, and the robot turns towards the first visible waypoint
-and moves forward when roughly facing it. Nothing here reads the simulator: only depth, odometry and
-the outcome of the robot's own moves (a forward move that fell short adds obstacle evidence to the cells ahead).
+`Explorer` picks moves from that map: towards the nearest reachable *frontier* (a traversable cell next to
+unknown space, in clusters of at least `min_frontier_cells`), committing to a frontier until it is reached,
+seen or found unreachable, or towards a given target point (the goal once it has been localized).
+`frontiers_reached` counts the frontier targets reached (the navigator looks around there), and
+`drop_frontier` makes the next move choose a frontier afresh, on the map as it is then. A robot walled in on
+its map (less than `boxed_in_m2` reachable: a niche with a narrow way out, a corridor a bump's marks sealed)
+plans with its radius alone, through cells with one bump's marks at most, until out. Geodesic distances come
+from the fast marching method on the traversable cells; paths are steepest descent on that field,
+string-pulled, and the robot turns towards the first visible waypoint and moves forward when roughly facing
+it. Nothing here reads the simulator: only depth, odometry and the outcome of the robot's own moves (a forward
+move that fell short adds obstacle evidence to the cells ahead).
 """
 from __future__ import annotations
 
@@ -327,6 +329,7 @@ class Explorer:
         self.map: OccupancyMap | None = None
         self._frontier: tuple[float, float] | None = None
         self._failed: list[tuple[float, float]] = []
+        self.frontiers_reached = 0            # frontier targets reached so far (the navigator may look around there)
         self._version = 0                     # bumped whenever the map changes (invalidates the field cache)
         self._cache: tuple | None = None
 
@@ -342,6 +345,10 @@ class Explorer:
         self._version += 1
         self._frontier = None
         self._failed = []
+
+    def drop_frontier(self) -> None:
+        """Forget the committed frontier: the next explore() chooses again on the map as it is then."""
+        self._frontier = None
 
     def save_map(self, path: str | Path) -> bool:
         """Write the map (see OccupancyMap.save); False when there is no map yet."""
@@ -508,8 +515,10 @@ class Explorer:
         assert m is not None
         if self._frontier is not None:
             fx, fy = self._frontier
-            if math.hypot(fx - pose.x_m, fy - pose.y_m) < self.cfg.frontier_reach_m or not self._is_frontier(
-                    fx, fy, win, trav, known):
+            if math.hypot(fx - pose.x_m, fy - pose.y_m) < self.cfg.frontier_reach_m:
+                self._frontier = None
+                self.frontiers_reached += 1
+            elif not self._is_frontier(fx, fy, win, trav, known):
                 self._frontier = None
         if self._frontier is None:
             unknown = ~known

@@ -191,6 +191,12 @@ class NavigatorConfig:
         best_view_after_steps: from this many actions into an episode, the robot stops searching (candidates,
             exploration, sweep) and goes to the best view, so that it stops somewhere before an episode's
             step limit instead of being cut off mid-search (0 turns this off).
+        frontier_look_turns: while exploring, on reaching a frontier the robot turns this many times on the spot
+            (TURN_LEFT; 11 is a full look around) before choosing the next frontier on the map those views
+            filled in: turns add no path length, and a look around maps what lies on either side of the
+            frontier, which forward driving alone leaves unknown (0 turns this off).
+        frontier_look_spacing_m: a reached frontier closer than this to where the robot already looked around
+            (the start included) gets no look around, meters.
         persistent_map: keep the occupancy map across episodes, in the odometry frame (lifelong visits that
             share one odometry frame; `explorer.save_map` / `load_map` keep it across runs). False: each
             episode maps from scratch in the frame of its first pose.
@@ -245,6 +251,8 @@ class NavigatorConfig:
     sweep_prior_radius_m: float = 1.0
     sweep_prior_k: int = 64
     best_view_after_steps: int = 0
+    frontier_look_turns: int = 0
+    frontier_look_spacing_m: float = 1.5
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -252,6 +260,10 @@ class NavigatorConfig:
                 or self.verify_every_steps < 0:
             raise ValueError(f"NavigatorConfig.verify_every_steps must be an integer >= 0, got "
                              f"{self.verify_every_steps!r}")
+        if isinstance(self.frontier_look_turns, bool) or not isinstance(self.frontier_look_turns, int) \
+                or self.frontier_look_turns < 0:
+            raise ValueError(f"NavigatorConfig.frontier_look_turns must be an integer >= 0, got "
+                             f"{self.frontier_look_turns!r}")
         for name in ("candidate_pool", "sweep_prior_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -261,7 +273,7 @@ class NavigatorConfig:
                           ("corroborated_stop_similarity", 1.0), ("corroborate_radius_m", math.inf),
                           ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
                           ("candidate_colour_min_score", 1.0), ("sweep_prior_weight", math.inf),
-                          ("sweep_prior_radius_m", math.inf)):
+                          ("sweep_prior_radius_m", math.inf), ("frontier_look_spacing_m", math.inf)):
             value = getattr(self, name)
             if not 0.0 <= value <= top:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
@@ -390,6 +402,7 @@ class Navigator:
         self._frames = 0
         self._spin = None
         self._look_left = _SPIN_TURNS if self.cfg.explore else 0
+        self._looked_at: list[tuple[float, float]] = []
         self._match_now = False
         self._refining = False
         self._best_view = None
@@ -646,6 +659,8 @@ class Navigator:
         self._steps += 1
         if self.cfg.explore and self._look_left > 0:
             # look around first (turns cost no path length): a map all around, views for the stop rule
+            if not self._looked_at:
+                self._looked_at.append((pose.x_m, pose.y_m))
             self._look_left -= 1
             self._match_now = self._look_left == 0    # all around seen: look for candidates at once
             return Action.TURN_LEFT, "look"
@@ -653,8 +668,18 @@ class Navigator:
         if move is not None:
             return move, self._cand_kind
         if self.cfg.explore:
+            reached = self.explorer.frontiers_reached
             move = self.explorer.explore(pose).action
             self._explored = move is None
+            if (move is not None and self.cfg.frontier_look_turns > 0 and self.explorer.frontiers_reached > reached
+                    and all(math.hypot(pose.x_m - x, pose.y_m - y) >= self.cfg.frontier_look_spacing_m
+                            for x, y in self._looked_at)):
+                # a frontier reached: look around there (turns add no path length), then choose the next one
+                self._looked_at.append((pose.x_m, pose.y_m))
+                self._look_left = self.cfg.frontier_look_turns - 1
+                self._match_now = self._look_left == 0
+                self.explorer.drop_frontier()
+                return Action.TURN_LEFT, "look"
             if move is not None:
                 return move, "explore"
             # nothing left to explore from here: any fitting pose is worth a look

@@ -17,6 +17,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
@@ -122,6 +123,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"goal photo, M meters nearer per unit of similarity above "
                              f"{NavigatorConfig.sweep_prior_floor}; 0 = nearest first "
                              "(NavigatorConfig.sweep_prior_weight; default: %(default)s)")
+    parser.add_argument("--frontier-look-turns", type=int, default=EXPLORING_FRONTIER_LOOK_TURNS, metavar="N",
+                        help="memnav agents that explore: on reaching a frontier, turn N times on the spot "
+                             "(11 = a full look around; turns add no path length) before choosing the next one, "
+                             f"unless they looked around within {NavigatorConfig.frontier_look_spacing_m} m "
+                             "already; 0 = off (NavigatorConfig.frontier_look_turns; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -246,7 +252,8 @@ def run(args: argparse.Namespace) -> int:
                                           candidate_min_colour=args.candidate_min_colour,
                                           candidate_colour_fit=args.candidate_colour_fit,
                                           corroborated_similarity=args.corroborated_similarity,
-                                          sweep_prior_weight=args.sweep_prior_weight)
+                                          sweep_prior_weight=args.sweep_prior_weight,
+                                          frontier_look_turns=args.frontier_look_turns)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

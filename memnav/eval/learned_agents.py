@@ -28,6 +28,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
     EXPLORING_SEARCH_VALUE,
     EXPLORING_STOP_APPROACH_MIN_INLIERS,
@@ -90,6 +91,8 @@ class LearnedAgentOptions:
         candidate_colour_fit: while exploring, exploring agents judge a candidate with at least this colour fit
             already at a scan score of NavigatorConfig.candidate_colour_min_score (0 = off;
             NavigatorConfig.candidate_colour_fit).
+        frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
+            (11: a full look around; 0 = off; NavigatorConfig.frontier_look_turns).
     """
 
     policy_dir: Path = MODELS
@@ -110,6 +113,7 @@ class LearnedAgentOptions:
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
+    frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
 
 
 class LearnedAgent:
@@ -142,6 +146,7 @@ class LearnedAgent:
                               stop_approach_min_inliers=EXPLORING_STOP_APPROACH_MIN_INLIERS if explore else 0,
                               sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0,
                               sweep_prior_weight=opts.sweep_prior_weight if explore else 0.0,
+                              frontier_look_turns=opts.frontier_look_turns if explore else 0,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               candidate_prior=explore and opts.candidate_prior,
                               candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior

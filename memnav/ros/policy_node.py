@@ -40,6 +40,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
@@ -94,6 +95,8 @@ class PolicyNodeConfig:
         sweep_prior_weight: exploring agents in a known house sweep first the positions near remembered places
             that look like the goal photo (`memnav eval --sweep-prior-weight`, meters per unit of similarity;
             0 = nearest first).
+        frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
+            (`memnav eval --frontier-look-turns`; 11 = a full look around, 0 = off).
         min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
             matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
             volatile actions published before a subscriber is matched never reach it; 0 = do not wait).
@@ -127,6 +130,7 @@ class PolicyNodeConfig:
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
+    frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
@@ -196,7 +200,8 @@ def build(node) -> Callable[[], None]:
                                colour_weight=cfg.colour_weight, candidate_min_colour=cfg.candidate_min_colour,
                                candidate_colour_fit=cfg.candidate_colour_fit,
                                corroborated_similarity=cfg.corroborated_similarity,
-                               sweep_prior_weight=cfg.sweep_prior_weight)
+                               sweep_prior_weight=cfg.sweep_prior_weight,
+                               frontier_look_turns=cfg.frontier_look_turns)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

@@ -386,6 +386,28 @@ def test_sweep_stands_away_from_the_path_once_everything_is_explored_then_falls_
         assert np.min(np.hypot(*(before - np.array(p)).T)) >= 1.5 - 0.1 - nav.explorer.cfg.target_reach_m
 
 
+def test_a_reached_frontier_gets_a_look_around_unless_the_robot_looked_around_nearby(encoder, two_room_scene):
+    modes, path, _, nav = _search_two_rooms(encoder, two_room_scene, frontier_look_turns=11)
+    runs, i = [], 0     # (first index, length) of each run of look-around turns
+    for mode, group in itertools.groupby(modes):
+        n = len(list(group))
+        if mode == "look":
+            runs.append((i, n))
+        i += n
+    assert runs[0] == (0, 11) and len(runs) >= 2           # the start, then at least one frontier
+    for first, n in runs[1:]:
+        assert n == 11 and len(set(path[first:first + n])) == 1    # a full turn on the spot
+        assert modes[first - 1] == "explore" and modes[first + n] == "explore"    # on the way, then on again
+    spots = np.array([path[first] for first, _ in runs])
+    gaps = np.hypot(*(spots[:, None, :] - spots[None, :, :]).transpose(2, 0, 1))
+    assert gaps[np.triu_indices(len(spots), 1)].min() >= nav.cfg.frontier_look_spacing_m
+    plain, *_ = _search_two_rooms(encoder, two_room_scene)      # off by default: only the start look-around
+    assert plain.count("look") == 11 and "look" not in plain[11:]
+    for bad in ({"frontier_look_turns": -1}, {"frontier_look_turns": 1.5}, {"frontier_look_spacing_m": -1.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            NavigatorConfig(**bad)
+
+
 def test_late_in_the_episode_the_search_gives_way_to_the_best_view(encoder, two_room_scene):
     modes, _, action, _ = _search_two_rooms(encoder, two_room_scene, sweep_spacing_m=1.5, best_view_after_steps=40)
     assert action == Action.STOP and "sweep" not in modes

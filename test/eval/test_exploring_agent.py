@@ -11,6 +11,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
@@ -89,6 +90,8 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert blind.navigator.cfg.corroborated_stop_similarity == 0.0
         assert plain.navigator.cfg.sweep_prior_weight == EXPLORING_SWEEP_PRIOR_WEIGHT > 0
         assert blind.navigator.cfg.sweep_prior_weight == 0.0
+        assert plain.navigator.cfg.frontier_look_turns == EXPLORING_FRONTIER_LOOK_TURNS > 0
+        assert blind.navigator.cfg.frontier_look_turns == 0
         assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
     finally:
         for agent in (plain, ranked, blind, grey, homer):
