@@ -49,5 +49,5 @@ EXPLORING_SWEEP_PRIOR_WEIGHT = 20.0
 EXPLORING_CANDIDATE_COLOUR_FIT = 0.6
 # exploring agents: on reaching a frontier, look all around there (11 turns; turns add no path length) before
 # choosing the next one, unless they already looked around within 1.5 m (NavigatorConfig.frontier_look_turns;
-# first-visit val96 SPL 0.481 -> 0.502, README "Looking around at frontiers")
+# first-visit val96 SPL 0.481 -> 0.502, README "Look around at frontiers")
 EXPLORING_FRONTIER_LOOK_TURNS = 11
