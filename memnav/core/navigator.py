@@ -256,14 +256,10 @@ class NavigatorConfig:
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
-        if isinstance(self.verify_every_steps, bool) or not isinstance(self.verify_every_steps, int) \
-                or self.verify_every_steps < 0:
-            raise ValueError(f"NavigatorConfig.verify_every_steps must be an integer >= 0, got "
-                             f"{self.verify_every_steps!r}")
-        if isinstance(self.frontier_look_turns, bool) or not isinstance(self.frontier_look_turns, int) \
-                or self.frontier_look_turns < 0:
-            raise ValueError(f"NavigatorConfig.frontier_look_turns must be an integer >= 0, got "
-                             f"{self.frontier_look_turns!r}")
+        for name in ("verify_every_steps", "frontier_look_turns"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"NavigatorConfig.{name} must be an integer >= 0, got {value!r}")
         for name in ("candidate_pool", "sweep_prior_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -661,9 +657,7 @@ class Navigator:
             # look around first (turns cost no path length): a map all around, views for the stop rule
             if not self._looked_at:
                 self._looked_at.append((pose.x_m, pose.y_m))
-            self._look_left -= 1
-            self._match_now = self._look_left == 0    # all around seen: look for candidates at once
-            return Action.TURN_LEFT, "look"
+            return self._look_turn()
         move = self._candidate_move(pose)
         if move is not None:
             return move, self._cand_kind
@@ -676,10 +670,9 @@ class Navigator:
                             for x, y in self._looked_at)):
                 # a frontier reached: look around there (turns add no path length), then choose the next one
                 self._looked_at.append((pose.x_m, pose.y_m))
-                self._look_left = self.cfg.frontier_look_turns - 1
-                self._match_now = self._look_left == 0
+                self._look_left = self.cfg.frontier_look_turns
                 self.explorer.drop_frontier()
-                return Action.TURN_LEFT, "look"
+                return self._look_turn()
             if move is not None:
                 return move, "explore"
             # nothing left to explore from here: any fitting pose is worth a look
@@ -693,6 +686,12 @@ class Navigator:
             if move is not None:
                 return move, "best_view"
         return None, "policy"
+
+    def _look_turn(self) -> tuple[Action, str]:
+        """One turn of a look-around; after the last one, look for candidates at once (all around seen)."""
+        self._look_left -= 1
+        self._match_now = self._look_left == 0
+        return Action.TURN_LEFT, "look"
 
     def _candidate_move(self, pose: Pose2D) -> Action | None:
         """Drive to, face and judge the best scan-matched goal candidate; None when there is none."""
