@@ -197,6 +197,9 @@ class NavigatorConfig:
             frontier, which forward driving alone leaves unknown (0 turns this off).
         frontier_look_spacing_m: a reached frontier closer than this to where the robot already looked around
             (the start included) gets no look around, meters.
+        map_range_m: depth readings up to this range go into the occupancy map (`ExplorerConfig.max_range_m`):
+            free space up to the nearest obstacle or this range, obstacles within it. A clean depth image (the
+            simulator's) can be trusted farther than a real sensor's noisy far readings, meters.
         persistent_map: keep the occupancy map across episodes, in the odometry frame (lifelong visits that
             share one odometry frame; `explorer.save_map` / `load_map` keep it across runs). False: each
             episode maps from scratch in the frame of its first pose.
@@ -253,6 +256,7 @@ class NavigatorConfig:
     best_view_after_steps: int = 0
     frontier_look_turns: int = 0
     frontier_look_spacing_m: float = 1.5
+    map_range_m: float = ExplorerConfig.max_range_m
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -275,8 +279,10 @@ class NavigatorConfig:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
         if not -1.0 <= self.sweep_prior_floor <= 1.0:
             raise ValueError(f"NavigatorConfig.sweep_prior_floor must be in [-1, 1], got {self.sweep_prior_floor!r}")
-        if not (math.isfinite(self.colour_sigma) and self.colour_sigma > 0):
-            raise ValueError(f"NavigatorConfig.colour_sigma must be a positive number, got {self.colour_sigma!r}")
+        for name in ("colour_sigma", "map_range_m"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"NavigatorConfig.{name} must be a positive number, got {value!r}")
         if self.stop_rule not in ("voi", "fixed"):
             raise ValueError(f"NavigatorConfig.stop_rule must be 'voi' or 'fixed', got {self.stop_rule!r}")
 
@@ -351,7 +357,7 @@ class Navigator:
         self._failed: set[int] = set()
         self.mode = "policy"  # what chose the last move (see the module docstring's priority of layers)
         self.explorer = Explorer(ExplorerConfig(hfov_deg=cfg.hfov_deg, camera_height_m=cfg.camera_height_m,
-                                                forward_step_m=cfg.forward_step_m,
+                                                forward_step_m=cfg.forward_step_m, max_range_m=cfg.map_range_m,
                                                 heading_tolerance_rad=cfg.heading_tolerance_rad))
         self._match_cfg = ScanMatchConfig(max_candidates=cfg.candidate_pool)
         self.localizer_cfg = GoalLocalizerConfig(hfov_deg=cfg.hfov_deg, min_inliers=cfg.localize_min_inliers)

@@ -18,6 +18,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_FRONTIER_LOOK_TURNS,
+    EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
@@ -128,6 +129,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(11 = a full look around; turns add no path length) before choosing the next one, "
                              f"unless they looked around within {NavigatorConfig.frontier_look_spacing_m} m "
                              "already; 0 = off (NavigatorConfig.frontier_look_turns; default: %(default)s)")
+    parser.add_argument("--map-range-m", type=float, default=EXPLORING_MAP_RANGE_M, metavar="M",
+                        help="memnav agents that explore: depth readings up to M meters go into the occupancy map "
+                             "(the simulator's depth is clean to 10 m; a real sensor's far readings are noisier) "
+                             "(NavigatorConfig.map_range_m; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -253,7 +258,8 @@ def run(args: argparse.Namespace) -> int:
                                           candidate_colour_fit=args.candidate_colour_fit,
                                           corroborated_similarity=args.corroborated_similarity,
                                           sweep_prior_weight=args.sweep_prior_weight,
-                                          frontier_look_turns=args.frontier_look_turns)
+                                          frontier_look_turns=args.frontier_look_turns,
+                                          map_range_m=args.map_range_m)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

@@ -51,3 +51,6 @@ EXPLORING_CANDIDATE_COLOUR_FIT = 0.6
 # choosing the next one, unless they already looked around within 1.5 m (NavigatorConfig.frontier_look_turns;
 # first-visit val96 SPL 0.481 -> 0.502, README "Look around at frontiers")
 EXPLORING_FRONTIER_LOOK_TURNS = 11
+# exploring agents: depth readings up to this range go into the occupancy map (NavigatorConfig.map_range_m; the
+# simulator's depth is clean to 10 m, so a view maps more of a room it looks into; README "Map range")
+EXPLORING_MAP_RANGE_M = 7.0

@@ -30,6 +30,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
+    EXPLORING_MAP_RANGE_M,
     EXPLORING_SEARCH_VALUE,
     EXPLORING_STOP_APPROACH_MIN_INLIERS,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
@@ -93,6 +94,7 @@ class LearnedAgentOptions:
             NavigatorConfig.candidate_colour_fit).
         frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
             (11: a full look around; 0 = off; NavigatorConfig.frontier_look_turns).
+        map_range_m: exploring agents map depth readings up to this range, meters (NavigatorConfig.map_range_m).
     """
 
     policy_dir: Path = MODELS
@@ -114,6 +116,7 @@ class LearnedAgentOptions:
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
     frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
+    map_range_m: float = EXPLORING_MAP_RANGE_M
 
 
 class LearnedAgent:
@@ -147,6 +150,7 @@ class LearnedAgent:
                               sweep_spacing_m=EXPLORING_SWEEP_SPACING_M if explore else 0.0,
                               sweep_prior_weight=opts.sweep_prior_weight if explore else 0.0,
                               frontier_look_turns=opts.frontier_look_turns if explore else 0,
+                              map_range_m=opts.map_range_m if explore else NavigatorConfig.map_range_m,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               candidate_prior=explore and opts.candidate_prior,
                               candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior

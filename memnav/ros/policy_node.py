@@ -42,6 +42,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
+    EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
 
@@ -97,6 +98,8 @@ class PolicyNodeConfig:
             0 = nearest first).
         frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
             (`memnav eval --frontier-look-turns`; 11 = a full look around, 0 = off).
+        map_range_m: exploring agents put depth readings up to this range into the occupancy map, meters
+            (`memnav eval --map-range-m`; lower it for a depth sensor whose far readings are noisy).
         min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
             matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
             volatile actions published before a subscriber is matched never reach it; 0 = do not wait).
@@ -131,6 +134,7 @@ class PolicyNodeConfig:
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
     frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
+    map_range_m: float = EXPLORING_MAP_RANGE_M
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
@@ -201,7 +205,7 @@ def build(node) -> Callable[[], None]:
                                candidate_colour_fit=cfg.candidate_colour_fit,
                                corroborated_similarity=cfg.corroborated_similarity,
                                sweep_prior_weight=cfg.sweep_prior_weight,
-                               frontier_look_turns=cfg.frontier_look_turns)
+                               frontier_look_turns=cfg.frontier_look_turns, map_range_m=cfg.map_range_m)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

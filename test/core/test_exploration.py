@@ -316,3 +316,22 @@ def test_a_robot_boxed_in_by_the_clearance_margin_plans_its_way_out_with_the_rad
     assert not _reachable(sealed, Pose2D(0.0, 1.5, 0.0), 0.0, -0.3)
     with pytest.raises(ValueError, match="boxed_in_m2"):
         ExplorerConfig(boxed_in_m2=-1.0)
+
+
+def test_a_view_maps_free_space_up_to_the_map_range_and_no_farther(sim):
+    reach = {}
+    for max_range in (4.0, 7.0):
+        obs = _start(sim, 0.6, 2.0)              # west room, level with the door in the middle wall
+        explorer = Explorer(ExplorerConfig(max_range_m=max_range))
+        for _ in range(12):                      # one full turn in place
+            explorer.update(obs.depth, obs.pose)
+            obs = sim.step(Action.TURN_LEFT)
+        m = explorer.map
+        win = m.window(obs.pose)
+        rows, cols = np.nonzero(m.known(win) & ~m.obstacles(win))
+        xs = m.origin[0] + (cols + win[1].start + 0.5) * m.cfg.cell_m
+        ys = m.origin[1] + (rows + win[0].start + 0.5) * m.cfg.cell_m
+        hab = np.stack([habitat_position_from_map(x, y, 0.0) for x, y in zip(xs, ys)])
+        reach[max_range] = float(np.hypot(hab[:, 0] - 0.6, hab[:, 2] - 2.0).max())
+    assert 3.5 < reach[4.0] <= 4.0 + 0.1
+    assert reach[7.0] > 6.0                      # through the door, deep into the east room

@@ -403,7 +403,8 @@ def test_a_reached_frontier_gets_a_look_around_unless_the_robot_looked_around_ne
     assert gaps[np.triu_indices(len(spots), 1)].min() >= nav.cfg.frontier_look_spacing_m
     plain, *_ = _search_two_rooms(encoder, two_room_scene)      # off by default: only the start look-around
     assert plain.count("look") == 11 and "look" not in plain[11:]
-    for bad in ({"frontier_look_turns": -1}, {"frontier_look_turns": 1.5}, {"frontier_look_spacing_m": -1.0}):
+    for bad in ({"frontier_look_turns": -1}, {"frontier_look_turns": 1.5}, {"frontier_look_spacing_m": -1.0},
+                {"map_range_m": 0.0}, {"map_range_m": float("inf")}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             NavigatorConfig(**bad)
 

@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 
+from memnav.core.exploration import ExplorerConfig
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import (
     EXPLORING_CANDIDATE_COLOUR_FIT,
@@ -13,6 +14,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
+    EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
 from memnav.eval.learned_agents import LearnedAgent, LearnedAgentOptions
@@ -92,6 +94,9 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert blind.navigator.cfg.sweep_prior_weight == 0.0
         assert plain.navigator.cfg.frontier_look_turns == EXPLORING_FRONTIER_LOOK_TURNS > 0
         assert blind.navigator.cfg.frontier_look_turns == 0
+        # exploring agents map depth farther than the map's own default; the map really uses that range
+        assert plain.navigator.cfg.map_range_m == plain.navigator.explorer.cfg.max_range_m == EXPLORING_MAP_RANGE_M
+        assert EXPLORING_MAP_RANGE_M > ExplorerConfig.max_range_m == blind.navigator.cfg.map_range_m
         assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
     finally:
         for agent in (plain, ranked, blind, grey, homer):
