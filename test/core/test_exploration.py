@@ -40,22 +40,29 @@ def _explore(sim, explorer: Explorer, obs, max_steps: int = 300, colour: bool = 
     return obs, collisions, False
 
 
-def test_map_walls_are_obstacles_and_free_space_is_navigable(sim):
-    obs = _start(sim, 2.0, 2.5)
-    explorer = Explorer(ExplorerConfig())
-    for _ in range(12):                  # one full turn in place
+def _turn_and_map(sim, explorer: Explorer, x_hab: float, z_hab: float) -> tuple[np.ndarray, int]:
+    """Map one full turn in place at (x_hab, z_hab): the Habitat positions (N, 3) of the free cells it mapped
+    (map x = -hab z, y = -hab x), and how many cells it mapped at all."""
+    obs = _start(sim, x_hab, z_hab)
+    for _ in range(12):
         explorer.update(obs.depth, obs.pose)
         obs = sim.step(Action.TURN_LEFT)
     m = explorer.map
     win = m.window(obs.pose)
-    occ, known = m.obstacles(win), m.known(win)
-    rows, cols = np.nonzero(known & ~occ)
+    known = m.known(win)
+    rows, cols = np.nonzero(known & ~m.obstacles(win))
     xs = m.origin[0] + (cols + win[1].start + 0.5) * m.cfg.cell_m
     ys = m.origin[1] + (rows + win[0].start + 0.5) * m.cfg.cell_m
-    # free cells lie inside the house (map x = -hab z, y = -hab x); in the middle wall only at the door
-    hab = np.stack([habitat_position_from_map(x, y, 0.0) for x, y in zip(xs, ys)])
+    return np.stack([habitat_position_from_map(x, y, 0.0) for x, y in zip(xs, ys)]), int(known.sum())
+
+
+def test_map_walls_are_obstacles_and_free_space_is_navigable(sim):
+    explorer = Explorer(ExplorerConfig())
+    hab, known = _turn_and_map(sim, explorer, 2.0, 2.5)
+    m = explorer.map
+    # free cells lie inside the house; in the middle wall only at the door
     inside = (hab[:, 0] > -0.1) & (hab[:, 0] < 8.1) & (hab[:, 2] > -0.1) & (hab[:, 2] < 4.1)
-    assert known.sum() > 500
+    assert known > 500
     assert inside.mean() > 0.98
     in_wall = (np.abs(hab[:, 0] - 4.0) < 0.03) & ((hab[:, 2] < 1.4) | (hab[:, 2] > 2.6))
     assert in_wall.sum() <= 2
@@ -321,17 +328,8 @@ def test_a_robot_boxed_in_by_the_clearance_margin_plans_its_way_out_with_the_rad
 def test_a_view_maps_free_space_up_to_the_map_range_and_no_farther(sim):
     reach = {}
     for max_range in (4.0, 7.0):
-        obs = _start(sim, 0.6, 2.0)              # west room, level with the door in the middle wall
-        explorer = Explorer(ExplorerConfig(max_range_m=max_range))
-        for _ in range(12):                      # one full turn in place
-            explorer.update(obs.depth, obs.pose)
-            obs = sim.step(Action.TURN_LEFT)
-        m = explorer.map
-        win = m.window(obs.pose)
-        rows, cols = np.nonzero(m.known(win) & ~m.obstacles(win))
-        xs = m.origin[0] + (cols + win[1].start + 0.5) * m.cfg.cell_m
-        ys = m.origin[1] + (rows + win[0].start + 0.5) * m.cfg.cell_m
-        hab = np.stack([habitat_position_from_map(x, y, 0.0) for x, y in zip(xs, ys)])
+        # west room, level with the door in the middle wall
+        hab, _ = _turn_and_map(sim, Explorer(ExplorerConfig(max_range_m=max_range)), 0.6, 2.0)
         reach[max_range] = float(np.hypot(hab[:, 0] - 0.6, hab[:, 2] - 2.0).max())
     assert 3.5 < reach[4.0] <= 4.0 + 0.1
     assert reach[7.0] > 6.0                      # through the door, deep into the east room
