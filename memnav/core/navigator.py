@@ -34,10 +34,11 @@ photo comes first: the best similarity among places within `prior_radius_m` that
 drives there and turns a full circle (turns add no path length, and the scan's heading can be off by half a
 turn): it faces the view most similar to the goal photo and stops when the stop rule agrees or that similarity
 is at least `candidate_stop_similarity` (or `corroborated_stop_similarity` with an RGB-D goal estimate within
-`corroborate_radius_m`), else it rejects the candidate and goes on (mode "candidate"). An exploring episode
-starts with the same full turn in place (mode "look"). When the stop rule wants to stop but the goal scan fits
-the map clearly better within `refine_radius_m`, that pose becomes the candidate instead; likewise, with
-`stop_approach_min_inliers`, when an RGB-D goal estimate with that much support lies farther than
+`corroborate_radius_m`; `known_corroborated_stop_similarity` on a map kept from an earlier visit), else it
+rejects the candidate and goes on (mode "candidate"). An exploring episode starts with the same full turn in
+place (mode "look"). When the stop rule wants to stop but the goal scan fits the map clearly better
+within `refine_radius_m`, that pose becomes the candidate instead; likewise, with `stop_approach_min_inliers`,
+when an RGB-D goal estimate with that much support lies farther than
 `stop_approach_min_m`. When nothing is left to explore or check, the robot first stands at positions at least
 `sweep_spacing_m` from everywhere it has been and judges each like a candidate (mode "sweep": a place seen
 from afar was not seen from where it stands), then returns to the episode's view most similar to the goal
@@ -153,6 +154,11 @@ class NavigatorConfig:
         corroborated_stop_similarity: a lower similarity that confirms a candidate when an RGB-D goal estimate
             (`localize`, at least localize_min_inliers agreeing matches) lies within corroborate_radius_m of
             where the robot stands: two independent cues put the goal here (0 = off).
+        known_corroborated_stop_similarity: the corroborated bar in a known house, i.e. when the episode began on
+            an occupancy map kept from an earlier visit (`persistent_map`); 0 = corroborated_stop_similarity
+            there too; off wherever corroborated_stop_similarity is 0. In a known house an RGB-D estimate
+            beside a look-around is more often the goal than on a first visit, where look-alike rooms produce
+            estimates as well (README "Corroborated stops").
         corroborate_radius_m: see corroborated_stop_similarity, meters.
         candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
         colour_weight: candidates are taken in the order of scan-match score + colour_weight x colour fit (the
@@ -235,6 +241,7 @@ class NavigatorConfig:
     candidate_colour_min_score: float = 0.7
     candidate_stop_similarity: float = 0.8
     corroborated_stop_similarity: float = 0.0
+    known_corroborated_stop_similarity: float = 0.0
     corroborate_radius_m: float = 0.5
     candidate_pool: int = 4
     colour_weight: float = 0.0
@@ -270,7 +277,8 @@ class NavigatorConfig:
                 raise ValueError(f"NavigatorConfig.{name} must be an integer >= 1, got {value!r}")
         for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0), ("candidate_near_m", math.inf),
                           ("candidate_near_min_score", 1.0), ("colour_weight", math.inf),
-                          ("corroborated_stop_similarity", 1.0), ("corroborate_radius_m", math.inf),
+                          ("corroborated_stop_similarity", 1.0), ("known_corroborated_stop_similarity", 1.0),
+                          ("corroborate_radius_m", math.inf),
                           ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
                           ("candidate_colour_min_score", 1.0), ("sweep_prior_weight", math.inf),
                           ("sweep_prior_radius_m", math.inf), ("frontier_look_spacing_m", math.inf)):
@@ -366,6 +374,7 @@ class Navigator:
         self._candidate = None
         self._rejected = []
         self._explored = False   # exploration found no frontier left
+        self.known_map = False   # the episode began on an occupancy map kept from an earlier visit
         self._spin: list | None = None   # look-around at a candidate: [turns left, best similarity, its yaw]
         self._look_left = 0      # turns left of the look-around at the start of an episode
         self._match_now = False  # scan-match at the next step (the start's look-around is done)
@@ -395,6 +404,7 @@ class Navigator:
         self.goal_estimate = None
         self._goal_support = 0
         self.explorer.reset(keep_map=self.cfg.persistent_map)
+        self.known_map = self.explorer.map is not None   # a map kept from an earlier visit: a known house
         self._scan = (self.explorer.goal_scan(self._goal_depth, rgb=goal_rgb)
                       if self._goal_depth is not None and self.cfg.scan_match else None)
         self._candidate: Candidate | None = None
@@ -825,9 +835,13 @@ class Navigator:
 
     def _corroborated(self, pose: Pose2D, similarity: float) -> bool:
         """Whether a look-around's best similarity, below candidate_stop_similarity, still confirms the spot: at
-        least corroborated_stop_similarity with an RGB-D goal estimate near `pose` (map frame)."""
+        least corroborated_stop_similarity (known_corroborated_stop_similarity in a known house) with an RGB-D goal
+        estimate near `pose` (map frame)."""
         cfg, goal = self.cfg, self.goal_estimate
-        return (cfg.corroborated_stop_similarity > 0 and similarity >= cfg.corroborated_stop_similarity
+        bar = cfg.corroborated_stop_similarity
+        if self.known_map and cfg.known_corroborated_stop_similarity > 0 and bar > 0:
+            bar = cfg.known_corroborated_stop_similarity
+        return (bar > 0 and similarity >= bar
                 and goal is not None and self._goal_support >= cfg.localize_min_inliers
                 and math.hypot(goal.x_m - pose.x_m, goal.y_m - pose.y_m) <= cfg.corroborate_radius_m)
 

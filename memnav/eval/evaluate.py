@@ -18,6 +18,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_FRONTIER_LOOK_TURNS,
+    EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
     EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
@@ -117,6 +118,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it when an RGB-D goal estimate lies within "
                              f"{NavigatorConfig.corroborate_radius_m} m; 0 = off "
                              "(NavigatorConfig.corroborated_stop_similarity; default: %(default)s)")
+    parser.add_argument("--known-corroborated-similarity", type=float,
+                        default=EXPLORING_KNOWN_CORROBORATED_SIMILARITY, metavar="S",
+                        help="memnav agents that explore, in a known house (--lifelong, from a house's second "
+                             "visit on, when the occupancy map is kept): the --corroborated-similarity bar there; "
+                             "0 = the same bar as on a first visit "
+                             "(NavigatorConfig.known_corroborated_stop_similarity; default: %(default)s)")
     parser.add_argument("--sweep-prior-weight", type=float, default=EXPLORING_SWEEP_PRIOR_WEIGHT, metavar="M",
                         help="memnav agents that explore, in a known house (--lifelong): once nothing is left to "
                              "explore or match, sweep first the positions within "
@@ -257,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
                                           candidate_min_colour=args.candidate_min_colour,
                                           candidate_colour_fit=args.candidate_colour_fit,
                                           corroborated_similarity=args.corroborated_similarity,
+                                          known_corroborated_similarity=args.known_corroborated_similarity,
                                           sweep_prior_weight=args.sweep_prior_weight,
                                           frontier_look_turns=args.frontier_look_turns,
                                           map_range_m=args.map_range_m)

@@ -35,6 +35,11 @@ EXPLORING_COLOUR_POOL = 24
 # confirms a candidate alone) confirms the spot when an RGB-D goal estimate lies within 0.5 m of it
 # (NavigatorConfig.corroborated_stop_similarity; lifelong val96 SPL 0.778 -> 0.820, README "Corroborated stops")
 EXPLORING_CORROBORATED_SIMILARITY = 0.75
+# exploring agents in a known house (the occupancy map kept from an earlier visit): the corroborated bar there;
+# 0 = EXPLORING_CORROBORATED_SIMILARITY there too (NavigatorConfig.known_corroborated_stop_similarity). 0.70 was
+# tried: lifelong val200 SPL 0.813 -> 0.826, but on a second val sample (other houses) 0.763 -> 0.754 and
+# success 0.840 -> 0.815, so it is off (README "Corroborated stops")
+EXPLORING_KNOWN_CORROBORATED_SIMILARITY = 0.0
 # exploring agents do not home over the scene graph's edges to a remembered place that matches the goal photo
 # (NavigatorConfig.homing): the occupancy map's scan-matched candidates find remembered goals, and homing drove to
 # look-alike places first (lifelong val96 SPL 0.778 without, 0.745 with, the same success; README "Homing")

@@ -30,6 +30,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
+    EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
     EXPLORING_MAP_RANGE_M,
     EXPLORING_SEARCH_VALUE,
     EXPLORING_STOP_APPROACH_MIN_INLIERS,
@@ -69,6 +70,8 @@ class LearnedAgentOptions:
         explore_homing: exploring agents home too (EXPLORING_HOMING, off).
         corroborated_similarity: exploring agents accept a look-around at this similarity when an RGB-D goal
             estimate lies near (NavigatorConfig.corroborated_stop_similarity; 0 = off).
+        known_corroborated_similarity: the same bar in a known house, on a map kept from an earlier visit
+            (NavigatorConfig.known_corroborated_stop_similarity; 0 = corroborated_similarity there too).
         sweep_prior_weight: exploring agents sweep first the positions near remembered places that look like the
             goal photo (NavigatorConfig.sweep_prior_weight, meters per unit of similarity; 0 = nearest first).
         explore: memnav agents explore frontiers of their own occupancy map and drive to a goal localized
@@ -114,6 +117,7 @@ class LearnedAgentOptions:
     candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
+    known_corroborated_similarity: float = EXPLORING_KNOWN_CORROBORATED_SIMILARITY
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
     frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
     map_range_m: float = EXPLORING_MAP_RANGE_M
@@ -159,6 +163,8 @@ class LearnedAgent:
                               candidate_min_colour=opts.candidate_min_colour if explore else 0.0,
                               candidate_colour_fit=opts.candidate_colour_fit if explore else 0.0,
                               corroborated_stop_similarity=opts.corroborated_similarity if explore else 0.0,
+                              known_corroborated_stop_similarity=opts.known_corroborated_similarity
+                              if explore else 0.0,
                               homing_via_map=opts.homing_via_map,
                               candidate_near_m=opts.candidate_near_m if explore else 0.0,
                               best_view_after_steps=max(0, opts.max_steps - EXPLORING_BEST_VIEW_RESERVE)

@@ -42,6 +42,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
+    EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
     EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
@@ -93,6 +94,9 @@ class PolicyNodeConfig:
             already at a moderate scan score (`memnav eval --candidate-colour-fit`; 0 = off).
         corroborated_similarity: exploring agents accept a look-around at this similarity to the goal photo when
             an RGB-D goal estimate lies within 0.5 m (`memnav eval --corroborated-similarity`; 0 = off).
+        known_corroborated_similarity: the same bar in a known house, from a goal on after the first when the
+            occupancy map is kept (`lifelong_dir`; `memnav eval --known-corroborated-similarity`; 0 = the
+            corroborated_similarity there too).
         sweep_prior_weight: exploring agents in a known house sweep first the positions near remembered places
             that look like the goal photo (`memnav eval --sweep-prior-weight`, meters per unit of similarity;
             0 = nearest first).
@@ -132,6 +136,7 @@ class PolicyNodeConfig:
     candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
+    known_corroborated_similarity: float = EXPLORING_KNOWN_CORROBORATED_SIMILARITY
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
     frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
     map_range_m: float = EXPLORING_MAP_RANGE_M
@@ -204,6 +209,7 @@ def build(node) -> Callable[[], None]:
                                colour_weight=cfg.colour_weight, candidate_min_colour=cfg.candidate_min_colour,
                                candidate_colour_fit=cfg.candidate_colour_fit,
                                corroborated_similarity=cfg.corroborated_similarity,
+                               known_corroborated_similarity=cfg.known_corroborated_similarity,
                                sweep_prior_weight=cfg.sweep_prior_weight,
                                frontier_look_turns=cfg.frontier_look_turns, map_range_m=cfg.map_range_m)
     agent = LearnedAgent(cfg.agent, opts)

@@ -272,7 +272,8 @@ def test_with_a_map_homing_drives_around_the_wall_a_graph_edge_crosses(encoder, 
 
 def _approach_setup(encoder, two_room_scene, min_inliers: int, stop_rule_stops: bool = True, **cfg_kw):
     """A robot whose stop rule always (or never) wants to stop, 1.5 m short of where the goal photo was taken,
-    with a well-supported goal estimate there (as RGB-D localization would give it)."""
+    with a well-supported goal estimate there (as RGB-D localization would give it): (sim, navigator, the
+    robot's first frame, the goal frame)."""
     from memnav.sim.base import SimConfig
     from memnav.sim.embedded import EmbeddedSimulator
 
@@ -292,12 +293,13 @@ def _approach_setup(encoder, two_room_scene, min_inliers: int, stop_rule_stops: 
     nav = Navigator(encoder, calibrator, cfg, policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
     nav.reset(obs.rgb, obs.depth)
     sim.set_agent_pose(start, 0.0)
-    nav.goal_estimate, nav._goal_support = goal_pose, 20
-    return sim, nav, first
+    # a kept map lives in the odometry frame, a fresh one in the frame of the episode's first pose
+    nav.goal_estimate, nav._goal_support = (obs.pose if cfg.persistent_map else goal_pose), 20
+    return sim, nav, first, obs
 
 
 def test_a_stop_short_of_a_localized_goal_drives_there_and_stops_facing_it(encoder, two_room_scene):
-    sim, nav, obs = _approach_setup(encoder, two_room_scene, min_inliers=10)
+    sim, nav, obs, _ = _approach_setup(encoder, two_room_scene, min_inliers=10)
     action, inp, _ = nav.act(obs.rgb, obs.depth, obs.pose, 1)
     assert inp.stop.stop and action != Action.STOP and nav.mode == "approach"
     for t in range(2, 60):
@@ -313,7 +315,7 @@ def test_a_stop_short_of_a_localized_goal_drives_there_and_stops_facing_it(encod
 
 def test_without_stop_approach_or_with_too_little_support_the_stop_rule_stops_at_once(encoder, two_room_scene):
     for need in (0, 25):                      # off; the estimate's 20 inliers are fewer than needed
-        sim, nav, obs = _approach_setup(encoder, two_room_scene, min_inliers=need)
+        sim, nav, obs, _ = _approach_setup(encoder, two_room_scene, min_inliers=need)
         action, _, _ = nav.act(obs.rgb, obs.depth, obs.pose, 1)
         assert action == Action.STOP and nav.mode == "stop"
         sim.close()
@@ -323,17 +325,9 @@ def test_a_localized_goal_corroborates_a_look_around_below_the_candidate_similar
     """The stop rule never stops; the look-around at the goal estimate cannot reach a similarity of 1.0. With
     corroborated_stop_similarity the estimate there confirms a lower one: STOP; without, the spot is rejected."""
     for corroborate in (0.5, 0.0):
-        sim, nav, obs = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
-                                        candidate_stop_similarity=1.0, corroborated_stop_similarity=corroborate)
-        modes = []
-        for t in range(1, 60):
-            action, inp, _ = nav.act(obs.rgb, obs.depth, obs.pose, t)
-            modes.append(nav.mode)
-            if action == Action.STOP or (modes[-1] != "approach" and "approach" in modes):
-                break
-            obs = sim.step(action)
-        here = obs.pose.relative_to(sim.render_at(np.array([2.5, 0.0, 3.5]), 0.0).pose)
-        assert math.hypot(here.x_m - 1.5, here.y_m) < 0.5 and modes.count("approach") >= 11   # there, looked around
+        sim, nav, obs, _ = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
+                                           candidate_stop_similarity=1.0, corroborated_stop_similarity=corroborate)
+        action, inp, obs = _judge_estimate(sim, nav, obs)
         if corroborate:
             assert action == Action.STOP and nav.mode == "approach" and 0.5 <= inp.similarity < 1.0
         else:
@@ -341,6 +335,48 @@ def test_a_localized_goal_corroborates_a_look_around_below_the_candidate_similar
         sim.close()
     with pytest.raises(ValueError, match="corroborated_stop_similarity"):
         NavigatorConfig(corroborated_stop_similarity=1.5)
+
+
+def _judge_estimate(sim, nav, obs, first_stamp: int = 1):
+    """From _approach_setup's start, act until the robot stops or has judged the goal estimate and moved on;
+    check that it got there and looked around. Returns (last action, last step input, last frame)."""
+    modes = []
+    for t in range(first_stamp, first_stamp + 60):
+        action, inp, _ = nav.act(obs.rgb, obs.depth, obs.pose, t)
+        modes.append(nav.mode)
+        if action == Action.STOP or (modes[-1] != "approach" and "approach" in modes):
+            break
+        obs = sim.step(action)
+    here = obs.pose.relative_to(sim.render_at(np.array([2.5, 0.0, 3.5]), 0.0).pose)
+    assert math.hypot(here.x_m - 1.5, here.y_m) < 0.5 and modes.count("approach") >= 11   # there, looked around
+    return action, inp, obs
+
+
+def test_a_known_house_has_its_own_corroborated_bar(encoder, two_room_scene):
+    """The same look-around at the same goal estimate: on a first visit the corroborated bar (1.0, out of reach)
+    rejects it; in the next episode, on the map kept from the first, known_corroborated_stop_similarity (0.5)
+    confirms it."""
+    sim, nav, first, goal = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
+                                            persistent_map=True, candidate_stop_similarity=1.0,
+                                            corroborated_stop_similarity=1.0, known_corroborated_stop_similarity=0.5)
+    assert not nav.known_map
+    action, _, _ = _judge_estimate(sim, nav, first)
+    assert action != Action.STOP and nav.goal_estimate is None          # a first visit: rejected
+    nav.reset(goal.rgb, goal.depth)                                      # the next visit: the map is kept
+    assert nav.known_map
+    sim.set_agent_pose(np.array([2.5, 0.0, 3.5]), 0.0)
+    nav.goal_estimate, nav._goal_support = goal.pose, 20
+    action, inp, _ = _judge_estimate(sim, nav, sim.render_at(np.array([2.5, 0.0, 3.5]), 0.0), first_stamp=100)
+    assert action == Action.STOP and nav.mode == "approach" and 0.5 <= inp.similarity < 1.0
+    sim.close()
+    # without a kept map every episode is a first visit
+    sim, nav, first, goal = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
+                                            known_corroborated_stop_similarity=0.5)
+    nav.reset(goal.rgb, goal.depth)
+    assert not nav.known_map
+    sim.close()
+    with pytest.raises(ValueError, match="known_corroborated_stop_similarity"):
+        NavigatorConfig(known_corroborated_stop_similarity=-0.1)
 
 
 def _search_two_rooms(encoder, two_room_scene, max_actions: int = 700, **cfg):

@@ -14,6 +14,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CORROBORATED_SIMILARITY,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
+    EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
     EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
 )
@@ -69,8 +70,10 @@ def test_without_exploration_the_policy_drives_alone(two_room_scene):
 def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exploring_agents_only():
     plain = LearnedAgent("memnav", LearnedAgentOptions())
     ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
-    blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False))
-    grey = LearnedAgent("memnav", LearnedAgentOptions(colour_weight=0.0, candidate_min_colour=0.0))
+    blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False,
+                                                       known_corroborated_similarity=0.7))
+    grey = LearnedAgent("memnav", LearnedAgentOptions(colour_weight=0.0, candidate_min_colour=0.0,
+                                                      known_corroborated_similarity=0.7))
     homer = LearnedAgent("memnav", LearnedAgentOptions(explore_homing=True))
     try:
         # exploring agents home over the scene graph only when asked to; without a map homing stays on
@@ -90,6 +93,10 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert blind.navigator.cfg.candidate_colour_fit == 0.0
         assert plain.navigator.cfg.corroborated_stop_similarity == EXPLORING_CORROBORATED_SIMILARITY > 0
         assert blind.navigator.cfg.corroborated_stop_similarity == 0.0
+        # in a known house the first-visit bar by default; another one when asked for, with exploration only
+        assert plain.navigator.cfg.known_corroborated_stop_similarity == EXPLORING_KNOWN_CORROBORATED_SIMILARITY == 0
+        assert grey.navigator.cfg.known_corroborated_stop_similarity == 0.7
+        assert blind.navigator.cfg.known_corroborated_stop_similarity == 0.0
         assert plain.navigator.cfg.sweep_prior_weight == EXPLORING_SWEEP_PRIOR_WEIGHT > 0
         assert blind.navigator.cfg.sweep_prior_weight == 0.0
         assert plain.navigator.cfg.frontier_look_turns == EXPLORING_FRONTIER_LOOK_TURNS > 0

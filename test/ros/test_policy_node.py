@@ -45,6 +45,7 @@ def test_policy_node_defaults_are_the_eval_agents_defaults():
     assert node.candidate_colour_fit == agent.candidate_colour_fit
     assert node.explore_homing == agent.explore_homing
     assert node.corroborated_similarity == agent.corroborated_similarity
+    assert node.known_corroborated_similarity == agent.known_corroborated_similarity
     assert node.sweep_prior_weight == agent.sweep_prior_weight
     assert node.frontier_look_turns == agent.frontier_look_turns
     assert node.map_range_m == agent.map_range_m
