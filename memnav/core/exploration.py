@@ -59,6 +59,8 @@ class ExplorerConfig:
         pixel_stride: integrate every n-th pixel in each image direction.
         min_frontier_cells: frontier clusters smaller than this are ignored (cells).
         frontier_reach_m: a frontier target counts as reached within this distance, meters.
+        frontier_size_weight: the next frontier is the one with the least path length minus this many meters per
+            meter of frontier (cells x cell_m): a long opening onto unknown space beats a slightly nearer gap.
         target_reach_m: a point target counts as reached within this distance, meters.
         heading_tolerance_rad: move forward when the waypoint bearing is within this, else turn, radians.
         forward_step_m: length of MOVE_FORWARD, meters (collision marking).
@@ -84,6 +86,7 @@ class ExplorerConfig:
     pixel_stride: int = 2
     min_frontier_cells: int = 4
     frontier_reach_m: float = 0.5
+    frontier_size_weight: float = 0.02
     target_reach_m: float = 0.3
     heading_tolerance_rad: float = math.radians(16.0)
     forward_step_m: float = 0.25
@@ -101,8 +104,10 @@ class ExplorerConfig:
             raise ValueError(f"ExplorerConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
         if self.pixel_stride < 1 or self.min_frontier_cells < 1 or self.blocked_hits < 1:
             raise ValueError("ExplorerConfig.pixel_stride, min_frontier_cells and blocked_hits must be >= 1")
-        if not (math.isfinite(self.boxed_in_m2) and self.boxed_in_m2 >= 0):
-            raise ValueError(f"ExplorerConfig.boxed_in_m2 must be a number >= 0, got {self.boxed_in_m2!r}")
+        for name in ("boxed_in_m2", "frontier_size_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"ExplorerConfig.{name} must be a number >= 0, got {value!r}")
         if self.obstacle_max_height_m <= self.obstacle_min_height_m:
             raise ValueError("ExplorerConfig.obstacle_max_height_m must exceed obstacle_min_height_m")
 
@@ -536,7 +541,7 @@ class Explorer:
                 x, y = m.cell_center(int(rr[i]) + win[0].start, int(cc[i]) + win[1].start)
                 if d[i] < self.cfg.frontier_reach_m or any(math.hypot(x - a, y - b) < 0.5 for a, b in self._failed):
                     continue
-                cost = float(d[i]) - 0.02 * rr.size * self.cfg.cell_m
+                cost = float(d[i]) - self.cfg.frontier_size_weight * rr.size * self.cfg.cell_m
                 if cost < best_cost:
                     best, best_cost = (x, y), cost
             self._frontier = best

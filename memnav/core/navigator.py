@@ -156,9 +156,8 @@ class NavigatorConfig:
             where the robot stands: two independent cues put the goal here (0 = off).
         known_corroborated_stop_similarity: the corroborated bar in a known house, i.e. when the episode began on
             an occupancy map kept from an earlier visit (`persistent_map`); 0 = corroborated_stop_similarity
-            there too; off wherever corroborated_stop_similarity is 0. In a known house an RGB-D estimate
-            beside a look-around is more often the goal than on a first visit, where look-alike rooms produce
-            estimates as well (README "Corroborated stops").
+            there too; off wherever corroborated_stop_similarity is 0. A lower bar there was tried: it gained on
+            the val houses and lost on others (README "Corroborated stops").
         corroborate_radius_m: see corroborated_stop_similarity, meters.
         candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
         colour_weight: candidates are taken in the order of scan-match score + colour_weight x colour fit (the

@@ -172,6 +172,9 @@ def test_config_rejects_bad_values():
         ExplorerConfig(obstacle_min_height_m=1.0, obstacle_max_height_m=0.5)
     with pytest.raises(ValueError, match="blocked_hits"):
         ExplorerConfig(blocked_hits=0)
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="frontier_size_weight"):
+            ExplorerConfig(frontier_size_weight=bad)
 
 
 def test_map_saves_and_loads_exactly_and_bad_files_are_refused_untouched(sim, tmp_path):
