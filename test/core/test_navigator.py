@@ -270,6 +270,9 @@ def test_with_a_map_homing_drives_around_the_wall_a_graph_edge_crosses(encoder, 
     assert "homing" in modes[:20] and "explore" not in modes and "policy" not in modes
 
 
+_APPROACH_START = np.array([2.5, 0.0, 3.5])   # where _approach_setup's robot starts, facing the goal 1.5 m ahead
+
+
 def _approach_setup(encoder, two_room_scene, min_inliers: int, stop_rule_stops: bool = True, **cfg_kw):
     """A robot whose stop rule always (or never) wants to stop, 1.5 m short of where the goal photo was taken,
     with a well-supported goal estimate there (as RGB-D localization would give it): (sim, navigator, the
@@ -278,9 +281,8 @@ def _approach_setup(encoder, two_room_scene, min_inliers: int, stop_rule_stops: 
     from memnav.sim.embedded import EmbeddedSimulator
 
     sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
-    start = np.array([2.5, 0.0, 3.5])
-    sim.set_agent_pose(start, 0.0)
-    first = sim.render_at(start, 0.0)
+    sim.set_agent_pose(_APPROACH_START, 0.0)
+    first = sim.render_at(_APPROACH_START, 0.0)
     obs = first
     for _ in range(6):
         obs = sim.step(Action.MOVE_FORWARD)
@@ -292,7 +294,7 @@ def _approach_setup(encoder, two_room_scene, min_inliers: int, stop_rule_stops: 
     calibrator = GoalBeliefCalibrator(np.array([0.0, 0.0, bias]), ("similarity", "verification"))
     nav = Navigator(encoder, calibrator, cfg, policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
     nav.reset(obs.rgb, obs.depth)
-    sim.set_agent_pose(start, 0.0)
+    sim.set_agent_pose(_APPROACH_START, 0.0)
     # a kept map lives in the odometry frame, a fresh one in the frame of the episode's first pose
     nav.goal_estimate, nav._goal_support = (obs.pose if cfg.persistent_map else goal_pose), 20
     return sim, nav, first, obs
@@ -308,7 +310,7 @@ def test_a_stop_short_of_a_localized_goal_drives_there_and_stops_facing_it(encod
         if action == Action.STOP:
             break
     assert action == Action.STOP and nav.mode == "approach"
-    here = obs.pose.relative_to(sim.render_at(np.array([2.5, 0.0, 3.5]), 0.0).pose)
+    here = obs.pose.relative_to(sim.render_at(_APPROACH_START, 0.0).pose)
     assert math.hypot(here.x_m - 1.5, here.y_m) < 0.5 and inp.similarity > 0.9
     sim.close()
 
@@ -347,7 +349,7 @@ def _judge_estimate(sim, nav, obs, first_stamp: int = 1):
         if action == Action.STOP or (modes[-1] != "approach" and "approach" in modes):
             break
         obs = sim.step(action)
-    here = obs.pose.relative_to(sim.render_at(np.array([2.5, 0.0, 3.5]), 0.0).pose)
+    here = obs.pose.relative_to(sim.render_at(_APPROACH_START, 0.0).pose)
     assert math.hypot(here.x_m - 1.5, here.y_m) < 0.5 and modes.count("approach") >= 11   # there, looked around
     return action, inp, obs
 
@@ -364,9 +366,9 @@ def test_a_known_house_has_its_own_corroborated_bar(encoder, two_room_scene):
     assert action != Action.STOP and nav.goal_estimate is None          # a first visit: rejected
     nav.reset(goal.rgb, goal.depth)                                      # the next visit: the map is kept
     assert nav.known_map
-    sim.set_agent_pose(np.array([2.5, 0.0, 3.5]), 0.0)
+    sim.set_agent_pose(_APPROACH_START, 0.0)
     nav.goal_estimate, nav._goal_support = goal.pose, 20
-    action, inp, _ = _judge_estimate(sim, nav, sim.render_at(np.array([2.5, 0.0, 3.5]), 0.0), first_stamp=100)
+    action, inp, _ = _judge_estimate(sim, nav, sim.render_at(_APPROACH_START, 0.0), first_stamp=100)
     assert action == Action.STOP and nav.mode == "approach" and 0.5 <= inp.similarity < 1.0
     sim.close()
     # without a kept map every episode is a first visit
