@@ -114,7 +114,7 @@ def info_nce(za: torch.Tensor, zb: torch.Tensor, same: torch.Tensor, temperature
     the same place as a_i, `same_bn` those that are as b_i (default: same_n).
     """
     b = len(za)
-    eye = torch.eye(b, dtype=torch.bool)
+    eye = torch.eye(b, dtype=torch.bool, device=za.device)
     mask = same & ~eye
     logits_ab = (za @ zb.T / temperature).masked_fill(mask, float("-inf"))
     logits_ba = (zb @ za.T / temperature).masked_fill(mask.T, float("-inf"))
@@ -123,7 +123,7 @@ def info_nce(za: torch.Tensor, zb: torch.Tensor, same: torch.Tensor, temperature
         logits_ab = torch.cat([logits_ab, (za @ zn.T / temperature).masked_fill(same_n, float("-inf"))], dim=1)
         same_bn = same_n if same_bn is None else same_bn
         logits_ba = torch.cat([logits_ba, (zb @ zn.T / temperature).masked_fill(same_bn, float("-inf"))], dim=1)
-    target = torch.arange(b)
+    target = torch.arange(b, device=za.device)
     return 0.5 * (torch.nn.functional.cross_entropy(logits_ab, target)
                   + torch.nn.functional.cross_entropy(logits_ba, target))
 
@@ -142,23 +142,42 @@ def house_bank_loss(z: torch.Tensor, partner: torch.Tensor, poses: np.ndarray, h
         rows = np.flatnonzero(house == h)
         cols = np.flatnonzero(table_house == h)
         s_tab = z[rows] @ table[cols].T / temperature
-        s_tab = s_tab.masked_fill(torch.from_numpy(cols[None, :] == own[rows, None]), float("-inf"))
+        s_tab = s_tab.masked_fill(torch.from_numpy(cols[None, :] == own[rows, None]).to(z.device), float("-inf"))
         s_pos = (z[rows] * partner[rows]).sum(dim=1, keepdim=True) / temperature
         logits = torch.cat([s_pos, s_tab], dim=1)
         pos = torch.from_numpy(np.concatenate(
             [np.ones((len(rows), 1), dtype=bool),
-             same_place(poses[rows], table_poses[cols], house[rows], table_house[cols])], axis=1))
+             same_place(poses[rows], table_poses[cols], house[rows], table_house[cols])], axis=1)).to(z.device)
         losses.append(torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~pos, float("-inf")), dim=1))
     return torch.cat(losses).mean()
 
 
 def embed(model: FrameEncoder, frames: np.ndarray, batch: int = 256) -> np.ndarray:
+    """Embeddings (N, D) of frames (N, 4, P, P), computed on the model's device in batches."""
     model.eval()
+    device = next(model.parameters()).device
     out = []
     with torch.inference_mode():
         for i in range(0, len(frames), batch):
-            out.append(model(torch.from_numpy(frames[i:i + batch].astype(np.float32))).numpy())
+            x = torch.from_numpy(frames[i:i + batch].astype(np.float32)).to(device)
+            out.append(model(x).cpu().numpy())
     return np.concatenate(out)
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for `--device`: auto (CUDA when torch sees a GPU, else the CPU), cpu or cuda[:N]."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"--device: unknown device {name!r} (auto, cpu or cuda[:N])") from err
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device: unsupported device type {device.type!r} (auto, cpu or cuda[:N])")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: this torch build sees no CUDA GPU (torch {torch.__version__}); "
+                         "use --device cpu")
+    return device
 
 
 def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: int, pairs: bool,
@@ -272,6 +291,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "count as positives); 0 = off")
     parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--device", default="auto", metavar="DEV",
+                        help="where the network trains: auto (a CUDA GPU when torch sees one, else the CPU), cpu "
+                             "or cuda[:N]; frames are rendered and augmented on the CPU either way")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -293,6 +315,7 @@ def run(args: argparse.Namespace) -> int:
         if not 0 <= lo < hi:
             raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
     torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     enc_cfg = EncoderConfig(input_px=args.input_px, widths=tuple(args.widths))
     data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
@@ -309,7 +332,8 @@ def run(args: argparse.Namespace) -> int:
     assert train_b is not None
 
     torch.manual_seed(cfg.seed)
-    model = FrameEncoder(enc_cfg)
+    model = FrameEncoder(enc_cfg).to(device)
+    embed_batch = 2048 if device.type == "cuda" else 256
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = max(1, min(100, cfg.steps // 10))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
@@ -363,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
         """Embeddings of all training anchors by the current model, computed once per step at most."""
         nonlocal table, table_step
         if table_step != step:
-            table = torch.from_numpy(embed(model, train_a.frames))
+            table = torch.from_numpy(embed(model, train_a.frames, embed_batch)).to(device)
             table_step = step
             model.train()
         assert table is not None
@@ -376,23 +400,23 @@ def run(args: argparse.Namespace) -> int:
         hs = rng.choice(houses, size=min(cfg.houses_per_batch, len(houses)), replace=False)
         per = cfg.batch_pairs // len(hs)
         idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
-        xa = augment(torch.from_numpy(train_a.frames[idx].astype(np.float32)), gen)
-        xb = augment(torch.from_numpy(train_b.frames[idx].astype(np.float32)), gen)
+        xa = augment(torch.from_numpy(train_a.frames[idx].astype(np.float32)), gen).to(device)
+        xb = augment(torch.from_numpy(train_b.frames[idx].astype(np.float32)), gen).to(device)
         house = train_a.house[idx]
-        same = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[idx], house, house))
+        same = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[idx], house, house)).to(device)
         views = [xa, xb]
         same_an = same_bn = None
         if train_n is not None:
-            views.append(augment(torch.from_numpy(train_n.frames[idx].astype(np.float32)), gen))
-            same_an = torch.from_numpy(same_place(train_a.poses[idx], train_n.poses[idx], house, house))
-            same_bn = torch.from_numpy(same_place(train_b.poses[idx], train_n.poses[idx], house, house))
+            views.append(augment(torch.from_numpy(train_n.frames[idx].astype(np.float32)), gen).to(device))
+            same_an = torch.from_numpy(same_place(train_a.poses[idx], train_n.poses[idx], house, house)).to(device)
+            same_bn = torch.from_numpy(same_place(train_b.poses[idx], train_n.poses[idx], house, house)).to(device)
         if cfg.mine_every > 0 and step >= cfg.mine_every:
             if mined is None or step % cfg.mine_every == 0:
-                mined = mine_look_alikes(model, train_a, anchor_table().numpy())
+                mined = mine_look_alikes(model, train_a, anchor_table().cpu().numpy())
             j = mined[idx]
-            views.append(augment(torch.from_numpy(train_a.frames[j].astype(np.float32)), gen))
-            sa = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[j], house, house))
-            sb = torch.from_numpy(same_place(train_b.poses[idx], train_a.poses[j], house, house))
+            views.append(augment(torch.from_numpy(train_a.frames[j].astype(np.float32)), gen).to(device))
+            sa = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[j], house, house)).to(device)
+            sb = torch.from_numpy(same_place(train_b.poses[idx], train_a.poses[j], house, house)).to(device)
             same_an = sa if same_an is None else torch.cat([same_an, sa], dim=1)
             same_bn = sb if same_bn is None else torch.cat([same_bn, sb], dim=1)
         use_bank = cfg.house_bank_every > 0 and step >= cfg.house_bank_every
@@ -414,7 +438,7 @@ def run(args: argparse.Namespace) -> int:
         sched.step()
         if use_bank:
             assert table is not None
-            table[idx] = z[0].detach()
+            table[torch.from_numpy(idx).to(device)] = z[0].detach()
         step += 1
         curve["step"].append(step)
         curve["loss"].append(loss.item())

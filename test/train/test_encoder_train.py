@@ -8,7 +8,7 @@ from conftest import make_tiny_dataset
 
 from memnav.cli import main
 from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint
-from memnav.train.encoder_train import embed, house_bank_loss, mine_look_alikes
+from memnav.train.encoder_train import embed, house_bank_loss, mine_look_alikes, resolve_device
 from memnav.train.frame_bank import FrameSet, same_place
 
 
@@ -183,3 +183,33 @@ def test_house_bank_loss_counts_table_views_of_the_same_place_as_positives_and_s
     zg, pg = z.clone().requires_grad_(), partner.clone().requires_grad_()
     house_bank_loss(zg, pg, poses, house, own, table, far, table_house, 0.1).backward()
     assert zg.grad is not None and pg.grad is not None and pg.grad.abs().sum() > 0
+
+
+def test_resolve_device_names_what_is_wrong():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+        resolve_device("gpu0")
+    with pytest.raises(ValueError, match="unsupported device type 'meta'"):
+        resolve_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no CUDA GPU"):
+            resolve_device("cuda")
+
+
+@pytest.mark.slow
+def test_train_on_the_chosen_device_writes_a_cpu_checkpoint(tiny_data, tmp_path, capsys):
+    """--device: refused by name where torch has no such device; where it has one (or on the CPU), the
+    house bank and mining run there and the checkpoint loads on the CPU."""
+    out = tmp_path / "encoder.pt"
+    args = ["train", "encoder", "--out", str(out), "--data", str(tiny_data), "--steps", "2", "--batch", "8",
+            "--pairs-per-house", "12", "--eval-every", "2", "--no-progress", "--house-bank-every", "1",
+            "--mine-every", "1"]
+    assert main([*args, "--device", "tpu"]) == 2
+    assert "--device: unknown device 'tpu'" in capsys.readouterr().err
+    assert not out.exists()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert main([*args, "--device", device]) == 0
+    model = load_checkpoint(out)
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    assert len(json.loads(out.with_suffix(".curve.json").read_text())["val_recall_at_1"]) == 1
