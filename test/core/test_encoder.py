@@ -78,3 +78,28 @@ def test_checkpoint_round_trip_and_refusals(tmp_path, frame):
         load_checkpoint(tmp_path / "junk.pt")
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_shipped_alternative_encoder_matches_its_documented_command(frame):
+    """models/encoder_mined6k.pt (not the default) loads with weights_only, embeds like the default encoder,
+    records the training settings models/README.md gives for it, and has its own stop calibration."""
+    import json
+
+    from memnav.core.checkpoint import read_payload
+    from memnav.core.encoder import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
+    from memnav.paths import PACKAGE_ROOT
+
+    path = PACKAGE_ROOT / "models" / "encoder_mined6k.pt"
+    extra = read_payload(path, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, "encoder")["extra"]
+    cfg = extra["train_config"]
+    assert (extra["step"], cfg["steps"], cfg["pairs_per_house"], cfg["mine_every"], cfg["house_bank_every"]) == \
+        (6000, 6000, 600, 400, 0)
+    assert (cfg["positive_m"], cfg["positive_deg"], list(cfg["near_miss_m"]), list(cfg["near_miss_turn_deg"])) == \
+        (1.0, 30.0, [1.0, 1.6], [30.0, 60.0])
+    shipped = Encoder.from_checkpoint(PACKAGE_ROOT / "models" / "encoder.pt")
+    alt = Encoder.from_checkpoint(path)
+    z, z_alt = shipped.encode(*frame), alt.encode(*frame)
+    assert z.shape == z_alt.shape == (256,) and abs(float(np.linalg.norm(z_alt)) - 1.0) < 1e-5
+    assert not np.allclose(z, z_alt)    # another network, not a copy of the default
+    cal = json.loads((PACKAGE_ROOT / "models" / "stop_calibration_mined6k.json").read_text())
+    assert cal["checkpoint"] == "models/encoder_mined6k.pt" and cal["ece"]["val"] < 0.05
