@@ -392,6 +392,15 @@ def run(args: argparse.Namespace) -> int:
             model.train()
         assert table is not None
         return table
+
+    def view(frames: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+        """Augmented network inputs of frames[rows] on the training device (augmentation draws from `gen`)."""
+        return augment(torch.from_numpy(frames[rows].astype(np.float32)), gen).to(device)
+
+    def same_mask(poses_a: np.ndarray, poses_b: np.ndarray, house: np.ndarray) -> torch.Tensor:
+        """`same_place` of two pose arrays of the batch's houses, on the training device."""
+        return torch.from_numpy(same_place(poses_a, poses_b, house, house)).to(device)
+
     start = time.monotonic()
     bar = tqdm(total=cfg.steps, initial=step, desc="train encoder", unit="step", disable=args.no_progress,
                file=sys.stderr)
@@ -400,23 +409,21 @@ def run(args: argparse.Namespace) -> int:
         hs = rng.choice(houses, size=min(cfg.houses_per_batch, len(houses)), replace=False)
         per = cfg.batch_pairs // len(hs)
         idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
-        xa = augment(torch.from_numpy(train_a.frames[idx].astype(np.float32)), gen).to(device)
-        xb = augment(torch.from_numpy(train_b.frames[idx].astype(np.float32)), gen).to(device)
+        views = [view(train_a.frames, idx), view(train_b.frames, idx)]
         house = train_a.house[idx]
-        same = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[idx], house, house)).to(device)
-        views = [xa, xb]
+        same = same_mask(train_a.poses[idx], train_a.poses[idx], house)
         same_an = same_bn = None
         if train_n is not None:
-            views.append(augment(torch.from_numpy(train_n.frames[idx].astype(np.float32)), gen).to(device))
-            same_an = torch.from_numpy(same_place(train_a.poses[idx], train_n.poses[idx], house, house)).to(device)
-            same_bn = torch.from_numpy(same_place(train_b.poses[idx], train_n.poses[idx], house, house)).to(device)
+            views.append(view(train_n.frames, idx))
+            same_an = same_mask(train_a.poses[idx], train_n.poses[idx], house)
+            same_bn = same_mask(train_b.poses[idx], train_n.poses[idx], house)
         if cfg.mine_every > 0 and step >= cfg.mine_every:
             if mined is None or step % cfg.mine_every == 0:
                 mined = mine_look_alikes(model, train_a, anchor_table().cpu().numpy())
             j = mined[idx]
-            views.append(augment(torch.from_numpy(train_a.frames[j].astype(np.float32)), gen).to(device))
-            sa = torch.from_numpy(same_place(train_a.poses[idx], train_a.poses[j], house, house)).to(device)
-            sb = torch.from_numpy(same_place(train_b.poses[idx], train_a.poses[j], house, house)).to(device)
+            views.append(view(train_a.frames, j))
+            sa = same_mask(train_a.poses[idx], train_a.poses[j], house)
+            sb = same_mask(train_b.poses[idx], train_a.poses[j], house)
             same_an = sa if same_an is None else torch.cat([same_an, sa], dim=1)
             same_bn = sb if same_bn is None else torch.cat([same_bn, sb], dim=1)
         use_bank = cfg.house_bank_every > 0 and step >= cfg.house_bank_every
