@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                 tp.add_argument("--json", type=Path, nargs="?", const=STDOUT_ONLY, default=None, metavar="PATH",
                                 help="also write the results to this JSON file (without PATH: JSON on stdout "
                                      "only, as always; progress goes to stderr)")
+            if group == "bench" and not any(a.dest in ("no_progress", "progress") for a in tp._actions):
+                tp.add_argument("--no-progress", action="store_true",
+                                help="hide the progress bars on stderr (the JSON is the same)")
     return parser
 
 

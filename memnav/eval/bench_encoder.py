@@ -57,7 +57,7 @@ def frame_view_scan(frame: np.ndarray, enc_cfg: EncoderConfig, cfg: ScanVerifyCo
 
 def verified_recall(db_frames: np.ndarray, q_frames: np.ndarray, db_emb: np.ndarray, q_emb: np.ndarray,
                     match: np.ndarray, enc_cfg: EncoderConfig, top_k: int,
-                    cfg: ScanVerifyConfig | None = None) -> tuple[float, list[float]]:
+                    cfg: ScanVerifyConfig | None = None, progress: bool = True) -> tuple[float, list[float]]:
     """recall@1 after re-ranking each query's top_k nearest views by scan verification; per-pair fit times, ms."""
     from tqdm import tqdm
 
@@ -67,7 +67,8 @@ def verified_recall(db_frames: np.ndarray, q_frames: np.ndarray, db_emb: np.ndar
     top = np.argsort(-sims, axis=1, kind="stable")[:, :top_k]
     scans: dict[int, ViewScan] = {}
     hits, times = [], []
-    for row, qi in enumerate(tqdm(valid, desc="scan verification", unit="query", file=sys.stderr)):
+    for row, qi in enumerate(tqdm(valid, desc="scan verification", unit="query", file=sys.stderr,
+                                      disable=not progress)):
         query = frame_view_scan(q_frames[qi], enc_cfg, cfg)
         fits = np.zeros(len(top[row]))
         for j, di in enumerate(top[row]):
@@ -139,9 +140,9 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(2)
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
     db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
-                    renderer=args.renderer)[0]
+                    renderer=args.renderer, progress=not args.no_progress)[0]
     qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries",
-                    renderer=args.renderer)[0]
+                    renderer=args.renderer, progress=not args.no_progress)[0]
     match = same_place(qs.poses, db.poses, qs.house, db.house)
 
     db_emb, q_emb = embed(encoder.model, db.frames), embed(encoder.model, qs.frames)
@@ -149,12 +150,13 @@ def run(args: argparse.Namespace) -> dict:
     r_enc5, _ = recall_at_k(db_emb, q_emb, match, 5)
     verified: dict = {}
     if args.verify_top > 0:
-        r_ver, fit_ms = verified_recall(db.frames, qs.frames, db_emb, q_emb, match, encoder.cfg, args.verify_top)
+        r_ver, fit_ms = verified_recall(db.frames, qs.frames, db_emb, q_emb, match, encoder.cfg, args.verify_top,
+                                        progress=not args.no_progress)
         verified = {"recall_at_1_verified": round(r_ver, 4), "verify_top_k": args.verify_top,
                     "verify_pair_ms_p50": round(float(np.median(fit_ms)), 3) if fit_ms else None}
     r_pix, _ = recall_at_1(pixel_descriptors(db.rgb), pixel_descriptors(qs.rgb), match)
     train_rgb = render_set(houses_of_split(args.data, "train"), 40, encoder.cfg, args.seed + 2, keep_rgb=True,
-                           desc="orb vocabulary", renderer=args.renderer)[0].rgb
+                           desc="orb vocabulary", renderer=args.renderer, progress=not args.no_progress)[0].rgb
     bow = OrbBagOfWords(train_rgb, args.vocab_words, args.seed)
     r_orb, _ = recall_at_1(bow.describe(db.rgb), bow.describe(qs.rgb), match)
 

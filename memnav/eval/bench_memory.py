@@ -325,7 +325,8 @@ def bench_patrol(args: argparse.Namespace, embedder: SmoothPlaceEmbedder, workdi
     kinds = {k: 0 for k in InsertKind}
     nodes_first = places_first = None
     corrected_err, odom_err = [], []
-    with tqdm(total=steps, desc="patrol", unit="obs", file=sys.stderr, leave=False) as bar:
+    with tqdm(total=steps, desc="patrol", unit="obs", file=sys.stderr, leave=False,
+              disable=args.no_progress) as bar:
         for step in range(steps):
             true = loop[step % len(loop)]
             # odometry integrates the true body-frame motion with biased, noisy scale and heading
@@ -445,7 +446,8 @@ def run(args: argparse.Namespace) -> dict:
                      "config": {k: v for k, v in vars(replace(SceneGraphConfig(), embedding_dim=args.dim)).items()
                                 if k.startswith(("index_", "new_place", "loop_closure", "merge"))}}
     try:
-        with tqdm(total=2 * args.queries * len(sizes), desc="memory bench", unit="op", file=sys.stderr) as bar:
+        with tqdm(total=2 * args.queries * len(sizes), desc="memory bench", unit="op", file=sys.stderr,
+                  disable=args.no_progress) as bar:
             for n in sizes:
                 results.update(bench_size(n, args, embedder, workdir, bar))
         results.update(measure_bytes_per_node(min(max(sizes), 100_000), args, embedder))

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> dict:
         if args.scene is not None:
             jobs.append(("scene_128", args.scene, 128))
         out: dict = {"scene": str(house), "cpu_count": os.cpu_count()}
-        for key, scene, size in tqdm(jobs, desc="bench sim", file=sys.stderr):
+        for key, scene, size in tqdm(jobs, desc="bench sim", file=sys.stderr, disable=args.no_progress):
             if scene is None:
                 scene = make_heavy_mesh(house, args.heavy_triangles, work, args.seed)
             cfg = SimConfig(width_px=size, height_px=size, renderer=args.renderer,

@@ -36,10 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-distance", type=float, default=4.0, help="farthest current view from the goal, m")
     parser.add_argument("--success-distance", type=float, default=1.0, help="success radius, m")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def make_examples(encoder: Encoder, houses: list[Path], per_house: int, max_dist_m: float, radius_m: float,
-                  seed: int, desc: str) -> tuple[np.ndarray, np.ndarray]:
+                  seed: int, desc: str, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(features (N, 2), labels (N,)) from rendered goal/current view pairs."""
     from tqdm import tqdm
 
@@ -48,7 +49,7 @@ def make_examples(encoder: Encoder, houses: list[Path], per_house: int, max_dist
     rng = np.random.default_rng(seed)
     sim = EmbeddedSimulator(config=SimConfig(seed=seed))
     feats, labels = [], []
-    bar = tqdm(total=len(houses) * per_house, desc=desc, unit="ex", file=sys.stderr)
+    bar = tqdm(total=len(houses) * per_house, desc=desc, unit="ex", file=sys.stderr, disable=not progress)
     for scene in houses:
         sim.load_scene(scene)
         n = 0
@@ -101,9 +102,11 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(2)
     encoder = Encoder.from_checkpoint(args.checkpoint)
     train_x, train_y = make_examples(encoder, houses_of_split(args.data, "train"), args.examples_per_house,
-                                     args.max_distance, args.success_distance, args.seed, "train examples")
+                                     args.max_distance, args.success_distance, args.seed, "train examples",
+                                     not args.no_progress)
     val_x, val_y = make_examples(encoder, houses_of_split(args.data, "val"), args.examples_per_house,
-                                 args.max_distance, args.success_distance, args.seed + 1, "val examples")
+                                 args.max_distance, args.success_distance, args.seed + 1, "val examples",
+                                 not args.no_progress)
     cal = GoalBeliefCalibrator(feature_names=FEATURES).fit(train_x, train_y)
     rel_train, rel_val = cal.reliability(train_x, train_y), cal.reliability(val_x, val_y)
     out = dict(cal.to_dict(), success_distance_m=args.success_distance, checkpoint=str(args.checkpoint),

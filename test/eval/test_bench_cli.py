@@ -35,7 +35,7 @@ def test_bench_sim_refuses_a_missing_scene(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_bench_encoder_keys(tiny_data, tmp_path):
+def test_bench_encoder_keys(tiny_data, tmp_path, capsys):
     torch.manual_seed(0)
     ckpt = tmp_path / "enc.pt"
     save_checkpoint(FrameEncoder(EncoderConfig()), ckpt)
@@ -49,10 +49,13 @@ def test_bench_encoder_keys(tiny_data, tmp_path):
     assert res["verify_top_k"] == 10 and res["verify_pair_ms_p50"] > 0
     assert res["recall_at_1"] <= res["recall_at_5"] <= 1.0
     assert res["renderer"] == "auto" and res["split"] == "test"
-    # the same on a train house, where an encoder can be compared with what it does on houses it saw
+    bars = capsys.readouterr().err
+    assert "database: " in bars and "scan verification: " in bars and "%|" in bars     # tqdm bars
+    # the same on a train house, where an encoder can be compared with what it does on houses it saw; no bars
     assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--split", "train",
                  "--max-houses", "1", "--db-per-house", "30", "--queries-per-house", "10", "--vocab-words", "16",
-                 "--verify-top", "0", "--json", str(out)]) == 0
+                 "--verify-top", "0", "--json", str(out), "--no-progress"]) == 0
+    assert "%|" not in capsys.readouterr().err      # the summary line only
     res = json.loads(out.read_text())
     assert res["split"] == "train" and res["test_houses"] == 1 and 0.0 <= res["recall_at_1"] <= 1.0
 

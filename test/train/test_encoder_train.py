@@ -130,7 +130,7 @@ def test_info_nce_near_misses_join_the_denominator_unless_marked_same_place():
 
 
 @pytest.mark.slow
-def test_stop_calibration_writes_belief_and_reliability(tiny_data, tmp_path):
+def test_stop_calibration_writes_belief_and_reliability(tiny_data, tmp_path, capsys):
     import torch
 
     from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
@@ -141,7 +141,8 @@ def test_stop_calibration_writes_belief_and_reliability(tiny_data, tmp_path):
     save_checkpoint(FrameEncoder(EncoderConfig()), ckpt)
     out = tmp_path / "stop.json"
     assert main(["train", "stop", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--examples-per-house", "12",
-                 "--out", str(out)]) == 0
+                 "--out", str(out), "--no-progress"]) == 0
+    assert "%|" not in capsys.readouterr().err      # no bars
     res = json.loads(out.read_text())
     assert res["feature_names"] == ["similarity", "verification"] and len(res["weights"]) == 3
     assert res["examples"] == {"train": 12, "val": 12} and 0 <= res["ece"]["val"] <= 1
