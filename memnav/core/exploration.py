@@ -61,6 +61,11 @@ class ExplorerConfig:
         frontier_reach_m: a frontier target counts as reached within this distance, meters.
         frontier_size_weight: the next frontier is the one with the least path length minus this many meters per
             meter of frontier (cells x cell_m): a long opening onto unknown space beats a slightly nearer gap.
+        frontier_colour_weight: with goal colours given to `explore`, a frontier also counts this many meters
+            nearer per unit of colour likeness around it: the mean, over the coloured surface cells within
+            frontier_colour_radius_m of it, of the share of the goal's surface colours each cell's colour matches
+            (walls seen through a doorway in the goal photo's colours pull the search that way); 0 = off.
+        frontier_colour_radius_m: the neighbourhood of a frontier whose surface colours count, meters.
         target_reach_m: a point target counts as reached within this distance, meters.
         heading_tolerance_rad: move forward when the waypoint bearing is within this, else turn, radians.
         forward_step_m: length of MOVE_FORWARD, meters (collision marking).
@@ -87,6 +92,8 @@ class ExplorerConfig:
     min_frontier_cells: int = 4
     frontier_reach_m: float = 0.5
     frontier_size_weight: float = 0.02
+    frontier_colour_weight: float = 0.0
+    frontier_colour_radius_m: float = 2.0
     target_reach_m: float = 0.3
     heading_tolerance_rad: float = math.radians(16.0)
     forward_step_m: float = 0.25
@@ -104,7 +111,7 @@ class ExplorerConfig:
             raise ValueError(f"ExplorerConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
         if self.pixel_stride < 1 or self.min_frontier_cells < 1 or self.blocked_hits < 1:
             raise ValueError("ExplorerConfig.pixel_stride, min_frontier_cells and blocked_hits must be >= 1")
-        for name in ("boxed_in_m2", "frontier_size_weight"):
+        for name in ("boxed_in_m2", "frontier_size_weight", "frontier_colour_weight", "frontier_colour_radius_m"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"ExplorerConfig.{name} must be a number >= 0, got {value!r}")
@@ -508,8 +515,11 @@ class Explorer:
         used = ok.sum(axis=1)
         return [float(a / u) if u >= min_points else None for a, u in zip(agree.sum(axis=1), used)]
 
-    def explore(self, pose: Pose2D) -> Plan:
-        """The next move towards the chosen frontier, or Plan(None, "none") when nothing is left to explore."""
+    def explore(self, pose: Pose2D, goal_colours: np.ndarray | None = None, colour_sigma: float = 0.1) -> Plan:
+        """The next move towards the chosen frontier, or Plan(None, "none") when nothing is left to explore.
+
+        `goal_colours` (K, 3 RGB in 0-1, e.g. `GoalScan.colours`): with `frontier_colour_weight` > 0, frontiers
+        near surfaces of those colours are chosen sooner (see ExplorerConfig)."""
         from scipy import ndimage
 
         fields = self._fields(pose)
@@ -531,6 +541,8 @@ class Explorer:
             near_unknown = pad[:-2, 1:-1] | pad[2:, 1:-1] | pad[1:-1, :-2] | pad[1:-1, 2:]
             frontier = trav & near_unknown & np.isfinite(field)
             labels, count = ndimage.label(frontier, structure=np.ones((3, 3)))
+            likeness = (self._colour_likeness(win, goal_colours, colour_sigma)
+                        if goal_colours is not None and self.cfg.frontier_colour_weight > 0 and count else None)
             best, best_cost = None, math.inf
             for lab in range(1, count + 1):
                 rr, cc = np.nonzero(labels == lab)
@@ -542,6 +554,8 @@ class Explorer:
                 if d[i] < self.cfg.frontier_reach_m or any(math.hypot(x - a, y - b) < 0.5 for a, b in self._failed):
                     continue
                 cost = float(d[i]) - self.cfg.frontier_size_weight * rr.size * self.cfg.cell_m
+                if likeness is not None:
+                    cost -= self.cfg.frontier_colour_weight * float(likeness[rr[i], cc[i]])
                 if cost < best_cost:
                     best, best_cost = (x, y), cost
             self._frontier = best
@@ -552,6 +566,26 @@ class Explorer:
             self._failed.append(self._frontier)
             self._frontier = None
         return plan
+
+    def _colour_likeness(self, win: tuple[slice, slice], goal_colours: np.ndarray, sigma: float) -> np.ndarray:
+        """Per window cell, the mean over the coloured surface cells within frontier_colour_radius_m of the share
+        of `goal_colours` whose chromaticity each one matches (Gaussian, `sigma`); 0 where none is near."""
+        from scipy import ndimage
+
+        m = self.map
+        assert m is not None
+        hits = m.colour_hits[win]
+        seen = hits > 0
+        like = np.zeros(hits.shape, np.float64)
+        goal = chromaticity(np.asarray(goal_colours, dtype=np.float64).reshape(-1, 3))
+        if seen.any() and len(goal):
+            cells = chromaticity(m.colour_sum[win][seen] / hits[seen][:, None])
+            d2 = ((cells[:, None, :] - goal[None]) ** 2).sum(axis=-1)
+            like[seen] = np.exp(-d2 / (2.0 * sigma ** 2)).mean(axis=1)
+        size = 2 * int(round(self.cfg.frontier_colour_radius_m / self.cfg.cell_m)) + 1
+        total = ndimage.uniform_filter(like, size, mode="constant")
+        count = ndimage.uniform_filter(seen.astype(np.float64), size, mode="constant")
+        return np.where(count > 1e-9, total / np.maximum(count, 1e-9), 0.0)
 
     def unvisited_point(self, pose: Pose2D, visited_xy: np.ndarray, min_distance_m: float, *,
                         bonus: np.ndarray | None = None, bonus_radius_m: float = 1.0) -> tuple[float, float] | None:

@@ -205,6 +205,8 @@ class NavigatorConfig:
         map_range_m: depth readings up to this range go into the occupancy map (`ExplorerConfig.max_range_m`):
             free space up to the nearest obstacle or this range, obstacles within it. A clean depth image (the
             simulator's) can be trusted farther than a real sensor's noisy far readings, meters.
+        frontier_colour_weight: frontiers near mapped surfaces in the goal photo's colours count this many meters
+            nearer per unit of colour likeness (`ExplorerConfig.frontier_colour_weight`; 0 = nearest first).
         persistent_map: keep the occupancy map across episodes, in the odometry frame (lifelong visits that
             share one odometry frame; `explorer.save_map` / `load_map` keep it across runs). False: each
             episode maps from scratch in the frame of its first pose.
@@ -263,6 +265,7 @@ class NavigatorConfig:
     frontier_look_turns: int = 0
     frontier_look_spacing_m: float = 1.5
     map_range_m: float = ExplorerConfig.max_range_m
+    frontier_colour_weight: float = 0.0
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -280,7 +283,8 @@ class NavigatorConfig:
                           ("corroborate_radius_m", math.inf),
                           ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
                           ("candidate_colour_min_score", 1.0), ("sweep_prior_weight", math.inf),
-                          ("sweep_prior_radius_m", math.inf), ("frontier_look_spacing_m", math.inf)):
+                          ("sweep_prior_radius_m", math.inf), ("frontier_look_spacing_m", math.inf),
+                          ("frontier_colour_weight", math.inf)):
             value = getattr(self, name)
             if not 0.0 <= value <= top:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
@@ -365,7 +369,8 @@ class Navigator:
         self.mode = "policy"  # what chose the last move (see the module docstring's priority of layers)
         self.explorer = Explorer(ExplorerConfig(hfov_deg=cfg.hfov_deg, camera_height_m=cfg.camera_height_m,
                                                 forward_step_m=cfg.forward_step_m, max_range_m=cfg.map_range_m,
-                                                heading_tolerance_rad=cfg.heading_tolerance_rad))
+                                                heading_tolerance_rad=cfg.heading_tolerance_rad,
+                                                frontier_colour_weight=cfg.frontier_colour_weight))
         self._match_cfg = ScanMatchConfig(max_candidates=cfg.candidate_pool)
         self.localizer_cfg = GoalLocalizerConfig(hfov_deg=cfg.hfov_deg, min_inliers=cfg.localize_min_inliers)
         self._goal_depth: np.ndarray | None = None
@@ -678,7 +683,8 @@ class Navigator:
             return move, self._cand_kind
         if self.cfg.explore:
             reached = self.explorer.frontiers_reached
-            move = self.explorer.explore(pose).action
+            colours = self._scan.colours if self._scan is not None else None
+            move = self.explorer.explore(pose, colours, self.cfg.colour_sigma).action
             self._explored = move is None
             if (move is not None and self.cfg.frontier_look_turns > 0 and self.explorer.frontiers_reached > reached
                     and all(math.hypot(pose.x_m - x, pose.y_m - y) >= self.cfg.frontier_look_spacing_m

@@ -17,6 +17,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_FRONTIER_COLOUR_WEIGHT,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
     EXPLORING_MAP_RANGE_M,
@@ -140,6 +141,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memnav agents that explore: depth readings up to M meters go into the occupancy map "
                              "(the simulator's depth is clean to 10 m; a real sensor's far readings are noisier) "
                              "(NavigatorConfig.map_range_m; default: %(default)s)")
+    parser.add_argument("--frontier-colour-weight", type=float, default=EXPLORING_FRONTIER_COLOUR_WEIGHT, metavar="M",
+                        help="memnav agents that explore: a frontier near mapped surfaces in the goal photo's colours "
+                             "counts up to M meters nearer (0 = nearest frontier first) "
+                             "(NavigatorConfig.frontier_colour_weight; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
@@ -267,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
                                           known_corroborated_similarity=args.known_corroborated_similarity,
                                           sweep_prior_weight=args.sweep_prior_weight,
                                           frontier_look_turns=args.frontier_look_turns,
-                                          map_range_m=args.map_range_m)
+                                          map_range_m=args.map_range_m,
+                                          frontier_colour_weight=args.frontier_colour_weight)
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

@@ -28,6 +28,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_FRONTIER_COLOUR_WEIGHT,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
     EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
@@ -98,6 +99,8 @@ class LearnedAgentOptions:
         frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
             (11: a full look around; 0 = off; NavigatorConfig.frontier_look_turns).
         map_range_m: exploring agents map depth readings up to this range, meters (NavigatorConfig.map_range_m).
+        frontier_colour_weight: exploring agents choose frontiers near surfaces in the goal's colours sooner, this
+            many meters per unit of colour likeness (NavigatorConfig.frontier_colour_weight; 0 = nearest first).
     """
 
     policy_dir: Path = MODELS
@@ -121,6 +124,7 @@ class LearnedAgentOptions:
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
     frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
     map_range_m: float = EXPLORING_MAP_RANGE_M
+    frontier_colour_weight: float = EXPLORING_FRONTIER_COLOUR_WEIGHT
 
 
 class LearnedAgent:
@@ -155,6 +159,7 @@ class LearnedAgent:
                               sweep_prior_weight=opts.sweep_prior_weight if explore else 0.0,
                               frontier_look_turns=opts.frontier_look_turns if explore else 0,
                               map_range_m=opts.map_range_m if explore else NavigatorConfig.map_range_m,
+                              frontier_colour_weight=opts.frontier_colour_weight if explore else 0.0,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               candidate_prior=explore and opts.candidate_prior,
                               candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior

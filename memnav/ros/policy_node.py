@@ -40,6 +40,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_FRONTIER_COLOUR_WEIGHT,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
     EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
@@ -104,6 +105,9 @@ class PolicyNodeConfig:
             (`memnav eval --frontier-look-turns`; 11 = a full look around, 0 = off).
         map_range_m: exploring agents put depth readings up to this range into the occupancy map, meters
             (`memnav eval --map-range-m`; lower it for a depth sensor whose far readings are noisy).
+        frontier_colour_weight: exploring agents choose frontiers near mapped surfaces in the goal photo's colours
+            sooner, this many meters per unit of colour likeness (`memnav eval --frontier-colour-weight`; 0 =
+            nearest frontier first).
         min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
             matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
             volatile actions published before a subscriber is matched never reach it; 0 = do not wait).
@@ -140,6 +144,7 @@ class PolicyNodeConfig:
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
     frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
     map_range_m: float = EXPLORING_MAP_RANGE_M
+    frontier_colour_weight: float = EXPLORING_FRONTIER_COLOUR_WEIGHT
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
@@ -211,7 +216,8 @@ def build(node) -> Callable[[], None]:
                                corroborated_similarity=cfg.corroborated_similarity,
                                known_corroborated_similarity=cfg.known_corroborated_similarity,
                                sweep_prior_weight=cfg.sweep_prior_weight,
-                               frontier_look_turns=cfg.frontier_look_turns, map_range_m=cfg.map_range_m)
+                               frontier_look_turns=cfg.frontier_look_turns, map_range_m=cfg.map_range_m,
+                               frontier_colour_weight=cfg.frontier_colour_weight)
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

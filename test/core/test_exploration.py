@@ -336,3 +336,43 @@ def test_a_view_maps_free_space_up_to_the_map_range_and_no_farther(sim):
         reach[max_range] = float(np.hypot(hab[:, 0] - 0.6, hab[:, 2] - 2.0).max())
     assert 3.5 < reach[4.0] <= 4.0 + 0.1
     assert reach[7.0] > 6.0                      # through the door, deep into the east room
+
+
+def _corridor_map(cfg: ExplorerConfig) -> Explorer:
+    """A 6 m corridor (x -3..3, y -0.5..0.5, walls at y = +-0.65) open at both ends onto unknown space; its walls
+    are blue at the west end (x < -1.5) and red at the east end (x > 1.5), grey between."""
+    from memnav.core.exploration import OccupancyMap
+
+    explorer = Explorer(cfg)
+    m = explorer.map = OccupancyMap(cfg, Pose2D(0.0, 0.0, 0.0))
+    xs, ys = np.meshgrid(np.arange(-2.95, 3.0, 0.1), np.arange(-0.65, 0.7, 0.1))
+    xs, ys = xs.ravel(), ys.ravel()
+    walls = np.abs(np.abs(ys) - 0.65) < 0.01
+    m._add(m.free, xs[~walls], ys[~walls], 5)
+    m._add(m.occ, xs[walls], ys[walls], 5)
+    r, c, _ = m.to_cells(xs[walls], ys[walls])
+    colour = np.where((xs[walls] > 1.5)[:, None], [0.8, 0.1, 0.1],
+                      np.where((xs[walls] < -1.5)[:, None], [0.1, 0.1, 0.8], [0.5, 0.5, 0.5]))
+    m.colour_sum[r, c] = colour * 5
+    m.colour_hits[r, c] = 5
+    return explorer
+
+
+def test_frontiers_near_walls_in_the_goal_colours_are_explored_first_with_a_colour_weight():
+    robot = Pose2D(-0.8, 0.0, 0.0)             # the west end is 2.2 m away, the east end 3.8 m
+    red = np.array([[0.8, 0.1, 0.1]] * 6 + [[0.5, 0.5, 0.5]] * 2)   # the goal photo: mostly red walls
+
+    def heading(cfg: ExplorerConfig, colours: np.ndarray | None) -> float:
+        plan = _corridor_map(cfg).explore(robot, colours)
+        assert plan.kind == "frontier" and plan.waypoint is not None
+        return plan.waypoint[0] - robot.x_m
+
+    assert heading(ExplorerConfig(), red) < 0                              # off: the nearest end first
+    assert heading(ExplorerConfig(frontier_colour_weight=5.0), None) < 0    # no goal colours: the same
+    assert heading(ExplorerConfig(frontier_colour_weight=5.0), red) > 0     # the red end first
+    blue = red[:, ::-1].copy()
+    assert heading(ExplorerConfig(frontier_colour_weight=5.0), blue) < 0
+    with pytest.raises(ValueError, match="frontier_colour_weight"):
+        ExplorerConfig(frontier_colour_weight=-1.0)
+    with pytest.raises(ValueError, match="frontier_colour_radius_m"):
+        ExplorerConfig(frontier_colour_radius_m=math.inf)

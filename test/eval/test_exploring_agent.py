@@ -12,6 +12,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_COLOUR_POOL,
     EXPLORING_COLOUR_WEIGHT,
     EXPLORING_CORROBORATED_SIMILARITY,
+    EXPLORING_FRONTIER_COLOUR_WEIGHT,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
     EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
@@ -104,6 +105,10 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         # exploring agents map depth farther than the map's own default; the map really uses that range
         assert plain.navigator.cfg.map_range_m == plain.navigator.explorer.cfg.max_range_m == EXPLORING_MAP_RANGE_M
         assert EXPLORING_MAP_RANGE_M > ExplorerConfig.max_range_m == blind.navigator.cfg.map_range_m
+        # exploring agents choose frontiers by the goal's colours too; the explorer really uses that weight
+        assert (plain.navigator.cfg.frontier_colour_weight == plain.navigator.explorer.cfg.frontier_colour_weight
+                == EXPLORING_FRONTIER_COLOUR_WEIGHT > 0)
+        assert blind.navigator.cfg.frontier_colour_weight == 0.0 == ExplorerConfig.frontier_colour_weight
         assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
     finally:
         for agent in (plain, ranked, blind, grey, homer):

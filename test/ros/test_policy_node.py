@@ -49,6 +49,7 @@ def test_policy_node_defaults_are_the_eval_agents_defaults():
     assert node.sweep_prior_weight == agent.sweep_prior_weight
     assert node.frontier_look_turns == agent.frontier_look_turns
     assert node.map_range_m == agent.map_range_m
+    assert node.frontier_colour_weight == agent.frontier_colour_weight
 
 
 def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
