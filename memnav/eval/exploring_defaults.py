@@ -60,6 +60,7 @@ EXPLORING_FRONTIER_LOOK_TURNS = 11
 # simulator's depth is clean to 10 m, so a view maps more of a room it looks into; README "Map range")
 EXPLORING_MAP_RANGE_M = 7.0
 # exploring agents: a frontier near mapped surfaces in the goal photo's colours counts this many meters nearer per
-# unit of colour likeness (NavigatorConfig.frontier_colour_weight; 0 = nearest first; first-visit val96 SPL 0.541 ->
-# 0.597, val200 0.514 -> 0.553, a second val sample 0.537 -> 0.571; README "Colour-guided frontiers")
-EXPLORING_FRONTIER_COLOUR_WEIGHT = 15.0
+# unit of colour likeness (NavigatorConfig.frontier_colour_weight; 0 = nearest first). Off: 15 raised first-visit
+# SPL on three val samples (val96 0.541 -> 0.597) but not on test (500 episodes 0.806 / 0.508 -> 0.782 / 0.505),
+# and lifelong SPL fell on two of three samples (README "Colour-guided frontiers")
+EXPLORING_FRONTIER_COLOUR_WEIGHT = 0.0

@@ -72,9 +72,9 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
     plain = LearnedAgent("memnav", LearnedAgentOptions())
     ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
     blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False,
-                                                       known_corroborated_similarity=0.7))
+                                                       known_corroborated_similarity=0.7, frontier_colour_weight=15.0))
     grey = LearnedAgent("memnav", LearnedAgentOptions(colour_weight=0.0, candidate_min_colour=0.0,
-                                                      known_corroborated_similarity=0.7))
+                                                      known_corroborated_similarity=0.7, frontier_colour_weight=15.0))
     homer = LearnedAgent("memnav", LearnedAgentOptions(explore_homing=True))
     try:
         # exploring agents home over the scene graph only when asked to; without a map homing stays on
@@ -105,9 +105,9 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         # exploring agents map depth farther than the map's own default; the map really uses that range
         assert plain.navigator.cfg.map_range_m == plain.navigator.explorer.cfg.max_range_m == EXPLORING_MAP_RANGE_M
         assert EXPLORING_MAP_RANGE_M > ExplorerConfig.max_range_m == blind.navigator.cfg.map_range_m
-        # exploring agents choose frontiers by the goal's colours too; the explorer really uses that weight
-        assert (plain.navigator.cfg.frontier_colour_weight == plain.navigator.explorer.cfg.frontier_colour_weight
-                == EXPLORING_FRONTIER_COLOUR_WEIGHT > 0)
+        # colour-guided frontiers: off by default; asked for, the explorer of an exploring agent really uses it
+        assert plain.navigator.explorer.cfg.frontier_colour_weight == EXPLORING_FRONTIER_COLOUR_WEIGHT == 0.0
+        assert grey.navigator.cfg.frontier_colour_weight == grey.navigator.explorer.cfg.frontier_colour_weight == 15.0
         assert blind.navigator.cfg.frontier_colour_weight == 0.0 == ExplorerConfig.frontier_colour_weight
         assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
     finally:
