@@ -31,7 +31,7 @@ import numpy as np
 
 from memnav.core.frames import pixel_ray_offsets
 from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
-from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, goal_scan, match_scan
+from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, colour_affinity, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
 
 MAP_FORMAT = "memnav-occupancy-map"
@@ -580,8 +580,7 @@ class Explorer:
         goal = chromaticity(np.asarray(goal_colours, dtype=np.float64).reshape(-1, 3))
         if seen.any() and len(goal):
             cells = chromaticity(m.colour_sum[win][seen] / hits[seen][:, None])
-            d2 = ((cells[:, None, :] - goal[None]) ** 2).sum(axis=-1)
-            like[seen] = np.exp(-d2 / (2.0 * sigma ** 2)).mean(axis=1)
+            like[seen] = colour_affinity(cells, goal, sigma).mean(axis=1)
         size = 2 * int(round(self.cfg.frontier_colour_radius_m / self.cfg.cell_m)) + 1
         total = ndimage.uniform_filter(like, size, mode="constant")
         count = ndimage.uniform_filter(seen.astype(np.float64), size, mode="constant")

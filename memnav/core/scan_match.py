@@ -103,6 +103,12 @@ def free_space_points(endpoints: np.ndarray) -> np.ndarray:
     return (endpoints[None, :, :] * fracs[:, None, None]).reshape(-1, 2)
 
 
+def colour_affinity(a: np.ndarray, b: np.ndarray, sigma: float) -> np.ndarray:
+    """(len(a), len(b)) Gaussian agreement of every pair of colours a (Na, 3) and b (Nb, 3)."""
+    diff = a[:, None, :] - b[None, :, :]
+    return np.exp(-(diff ** 2).sum(axis=2) / (2.0 * sigma ** 2))
+
+
 def goal_scan(depth: np.ndarray, hfov_deg: float, camera_height_m: float, min_height_m: float,
               max_height_m: float, cfg: ScanMatchConfig | None = None, rgb: np.ndarray | None = None,
               band_m: float = 0.1) -> GoalScan:

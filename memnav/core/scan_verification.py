@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 from scipy.ndimage import distance_transform_edt
 
-from memnav.core.scan_match import free_space_points, rotated_cells, surface_columns
+from memnav.core.scan_match import colour_affinity, free_space_points, rotated_cells, surface_columns
 
 
 @dataclass
@@ -174,8 +174,7 @@ def scan_fit(a: ViewScan, b: ViewScan, cfg: ScanVerifyConfig | None = None) -> f
         return 0.0
     # colour agreement of every endpoint pair, (K_b, K_a): one matrix serves both directions
     if cfg.colour_sigma > 0:
-        diff = b.colours[:, None, :] - a.colours[None, :, :]
-        affinity = np.exp(-(diff ** 2).sum(axis=2) / (2.0 * cfg.colour_sigma ** 2))
+        affinity = colour_affinity(b.colours, a.colours, cfg.colour_sigma)
     else:
         affinity = np.ones((len(b.endpoints), len(a.endpoints)))
     return 0.5 * (_one_way(a, b, affinity, cfg) + _one_way(b, a, np.ascontiguousarray(affinity.T), cfg))
