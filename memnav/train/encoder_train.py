@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
+from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
 from memnav.sim.dataset import default_data_dir
 from memnav.train.frame_bank import (
     NEAR_MISS_M,
@@ -214,6 +214,30 @@ def _dataset_tag(data: Path) -> str:
     return f"d{summary.get('seed', 'x')}n{summary.get('houses', 'x')}"
 
 
+def _architecture(args: argparse.Namespace, base: EncoderConfig) -> EncoderConfig:
+    """The network to train: `base` (the default, or --init's) with --input-px / --widths where given; with
+    --init those must match the checkpoint, naming what differs."""
+    cfg = EncoderConfig(**{**base.to_dict(),
+                           **({"input_px": args.input_px} if args.input_px is not None else {}),
+                           **({"widths": tuple(args.widths)} if args.widths is not None else {})})
+    if args.init is not None and cfg != base:
+        given = cfg.to_dict()
+        diff = ", ".join(f"{k} {v} (given {given[k]})" for k, v in base.to_dict().items() if given[k] != v)
+        raise ValueError(f"--init {args.init}: its architecture differs from the options: {diff}; leave "
+                         f"--input-px / --widths out to fine-tune it as it is")
+    return cfg
+
+
+def _init_tag(path: Path | None) -> str | None:
+    """What a run started from, for refusing a resume from another start: the checkpoint's file name and a
+    digest of its bytes (None: a random initialisation)."""
+    if path is None:
+        return None
+    import hashlib
+
+    return f"{Path(path).name}:{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
+
+
 def _refuse_changed(state_path: Path, what: str, started: dict, now: dict) -> None:
     """Refuse to resume a run whose saved settings differ from this command's, naming each field."""
     if started != now:
@@ -262,13 +286,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop cleanly after this many minutes (state saved; re-run to continue)")
     parser.add_argument("--restart", action="store_true", help="ignore an existing <out>.state and start over")
+    parser.add_argument("--init", type=Path, default=None, metavar="CHECKPOINT",
+                        help="fine-tune: start from this encoder checkpoint's weights instead of a random "
+                             "initialisation (its architecture is used; --input-px / --widths, when given, must "
+                             "match it); the schedule (warm-up, cosine decay over --steps) starts afresh")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="where rendered frame banks are cached (unset: each dataset's own DIR/cache)")
     e = EncoderConfig()
-    parser.add_argument("--input-px", type=int, default=e.input_px, metavar="PX",
-                        help="network input size in pixels (frames are resized to PX x PX; multiple of 16)")
-    parser.add_argument("--widths", type=int, nargs=4, default=list(e.widths), metavar="C",
-                        help="channels of the four convolution stages")
+    parser.add_argument("--input-px", type=int, default=None, metavar="PX",
+                        help=f"network input size in pixels (frames are resized to PX x PX; multiple of 16; "
+                             f"default: {e.input_px}, or --init's)")
+    parser.add_argument("--widths", type=int, nargs=4, default=None, metavar="C",
+                        help=f"channels of the four convolution stages (default: {' '.join(map(str, e.widths))}, "
+                             f"or --init's)")
     parser.add_argument("--positive-m", type=float, default=d.positive_m, metavar="M",
                         help="each anchor's positive view is rendered within this distance, meters")
     parser.add_argument("--positive-deg", type=float, default=d.positive_deg, metavar="DEG",
@@ -316,11 +346,15 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    enc_cfg = EncoderConfig(input_px=args.input_px, widths=tuple(args.widths))
+    if args.init is not None and Path(args.init).resolve() == Path(args.out).resolve():
+        raise ValueError(f"--init {args.init} is also --out: write the fine-tuned encoder to another file (a "
+                         f"resumed run checks that --init is unchanged)")
+    init = load_checkpoint(args.init) if args.init is not None else None
+    enc_cfg = _architecture(args, init.cfg if init is not None else EncoderConfig())
     data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
                    "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
-                   "dataset": _dataset_tag(args.data)}
+                   "dataset": _dataset_tag(args.data), "init": _init_tag(args.init)}
     val_data = args.val_data or args.data
     train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
                                       args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
@@ -332,7 +366,11 @@ def run(args: argparse.Namespace) -> int:
     assert train_b is not None
 
     torch.manual_seed(cfg.seed)
-    model = FrameEncoder(enc_cfg).to(device)
+    model = FrameEncoder(enc_cfg)
+    if init is not None:
+        model.load_state_dict(init.state_dict())
+        print(f"starting from the weights of {args.init}", file=sys.stderr)
+    model = model.to(device)
     embed_batch = 2048 if device.type == "cuda" else 256
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = max(1, min(100, cfg.steps // 10))
@@ -355,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
         _refuse_changed(state_path, "training data",
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
-                         "mine_every": 0, "house_bank_every": 0, "dataset": data_config["dataset"],
+                         "mine_every": 0, "house_bank_every": 0, "dataset": data_config["dataset"], "init": None,
                          **st.get("data_config", {})}, data_config)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])

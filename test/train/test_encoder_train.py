@@ -214,3 +214,35 @@ def test_train_on_the_chosen_device_writes_a_cpu_checkpoint(tiny_data, tmp_path,
     model = load_checkpoint(out)
     assert all(p.device.type == "cpu" for p in model.parameters())
     assert len(json.loads(out.with_suffix(".curve.json").read_text())["val_recall_at_1"]) == 1
+
+
+@pytest.mark.slow
+def test_init_fine_tunes_a_checkpoint_and_refuses_another_architecture_or_start(tiny_data, tmp_path, capsys):
+    """--init: training starts from the checkpoint's weights and architecture; options that contradict it, a
+    missing file and resuming from another start are refused by name."""
+    base = tmp_path / "base.pt"
+    args = ["train", "encoder", "--data", str(tiny_data), "--batch", "8", "--pairs-per-house", "12",
+            "--eval-every", "1", "--no-progress", "--no-near-miss"]
+    assert main([*args, "--out", str(base), "--steps", "2", "--widths", "16", "32", "48", "64"]) == 0
+    tuned = tmp_path / "tuned.pt"
+    fine = [*args, "--out", str(tuned), "--steps", "1", "--init", str(base)]
+    assert main([*fine, "--lr", "1e-12"]) == 0     # a vanishing step: the weights stay the checkpoint's
+    assert "starting from the weights of" in capsys.readouterr().err
+    start, after = load_checkpoint(base), load_checkpoint(tuned)
+    assert after.cfg.widths == (16, 32, 48, 64)     # --init's architecture, not the default one
+    for (name, a), b in zip(start.named_parameters(), after.parameters()):   # batch-norm statistics do move
+        assert torch.allclose(a, b, atol=1e-6), name
+    assert main([*fine, "--restart", "--widths", "32", "64", "96", "128"]) == 2
+    assert "widths [16, 32, 48, 64] (given [32, 64, 96, 128])" in capsys.readouterr().err
+    assert main([*fine, "--restart", "--init", str(tmp_path / "missing.pt")]) == 2
+    assert "missing.pt" in capsys.readouterr().err
+    assert main([*args, "--out", str(base), "--steps", "1", "--init", str(base)]) == 2
+    assert "is also --out" in capsys.readouterr().err
+    # a state started from base.pt does not resume as a run from scratch (or from another checkpoint)
+    state = tuned.with_name("tuned.pt.state")
+    assert main([*fine[:-2], "--steps", "3", "--init", str(base), "--max-minutes", "0"]) == 2   # other --steps
+    capsys.readouterr()
+    assert main([*fine[:-2], "--restart", "--steps", "3", "--init", str(base), "--max-minutes", "0"]) == 0
+    assert state.is_file()
+    assert main([*fine[:-2], "--steps", "3", "--widths", "16", "32", "48", "64"]) == 2
+    assert "init base.pt:" in capsys.readouterr().err
