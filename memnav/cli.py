@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from memnav import __version__
+
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "scenes": ("memnav.sim.dataset", "generate procedural multi-room houses and ImageNav episodes"),
@@ -56,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Run `memnav COMMAND --help` for the options of each command.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"memnav {__version__}",
+                        help="print the installed memnav version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():

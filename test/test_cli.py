@@ -1,5 +1,6 @@
-"""memnav/cli.py: the `bench` group's `--json` works with and without a PATH."""
+"""memnav/cli.py: the `bench` group's `--json` works with and without a PATH; `--version`."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -23,3 +24,17 @@ def test_bench_json_without_path_prints_json_and_writes_no_file(tmp_path, monkey
     res = json.loads(capsys.readouterr().out)
     assert res["insert_ms_p50_1k"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
+
+
+def test_version_matches_the_installed_package_and_package_xml(capsys):
+    import re
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == f"memnav {version('memnav')}"
+    package_xml = (Path(__file__).resolve().parents[1] / "package.xml").read_text()
+    assert f"<version>{version('memnav')}</version>" in package_xml
+    assert re.fullmatch(r"memnav \d+\.\d+\.\d+", printed)
