@@ -22,6 +22,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
     EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
+    ExploringTuning,
 )
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
@@ -261,19 +262,7 @@ def run(args: argparse.Namespace) -> int:
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           homing=not args.no_homing, explore=not args.no_explore,
-                                          explore_homing=args.explore_homing,
-                                          max_steps=args.max_steps, candidate_prior=args.candidate_prior,
-                                          homing_via_map=args.homing_via_map,
-                                          candidate_near_m=args.candidate_near_m,
-                                          colour_weight=args.colour_weight,
-                                          candidate_min_colour=args.candidate_min_colour,
-                                          candidate_colour_fit=args.candidate_colour_fit,
-                                          corroborated_similarity=args.corroborated_similarity,
-                                          known_corroborated_similarity=args.known_corroborated_similarity,
-                                          sweep_prior_weight=args.sweep_prior_weight,
-                                          frontier_look_turns=args.frontier_look_turns,
-                                          map_range_m=args.map_range_m,
-                                          frontier_colour_weight=args.frontier_colour_weight)
+                                          max_steps=args.max_steps, **ExploringTuning.values_of(args))
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,

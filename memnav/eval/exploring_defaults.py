@@ -1,8 +1,13 @@
 """Defaults of the agents that explore (memnav, memnav-fixed), in one torch-free module.
 
 `memnav.eval.learned_agents` builds the agents from them; the ROS `policy_node` config reads them too, so a
-node and `memnav eval` run the same agent by default.
+node and `memnav eval` run the same agent by default. `ExploringTuning` holds the ones a user may change: the
+fields that `LearnedAgentOptions`, `PolicyNodeConfig` (as ROS parameters) and `memnav eval` (as options of the
+same names) share.
 """
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
 
 # VoI stop rule's value of searching on (VoIStopConfig.search_value) for agents that explore: stops need a
 # belief of about 0.65 instead of about 0.45 (fewer stops at look-alike places; 0.45 was chosen on 24 test
@@ -64,3 +69,59 @@ EXPLORING_MAP_RANGE_M = 7.0
 # SPL on three val samples (val96 0.541 -> 0.597) but not on test (500 episodes 0.806 / 0.508 -> 0.782 / 0.505),
 # and lifelong SPL fell on two of three samples (README "Colour-guided frontiers")
 EXPLORING_FRONTIER_COLOUR_WEIGHT = 0.0
+
+
+@dataclass
+class ExploringTuning:
+    """How an exploring memnav agent searches; each field passes to the NavigatorConfig field named.
+
+    Attributes:
+        explore_homing: exploring agents also home over the scene graph to a remembered place that matches the
+            goal photo (NavigatorConfig.homing; EXPLORING_HOMING, off).
+        candidate_prior: exploring agents rank the EXPLORING_CANDIDATE_POOL best scan-matched candidates by
+            what the long-term memory saw there (NavigatorConfig.candidate_prior).
+        homing_via_map: exploring agents reach homing targets over the occupancy map
+            (NavigatorConfig.homing_via_map).
+        candidate_near_m: exploring agents judge a scan-matched candidate this close (straight line, meters)
+            already at a fit of NavigatorConfig.candidate_near_min_score (0 = off;
+            NavigatorConfig.candidate_near_m).
+        colour_weight: exploring agents take scan-matched candidates in the order of scan score + this x colour
+            fit, from the EXPLORING_COLOUR_POOL best fits (0 = the scan score alone, from the 4 best;
+            NavigatorConfig.colour_weight).
+        candidate_min_colour: exploring agents skip candidates whose colour fit is below this (0 = off;
+            NavigatorConfig.candidate_min_colour).
+        candidate_colour_fit: while exploring, exploring agents judge a candidate with at least this colour fit
+            already at a scan score of NavigatorConfig.candidate_colour_min_score (0 = off;
+            NavigatorConfig.candidate_colour_fit).
+        corroborated_similarity: exploring agents accept a look-around at this similarity when an RGB-D goal
+            estimate lies near (NavigatorConfig.corroborated_stop_similarity; 0 = off).
+        known_corroborated_similarity: the same bar in a known house, on a map kept from an earlier visit
+            (NavigatorConfig.known_corroborated_stop_similarity; 0 = corroborated_similarity there too).
+        sweep_prior_weight: exploring agents sweep first the positions near remembered places that look like the
+            goal photo (NavigatorConfig.sweep_prior_weight, meters per unit of similarity; 0 = nearest first).
+        frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
+            (11: a full look around; 0 = off; NavigatorConfig.frontier_look_turns).
+        map_range_m: exploring agents map depth readings up to this range, meters (NavigatorConfig.map_range_m).
+        frontier_colour_weight: exploring agents choose frontiers near surfaces in the goal's colours sooner, this
+            many meters per unit of colour likeness (NavigatorConfig.frontier_colour_weight; 0 = nearest first).
+    """
+
+    explore_homing: bool = EXPLORING_HOMING
+    candidate_prior: bool = False
+    homing_via_map: bool = False
+    candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
+    colour_weight: float = EXPLORING_COLOUR_WEIGHT
+    candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
+    candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
+    corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
+    known_corroborated_similarity: float = EXPLORING_KNOWN_CORROBORATED_SIMILARITY
+    sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
+    frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
+    map_range_m: float = EXPLORING_MAP_RANGE_M
+    frontier_colour_weight: float = EXPLORING_FRONTIER_COLOUR_WEIGHT
+
+    @classmethod
+    def values_of(cls, source: object) -> dict:
+        """The values of these fields on `source` (a config or parsed options with attributes of the same
+        names), by field name."""
+        return {f.name: getattr(source, f.name) for f in fields(cls)}

@@ -21,23 +21,13 @@ from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.types import Action, Observation
 from memnav.eval.exploring_defaults import (
     EXPLORING_BEST_VIEW_RESERVE,
-    EXPLORING_CANDIDATE_COLOUR_FIT,
-    EXPLORING_CANDIDATE_MIN_COLOUR,
-    EXPLORING_CANDIDATE_NEAR_M,
     EXPLORING_CANDIDATE_POOL,
     EXPLORING_COLOUR_POOL,
-    EXPLORING_COLOUR_WEIGHT,
-    EXPLORING_CORROBORATED_SIMILARITY,
-    EXPLORING_FRONTIER_COLOUR_WEIGHT,
-    EXPLORING_FRONTIER_LOOK_TURNS,
-    EXPLORING_HOMING,
-    EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
-    EXPLORING_MAP_RANGE_M,
     EXPLORING_SEARCH_VALUE,
     EXPLORING_STOP_APPROACH_MIN_INLIERS,
-    EXPLORING_SWEEP_PRIOR_WEIGHT,
     EXPLORING_SWEEP_SPACING_M,
     EXPLORING_VERIFY_EVERY_STEPS,
+    ExploringTuning,
 )
 from memnav.paths import MODELS
 
@@ -56,8 +46,8 @@ LEARNED: dict[str, tuple[str, MemoryKind, str]] = {
 
 
 @dataclass
-class LearnedAgentOptions:
-    """Where an agent's files are and how it runs.
+class LearnedAgentOptions(ExploringTuning):
+    """Where an agent's files are and how it runs (the exploring agents' tuning: ExploringTuning).
 
     Attributes:
         policy_dir: folder holding policy_<variant>.pt checkpoints.
@@ -68,39 +58,12 @@ class LearnedAgentOptions:
         homing: memnav agents follow the scene graph to a remembered place matching the goal photo
             (NavigatorConfig.homing); False leaves every move to the policy. Agents that explore home only with
             explore_homing or homing_via_map.
-        explore_homing: exploring agents home too (EXPLORING_HOMING, off).
-        corroborated_similarity: exploring agents accept a look-around at this similarity when an RGB-D goal
-            estimate lies near (NavigatorConfig.corroborated_stop_similarity; 0 = off).
-        known_corroborated_similarity: the same bar in a known house, on a map kept from an earlier visit
-            (NavigatorConfig.known_corroborated_stop_similarity; 0 = corroborated_similarity there too).
-        sweep_prior_weight: exploring agents sweep first the positions near remembered places that look like the
-            goal photo (NavigatorConfig.sweep_prior_weight, meters per unit of similarity; 0 = nearest first).
         explore: memnav agents explore frontiers of their own occupancy map and drive to a goal localized
             from RGB-D matches (NavigatorConfig.explore / localize); False leaves the search to the policy.
         collision_fraction: a forward move shorter than this fraction of 0.25 m counts as blocked
             (NavigatorConfig.collision_fraction).
         max_steps: the episode's step limit, actions (0: none); an exploring agent heads for its best view
             EXPLORING_BEST_VIEW_RESERVE actions before it (NavigatorConfig.best_view_after_steps).
-        candidate_prior: exploring agents rank the EXPLORING_CANDIDATE_POOL best scan-matched candidates by
-            what the long-term memory saw there (NavigatorConfig.candidate_prior).
-        homing_via_map: exploring agents reach homing targets over the occupancy map
-            (NavigatorConfig.homing_via_map).
-        candidate_near_m: exploring agents judge a scan-matched candidate this close (straight line, meters)
-            already at a fit of NavigatorConfig.candidate_near_min_score (0 = off;
-            NavigatorConfig.candidate_near_m).
-        colour_weight: exploring agents take scan-matched candidates in the order of scan score + this x colour
-            fit, from the EXPLORING_COLOUR_POOL best fits (0 = the scan score alone, from the 4 best;
-            NavigatorConfig.colour_weight).
-        candidate_min_colour: exploring agents skip candidates whose colour fit is below this (0 = off;
-            NavigatorConfig.candidate_min_colour).
-        candidate_colour_fit: while exploring, exploring agents judge a candidate with at least this colour fit
-            already at a scan score of NavigatorConfig.candidate_colour_min_score (0 = off;
-            NavigatorConfig.candidate_colour_fit).
-        frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
-            (11: a full look around; 0 = off; NavigatorConfig.frontier_look_turns).
-        map_range_m: exploring agents map depth readings up to this range, meters (NavigatorConfig.map_range_m).
-        frontier_colour_weight: exploring agents choose frontiers near surfaces in the goal's colours sooner, this
-            many meters per unit of colour likeness (NavigatorConfig.frontier_colour_weight; 0 = nearest first).
     """
 
     policy_dir: Path = MODELS
@@ -109,22 +72,9 @@ class LearnedAgentOptions:
     lifelong_dir: Path | None = None
     seed: int = 0
     homing: bool = True
-    explore_homing: bool = EXPLORING_HOMING
     explore: bool = True
     collision_fraction: float = 0.9
     max_steps: int = 500
-    candidate_prior: bool = False
-    homing_via_map: bool = False
-    candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
-    colour_weight: float = EXPLORING_COLOUR_WEIGHT
-    candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
-    candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
-    corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
-    known_corroborated_similarity: float = EXPLORING_KNOWN_CORROBORATED_SIMILARITY
-    sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
-    frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
-    map_range_m: float = EXPLORING_MAP_RANGE_M
-    frontier_colour_weight: float = EXPLORING_FRONTIER_COLOUR_WEIGHT
 
 
 class LearnedAgent:

@@ -34,24 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.types import Action
-from memnav.eval.exploring_defaults import (
-    EXPLORING_CANDIDATE_COLOUR_FIT,
-    EXPLORING_CANDIDATE_MIN_COLOUR,
-    EXPLORING_CANDIDATE_NEAR_M,
-    EXPLORING_COLOUR_WEIGHT,
-    EXPLORING_CORROBORATED_SIMILARITY,
-    EXPLORING_FRONTIER_COLOUR_WEIGHT,
-    EXPLORING_FRONTIER_LOOK_TURNS,
-    EXPLORING_HOMING,
-    EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
-    EXPLORING_MAP_RANGE_M,
-    EXPLORING_SWEEP_PRIOR_WEIGHT,
-)
+from memnav.eval.exploring_defaults import ExploringTuning
 
 
 @dataclass
-class PolicyNodeConfig:
-    """Agent and timing.
+class PolicyNodeConfig(ExploringTuning):
+    """Agent and timing. The exploring agents' tuning fields (candidate_prior ... frontier_colour_weight) are
+    ExploringTuning's, so this node and `memnav eval` share their names and defaults.
 
     Attributes:
         agent: learned agent: memnav, memnav-fixed, episodic or gru.
@@ -132,19 +121,6 @@ class PolicyNodeConfig:
     explore: bool = True
     collision_fraction: float = 0.9
     max_steps: int = 500
-    candidate_prior: bool = False
-    explore_homing: bool = EXPLORING_HOMING
-    homing_via_map: bool = False
-    candidate_near_m: float = EXPLORING_CANDIDATE_NEAR_M
-    colour_weight: float = EXPLORING_COLOUR_WEIGHT
-    candidate_min_colour: float = EXPLORING_CANDIDATE_MIN_COLOUR
-    candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
-    corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
-    known_corroborated_similarity: float = EXPLORING_KNOWN_CORROBORATED_SIMILARITY
-    sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
-    frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
-    map_range_m: float = EXPLORING_MAP_RANGE_M
-    frontier_colour_weight: float = EXPLORING_FRONTIER_COLOUR_WEIGHT
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
@@ -208,16 +184,7 @@ def build(node) -> Callable[[], None]:
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
-                               max_steps=cfg.max_steps, candidate_prior=cfg.candidate_prior,
-                               explore_homing=cfg.explore_homing, homing_via_map=cfg.homing_via_map,
-                               candidate_near_m=cfg.candidate_near_m,
-                               colour_weight=cfg.colour_weight, candidate_min_colour=cfg.candidate_min_colour,
-                               candidate_colour_fit=cfg.candidate_colour_fit,
-                               corroborated_similarity=cfg.corroborated_similarity,
-                               known_corroborated_similarity=cfg.known_corroborated_similarity,
-                               sweep_prior_weight=cfg.sweep_prior_weight,
-                               frontier_look_turns=cfg.frontier_look_turns, map_range_m=cfg.map_range_m,
-                               frontier_colour_weight=cfg.frontier_colour_weight)
+                               max_steps=cfg.max_steps, **ExploringTuning.values_of(cfg))
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

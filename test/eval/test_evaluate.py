@@ -96,3 +96,16 @@ def test_corrupt_episode_file_exits_2_and_names_it(tmp_path, capsys):
 def test_bad_config_value_exits_2(tiny_dataset, capsys):
     assert main(["eval", "--data", str(tiny_dataset), "--max-steps", "0", "--no-progress"]) == 2
     assert "max_episode_steps" in capsys.readouterr().err
+
+
+def test_eval_options_carry_every_exploring_tuning_field_with_its_default():
+    """`memnav eval` has an option for each ExploringTuning field (same name), defaulting to the agents'."""
+    from memnav.cli import build_parser
+    from memnav.eval.exploring_defaults import ExploringTuning
+
+    args = build_parser().parse_args(["eval", "--agent", "memnav"])
+    assert ExploringTuning.values_of(args) == ExploringTuning.values_of(ExploringTuning())
+    args = build_parser().parse_args(["eval", "--agent", "memnav", "--frontier-colour-weight", "15",
+                                      "--candidate-prior"])
+    assert ExploringTuning(**ExploringTuning.values_of(args)).frontier_colour_weight == 15.0
+    assert ExploringTuning.values_of(args)["candidate_prior"] is True

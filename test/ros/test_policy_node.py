@@ -34,22 +34,16 @@ def test_action_velocity():
 
 
 def test_policy_node_defaults_are_the_eval_agents_defaults():
-    from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M
+    from memnav.eval.exploring_defaults import EXPLORING_CANDIDATE_NEAR_M, ExploringTuning
     from memnav.eval.learned_agents import LearnedAgentOptions
 
     node, agent = PolicyNodeConfig(), LearnedAgentOptions()
-    assert node.candidate_near_m == agent.candidate_near_m == EXPLORING_CANDIDATE_NEAR_M
-    assert (node.candidate_prior, node.homing_via_map, node.max_steps) == (agent.candidate_prior,
-                                                                          agent.homing_via_map, agent.max_steps)
-    assert (node.colour_weight, node.candidate_min_colour) == (agent.colour_weight, agent.candidate_min_colour)
-    assert node.candidate_colour_fit == agent.candidate_colour_fit
-    assert node.explore_homing == agent.explore_homing
-    assert node.corroborated_similarity == agent.corroborated_similarity
-    assert node.known_corroborated_similarity == agent.known_corroborated_similarity
-    assert node.sweep_prior_weight == agent.sweep_prior_weight
-    assert node.frontier_look_turns == agent.frontier_look_turns
-    assert node.map_range_m == agent.map_range_m
-    assert node.frontier_colour_weight == agent.frontier_colour_weight
+    assert isinstance(node, ExploringTuning) and isinstance(agent, ExploringTuning)
+    assert ExploringTuning.values_of(node) == ExploringTuning.values_of(agent) == ExploringTuning.values_of(
+        ExploringTuning())
+    assert node.candidate_near_m == EXPLORING_CANDIDATE_NEAR_M
+    assert (node.max_steps, node.explore, node.collision_fraction) == (agent.max_steps, agent.explore,
+                                                                       agent.collision_fraction)
 
 
 def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
