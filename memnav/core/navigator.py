@@ -159,6 +159,9 @@ class NavigatorConfig:
             there too; off wherever corroborated_stop_similarity is 0. A lower bar there was tried: it gained on
             the val houses and lost on others (README "Corroborated stops").
         corroborate_radius_m: see corroborated_stop_similarity, meters.
+        agreeing_stop_similarity: a still lower similarity that confirms a look-around when two geometric cues
+            agree on the spot: an RGB-D goal estimate (as for corroborated_stop_similarity) and a pending
+            scan-matched goal candidate both lie within corroborate_radius_m of the robot (0 = off).
         candidate_pool: scan-matched candidates considered at each match (best scan fits, spread apart).
         colour_weight: candidates are taken in the order of scan-match score + colour_weight x colour fit (the
             goal scan's colours against the map's surface colours at the candidate pose,
@@ -244,6 +247,7 @@ class NavigatorConfig:
     corroborated_stop_similarity: float = 0.0
     known_corroborated_stop_similarity: float = 0.0
     corroborate_radius_m: float = 0.5
+    agreeing_stop_similarity: float = 0.0
     candidate_pool: int = 4
     colour_weight: float = 0.0
     candidate_min_colour: float = 0.0
@@ -280,7 +284,7 @@ class NavigatorConfig:
         for name, top in (("prior_radius_m", math.inf), ("prior_angle_deg", 180.0), ("candidate_near_m", math.inf),
                           ("candidate_near_min_score", 1.0), ("colour_weight", math.inf),
                           ("corroborated_stop_similarity", 1.0), ("known_corroborated_stop_similarity", 1.0),
-                          ("corroborate_radius_m", math.inf),
+                          ("corroborate_radius_m", math.inf), ("agreeing_stop_similarity", 1.0),
                           ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
                           ("candidate_colour_min_score", 1.0), ("sweep_prior_weight", math.inf),
                           ("sweep_prior_radius_m", math.inf), ("frontier_look_spacing_m", math.inf),
@@ -846,9 +850,14 @@ class Navigator:
         bar = cfg.corroborated_stop_similarity
         if self.known_map and cfg.known_corroborated_stop_similarity > 0 and bar > 0:
             bar = cfg.known_corroborated_stop_similarity
-        return (bar > 0 and similarity >= bar
-                and goal is not None and self._goal_support >= cfg.localize_min_inliers
-                and math.hypot(goal.x_m - pose.x_m, goal.y_m - pose.y_m) <= cfg.corroborate_radius_m)
+        estimate_near = (goal is not None and self._goal_support >= cfg.localize_min_inliers
+                         and math.hypot(goal.x_m - pose.x_m, goal.y_m - pose.y_m) <= cfg.corroborate_radius_m)
+        if bar > 0 and similarity >= bar and estimate_near:
+            return True
+        cand = self._candidate
+        return (cfg.agreeing_stop_similarity > 0 and similarity >= cfg.agreeing_stop_similarity and estimate_near
+                and cand is not None and self._cand_kind == "candidate"
+                and math.hypot(cand.pose.x_m - pose.x_m, cand.pose.y_m - pose.y_m) <= cfg.corroborate_radius_m)
 
     def _approach_move(self, pose: Pose2D) -> Action | None:
         """Drive to the localized goal and judge it as a candidate (look around, STOP facing the best view if

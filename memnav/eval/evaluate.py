@@ -10,6 +10,7 @@ from pathlib import Path
 from memnav.core.navigator import NavigatorConfig
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
 from memnav.eval.exploring_defaults import (
+    EXPLORING_AGREEING_SIMILARITY,
     EXPLORING_CANDIDATE_COLOUR_FIT,
     EXPLORING_CANDIDATE_MIN_COLOUR,
     EXPLORING_CANDIDATE_NEAR_M,
@@ -146,6 +147,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memnav agents that explore: a frontier near mapped surfaces in the goal photo's colours "
                              "counts up to M meters nearer (0 = nearest frontier first) "
                              "(NavigatorConfig.frontier_colour_weight; default: %(default)s)")
+    parser.add_argument("--agreeing-similarity", type=float, default=EXPLORING_AGREEING_SIMILARITY, metavar="S",
+                        help="memnav agents that explore: a look-around confirms the spot at this similarity to the "
+                             "goal photo when an RGB-D goal estimate and a pending scan-matched goal candidate both "
+                             "lie within 0.5 m of it, two geometric cues agreeing (0 = off) "
+                             "(NavigatorConfig.agreeing_stop_similarity; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",

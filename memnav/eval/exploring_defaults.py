@@ -69,6 +69,9 @@ EXPLORING_MAP_RANGE_M = 7.0
 # SPL on three val samples (val96 0.541 -> 0.597) but not on test (500 episodes 0.806 / 0.508 -> 0.782 / 0.505),
 # and lifelong SPL fell on two of three samples (README "Colour-guided frontiers")
 EXPLORING_FRONTIER_COLOUR_WEIGHT = 0.0
+# exploring agents: a look-around confirms the spot at this similarity when an RGB-D goal estimate and a pending
+# scan-matched candidate both lie within 0.5 m of it (NavigatorConfig.agreeing_stop_similarity; 0 = off)
+EXPLORING_AGREEING_SIMILARITY = 0.0
 
 
 @dataclass
@@ -99,6 +102,8 @@ class ExploringTuning:
             (NavigatorConfig.known_corroborated_stop_similarity; 0 = corroborated_similarity there too).
         sweep_prior_weight: exploring agents sweep first the positions near remembered places that look like the
             goal photo (NavigatorConfig.sweep_prior_weight, meters per unit of similarity; 0 = nearest first).
+        agreeing_similarity: exploring agents accept a look-around at this similarity when an RGB-D goal estimate
+            and a pending scan-matched candidate both lie near (NavigatorConfig.agreeing_stop_similarity; 0 = off).
         frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
             (11: a full look around; 0 = off; NavigatorConfig.frontier_look_turns).
         map_range_m: exploring agents map depth readings up to this range, meters (NavigatorConfig.map_range_m).
@@ -115,6 +120,7 @@ class ExploringTuning:
     candidate_colour_fit: float = EXPLORING_CANDIDATE_COLOUR_FIT
     corroborated_similarity: float = EXPLORING_CORROBORATED_SIMILARITY
     known_corroborated_similarity: float = EXPLORING_KNOWN_CORROBORATED_SIMILARITY
+    agreeing_similarity: float = EXPLORING_AGREEING_SIMILARITY
     sweep_prior_weight: float = EXPLORING_SWEEP_PRIOR_WEIGHT
     frontier_look_turns: int = EXPLORING_FRONTIER_LOOK_TURNS
     map_range_m: float = EXPLORING_MAP_RANGE_M

@@ -118,6 +118,7 @@ class LearnedAgent:
                               candidate_min_colour=opts.candidate_min_colour if explore else 0.0,
                               candidate_colour_fit=opts.candidate_colour_fit if explore else 0.0,
                               corroborated_stop_similarity=opts.corroborated_similarity if explore else 0.0,
+                              agreeing_stop_similarity=opts.agreeing_similarity if explore else 0.0,
                               known_corroborated_stop_similarity=opts.known_corroborated_similarity
                               if explore else 0.0,
                               homing_via_map=opts.homing_via_map,

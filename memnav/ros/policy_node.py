@@ -87,6 +87,9 @@ class PolicyNodeConfig(ExploringTuning):
         known_corroborated_similarity: the same bar in a known house, from a goal on after the first when the
             occupancy map is kept (`lifelong_dir`; `memnav eval --known-corroborated-similarity`; 0 = the
             corroborated_similarity there too).
+        agreeing_similarity: exploring agents accept a look-around at this similarity to the goal photo when an
+            RGB-D goal estimate and a pending scan-matched goal candidate both lie within 0.5 m
+            (`memnav eval --agreeing-similarity`; 0 = off).
         sweep_prior_weight: exploring agents in a known house sweep first the positions near remembered places
             that look like the goal photo (`memnav eval --sweep-prior-weight`, meters per unit of similarity;
             0 = nearest first).

@@ -354,6 +354,28 @@ def _judge_estimate(sim, nav, obs, first_stamp: int = 1):
     return action, inp, obs
 
 
+def test_an_estimate_and_a_candidate_agreeing_confirm_a_lower_similarity(encoder, two_room_scene):
+    """The corroborated bar is out of reach (1.0). With agreeing_stop_similarity (0.5) the look-around at the
+    goal estimate is confirmed when a pending scan-matched candidate also lies there: STOP; with no candidate
+    there, the same look-around is rejected."""
+    from memnav.core.scan_match import Candidate
+
+    for agreeing in (True, False):
+        sim, nav, obs, _ = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
+                                           candidate_stop_similarity=1.0, corroborated_stop_similarity=1.0,
+                                           agreeing_stop_similarity=0.5)
+        if agreeing:
+            nav._candidate, nav._cand_kind = Candidate(nav.goal_estimate, 0.9), "candidate"
+        action, inp, obs = _judge_estimate(sim, nav, obs)
+        if agreeing:
+            assert action == Action.STOP and nav.mode == "approach" and 0.5 <= inp.similarity < 1.0
+        else:
+            assert action != Action.STOP and nav.goal_estimate is None    # rejected and forgotten
+        sim.close()
+    with pytest.raises(ValueError, match="agreeing_stop_similarity"):
+        NavigatorConfig(agreeing_stop_similarity=1.5)
+
+
 def test_a_known_house_has_its_own_corroborated_bar(encoder, two_room_scene):
     """The same look-around at the same goal estimate: on a first visit the corroborated bar (1.0, out of reach)
     rejects it; in the next episode, on the map kept from the first, known_corroborated_stop_similarity (0.5)

@@ -6,6 +6,7 @@ import numpy as np
 from memnav.core.exploration import ExplorerConfig
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import (
+    EXPLORING_AGREEING_SIMILARITY,
     EXPLORING_CANDIDATE_COLOUR_FIT,
     EXPLORING_CANDIDATE_MIN_COLOUR,
     EXPLORING_CANDIDATE_NEAR_M,
@@ -72,9 +73,11 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
     plain = LearnedAgent("memnav", LearnedAgentOptions())
     ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
     blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False,
-                                                       known_corroborated_similarity=0.7, frontier_colour_weight=15.0))
+                                                       known_corroborated_similarity=0.7, frontier_colour_weight=15.0,
+                                                       agreeing_similarity=0.7))
     grey = LearnedAgent("memnav", LearnedAgentOptions(colour_weight=0.0, candidate_min_colour=0.0,
-                                                      known_corroborated_similarity=0.7, frontier_colour_weight=15.0))
+                                                      known_corroborated_similarity=0.7, frontier_colour_weight=15.0,
+                                                      agreeing_similarity=0.7))
     homer = LearnedAgent("memnav", LearnedAgentOptions(explore_homing=True))
     try:
         # exploring agents home over the scene graph only when asked to; without a map homing stays on
@@ -98,6 +101,10 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert plain.navigator.cfg.known_corroborated_stop_similarity == EXPLORING_KNOWN_CORROBORATED_SIMILARITY == 0
         assert grey.navigator.cfg.known_corroborated_stop_similarity == 0.7
         assert blind.navigator.cfg.known_corroborated_stop_similarity == 0.0
+        # two agreeing cues' bar: off by default; asked for, with exploration only
+        assert plain.navigator.cfg.agreeing_stop_similarity == EXPLORING_AGREEING_SIMILARITY == 0.0
+        assert grey.navigator.cfg.agreeing_stop_similarity == 0.7
+        assert blind.navigator.cfg.agreeing_stop_similarity == 0.0
         assert plain.navigator.cfg.sweep_prior_weight == EXPLORING_SWEEP_PRIOR_WEIGHT > 0
         assert blind.navigator.cfg.sweep_prior_weight == 0.0
         assert plain.navigator.cfg.frontier_look_turns == EXPLORING_FRONTIER_LOOK_TURNS > 0
