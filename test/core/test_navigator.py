@@ -323,20 +323,36 @@ def test_without_stop_approach_or_with_too_little_support_the_stop_rule_stops_at
         sim.close()
 
 
-def test_a_localized_goal_corroborates_a_look_around_below_the_candidate_similarity(encoder, two_room_scene):
+@pytest.mark.parametrize("cfg_kw, candidate_there, confirmed", [
+    ({"corroborated_stop_similarity": 0.5}, False, True),    # the estimate there confirms a lower similarity
+    ({"corroborated_stop_similarity": 0.0}, False, False),   # off: rejected
+    # the corroborated bar out of reach: a scan-matched candidate agreeing with the estimate confirms at 0.5
+    ({"corroborated_stop_similarity": 1.0, "agreeing_stop_similarity": 0.5}, True, True),
+    ({"corroborated_stop_similarity": 1.0, "agreeing_stop_similarity": 0.5}, False, False),
+])
+def test_a_localized_goal_corroborates_a_look_around_below_the_candidate_similarity(encoder, two_room_scene, cfg_kw,
+                                                                                     candidate_there, confirmed):
     """The stop rule never stops; the look-around at the goal estimate cannot reach a similarity of 1.0. With
-    corroborated_stop_similarity the estimate there confirms a lower one: STOP; without, the spot is rejected."""
-    for corroborate in (0.5, 0.0):
-        sim, nav, obs, _ = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
-                                           candidate_stop_similarity=1.0, corroborated_stop_similarity=corroborate)
-        action, inp, obs = _judge_estimate(sim, nav, obs)
-        if corroborate:
-            assert action == Action.STOP and nav.mode == "approach" and 0.5 <= inp.similarity < 1.0
-        else:
-            assert action != Action.STOP and nav.goal_estimate is None    # rejected and forgotten
-        sim.close()
-    with pytest.raises(ValueError, match="corroborated_stop_similarity"):
-        NavigatorConfig(corroborated_stop_similarity=1.5)
+    corroborated_stop_similarity the estimate there confirms a lower one, and with agreeing_stop_similarity
+    the estimate and a pending candidate there together do: STOP; otherwise the spot is rejected."""
+    from memnav.core.scan_match import Candidate
+
+    sim, nav, obs, _ = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
+                                       candidate_stop_similarity=1.0, **cfg_kw)
+    if candidate_there:
+        nav._candidate, nav._cand_kind = Candidate(nav.goal_estimate, 0.9), "candidate"
+    action, inp, obs = _judge_estimate(sim, nav, obs)
+    if confirmed:
+        assert action == Action.STOP and nav.mode == "approach" and 0.5 <= inp.similarity < 1.0
+    else:
+        assert action != Action.STOP and nav.goal_estimate is None    # rejected and forgotten
+    sim.close()
+
+
+def test_corroborating_bars_are_similarities():
+    for name in ("corroborated_stop_similarity", "agreeing_stop_similarity"):
+        with pytest.raises(ValueError, match=name):
+            NavigatorConfig(**{name: 1.5})
 
 
 def _judge_estimate(sim, nav, obs, first_stamp: int = 1):
@@ -352,28 +368,6 @@ def _judge_estimate(sim, nav, obs, first_stamp: int = 1):
     here = obs.pose.relative_to(sim.render_at(_APPROACH_START, 0.0).pose)
     assert math.hypot(here.x_m - 1.5, here.y_m) < 0.5 and modes.count("approach") >= 11   # there, looked around
     return action, inp, obs
-
-
-def test_an_estimate_and_a_candidate_agreeing_confirm_a_lower_similarity(encoder, two_room_scene):
-    """The corroborated bar is out of reach (1.0). With agreeing_stop_similarity (0.5) the look-around at the
-    goal estimate is confirmed when a pending scan-matched candidate also lies there: STOP; with no candidate
-    there, the same look-around is rejected."""
-    from memnav.core.scan_match import Candidate
-
-    for agreeing in (True, False):
-        sim, nav, obs, _ = _approach_setup(encoder, two_room_scene, min_inliers=10, stop_rule_stops=False,
-                                           candidate_stop_similarity=1.0, corroborated_stop_similarity=1.0,
-                                           agreeing_stop_similarity=0.5)
-        if agreeing:
-            nav._candidate, nav._cand_kind = Candidate(nav.goal_estimate, 0.9), "candidate"
-        action, inp, obs = _judge_estimate(sim, nav, obs)
-        if agreeing:
-            assert action == Action.STOP and nav.mode == "approach" and 0.5 <= inp.similarity < 1.0
-        else:
-            assert action != Action.STOP and nav.goal_estimate is None    # rejected and forgotten
-        sim.close()
-    with pytest.raises(ValueError, match="agreeing_stop_similarity"):
-        NavigatorConfig(agreeing_stop_similarity=1.5)
 
 
 def test_a_known_house_has_its_own_corroborated_bar(encoder, two_room_scene):
