@@ -845,7 +845,8 @@ class Navigator:
     def _corroborated(self, pose: Pose2D, similarity: float) -> bool:
         """Whether a look-around's best similarity, below candidate_stop_similarity, still confirms the spot: at
         least corroborated_stop_similarity (known_corroborated_stop_similarity in a known house) with an RGB-D goal
-        estimate near `pose` (map frame)."""
+        estimate near `pose` (map frame), or at least agreeing_stop_similarity with such an estimate and a pending
+        scan-matched candidate both near it."""
         cfg, goal = self.cfg, self.goal_estimate
         bar = cfg.corroborated_stop_similarity
         if self.known_map and cfg.known_corroborated_stop_similarity > 0 and bar > 0:

@@ -100,10 +100,10 @@ class ExploringTuning:
             estimate lies near (NavigatorConfig.corroborated_stop_similarity; 0 = off).
         known_corroborated_similarity: the same bar in a known house, on a map kept from an earlier visit
             (NavigatorConfig.known_corroborated_stop_similarity; 0 = corroborated_similarity there too).
-        sweep_prior_weight: exploring agents sweep first the positions near remembered places that look like the
-            goal photo (NavigatorConfig.sweep_prior_weight, meters per unit of similarity; 0 = nearest first).
         agreeing_similarity: exploring agents accept a look-around at this similarity when an RGB-D goal estimate
             and a pending scan-matched candidate both lie near (NavigatorConfig.agreeing_stop_similarity; 0 = off).
+        sweep_prior_weight: exploring agents sweep first the positions near remembered places that look like the
+            goal photo (NavigatorConfig.sweep_prior_weight, meters per unit of similarity; 0 = nearest first).
         frontier_look_turns: exploring agents turn this many times on the spot at each frontier they reach
             (11: a full look around; 0 = off; NavigatorConfig.frontier_look_turns).
         map_range_m: exploring agents map depth readings up to this range, meters (NavigatorConfig.map_range_m).

@@ -39,7 +39,7 @@ from memnav.eval.exploring_defaults import ExploringTuning
 
 @dataclass
 class PolicyNodeConfig(ExploringTuning):
-    """Agent and timing. The exploring agents' tuning fields (candidate_prior ... frontier_colour_weight) are
+    """Agent and timing. The exploring agents' tuning fields (explore_homing through frontier_colour_weight) are
     ExploringTuning's, so this node and `memnav eval` share their names and defaults.
 
     Attributes:
