@@ -217,9 +217,9 @@ def _dataset_tag(data: Path) -> str:
 def _architecture(args: argparse.Namespace, base: EncoderConfig) -> EncoderConfig:
     """The network to train: `base` (the default, or --init's) with --input-px / --widths where given; with
     --init those must match the checkpoint, naming what differs."""
-    cfg = EncoderConfig(**{**base.to_dict(),
-                           **({"input_px": args.input_px} if args.input_px is not None else {}),
-                           **({"widths": tuple(args.widths)} if args.widths is not None else {})})
+    input_px, widths = getattr(args, "input_px", None), getattr(args, "widths", None)   # None: not given
+    cfg = EncoderConfig(**{**base.to_dict(), **({"input_px": input_px} if input_px is not None else {}),
+                           **({"widths": tuple(widths)} if widths is not None else {})})
     if args.init is not None and cfg != base:
         given = cfg.to_dict()
         diff = ", ".join(f"{k} {v} (given {given[k]})" for k, v in base.to_dict().items() if given[k] != v)
@@ -293,10 +293,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="where rendered frame banks are cached (unset: each dataset's own DIR/cache)")
     e = EncoderConfig()
-    parser.add_argument("--input-px", type=int, default=None, metavar="PX",
+    parser.add_argument("--input-px", type=int, default=argparse.SUPPRESS, metavar="PX",
                         help=f"network input size in pixels (frames are resized to PX x PX; multiple of 16; "
                              f"default: {e.input_px}, or --init's)")
-    parser.add_argument("--widths", type=int, nargs=4, default=None, metavar="C",
+    parser.add_argument("--widths", type=int, nargs=4, default=argparse.SUPPRESS, metavar="C",
                         help=f"channels of the four convolution stages (default: {' '.join(map(str, e.widths))}, "
                              f"or --init's)")
     parser.add_argument("--positive-m", type=float, default=d.positive_m, metavar="M",
