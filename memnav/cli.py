@@ -18,6 +18,8 @@ from memnav import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "scenes": ("memnav.sim.dataset", "generate procedural multi-room houses and ImageNav episodes"),
     "eval": ("memnav.eval.evaluate", "evaluate an agent on ImageNav episodes (success, SPL, SoftSPL)"),
+    "eval-report": ("memnav.eval.eval_report",
+                    "report (HTML + figures) of a saved `memnav eval --json` run: intervals, paired differences"),
     "launch": ("memnav.ros.launch_command",
                "run a ROS 2 YAML launch file (args, nodes, params, remaps) and supervise its processes"),
     "record": ("memnav.ros.record_command", "record live topics into a rosbag2 bag (mcap or sqlite3)"),

@@ -7,8 +7,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from memnav.core.navigator import NavigatorConfig
+from memnav.core.types import EpisodeStatus
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
+from memnav.eval.eval_report import EpisodeTrace, FloorPlan, RunTraces
 from memnav.eval.exploring_defaults import (
     EXPLORING_AGREEING_SIMILARITY,
     EXPLORING_CANDIDATE_COLOUR_FIT,
@@ -160,12 +164,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop-belief calibration of the learned agents")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="write summary + per-episode results to this JSON file")
+    parser.add_argument("--report", type=Path, default=None, metavar="DIR",
+                        help="also write an HTML report with figures into DIR: intervals, paired differences "
+                             "between agents, results by distance, how episodes ended, lifelong SPL by visit, "
+                             "the stop belief's reliability, top-down paths of the worst episodes "
+                             "(`memnav eval-report` makes the same from a --json file, without the paths)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str = "embedded",
-                 progress: bool = True, desc: str = "eval") -> list[EpisodeResult]:
-    """Run `agent` on each episode, returning one result per episode."""
+                 progress: bool = True, desc: str = "eval", traces: RunTraces | None = None) -> list[EpisodeResult]:
+    """Run `agent` on each episode, returning one result per episode.
+
+    `traces`, when given, collects each episode's path (under the agent name `desc`) and each scene's floor
+    plan for the report's path figure.
+    """
     from tqdm import tqdm
 
     from memnav.sim.factory import make_simulator
@@ -180,16 +193,43 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
             goal = env.goal_observation
             assert goal is not None
             agent.reset(ep, goal, sim)
+            path = [sim.agent_state.position] if traces is not None else None
             while not env.done:
                 obs = env.step(agent.act(obs))
+                if path is not None:
+                    path.append(sim.agent_state.position)
             result = env.result()
             layer = getattr(agent, "mode", None)   # agents with decision layers say which one ended it
-            results.append(replace(result, ended_by=layer) if layer else result)
+            if layer:
+                result = replace(result, ended_by=layer)
+            belief = getattr(agent, "stop_belief", None)   # agents with a calibrated goal belief
+            if belief is not None and result.status is EpisodeStatus.STOPPED:
+                result = replace(result, stop_belief=float(belief))
+            results.append(result)
+            if traces is not None and path is not None:
+                _keep_trace(traces, sim, desc, ep, path)
             summary = aggregate(results)
             bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
     finally:
         sim.close()
     return results
+
+
+def _keep_trace(traces: RunTraces, sim, agent: str, episode, path: list) -> None:
+    """Add an episode's path (x, z), goal and shortest path, and its scene's floor plan once."""
+    goal = np.asarray(episode.goal.position, dtype=np.float64)
+    xyz = np.asarray(path, dtype=np.float32)
+    try:
+        shortest = np.asarray(sim.shortest_path(xyz[0].astype(np.float64), goal), dtype=np.float32)
+    except (ValueError, RuntimeError):
+        shortest = np.zeros((0, 3), np.float32)
+    shortest = shortest[:, [0, 2]] if shortest.ndim == 2 and len(shortest) else np.zeros((0, 2), np.float32)
+    traces.episodes.append(EpisodeTrace(agent, str(episode.episode_id), episode.scene_id, xyz[:, [0, 2]],
+                                        (float(goal[0]), float(goal[2])), shortest))
+    grid = getattr(sim, "grid", None)   # the embedded simulator's navigable grid; habitat-sim has none here
+    if grid is not None and episode.scene_id not in traces.floor_plans:
+        traces.floor_plans[episode.scene_id] = FloorPlan(grid.navigable.copy(), (float(grid.origin[0]),
+                                                         float(grid.origin[1])), float(grid.config.cell_m))
 
 
 def format_table(rows: dict[str, dict]) -> str:
@@ -260,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
     summaries: dict[str, dict] = {}
     per_episode: dict[str, list] = {}
     lifelong: dict[str, list[float]] = {}
+    traces = RunTraces() if args.report is not None else None
     with tempfile.TemporaryDirectory(prefix="memnav-lifelong-") as tmp:
         for name in names:
             memory_dir = None
@@ -272,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
             agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
             try:
                 results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,
-                                       desc=name)
+                                       desc=name, traces=traces)
             finally:
                 close = getattr(agent, "close", None)
                 if close is not None:
@@ -292,15 +333,23 @@ def run(args: argparse.Namespace) -> int:
         for name, curve in lifelong.items():
             shown = ", ".join(f"{v:.2f}" for v in curve[:10])
             print(f"{name}: lifelong SPL by visit 1..{min(10, len(curve))}: {shown}")
+    meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
+            "lifelong": bool(args.lifelong)}
+    if args.compare:
+        out = dict(meta, agents={n: dict(summaries[n], per_episode=per_episode[n]) for n in names})
+        out.update({n: summaries[n] for n in names})  # per-agent summaries also at the top level
+    else:
+        out = dict(summaries[names[0]], agent=names[0], **meta, per_episode=per_episode[names[0]])
+        out["episodes"] = len(episodes)
+    text = json.dumps(out, indent=2) + "\n"
     if args.json is not None:
-        meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
-                "lifelong": bool(args.lifelong)}
-        if args.compare:
-            out = dict(meta, agents={n: dict(summaries[n], per_episode=per_episode[n]) for n in names})
-            out.update({n: summaries[n] for n in names})  # per-agent summaries also at the top level
-        else:
-            out = dict(summaries[names[0]], agent=names[0], **meta, per_episode=per_episode[names[0]])
-            out["episodes"] = len(episodes)
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        args.json.write_text(text)
+    if args.report is not None:
+        from memnav.eval.eval_report import write_eval_report
+
+        args.report.mkdir(parents=True, exist_ok=True)
+        (args.report / "results.json").write_text(text)
+        files = write_eval_report(out, args.report, traces=traces, command="memnav " + " ".join(sys.argv[1:]))
+        print(f"report: {files[0]} ({len(files) - 1} figures)")
     return 0

@@ -185,6 +185,12 @@ class LearnedAgent:
         """The Navigator layer that chose the last action (`Navigator.mode`)."""
         return self.navigator.mode
 
+    @property
+    def stop_belief(self) -> float | None:
+        """The calibrated goal belief of the last step's view (`Navigator.last.belief`), None before any step."""
+        last = self.navigator.last
+        return None if last is None else float(last.belief)
+
     def _map_path(self, place_key: str) -> Path:
         assert self.options.lifelong_dir is not None
         return Path(self.options.lifelong_dir) / f"{place_key}.map.npz"

@@ -191,16 +191,22 @@ def _table(rows: list[tuple[str, Any]]) -> str:
     return f"<table>{body}</table>"
 
 
+def page_head(title: str) -> str:
+    """The start of a report page (shared by the eval-bag and eval reports): title and style, up to <body>."""
+    return ("<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title><style>"
+            "body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
+            "table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 8px;"
+            "text-align:left}th{background:#f4f4f4;font-weight:normal}img{max-width:100%}"
+            ".warn{color:#a40}</style></head><body>")
+
+
 def render_html(result: EvalResult) -> str:
     m = _clean(result.to_json())
     bag, inp, pr, lc, mem, stop, tm = (m["bag"], m["input"], m["place_recognition"], m["loop_closure"], m["memory"],
                                        m["stop"], m["timing"])
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>memnav eval-bag report</title><style>"
-        "body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 8px;"
-        "text-align:left}th{background:#f4f4f4;font-weight:normal}img{max-width:100%}"
-        ".warn{color:#a40}</style></head><body>",
+        page_head("memnav eval-bag report"),
         f"<h1>memnav eval-bag: {html.escape(Path(bag['path']).name)}</h1>",
         "<h2>Bag</h2>",
         _table([("path", bag["path"]), ("format / storage", f"{bag['format']} / {bag['storage']}"),

@@ -49,6 +49,8 @@ class EpisodeResult:
         ended_by: for agents with decision layers (memnav's Navigator): the layer that chose the last action
             ("stop" = the stop rule, "candidate"/"approach" = a judged goal candidate, "best_view", "homing",
             "policy", ...); empty for other agents.
+        stop_belief: for agents with a calibrated goal belief (the learned agents), the belief that the goal is
+            within the success radius at the view where they called STOP; None otherwise.
     """
 
     episode_id: str
@@ -62,6 +64,7 @@ class EpisodeResult:
     steps: int
     status: EpisodeStatus
     ended_by: str = ""
+    stop_belief: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -29,10 +29,11 @@ def setup(tmp_path_factory):
 def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
     root, data = setup
     out = tmp_path / "cmp.json"
+    report = tmp_path / "report"
     agents = "random,forward,gru,episodic,memnav,memnav-fixed,oracle"
     assert main(["eval", "--compare", agents, "--data", str(data), "--episodes", "2", "--spread",
                  "--max-steps", "30", "--policy-dir", str(root), *MODELS_ARGS, "--json", str(out),
-                 "--no-progress"]) == 0
+                 "--report", str(report), "--no-progress"]) == 0
     table = capsys.readouterr().out
     res = json.loads(out.read_text())
     for name in agents.split(","):
@@ -51,6 +52,20 @@ def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
         assert all(layers) and sum(r["episodes"] for r in res[name]["ended_by"].values()) == 2
         assert f"{name}: episodes ended by: " in table
     assert all(e["ended_by"] == "" for e in res["agents"]["oracle"]["per_episode"]) and "ended_by" not in res["oracle"]
+    # learned agents record their calibrated belief at a STOP; the others, and episodes without a STOP, do not
+    for name in agents.split(","):
+        for e in res["agents"][name]["per_episode"]:
+            has = e["stop_belief"] is not None
+            assert has == (name in ("gru", "episodic", "memnav", "memnav-fixed") and e["status"] == "stopped")
+            assert not has or 0.0 <= e["stop_belief"] <= 1.0
+    # the report holds the same results, one table row per agent and the figures the run allows
+    assert json.loads((report / "results.json").read_text()) == res
+    page = (report / "report.html").read_text()
+    for name in agents.split(","):
+        assert f"<td>{name}</td>" in page
+    for png in ("summary.png", "by_distance.png", "ended_by.png", "episodes.png"):
+        assert (report / png).stat().st_size > 1000 and f"src='{png}'" in page
+    assert "memnav against each agent" in page and "lifelong.png" not in page
 
 
 @pytest.mark.slow

@@ -1,0 +1,540 @@
+"""The `memnav eval` report: figures and an HTML page from an evaluation's results (`memnav eval --report DIR`,
+or later from its JSON with `memnav eval-report RUN.json --out DIR`).
+
+Files written into the report folder (and nowhere else):
+- `results.json`: the same content `memnav eval --json` writes (written by `memnav eval --report`);
+- `summary.png`: success, SPL and SoftSPL per agent with 95% confidence intervals;
+- `by_distance.png`: success and SPL against the start's geodesic distance to the goal;
+- `ended_by.png`: how episodes ended (the Navigator layer that chose the last action), successes and failures;
+- `lifelong.png` (`--lifelong` runs): SPL against visit index;
+- `stop_reliability.png`: the stop belief at each STOP against whether that STOP succeeded (reliability diagram);
+- `episodes.png` (live runs only, not from a JSON): top-down paths of the focus agent's worst episodes over the
+  house's navigable area, with the shortest path;
+- `report.html`: tables (with confidence intervals and paired differences) and the figures, relative links.
+
+The statistics are plain functions (`wilson_interval`, `mean_interval`, `paired_difference`, `reliability`),
+so scripts can use them on `memnav eval --json` files too.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memnav.eval.report import _clean, _fmt, _plt, page_head
+
+DISTANCE_BINS_M = (0.0, 2.0, 4.0, 6.0, 8.0, math.inf)
+Z95 = 1.959964
+
+
+@dataclass
+class EpisodeTrace:
+    """What a live run keeps of one episode for the path figure (Habitat world x and z, meters).
+
+    Attributes:
+        agent: agent name.
+        episode_id: episode id.
+        scene_id: scene of the episode.
+        path_xz: (N, 2) agent positions, the start first and one row per action.
+        goal_xz: goal position.
+        shortest_xz: (M, 2) the simulator's shortest path from start to goal (may be empty).
+    """
+
+    agent: str
+    episode_id: str
+    scene_id: str
+    path_xz: np.ndarray
+    goal_xz: tuple[float, float]
+    shortest_xz: np.ndarray
+
+
+@dataclass
+class FloorPlan:
+    """A scene's navigable area as a top-down boolean grid (rows along z, columns along x)."""
+
+    navigable: np.ndarray
+    origin_xz: tuple[float, float]
+    cell_m: float
+
+
+@dataclass
+class RunTraces:
+    """Paths and floor plans collected by `memnav eval --report` (`run_episodes(..., traces=...)`)."""
+
+    episodes: list[EpisodeTrace] = field(default_factory=list)
+    floor_plans: dict[str, FloorPlan] = field(default_factory=dict)
+
+
+# --- statistics ---------------------------------------------------------------------------------------------
+
+def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a success rate (95% by default); (nan, nan) for n = 0."""
+    if n <= 0:
+        return math.nan, math.nan
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)     # exact at the ends, where rounding would not be
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return lo, hi
+
+
+def mean_interval(values: list[float] | np.ndarray, z: float = Z95) -> tuple[float, float, float]:
+    """Mean and its normal-approximation interval (mean - z SE, mean + z SE); nan when empty."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return math.nan, math.nan, math.nan
+    m = float(v.mean())
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
+    return m, m - z * se, m + z * se
+
+
+def paired_difference(a: list[float] | np.ndarray, b: list[float] | np.ndarray, resamples: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """Mean of a - b over the same episodes and its 95% paired bootstrap interval.
+
+    Raises:
+        ValueError: a and b differ in length.
+    """
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"paired_difference: {x.size} values against {y.size}; the runs must share episodes")
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    d = x - y
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(d.mean()), float(lo), float(hi)
+
+
+@dataclass
+class Reliability:
+    """A reliability diagram: per belief bin, the mean belief, the observed success rate and the count."""
+
+    edges: np.ndarray
+    mean_belief: np.ndarray
+    success_rate: np.ndarray
+    counts: np.ndarray
+    ece: float
+
+
+def reliability(beliefs: list[float] | np.ndarray, outcomes: list[float] | np.ndarray, bins: int = 10) -> Reliability:
+    """Bin beliefs in [0, 1] into `bins` equal bins; ECE = sum over bins of count share x |success - belief|."""
+    p = np.clip(np.asarray(beliefs, dtype=np.float64), 0.0, 1.0)
+    y = np.asarray(outcomes, dtype=np.float64)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    idx = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
+    counts = np.bincount(idx, minlength=bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_b = np.bincount(idx, weights=p, minlength=bins) / counts
+        rate = np.bincount(idx, weights=y, minlength=bins) / counts
+    ece = float(np.nansum(counts / max(1, p.size) * np.abs(rate - mean_b))) if p.size else math.nan
+    return Reliability(edges, mean_b, rate, counts, ece)
+
+
+# --- the results, whichever shape `memnav eval --json` wrote --------------------------------------------------
+
+def agents_of(results: dict) -> dict[str, dict]:
+    """{agent: summary with per_episode} from a `memnav eval --json` dict (single agent or --compare).
+
+    Raises:
+        ValueError: the dict holds no per-episode results.
+    """
+    if "agents" in results:
+        agents = results["agents"]
+    elif "agent" in results:
+        agents = {results["agent"]: results}
+    else:
+        raise ValueError("results: neither 'agents' (memnav eval --compare) nor 'agent' (memnav eval --agent)")
+    for name, a in agents.items():
+        if not isinstance(a.get("per_episode"), list):
+            raise ValueError(f"results: agent {name!r} has no 'per_episode' list")
+    return agents
+
+
+def focus_agent(agents: dict[str, dict], wanted: str | None = None) -> str:
+    """The agent the report compares the others against: `wanted`, else memnav if run, else the first."""
+    if wanted is not None:
+        if wanted not in agents:
+            raise ValueError(f"--focus {wanted!r}: not in this run (agents: {', '.join(agents)})")
+        return wanted
+    return "memnav" if "memnav" in agents else next(iter(agents))
+
+
+def summary_rows(agents: dict[str, dict]) -> list[dict]:
+    """Per agent: episodes, success with its Wilson interval, SPL and SoftSPL with their intervals, mean steps."""
+    rows = []
+    for name, a in agents.items():
+        eps = a["per_episode"]
+        succ = [float(e["success"]) for e in eps]
+        lo, hi = wilson_interval(sum(succ), len(succ))
+        rows.append({"agent": name, "episodes": len(eps), "success": float(np.mean(succ)) if succ else math.nan,
+                     "success_ci": (lo, hi), "spl": mean_interval([e["spl"] for e in eps]),
+                     "soft_spl": mean_interval([e["soft_spl"] for e in eps]),
+                     "mean_steps": float(np.mean([e["steps"] for e in eps])) if eps else math.nan})
+    return rows
+
+
+def _key(episode: dict) -> tuple[str, str]:
+    """Episodes are told apart by scene and id (Habitat datasets reuse ids across scenes)."""
+    return episode["scene_id"], str(episode["episode_id"])
+
+
+def paired_rows(agents: dict[str, dict], focus: str) -> list[dict]:
+    """Success and SPL of the focus agent minus each other agent's, paired over the same episodes."""
+    base = agents[focus]["per_episode"]
+    rows = []
+    for name, a in agents.items():
+        eps = a["per_episode"]
+        if name == focus or [_key(e) for e in eps] != [_key(e) for e in base]:
+            continue
+        rows.append({"agent": name,
+                     "success": paired_difference([e["success"] for e in base], [e["success"] for e in eps]),
+                     "spl": paired_difference([e["spl"] for e in base], [e["spl"] for e in eps]),
+                     "differ": sum(1 for x, y in zip(base, eps) if x["success"] != y["success"]
+                                   or abs(x["spl"] - y["spl"]) > 0.02)})
+    return rows
+
+
+def by_distance(episodes: list[dict], edges: tuple[float, ...] = DISTANCE_BINS_M) -> list[dict]:
+    """Success and SPL per bin of the start's geodesic distance to the goal."""
+    rows = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = [e for e in episodes if lo <= e["geodesic_distance_m"] < hi]
+        label = f"{lo:g}-{hi:g} m" if math.isfinite(hi) else f">= {lo:g} m"
+        rows.append({"bin": label, "episodes": len(sel),
+                     "success": float(np.mean([e["success"] for e in sel])) if sel else math.nan,
+                     "spl": float(np.mean([e["spl"] for e in sel])) if sel else math.nan})
+    return rows
+
+
+def ended_by_counts(episodes: list[dict]) -> dict[str, tuple[int, int]]:
+    """{layer: (successes, failures)} over episodes that name their last layer, most frequent first."""
+    counts: dict[str, list[int]] = {}
+    for e in episodes:
+        layer = e.get("ended_by") or ""
+        if layer:
+            c = counts.setdefault(layer, [0, 0])
+            c[0 if e["success"] else 1] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(counts.items(), key=lambda kv: -sum(kv[1]))}
+
+
+def per_house(agents: dict[str, dict]) -> dict[str, dict[str, tuple[int, float, float]]]:
+    """{house: {agent: (episodes, success, SPL)}}."""
+    table: dict[str, dict[str, tuple[int, float, float]]] = {}
+    for name, a in agents.items():
+        groups: dict[str, list[dict]] = {}
+        for e in a["per_episode"]:
+            groups.setdefault(Path(e["scene_id"]).stem, []).append(e)
+        for house, eps in groups.items():
+            table.setdefault(house, {})[name] = (len(eps), float(np.mean([e["success"] for e in eps])),
+                                                 float(np.mean([e["spl"] for e in eps])))
+    return dict(sorted(table.items()))
+
+
+def stops_with_belief(episodes: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(belief at STOP, success) of the episodes that stopped and recorded a belief."""
+    sel = [e for e in episodes if e.get("status") == "stopped" and e.get("stop_belief") is not None]
+    return (np.array([e["stop_belief"] for e in sel], dtype=np.float64),
+            np.array([e["success"] for e in sel], dtype=np.float64))
+
+
+# --- figures ------------------------------------------------------------------------------------------------
+
+def _save(fig: Any, path: Path) -> None:
+    plt = _plt()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_summary(rows: list[dict], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4))
+    x = np.arange(len(rows))
+    for i, (key, label) in enumerate((("success", "success"), ("spl", "SPL"), ("soft_spl", "SoftSPL"))):
+        if key == "success":
+            mid = np.array([r["success"] for r in rows])
+            lo = np.array([r["success_ci"][0] for r in rows])
+            hi = np.array([r["success_ci"][1] for r in rows])
+        else:
+            mid, lo, hi = (np.array([r[key][j] for r in rows]) for j in range(3))
+        err = np.vstack([np.maximum(0, mid - lo), np.maximum(0, hi - mid)])
+        ax.bar(x + (i - 1) * 0.27, mid, 0.27, yerr=err, capsize=3, label=label)
+    ax.set_xticks(x, [r["agent"] for r in rows])
+    ax.set(ylim=(0, 1.05), ylabel="mean over episodes", title="success, SPL and SoftSPL (whiskers: 95% interval)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    _save(fig, path)
+
+
+def plot_by_distance(agents: dict[str, dict], path: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharex=True)
+    labels = None
+    for name, a in agents.items():
+        rows = by_distance(a["per_episode"])
+        labels = [f"{r['bin']}\n({r['episodes']})" for r in rows]
+        for ax, key in zip(axes, ("success", "spl")):
+            ax.plot(np.arange(len(rows)), [r[key] for r in rows], "o-", label=name)
+    for ax, key in zip(axes, ("success", "SPL")):
+        ax.set_xticks(np.arange(len(labels or [])), labels or [], fontsize=8)
+        ax.set(ylim=(-0.03, 1.03), xlabel="geodesic start-goal distance (episodes)", ylabel=key,
+               title=f"{key} by distance to the goal")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_ended_by(agents: dict[str, dict], path: Path) -> bool:
+    """Stacked bars per layer; False (nothing written) when no agent names its layers."""
+    layered = {n: ended_by_counts(a["per_episode"]) for n, a in agents.items()}
+    layered = {n: c for n, c in layered.items() if c}
+    if not layered:
+        return False
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(layered), figsize=(4.5 * len(layered), 3.5), squeeze=False)
+    for ax, (name, counts) in zip(axes[0], layered.items()):
+        layers = list(counts)
+        ok = [counts[k][0] for k in layers]
+        bad = [counts[k][1] for k in layers]
+        y = np.arange(len(layers))
+        ax.barh(y, ok, color="tab:green", label="success")
+        ax.barh(y, bad, left=ok, color="tab:red", label="failure")
+        ax.set_yticks(y, layers)
+        ax.invert_yaxis()
+        ax.set(xlabel="episodes", title=f"{name}: what ended each episode")
+        ax.grid(alpha=0.3, axis="x")
+        ax.legend(fontsize=8, loc="lower right")
+    _save(fig, path)
+    return True
+
+
+def plot_lifelong(agents: dict[str, dict], path: Path) -> bool:
+    curves = {n: a["lifelong_spl_by_visit"] for n, a in agents.items() if a.get("lifelong_spl_by_visit")}
+    if not curves:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for name, curve in curves.items():
+        visits = np.arange(1, len(curve) + 1)
+        line = ax.plot(visits, curve, "o", ms=3, alpha=0.5)[0]
+        if len(curve) >= 5:
+            k = 5
+            smooth = np.convolve(curve, np.ones(k) / k, mode="valid")
+            ax.plot(visits[k // 2:len(curve) - k // 2], smooth, "-", color=line.get_color(),
+                    label=f"{name} (running mean of 5)")
+        else:
+            line.set_label(name)
+    ax.set(xlabel="visit index (episodes in the same house so far)", ylabel="mean SPL over houses",
+           ylim=(-0.03, 1.03), title="lifelong: SPL against visit index")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    return True
+
+
+def plot_reliability(agents: dict[str, dict], path: Path) -> dict[str, Reliability]:
+    """Reliability diagram of the belief at STOP per agent that records it; {} (nothing written) if none does."""
+    found = {}
+    for name, a in agents.items():
+        b, y = stops_with_belief(a["per_episode"])
+        if b.size:
+            found[name] = reliability(b, y)
+    if not found:
+        return {}
+    plt = _plt()
+    fig, (ax, axh) = plt.subplots(2, 1, figsize=(6, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    ax.plot([0, 1], [0, 1], "--", color="0.5", lw=1, label="calibrated")
+    width = 0.1 / max(1, len(found))
+    for i, (name, rel) in enumerate(found.items()):
+        ok = rel.counts > 0
+        ax.plot(rel.mean_belief[ok], rel.success_rate[ok], "o-", label=f"{name} (ECE {rel.ece:.3f})")
+        centres = (rel.edges[:-1] + rel.edges[1:]) / 2 + (i - (len(found) - 1) / 2) * width
+        axh.bar(centres, rel.counts, width, label=name)
+    ax.set(ylabel="share of STOPs within 1 m", ylim=(-0.03, 1.03),
+           title="stop belief at STOP against outcome (reliability)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    axh.set(xlabel="belief P(goal within the success radius) at STOP", ylabel="STOPs", xlim=(0, 1))
+    axh.grid(alpha=0.3)
+    _save(fig, path)
+    return found
+
+
+def chosen_traces(agents: dict[str, dict], traces: RunTraces, focus: str,
+                  count: int = 8) -> list[tuple[EpisodeTrace, dict]]:
+    """The focus agent's failures farthest from the goal first, then its lowest-SPL successes."""
+    by_id = {(t.scene_id, t.episode_id): t for t in traces.episodes if t.agent == focus}
+    eps = [e for e in agents[focus]["per_episode"] if _key(e) in by_id]
+    fails = sorted((e for e in eps if not e["success"]), key=lambda e: -e["distance_to_goal_m"])
+    wins = sorted((e for e in eps if e["success"]), key=lambda e: e["spl"])
+    picked = fails[:max(count - 2, count - len(wins))] if wins else fails[:count]
+    picked += wins[:count - len(picked)]
+    return [(by_id[_key(e)], e) for e in picked]
+
+
+def plot_episodes(chosen: list[tuple[EpisodeTrace, dict]], plans: dict[str, FloorPlan], path: Path) -> bool:
+    if not chosen:
+        return False
+    plt = _plt()
+    cols = min(4, len(chosen))
+    rows = math.ceil(len(chosen) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.ravel()[len(chosen):]:
+        ax.axis("off")
+    for ax, (t, e) in zip(axes.ravel(), chosen):
+        plan = plans.get(t.scene_id)
+        if plan is not None:
+            h, w = plan.navigable.shape
+            x0, z0 = plan.origin_xz
+            ax.imshow(np.where(plan.navigable, 0.93, 0.55), cmap="gray", vmin=0, vmax=1, origin="lower",
+                      extent=(x0, x0 + w * plan.cell_m, z0, z0 + h * plan.cell_m), interpolation="nearest")
+        if len(t.shortest_xz):
+            ax.plot(t.shortest_xz[:, 0], t.shortest_xz[:, 1], "--", color="tab:green", lw=1.2, label="shortest")
+        ax.plot(t.path_xz[:, 0], t.path_xz[:, 1], "-", color="tab:blue", lw=1.0, label="agent")
+        ax.plot(*t.path_xz[0], "o", color="tab:blue", ms=6, label="start")
+        ax.plot(*t.goal_xz, "*", color="tab:green", ms=13, mec="k", mew=0.5, label="goal")
+        ax.plot(*t.path_xz[-1], "X", color="tab:red" if not e["success"] else "tab:blue", ms=8, mec="k", mew=0.5,
+                label="end")
+        ax.add_patch(plt.Circle(t.goal_xz, 1.0, fill=False, color="tab:green", lw=0.8))
+        pad = 1.5
+        pts = np.vstack([t.path_xz, [t.goal_xz]] + ([t.shortest_xz] if len(t.shortest_xz) else []))
+        ax.set_xlim(pts[:, 0].min() - pad, pts[:, 0].max() + pad)
+        ax.set_ylim(pts[:, 1].min() - pad, pts[:, 1].max() + pad)
+        ax.set_aspect("equal")
+        verdict = "success" if e["success"] else f"failed, {e['distance_to_goal_m']:.1f} m off"
+        ax.set_title(f"{t.episode_id}: {verdict}\nSPL {e['spl']:.2f}, {e['steps']} actions"
+                     + (f", ended by {e['ended_by']}" if e.get("ended_by") else ""), fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes.ravel()[0].legend(fontsize=7, loc="best")
+    fig.suptitle("top-down paths (x, z in meters; grey: not navigable; circle: the 1 m success radius)", fontsize=9)
+    _save(fig, path)
+    return True
+
+
+# --- HTML -----------------------------------------------------------------------------------------------------
+
+def _ci(mid: float, lo: float, hi: float) -> str:
+    if not math.isfinite(mid):
+        return "n/a"
+    return f"{mid:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def _html_table(head: list[str], rows: list[list[Any]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, str) else _fmt(c)}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def render_html(results: dict, agents: dict[str, dict], focus: str, figures: list[tuple[str, str]],
+                reliabilities: dict[str, Reliability], command: str | None = None) -> str:
+    meta = [("split", results.get("split")), ("data", results.get("data")), ("backend", results.get("backend")),
+            ("episodes", results.get("episodes")), ("lifelong", results.get("lifelong"))]
+    if command:
+        meta.append(("command", command))
+    parts = [page_head("memnav eval report"),
+             f"<h1>memnav eval: {html.escape(', '.join(agents))}</h1>",
+             _html_table(["run", ""], [[k, html.escape(str(v))] for k, v in meta if v is not None]),
+             "<h2>Summary</h2><p>Means over episodes with 95% intervals (success: Wilson; SPL, SoftSPL: normal "
+             "approximation).</p>",
+             _html_table(["agent", "episodes", "success", "SPL", "SoftSPL", "mean steps"],
+                         [[r["agent"], r["episodes"], _ci(r["success"], *r["success_ci"]), _ci(*r["spl"]),
+                           _ci(*r["soft_spl"]), r["mean_steps"]] for r in summary_rows(agents)])]
+    paired = paired_rows(agents, focus)
+    if paired:
+        parts += [f"<h2>{html.escape(focus)} against each agent, episode by episode</h2>"
+                  f"<p>{html.escape(focus)} minus the other agent on the same episodes, with a 95% paired bootstrap "
+                  "interval: an interval that holds 0 is a difference these episodes cannot tell from noise.</p>",
+                  _html_table(["agent", "success difference", "SPL difference", "episodes that differ"],
+                              [[r["agent"], _ci(*r["success"]), _ci(*r["spl"]), r["differ"]] for r in paired])]
+    for name, src in figures:
+        parts.append(f"<h2>{html.escape(name)}</h2><img src='{src}' alt='{html.escape(name)}'>")
+        if src == "stop_reliability.png" and reliabilities:
+            parts.append(_html_table(["agent", "STOPs with a belief", "ECE"],
+                                     [[n, int(r.counts.sum()), r.ece] for n, r in reliabilities.items()]))
+    houses = per_house(agents)
+    names = list(agents)
+    parts += ["<h2>Per house</h2>",
+              _html_table(["house"] + [f"{n} success / SPL (episodes)" for n in names],
+                          [[h] + [f"{v[n][1]:.2f} / {v[n][2]:.2f} ({v[n][0]})" if n in v else "" for n in names]
+                           for h, v in houses.items()])]
+    fails = sorted((e for e in agents[focus]["per_episode"] if not e["success"]),
+                   key=lambda e: -e["distance_to_goal_m"])
+    if fails:
+        parts += [f"<h2>{html.escape(focus)}: failed episodes ({len(fails)})</h2>",
+                  _html_table(["episode", "house", "end distance (m)", "start distance (m)", "actions", "status",
+                               "ended by"],
+                              [[html.escape(e["episode_id"]), html.escape(Path(e["scene_id"]).stem),
+                                e["distance_to_goal_m"], e["geodesic_distance_m"], e["steps"],
+                                html.escape(str(e.get("status", ""))), html.escape(e.get("ended_by") or "")]
+                               for e in fails[:50]])]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = None, focus: str | None = None,
+                      command: str | None = None) -> list[Path]:
+    """Write the report of a `memnav eval` results dict into `out_dir` (created); returns the files written.
+
+    Raises:
+        ValueError: results without per-episode data, or a focus agent that was not run.
+    """
+    agents = agents_of(results)
+    focus = focus_agent(agents, focus)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures: list[tuple[str, str]] = []
+    rows = summary_rows(agents)
+    plot_summary(rows, out_dir / "summary.png")
+    figures.append(("Success and SPL", "summary.png"))
+    plot_by_distance(agents, out_dir / "by_distance.png")
+    figures.append(("By distance to the goal", "by_distance.png"))
+    if plot_ended_by(agents, out_dir / "ended_by.png"):
+        figures.append(("How episodes ended", "ended_by.png"))
+    if plot_lifelong(agents, out_dir / "lifelong.png"):
+        figures.append(("Lifelong: SPL by visit", "lifelong.png"))
+    rel = plot_reliability(agents, out_dir / "stop_reliability.png")
+    if rel:
+        figures.append(("Stop belief at STOP (reliability)", "stop_reliability.png"))
+    if traces is not None and plot_episodes(chosen_traces(agents, traces, focus), traces.floor_plans,
+                                            out_dir / "episodes.png"):
+        figures.append((f"{focus}: worst episodes, top-down", "episodes.png"))
+    (out_dir / "report.html").write_text(render_html(_clean(results), agents, focus, figures, rel, command))
+    return [out_dir / "report.html"] + [out_dir / src for _, src in figures]
+
+
+# --- `memnav eval-report` ---------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", type=Path, metavar="RUN.json",
+                        help="a results file written by `memnav eval --json` (one agent or --compare)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="report folder (created; report.html and PNG figures; existing files of the same "
+                             "names are replaced)")
+    parser.add_argument("--focus", default=None, metavar="AGENT",
+                        help="the agent the others are compared with episode by episode, and whose failures are "
+                             "listed (default: memnav if it was run, else the first agent)")
+
+
+def run(args: argparse.Namespace) -> int:
+    path: Path = args.results
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such results file")
+    try:
+        results = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a JSON file ({err})") from err
+    if not isinstance(results, dict):
+        raise ValueError(f"{path}: expected a JSON object from `memnav eval --json`")
+    files = write_eval_report(results, args.out, focus=args.focus, command=f"memnav eval-report {path}")
+    print(f"wrote {files[0]} ({len(files) - 1} figures)")
+    return 0

@@ -1,0 +1,114 @@
+"""The `memnav eval` report: its statistics on known inputs, its files, and `memnav eval-report` on a JSON."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from memnav.cli import main
+from memnav.eval.eval_report import (
+    agents_of,
+    by_distance,
+    ended_by_counts,
+    focus_agent,
+    mean_interval,
+    paired_difference,
+    reliability,
+    wilson_interval,
+    write_eval_report,
+)
+
+
+def _episode(i, scene, success, spl, steps=50, ended_by="", belief=None, dist=3.0):
+    return {"episode_id": str(i), "scene_id": f"data/{scene}.glb", "success": float(success), "spl": spl,
+            "soft_spl": spl, "distance_to_goal_m": 0.5 if success else 4.0, "geodesic_distance_m": dist,
+            "path_length_m": 5.0, "steps": steps, "status": "stopped" if belief is not None else "step_limit",
+            "ended_by": ended_by, "stop_belief": belief}
+
+
+def test_wilson_and_mean_intervals():
+    lo, hi = wilson_interval(8, 10)
+    assert (lo, hi) == pytest.approx((0.4902, 0.9433), abs=1e-4)   # the textbook Wilson 95% interval
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
+    assert all(math.isnan(v) for v in wilson_interval(0, 0))
+    m, lo, hi = mean_interval([0.0, 1.0] * 50)
+    assert m == 0.5 and hi - m == pytest.approx(m - lo) and hi - m == pytest.approx(1.96 * 0.5025 / 10, abs=1e-3)
+    assert mean_interval([0.3]) == (0.3, 0.3, 0.3) and all(math.isnan(v) for v in mean_interval([]))
+
+
+def test_paired_difference_sees_a_shift_and_refuses_unpaired_runs():
+    rng = np.random.default_rng(0)
+    b = rng.uniform(0, 1, 200)
+    d, lo, hi = paired_difference(b + 0.1, b)
+    assert (d, lo, hi) == pytest.approx((0.1, 0.1, 0.1))   # a constant shift: no spread at all
+    d, lo, hi = paired_difference(b, b[::-1].copy())
+    assert lo < 0 < hi and lo < d < hi
+    with pytest.raises(ValueError, match="share episodes"):
+        paired_difference([1.0, 0.0], [1.0])
+
+
+def test_reliability_bins_and_ece():
+    rel = reliability([0.05, 0.15, 0.95, 0.95], [0, 0, 1, 0], bins=10)
+    assert rel.counts.tolist() == [1, 1, 0, 0, 0, 0, 0, 0, 0, 2]
+    assert rel.success_rate[9] == 0.5 and rel.mean_belief[9] == pytest.approx(0.95)
+    # ECE: 1/4 x 0.05 + 1/4 x 0.15 + 2/4 x 0.45
+    assert rel.ece == pytest.approx(0.25 * 0.05 + 0.25 * 0.15 + 0.5 * 0.45)
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0, 1, 20000)
+    assert reliability(p, rng.uniform(0, 1, p.size) < p).ece < 0.02   # calibrated by construction
+
+
+def test_results_shapes_layers_and_distance_bins():
+    eps = [_episode(0, "h1", 1, 0.9, ended_by="stop", belief=0.8, dist=1.0),
+           _episode(1, "h1", 0, 0.0, ended_by="candidate", belief=0.7, dist=5.0),
+           _episode(2, "h2", 1, 0.5, ended_by="stop", belief=0.9, dist=9.0)]
+    single = {"agent": "memnav", "per_episode": eps}
+    assert list(agents_of(single)) == ["memnav"]
+    assert focus_agent(agents_of({"agents": {"gru": single, "memnav": single}})) == "memnav"
+    with pytest.raises(ValueError, match="per_episode"):
+        agents_of({"agents": {"gru": {"success": 1.0}}})
+    with pytest.raises(ValueError, match="neither"):
+        agents_of({"success": 1.0})
+    assert ended_by_counts(eps) == {"stop": (2, 0), "candidate": (0, 1)}
+    rows = by_distance(eps)
+    assert [r["episodes"] for r in rows] == [1, 0, 1, 0, 1] and rows[-1]["bin"] == ">= 8 m"
+    assert rows[0]["success"] == 1.0 and rows[2]["success"] == 0.0 and math.isnan(rows[1]["spl"])
+
+
+def test_report_files_from_a_saved_compare_json(tmp_path, capsys):
+    a = [_episode(i, f"h{i % 2}", i % 3 != 0, 0.6 if i % 3 else 0.0, ended_by="stop", belief=0.5 + i / 40)
+         for i in range(12)]
+    b = [dict(e, success=1.0, spl=0.9, ended_by="", stop_belief=None, status="stopped") for e in a]
+    results = {"split": "val", "episodes": 12, "lifelong": True,
+               "agents": {"memnav": {"per_episode": a, "lifelong_spl_by_visit": [0.3, 0.5, 0.6, 0.7, 0.7, 0.8]},
+                          "oracle": {"per_episode": b}}}
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(results))
+    out = tmp_path / "rep"
+    assert main(["eval-report", str(src), "--out", str(out)]) == 0
+    assert "report.html" in capsys.readouterr().out
+    page = (out / "report.html").read_text()
+    for png in ("summary.png", "by_distance.png", "ended_by.png", "lifelong.png", "stop_reliability.png"):
+        assert (out / png).stat().st_size > 1000 and f"src='{png}'" in page
+    assert not (out / "episodes.png").exists()   # paths come only from a live run
+    # memnav's success 8/12 with its Wilson interval, and memnav minus oracle on the same episodes
+    lo, hi = wilson_interval(8, 12)
+    assert f"0.667 [{lo:.3f}, {hi:.3f}]" in page
+    d, lo, hi = paired_difference([e["spl"] for e in a], [0.9] * 12)
+    assert f"{d:.3f} [{lo:.3f}, {hi:.3f}]" in page
+    assert page.count("<tr><td>h") == 2   # one row per house
+    # errors name what is wrong and write nothing
+    assert main(["eval-report", str(src), "--out", str(tmp_path / "x"), "--focus", "gru"]) == 2
+    assert "gru" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    assert main(["eval-report", str(bad), "--out", str(tmp_path / "y")]) == 2
+    assert "JSON object" in capsys.readouterr().err
+
+
+def test_write_eval_report_single_agent_without_beliefs(tmp_path):
+    eps = [_episode(i, "h1", i % 2, 0.5 * (i % 2)) for i in range(4)]
+    files = write_eval_report({"agent": "forward", "per_episode": eps}, tmp_path)
+    names = sorted(f.name for f in files)
+    assert names == ["by_distance.png", "report.html", "summary.png"]   # no layers, lifelong or beliefs to show
+    assert "against each agent" not in (tmp_path / "report.html").read_text()
