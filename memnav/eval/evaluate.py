@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +166,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop-belief calibration of the learned agents")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="write summary + per-episode results to this JSON file")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="run the episodes in N processes (0 = one per CPU core). Each house's episodes keep "
+                             "their order (with --lifelong a house is one process's job), and the results equal a "
+                             "serial run's except where a random stream is split: the random agent's actions and "
+                             "odometry noise")
     parser.add_argument("--report", type=Path, default=None, metavar="DIR",
                         help="also write an HTML report with figures into DIR: intervals, paired differences "
                              "between agents, results by distance, how episodes ended, lifelong SPL by visit, "
@@ -232,6 +239,120 @@ def _keep_trace(traces: RunTraces, sim, agent: str, episode, path: list) -> None
                                                          float(grid.origin[1])), float(grid.config.cell_m))
 
 
+@dataclass
+class AgentJob:
+    """One agent on a list of episodes: what a worker process needs to build the agent and run them.
+
+    Attributes:
+        name: agent name (`AGENTS`).
+        options: the learned agents' options (ignored by the others).
+        seed: agent seed (the random agent's actions).
+        config: simulator configuration.
+        backend: "embedded" or "habitat".
+        episodes: the episodes, in the order they are run.
+        record: keep each episode's path for the report.
+        torch_threads: torch threads in a worker process (0 = leave torch's default).
+    """
+
+    name: str
+    options: LearnedAgentOptions
+    seed: int
+    config: SimConfig
+    backend: str
+    episodes: list
+    record: bool = False
+    torch_threads: int = 0
+
+
+def run_job(job: AgentJob, encoder=None, progress: bool = False) -> tuple[list[EpisodeResult], RunTraces | None]:
+    """Build the job's agent, run its episodes in order, close the agent (lifelong: its maps are saved)."""
+    if job.torch_threads > 0:
+        import torch
+
+        from memnav.threads import set_blas_threads
+
+        torch.set_num_threads(job.torch_threads)
+        set_blas_threads(job.torch_threads)
+    traces = RunTraces() if job.record else None
+    agent = make_agent(job.name, seed=job.seed, options=job.options, encoder=encoder)
+    try:
+        results = run_episodes(agent, job.episodes, job.config, job.backend, progress=progress, desc=job.name,
+                               traces=traces)
+    finally:
+        close = getattr(agent, "close", None)
+        if close is not None:
+            close()
+    return results, traces
+
+
+def split_job(job: AgentJob, workers: int, lifelong: bool) -> list[tuple[list[int], AgentJob]]:
+    """Cut a job into pieces for `workers` processes, each with the indices of its episodes in `job.episodes`.
+
+    A house's episodes stay in their order: lifelong, each house is one piece (its memory and map pass from
+    visit to visit); otherwise a house's run is cut into consecutive pieces, about four per worker in all, so
+    that a worker loads few scenes and the pieces even out.
+    """
+    by_scene: dict[str, list[int]] = {}
+    for i, ep in enumerate(job.episodes):
+        by_scene.setdefault(ep.scene_id, []).append(i)
+    size = len(job.episodes) if lifelong else max(1, math.ceil(len(job.episodes) / (4 * workers)))
+    pieces = [idx[k:k + size] for idx in by_scene.values() for k in range(0, len(idx), size)]
+    return [(idx, replace(job, episodes=[job.episodes[i] for i in idx])) for idx in pieces]
+
+
+_THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def run_parallel(job: AgentJob, workers: int, lifelong: bool,
+                 progress: bool = True) -> tuple[list[EpisodeResult], RunTraces | None]:
+    """`run_job` over `workers` processes (spawned, so torch starts clean in each); results in episode order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    pieces = split_job(replace(job, torch_threads=threads), workers, lifelong)
+    results: list[EpisodeResult | None] = [None] * len(job.episodes)
+    traces = RunTraces() if job.record else None
+    done: list[EpisodeResult] = []
+    bar = tqdm(total=len(job.episodes), desc=f"{job.name} ({workers} workers)", unit="ep", disable=not progress,
+               file=sys.stderr)
+    # numba sizes its thread pool when imported, so the workers learn their share from the environment they
+    # start with: with a pool per core in every worker, the idle pool threads spun and took ~40% of a core
+    # each, and 2 workers on 2 cores were no faster than one process
+    saved = {k: os.environ.get(k) for k in _THREAD_VARIABLES}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        os.environ.update({k: str(threads) for k in _THREAD_VARIABLES})
+        try:   # the workers start inside submit()
+            futures = {pool.submit(run_job, piece): idx for idx, piece in pieces}
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            for fut in as_completed(futures):
+                part, kept = fut.result()
+                for i, r in zip(futures[fut], part):
+                    results[i] = r
+                done += part
+                if traces is not None and kept is not None:
+                    traces.episodes += kept.episodes
+                    traces.floor_plans.update(kept.floor_plans)
+                summary = aggregate(done)
+                bar.update(len(part))
+                bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+        finally:
+            bar.close()
+    return [r for r in results if r is not None], traces
+
+
 def format_table(rows: dict[str, dict]) -> str:
     """A fixed-width table of per-agent summaries."""
     cols = ("episodes", "success", "spl", "soft_spl", "mean_steps", "distance_to_goal")
@@ -292,8 +413,11 @@ def run(args: argparse.Namespace) -> int:
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")
     config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed, renderer=args.renderer)
+    if args.workers < 0:
+        raise ValueError(f"--workers must be >= 0 (0 = one per CPU core), got {args.workers}")
+    workers = min(args.workers or os.cpu_count() or 1, len(episodes))
     encoder = None
-    if any(a in LEARNED_AGENTS for a in names):
+    if workers <= 1 and any(a in LEARNED_AGENTS for a in names):   # workers load their own
         from memnav.core.encoder import Encoder
 
         encoder = Encoder.from_checkpoint(args.encoder)
@@ -310,14 +434,14 @@ def run(args: argparse.Namespace) -> int:
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           homing=not args.no_homing, explore=not args.no_explore,
                                           max_steps=args.max_steps, **ExploringTuning.values_of(args))
-            agent = make_agent(name, seed=args.seed, options=options, encoder=encoder)
-            try:
-                results = run_episodes(agent, episodes, config, args.backend, progress=not args.no_progress,
-                                       desc=name, traces=traces)
-            finally:
-                close = getattr(agent, "close", None)
-                if close is not None:
-                    close()
+            job = AgentJob(name, options, args.seed, config, args.backend, episodes, traces is not None)
+            if workers > 1:
+                results, kept = run_parallel(job, workers, lifelong=args.lifelong, progress=not args.no_progress)
+            else:
+                results, kept = run_job(job, encoder=encoder, progress=not args.no_progress)
+            if traces is not None and kept is not None:
+                traces.episodes += kept.episodes
+                traces.floor_plans.update(kept.floor_plans)
             summaries[name] = aggregate(results)
             per_episode[name] = [r.to_json() for r in results]
             if args.lifelong:

@@ -94,10 +94,52 @@ def test_lifelong_keeps_memory_per_house(setup, tmp_path):
                  "--candidate-prior", "--homing-via-map", "--no-progress"]) == 0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("lifelong", [False, True])
+def test_workers_give_the_serial_results(setup, tmp_path, lifelong):
+    """Episodes spread over processes (a house's in order; lifelong, a house per process) end as in one process."""
+    root, _ = setup
+    data = make_tiny_dataset(tmp_path / "houses", houses=5, seed=6, train=2, val=1, test=1)   # 3 train houses
+    common = ["eval", "--compare", "memnav,oracle", "--data", str(data), "--split", "train",
+              "--max-steps", "25", "--policy-dir", str(root), *MODELS_ARGS, "--no-progress"]
+    if lifelong:
+        common.append("--lifelong")
+    runs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}.json"
+        assert main([*common, "--workers", workers, "--json", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+    serial, parallel = runs
+    assert len(serial["agents"]["memnav"]["per_episode"]) == 6
+    assert len({e["scene_id"] for e in serial["agents"]["memnav"]["per_episode"]}) == 3
+    for name in ("memnav", "oracle"):
+        assert parallel["agents"][name]["per_episode"] == serial["agents"][name]["per_episode"]
+    if lifelong:
+        assert parallel["memnav"]["lifelong_spl_by_visit"] == serial["memnav"]["lifelong_spl_by_visit"]
+
+
+def test_split_job_keeps_each_house_in_order():
+    from memnav.eval.evaluate import AgentJob, split_job
+    from memnav.sim.base import SimConfig
+
+    class Ep:
+        def __init__(self, scene, i):
+            self.scene_id, self.i = scene, i
+    eps = [Ep("a", i) for i in range(6)] + [Ep("b", i) for i in range(3)]
+    job = AgentJob("oracle", None, 0, SimConfig(), "embedded", eps)
+    pieces = split_job(job, workers=2, lifelong=False)      # 9 episodes, 8 pieces wanted: 2 per piece
+    assert [idx for idx, _ in pieces] == [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
+    assert all([e.scene_id for e in p.episodes] == [eps[i].scene_id for i in idx] for idx, p in pieces)
+    pieces = split_job(job, workers=2, lifelong=True)       # lifelong: a whole house per piece
+    assert [idx for idx, _ in pieces] == [[0, 1, 2, 3, 4, 5], [6, 7, 8]]
+
+
 def test_unknown_compare_agent_and_wrong_checkpoint_are_clear_errors(setup, tmp_path, capsys):
     root, data = setup
     assert main(["eval", "--compare", "oracle,telepathy", "--data", str(data)]) == 2
     assert "telepathy" in capsys.readouterr().err
+    assert main(["eval", "--agent", "oracle", "--data", str(data), "--workers", "-1"]) == 2
+    assert "--workers" in capsys.readouterr().err
     bad = tmp_path / "pol"
     bad.mkdir()
     save_policy(MemoryPolicy(PolicyConfig(memory_tokens=0)), bad / "policy_memnav.pt", extra={"memory": "none"})
