@@ -97,7 +97,7 @@ class NavGrid:
         sizes = np.bincount(self.labels.ravel())
         sizes[0] = 0
         self.largest_component = int(np.argmax(sizes)) if self.num_components else 0
-        self._fields: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._fields: OrderedDict[tuple[float, float], np.ndarray] = OrderedDict()
         self._component_cells: dict[int, np.ndarray] = {}
 
     # --- grid <-> world -------------------------------------------------------------------------
@@ -172,13 +172,16 @@ class NavGrid:
         cell = self.snap(target)
         if cell is None:
             return None
-        if cell in self._fields:
-            self._fields.move_to_end(cell)
-            return self._fields[cell]
+        tgt = np.asarray(target, dtype=np.float64)
+        # the field starts from the exact target, not its cell: cached by the target itself, so that a
+        # distance never depends on which target of the same cell came first (it did, by up to a few cm)
+        key = (round(float(tgt[0]), 6), round(float(tgt[2]), 6))
+        if key in self._fields:
+            self._fields.move_to_end(key)
+            return self._fields[key]
         import skfmm
 
         c = self.config.cell_m
-        tgt = np.asarray(target, dtype=np.float64)
         cols, rows = cell_centers(self.origin, np.arange(self.shape[0]), np.arange(self.shape[1]), c)
         mask = self.labels != self.labels[cell]
         straight = np.hypot(cols[None, :] - tgt[0], rows[:, None] - tgt[2])
@@ -198,7 +201,7 @@ class NavGrid:
         else:
             field = np.where(mask, np.inf, straight)
         field = np.maximum(field, 0.0)
-        self._fields[cell] = field
+        self._fields[key] = field
         while len(self._fields) > self.config.field_cache_size:
             self._fields.popitem(last=False)
         return field

@@ -46,6 +46,20 @@ def test_geodesic_goes_through_the_door(sim):
         assert sim.grid.line_of_sight(p, q)
 
 
+def test_geodesic_does_not_depend_on_what_was_asked_before(two_room_scene):
+    """Two targets in one grid cell each get their own distance field (a field cached by cell made the second
+    target's distances those of the first, so an episode's metrics depended on the episodes run before it)."""
+    a = np.array([1.0, 0.0, 3.0])
+    first, second = np.array([7.0, 0.0, 3.0]), np.array([7.015, 0.0, 3.015])
+    fresh = EmbeddedSimulator(two_room_scene)
+    assert fresh.grid.to_cell(first) == fresh.grid.to_cell(second)
+    alone = fresh.geodesic_distance(a, second)
+    after = EmbeddedSimulator(two_room_scene)
+    after.geodesic_distance(a, first)
+    assert after.geodesic_distance(a, second) == alone
+    assert after.geodesic_distance(a, first) != alone   # the two targets are told apart
+
+
 def test_geodesic_from_a_cell_joined_only_diagonally(sim):
     """Components are 8-connected while the fast march is 4-connected: a target cell whose four side
     neighbours are blocked still gets a field (it used to raise 'no zero contour')."""
