@@ -10,6 +10,7 @@ Files written into the report folder (and nowhere else):
 - `stop_reliability.png`: the stop belief at each STOP against whether that STOP succeeded (reliability diagram);
 - `episodes.png` (live runs only, not from a JSON): top-down paths of the focus agent's worst episodes over the
   house's navigable area, with the shortest path;
+- `views.png` (live runs only): the goal photo beside the last view of the same episodes;
 - `report.html`: tables (with confidence intervals and paired differences) and the figures, relative links.
 
 The statistics are plain functions (`wilson_interval`, `mean_interval`, `paired_difference`, `reliability`),
@@ -44,6 +45,8 @@ class EpisodeTrace:
         path_xz: (N, 2) agent positions, the start first and one row per action.
         goal_xz: goal position.
         shortest_xz: (M, 2) the simulator's shortest path from start to goal (may be empty).
+        goal_rgb: the goal photo, downsampled (uint8, H x W x 3), or None.
+        final_rgb: the agent's last view, where it stopped or ran out of steps, downsampled, or None.
     """
 
     agent: str
@@ -52,6 +55,8 @@ class EpisodeTrace:
     path_xz: np.ndarray
     goal_xz: tuple[float, float]
     shortest_xz: np.ndarray
+    goal_rgb: np.ndarray | None = None
+    final_rgb: np.ndarray | None = None
 
 
 @dataclass
@@ -421,6 +426,39 @@ def plot_episodes(chosen: list[tuple[EpisodeTrace, dict]], plans: dict[str, Floo
     return True
 
 
+def thumbnail(rgb: np.ndarray, size_px: int = 96) -> np.ndarray:
+    """An RGB image shrunk (by whole-pixel striding) to at most `size_px` on its longer side, uint8."""
+    img = np.asarray(rgb)
+    step = max(1, math.ceil(max(img.shape[:2]) / size_px))
+    return np.ascontiguousarray(img[::step, ::step, :3]).astype(np.uint8)
+
+
+def plot_views(chosen: list[tuple[EpisodeTrace, dict]], path: Path) -> bool:
+    """Goal photo beside the last view, per chosen episode: what a wrong STOP took for the goal."""
+    chosen = [(t, e) for t, e in chosen if t.goal_rgb is not None and t.final_rgb is not None]
+    if not chosen:
+        return False
+    plt = _plt()
+    pairs_per_row = 2
+    rows = math.ceil(len(chosen) / pairs_per_row)
+    fig, axes = plt.subplots(rows, 2 * pairs_per_row, figsize=(2.3 * 2 * pairs_per_row, 2.5 * rows), squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for k, (t, e) in enumerate(chosen):
+        ax_goal, ax_end = axes[k // pairs_per_row, 2 * (k % pairs_per_row)], axes[k // pairs_per_row,
+                                                                                2 * (k % pairs_per_row) + 1]
+        ax_goal.imshow(t.goal_rgb)
+        ax_goal.set_title(f"{t.episode_id}\ngoal photo", fontsize=8)
+        ax_end.imshow(t.final_rgb)
+        verdict = "success" if e["success"] else f"{e['distance_to_goal_m']:.1f} m from the goal"
+        belief = e.get("stop_belief")
+        ax_end.set_title(f"last view: {verdict}" + (f"\nbelief {belief:.2f}" if belief is not None else ""),
+                         fontsize=8, color="black" if e["success"] else "tab:red")
+    fig.suptitle("goal photo and the last view of the episodes above", fontsize=9)
+    _save(fig, path)
+    return True
+
+
 # --- HTML -----------------------------------------------------------------------------------------------------
 
 def _ci(mid: float, lo: float, hi: float) -> str:
@@ -505,9 +543,11 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
     rel = plot_reliability(agents, out_dir / "stop_reliability.png")
     if rel:
         figures.append(("Stop belief at STOP (reliability)", "stop_reliability.png"))
-    if traces is not None and plot_episodes(chosen_traces(agents, traces, focus), traces.floor_plans,
-                                            out_dir / "episodes.png"):
+    chosen = chosen_traces(agents, traces, focus) if traces is not None else []
+    if traces is not None and plot_episodes(chosen, traces.floor_plans, out_dir / "episodes.png"):
         figures.append((f"{focus}: worst episodes, top-down", "episodes.png"))
+    if plot_views(chosen, out_dir / "views.png"):
+        figures.append((f"{focus}: goal photo and last view of the same episodes", "views.png"))
     (out_dir / "report.html").write_text(render_html(_clean(results), agents, focus, figures, rel, command))
     return [out_dir / "report.html"] + [out_dir / src for _, src in figures]
 

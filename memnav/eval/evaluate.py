@@ -14,7 +14,7 @@ import numpy as np
 from memnav.core.navigator import NavigatorConfig
 from memnav.core.types import EpisodeStatus
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
-from memnav.eval.eval_report import EpisodeTrace, FloorPlan, RunTraces
+from memnav.eval.eval_report import EpisodeTrace, FloorPlan, RunTraces, thumbnail
 from memnav.eval.exploring_defaults import (
     EXPLORING_AGREEING_SIMILARITY,
     EXPLORING_CANDIDATE_COLOUR_FIT,
@@ -214,7 +214,7 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
                 result = replace(result, stop_belief=float(belief))
             results.append(result)
             if traces is not None and path is not None:
-                _keep_trace(traces, sim, desc, ep, path)
+                _keep_trace(traces, sim, desc, ep, path, goal.rgb, obs.rgb)
             summary = aggregate(results)
             bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
     finally:
@@ -222,8 +222,9 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
     return results
 
 
-def _keep_trace(traces: RunTraces, sim, agent: str, episode, path: list) -> None:
-    """Add an episode's path (x, z), goal and shortest path, and its scene's floor plan once."""
+def _keep_trace(traces: RunTraces, sim, agent: str, episode, path: list, goal_rgb, final_rgb) -> None:
+    """Add an episode's path (x, z), goal, shortest path, goal photo and last view (thumbnails), and its scene's
+    floor plan once."""
     goal = np.asarray(episode.goal.position, dtype=np.float64)
     xyz = np.asarray(path, dtype=np.float32)
     try:
@@ -232,7 +233,8 @@ def _keep_trace(traces: RunTraces, sim, agent: str, episode, path: list) -> None
         shortest = np.zeros((0, 3), np.float32)
     shortest = shortest[:, [0, 2]] if shortest.ndim == 2 and len(shortest) else np.zeros((0, 2), np.float32)
     traces.episodes.append(EpisodeTrace(agent, str(episode.episode_id), episode.scene_id, xyz[:, [0, 2]],
-                                        (float(goal[0]), float(goal[2])), shortest))
+                                        (float(goal[0]), float(goal[2])), shortest, thumbnail(goal_rgb),
+                                        thumbnail(final_rgb)))
     grid = getattr(sim, "grid", None)   # the embedded simulator's navigable grid; habitat-sim has none here
     if grid is not None and episode.scene_id not in traces.floor_plans:
         traces.floor_plans[episode.scene_id] = FloorPlan(grid.navigable.copy(), (float(grid.origin[0]),

@@ -63,7 +63,7 @@ def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
     page = (report / "report.html").read_text()
     for name in agents.split(","):
         assert f"<td>{name}</td>" in page
-    for png in ("summary.png", "by_distance.png", "ended_by.png", "episodes.png"):
+    for png in ("summary.png", "by_distance.png", "ended_by.png", "episodes.png", "views.png"):
         assert (report / png).stat().st_size > 1000 and f"src='{png}'" in page
     assert "memnav against each agent" in page and "lifelong.png" not in page
 
