@@ -22,9 +22,12 @@ $(DATA)/.complete: | $(STAMP)
 data: $(DATA)/.complete
 
 # the main job: the whole stack as separate ROS 2 processes over DDS on the embedded simulator
+# then the report of those episodes (runs/demo/report/report.html)
 demo: setup
 	ROS_AUTOMATIC_DISCOVERY_RANGE=$${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST} \
-	  $(VENV)/bin/memnav launch launch/sim.launch.yaml episodes:=5 data:=$(DATA)
+	  $(VENV)/bin/memnav launch launch/sim.launch.yaml episodes:=5 data:=$(DATA) \
+	  results_json:=$(CURDIR)/runs/demo/results.json
+	$(VENV)/bin/memnav eval-report runs/demo/results.json --out runs/demo/report
 
 test: setup
 	$(PY) -m pytest -q test

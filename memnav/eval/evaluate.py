@@ -35,7 +35,7 @@ from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
-from memnav.sim.metrics import EpisodeResult, aggregate
+from memnav.sim.metrics import EpisodeResult, aggregate, results_document
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -425,6 +425,7 @@ def run(args: argparse.Namespace) -> int:
         encoder = Encoder.from_checkpoint(args.encoder)
     summaries: dict[str, dict] = {}
     per_episode: dict[str, list] = {}
+    all_results: dict[str, list[EpisodeResult]] = {}
     lifelong: dict[str, list[float]] = {}
     traces = RunTraces() if args.report is not None else None
     with tempfile.TemporaryDirectory(prefix="memnav-lifelong-") as tmp:
@@ -445,6 +446,7 @@ def run(args: argparse.Namespace) -> int:
                 traces.episodes += kept.episodes
                 traces.floor_plans.update(kept.floor_plans)
             summaries[name] = aggregate(results)
+            all_results[name] = results
             per_episode[name] = [r.to_json() for r in results]
             if args.lifelong:
                 lifelong[name] = lifelong_spl_by_visit(results)
@@ -465,8 +467,8 @@ def run(args: argparse.Namespace) -> int:
         out = dict(meta, agents={n: dict(summaries[n], per_episode=per_episode[n]) for n in names})
         out.update({n: summaries[n] for n in names})  # per-agent summaries also at the top level
     else:
-        out = dict(summaries[names[0]], agent=names[0], **meta, per_episode=per_episode[names[0]])
-        out["episodes"] = len(episodes)
+        extra = {k: v for k, v in summaries[names[0]].items() if k == "lifelong_spl_by_visit"}
+        out = dict(results_document(names[0], all_results[names[0]], **meta), **extra)
     text = json.dumps(out, indent=2) + "\n"
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

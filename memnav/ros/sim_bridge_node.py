@@ -36,6 +36,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memnav.core.detections import detections_from_semantic, detections_to_dict
@@ -76,6 +77,9 @@ class BridgeConfig:
             action, so a late-joining agent gets it (0 = never), seconds.
         detections: publish object detections from the simulator's semantic ids on /memnav/detections with
             each frame (JSON, memnav.core.detections.detections_to_dict; scenes without semantics send none).
+        results_json: after the last episode (with `episodes` set), write the results to this file in the
+            format of `memnav eval --json`, for `memnav eval-report` ("" = no file; its folder is created).
+        results_agent: the agent name that file gives the results (the launch files pass their `agent`).
     """
 
     lockstep: bool = True
@@ -86,6 +90,8 @@ class BridgeConfig:
     exit_when_done: bool = False
     republish_s: float = 1.0
     detections: bool = True
+    results_json: str = ""
+    results_agent: str = "ros"
 
 
 @dataclass
@@ -123,6 +129,20 @@ def odometry_to_tf(odom: Any, tf_class: Any) -> Any:
     t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = p.x, p.y, p.z
     t.transform.rotation = q
     return tf_class(transforms=[t])
+
+
+def write_results(path: str, agent: str, results: list, run_cfg: RunnerConfig) -> Path:
+    """The bridge's episode results as a `memnav eval --json` file (written whole, then renamed into place)."""
+    from memnav.sim.metrics import results_document
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = results_document(agent, results, split=run_cfg.split, data=run_cfg.data, backend=run_cfg.backend,
+                           lifelong=False, source="sim_bridge_node")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(out)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"summary over {summary['episodes']} episodes: success {summary['success']:.3f} "
                     f"spl {summary['spl']:.3f} soft_spl {summary['soft_spl']:.3f} "
                     f"mean_steps {summary['mean_steps']:.1f}")
+                if cfg.results_json:
+                    path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg)
+                    node.get_logger().info(f"results written to {path} (`memnav eval-report {path} --out DIR`)")
                 if cfg.exit_when_done:
                     done["flag"] = True
                     return

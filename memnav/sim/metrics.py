@@ -72,6 +72,14 @@ class EpisodeResult:
         return d
 
 
+def results_document(agent: str, results: Sequence[EpisodeResult], **meta: object) -> dict:
+    """One agent's results as `memnav eval --json` writes them (and `memnav eval-report` reads them): the
+    summary keys of `aggregate`, `agent`, the given metadata (split, data, backend, ...), `per_episode`."""
+    out = dict(aggregate(results), agent=agent, **meta, per_episode=[r.to_json() for r in results])
+    out["episodes"] = len(results)
+    return out
+
+
 def aggregate(results: Sequence[EpisodeResult]) -> dict:
     """Mean metrics over episodes (keys used by `memnav eval --json`)."""
     if not results:

@@ -30,14 +30,22 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
     env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 31) % 150)),
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     memnav = [sys.executable, "-m", "memnav.cli"]
+    results = tmp_path / "ros" / "results.json"
     run = subprocess.run([*memnav, "launch", str(ROOT / "launch" / "sim.launch.yaml"), "episodes:=2",
-                          "max_steps:=60", f"data:={data}", f"policy_dir:={tmp_path}"],
+                          "max_steps:=60", f"data:={data}", f"policy_dir:={tmp_path}", f"results_json:={results}"],
                          env=env, capture_output=True, text=True, timeout=240)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
     over_dds = {m[0]: (float(m[1]), float(m[2]), float(m[3]), int(m[4])) for m in
                 re.findall(r"episode (\S+): success (\d) spl ([0-9.]+) soft_spl ([0-9.]+) steps (\d+)", out)}
     assert len(over_dds) == 2, out[-3000:]
+    # the bridge's results file, in `memnav eval --json` format, says the same and makes a report
+    written = json.loads(results.read_text())
+    assert written["agent"] == "memnav" and written["episodes"] == 2 and written["source"] == "sim_bridge_node"
+    assert {e["episode_id"]: (e["success"], e["steps"]) for e in written["per_episode"]} == \
+        {ep: (v[0], v[3]) for ep, v in over_dds.items()}
+    subprocess.run([*memnav, "eval-report", str(results), "--out", str(tmp_path / "report")], check=True, timeout=60)
+    assert "<td>memnav</td>" in (tmp_path / "report" / "report.html").read_text()
     assert "summary over 2 episodes" in out
 
     res_path = tmp_path / "eval.json"
