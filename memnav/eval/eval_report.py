@@ -5,6 +5,8 @@ Files written into the report folder (and nowhere else):
 - `results.json`: the same content `memnav eval --json` writes (written by `memnav eval --report`);
 - `summary.png`: success, SPL and SoftSPL per agent with 95% confidence intervals;
 - `by_distance.png`: success and SPL against the start's geodesic distance to the goal;
+- `by_goal_view.png`: the same against the goal photo's median depth (a close-up of a wall tells little about
+  where it was taken);
 - `ended_by.png`: how episodes ended (the Navigator layer that chose the last action), successes and failures;
 - `lifelong.png` (`--lifelong` runs): SPL against visit index;
 - `stop_reliability.png`: the stop belief at each STOP against whether that STOP succeeded (reliability diagram);
@@ -31,6 +33,7 @@ import numpy as np
 from memnav.eval.report import _clean, _fmt, _plt, page_head
 
 DISTANCE_BINS_M = (0.0, 2.0, 4.0, 6.0, 8.0, math.inf)
+GOAL_DEPTH_BINS_M = (0.0, 1.0, 1.5, 2.0, 3.0, math.inf)
 Z95 = 1.959964
 
 
@@ -209,11 +212,13 @@ def paired_rows(agents: dict[str, dict], focus: str) -> list[dict]:
     return rows
 
 
-def by_distance(episodes: list[dict], edges: tuple[float, ...] = DISTANCE_BINS_M) -> list[dict]:
-    """Success and SPL per bin of the start's geodesic distance to the goal."""
+def by_distance(episodes: list[dict], edges: tuple[float, ...] = DISTANCE_BINS_M,
+                key: str = "geodesic_distance_m") -> list[dict]:
+    """Success and SPL per bin of `key`: the start's geodesic distance to the goal, or another distance in meters
+    (episodes without it are left out)."""
     rows = []
     for lo, hi in zip(edges[:-1], edges[1:]):
-        sel = [e for e in episodes if lo <= e["geodesic_distance_m"] < hi]
+        sel = [e for e in episodes if e.get(key) is not None and lo <= e[key] < hi]
         label = f"{lo:g}-{hi:g} m" if math.isfinite(hi) else f">= {lo:g} m"
         rows.append({"bin": label, "episodes": len(sel),
                      "success": float(np.mean([e["success"] for e in sel])) if sel else math.nan,
@@ -281,22 +286,26 @@ def plot_summary(rows: list[dict], path: Path) -> None:
     _save(fig, path)
 
 
-def plot_by_distance(agents: dict[str, dict], path: Path) -> None:
+def plot_by_distance(agents: dict[str, dict], path: Path, key: str = "geodesic_distance_m",
+                     edges: tuple[float, ...] = DISTANCE_BINS_M, what: str = "geodesic start-goal distance") -> bool:
+    """Success and SPL per bin of `key` for each agent; False (nothing written) when no episode has `key`."""
+    if not any(e.get(key) is not None for a in agents.values() for e in a["per_episode"]):
+        return False
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharex=True)
     labels = None
     for name, a in agents.items():
-        rows = by_distance(a["per_episode"])
+        rows = by_distance(a["per_episode"], edges, key)
         labels = [f"{r['bin']}\n({r['episodes']})" for r in rows]
-        for ax, key in zip(axes, ("success", "spl")):
-            ax.plot(np.arange(len(rows)), [r[key] for r in rows], "o-", label=name)
-    for ax, key in zip(axes, ("success", "SPL")):
+        for ax, metric in zip(axes, ("success", "spl")):
+            ax.plot(np.arange(len(rows)), [r[metric] for r in rows], "o-", label=name)
+    for ax, metric in zip(axes, ("success", "SPL")):
         ax.set_xticks(np.arange(len(labels or [])), labels or [], fontsize=8)
-        ax.set(ylim=(-0.03, 1.03), xlabel="geodesic start-goal distance (episodes)", ylabel=key,
-               title=f"{key} by distance to the goal")
+        ax.set(ylim=(-0.03, 1.03), xlabel=f"{what} (episodes)", ylabel=metric, title=f"{metric} by {what}")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     _save(fig, path)
+    return True
 
 
 def plot_ended_by(agents: dict[str, dict], path: Path) -> bool:
@@ -536,6 +545,9 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
     figures.append(("Success and SPL", "summary.png"))
     plot_by_distance(agents, out_dir / "by_distance.png")
     figures.append(("By distance to the goal", "by_distance.png"))
+    if plot_by_distance(agents, out_dir / "by_goal_view.png", "goal_view_depth_m", GOAL_DEPTH_BINS_M,
+                        "goal photo's median depth"):
+        figures.append(("By how far the goal photo looks (close-ups of a wall tell little)", "by_goal_view.png"))
     if plot_ended_by(agents, out_dir / "ended_by.png"):
         figures.append(("How episodes ended", "ended_by.png"))
     if plot_lifelong(agents, out_dir / "lifelong.png"):

@@ -26,6 +26,7 @@ class ImageNavEnv:
         self._steps = 0
         self._last_position = np.zeros(3)
         self._geodesic_start = math.nan
+        self._goal_view_depth: float | None = None
 
     @property
     def max_steps(self) -> int:
@@ -44,6 +45,9 @@ class ImageNavEnv:
         self._steps = 0
         self._last_position = self.sim.agent_state.position
         self._geodesic_start = self.sim.geodesic_distance(self._last_position, episode.goal.position)
+        goal = self.sim.goal_observation
+        seen = goal.depth[goal.depth > 0] if goal is not None and goal.depth is not None else np.zeros(0)
+        self._goal_view_depth = float(np.median(seen)) if seen.size else None
         if not math.isfinite(self._geodesic_start):
             raise ValueError(f"episode {episode.episode_id} ({episode.scene_id}): the goal "
                              f"{np.asarray(episode.goal.position).tolist()} is unreachable from the start")
@@ -89,4 +93,4 @@ class ImageNavEnv:
             success=float(success), spl=spl(success, g, self._path_length),
             soft_spl=soft_spl(d, g, self._path_length), distance_to_goal_m=d, geodesic_distance_m=g,
             path_length_m=self._path_length, steps=self._steps,
-            status=self._status)
+            status=self._status, goal_view_depth_m=self._goal_view_depth)

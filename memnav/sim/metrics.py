@@ -51,6 +51,9 @@ class EpisodeResult:
             "policy", ...); empty for other agents.
         stop_belief: for agents with a calibrated goal belief (the learned agents), the belief that the goal is
             within the success radius at the view where they called STOP; None otherwise.
+        goal_view_depth_m: median depth of the goal photo's pixels, meters (how far the surfaces it shows are:
+            below about 1 m it is a close-up of a wall, which tells little about where it was taken); None
+            when unknown.
     """
 
     episode_id: str
@@ -65,6 +68,7 @@ class EpisodeResult:
     status: EpisodeStatus
     ended_by: str = ""
     stop_belief: float | None = None
+    goal_view_depth_m: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)

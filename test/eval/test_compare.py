@@ -58,12 +58,13 @@ def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
             has = e["stop_belief"] is not None
             assert has == (name in ("gru", "episodic", "memnav", "memnav-fixed") and e["status"] == "stopped")
             assert not has or 0.0 <= e["stop_belief"] <= 1.0
+            assert 0.0 < e["goal_view_depth_m"] < 10.0   # the goal photo's median depth, the same for every agent
     # the report holds the same results, one table row per agent and the figures the run allows
     assert json.loads((report / "results.json").read_text()) == res
     page = (report / "report.html").read_text()
     for name in agents.split(","):
         assert f"<td>{name}</td>" in page
-    for png in ("summary.png", "by_distance.png", "ended_by.png", "episodes.png", "views.png"):
+    for png in ("summary.png", "by_distance.png", "by_goal_view.png", "ended_by.png", "episodes.png", "views.png"):
         assert (report / png).stat().st_size > 1000 and f"src='{png}'" in page
     assert "memnav against each agent" in page and "lifelong.png" not in page
 

@@ -19,11 +19,11 @@ from memnav.eval.eval_report import (
 )
 
 
-def _episode(i, scene, success, spl, steps=50, ended_by="", belief=None, dist=3.0):
+def _episode(i, scene, success, spl, steps=50, ended_by="", belief=None, dist=3.0, goal_depth=None):
     return {"episode_id": str(i), "scene_id": f"data/{scene}.glb", "success": float(success), "spl": spl,
             "soft_spl": spl, "distance_to_goal_m": 0.5 if success else 4.0, "geodesic_distance_m": dist,
             "path_length_m": 5.0, "steps": steps, "status": "stopped" if belief is not None else "step_limit",
-            "ended_by": ended_by, "stop_belief": belief}
+            "ended_by": ended_by, "stop_belief": belief, "goal_view_depth_m": goal_depth}
 
 
 def test_wilson_and_mean_intervals():
@@ -73,11 +73,15 @@ def test_results_shapes_layers_and_distance_bins():
     rows = by_distance(eps)
     assert [r["episodes"] for r in rows] == [1, 0, 1, 0, 1] and rows[-1]["bin"] == ">= 8 m"
     assert rows[0]["success"] == 1.0 and rows[2]["success"] == 0.0 and math.isnan(rows[1]["spl"])
+    # another distance: episodes without it are left out
+    eps[0]["goal_view_depth_m"], eps[1]["goal_view_depth_m"] = 0.6, 2.5
+    rows = by_distance(eps, (0.0, 1.0, math.inf), key="goal_view_depth_m")
+    assert [(r["episodes"], r["success"]) for r in rows] == [(1, 1.0), (1, 0.0)]
 
 
 def test_report_files_from_a_saved_compare_json(tmp_path, capsys):
-    a = [_episode(i, f"h{i % 2}", i % 3 != 0, 0.6 if i % 3 else 0.0, ended_by="stop", belief=0.5 + i / 40)
-         for i in range(12)]
+    a = [_episode(i, f"h{i % 2}", i % 3 != 0, 0.6 if i % 3 else 0.0, ended_by="stop", belief=0.5 + i / 40,
+                  goal_depth=0.5 + i / 4) for i in range(12)]
     b = [dict(e, success=1.0, spl=0.9, ended_by="", stop_belief=None, status="stopped") for e in a]
     results = {"split": "val", "episodes": 12, "lifelong": True,
                "agents": {"memnav": {"per_episode": a, "lifelong_spl_by_visit": [0.3, 0.5, 0.6, 0.7, 0.7, 0.8]},
@@ -88,7 +92,8 @@ def test_report_files_from_a_saved_compare_json(tmp_path, capsys):
     assert main(["eval-report", str(src), "--out", str(out)]) == 0
     assert "report.html" in capsys.readouterr().out
     page = (out / "report.html").read_text()
-    for png in ("summary.png", "by_distance.png", "ended_by.png", "lifelong.png", "stop_reliability.png"):
+    for png in ("summary.png", "by_distance.png", "by_goal_view.png", "ended_by.png", "lifelong.png",
+                "stop_reliability.png"):
         assert (out / png).stat().st_size > 1000 and f"src='{png}'" in page
     assert not (out / "episodes.png").exists()   # paths come only from a live run
     # memnav's success 8/12 with its Wilson interval, and memnav minus oracle on the same episodes
