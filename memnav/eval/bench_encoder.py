@@ -28,6 +28,8 @@ from memnav.sim.dataset import default_data_dir
 from memnav.train.encoder_train import embed
 from memnav.train.frame_bank import houses_of_split, recall_at_1, recall_at_k, render_set, same_place
 
+CLOSE_UP_M = 1.0   # a query whose median depth is below this is a close-up (`recall_at_1_close_up_queries`)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
@@ -148,6 +150,10 @@ def run(args: argparse.Namespace) -> dict:
     db_emb, q_emb = embed(encoder.model, db.frames), embed(encoder.model, qs.frames)
     r_enc, n_valid = recall_at_1(db_emb, q_emb, match)
     r_enc5, _ = recall_at_k(db_emb, q_emb, match, 5)
+    # the same queries split by how far their view looks: close-ups of a wall show one texture, found all over
+    close = qs.median_depth_m < CLOSE_UP_M
+    r_close, n_close = recall_at_1(db_emb, q_emb, match & close[:, None])
+    r_other, n_other = recall_at_1(db_emb, q_emb, match & ~close[:, None])
     verified: dict = {}
     if args.verify_top > 0:
         r_ver, fit_ms = verified_recall(db.frames, qs.frames, db_emb, q_emb, match, encoder.cfg, args.verify_top,
@@ -174,6 +180,10 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "recall_at_1": round(r_enc, 4),
         "recall_at_5": round(r_enc5, 4),
+        "recall_at_1_close_up_queries": round(r_close, 4) if n_close else None,
+        "close_up_queries": n_close,
+        "recall_at_1_other_queries": round(r_other, 4) if n_other else None,
+        "other_queries": n_other,
         **verified,
         "baseline_pixels_recall_at_1": round(r_pix, 4),
         "baseline_orb_recall_at_1": round(r_orb, 4),

@@ -25,12 +25,15 @@ class FrameSet:
         poses: (N, 3) map-frame (x_m, y_m, yaw_rad).
         house: (N,) int index of the house each frame comes from.
         rgb: (N, H, W, 3) uint8 raw colour frames (kept for baselines), or None.
+        median_depth_m: (N,) median depth of each view's pixels, meters (below about 1 m: a close-up of a
+            wall), or None.
     """
 
     frames: np.ndarray
     poses: np.ndarray
     house: np.ndarray
     rgb: np.ndarray | None = None
+    median_depth_m: np.ndarray | None = None
 
 
 def dataset_summary(data: Path) -> dict:
@@ -139,6 +142,7 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
         turn = (math.radians(near_miss_turn_deg[0]), math.radians(near_miss_turn_deg[1]))
         samplers["neg"] = lambda pos, yaw: near_miss_pose(sim, pos, yaw, rng, *near_miss_m, turn_rad=turn)
     views: dict[str, tuple[list, list, list]] = {k: ([], [], []) for k in ("main", *samplers)}
+    median_depth: list[float] = []
     bar = tqdm(total=len(houses) * per_house, desc=desc, unit="frame", disable=not progress, file=sys.stderr)
     for scene in houses:
         sim.load_scene(scene)
@@ -151,6 +155,9 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
                 poses.append(pose2d_from_habitat(q, qyaw))
                 if keep_rgb and name == "main":
                     rgbs.append(obs.rgb)
+                if name == "main":
+                    seen = obs.depth[obs.depth > 0]
+                    median_depth.append(float(np.median(seen)) if seen.size else 0.0)
             bar.update(1)
         sim.close()
     bar.close()
@@ -160,7 +167,8 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
         if name not in views:
             return None
         frames, poses, rgbs = views[name]
-        return FrameSet(np.stack(frames), np.asarray(poses), idx, np.stack(rgbs) if rgbs else None)
+        return FrameSet(np.stack(frames), np.asarray(poses), idx, np.stack(rgbs) if rgbs else None,
+                        np.asarray(median_depth) if name == "main" else None)
 
     return frame_set("main"), frame_set("pos"), frame_set("neg")
 

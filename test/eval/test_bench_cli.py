@@ -48,6 +48,10 @@ def test_bench_encoder_keys(tiny_data, tmp_path, capsys):
     assert res["encode_ms_p50"] > 0 and res["queries_evaluated"] > 0
     assert res["verify_top_k"] == 10 and res["verify_pair_ms_p50"] > 0
     assert res["recall_at_1"] <= res["recall_at_5"] <= 1.0
+    # the queries split by close-ups (median depth below 1 m) and the rest: together they are the queries evaluated
+    assert res["close_up_queries"] + res["other_queries"] == res["queries_evaluated"]
+    parts = [(res[f"recall_at_1_{k}_queries"], res[f"{k}_queries"]) for k in ("close_up", "other")]
+    assert sum(r * n for r, n in parts if n) == pytest.approx(res["recall_at_1"] * res["queries_evaluated"], abs=0.01)
     assert res["renderer"] == "auto" and res["split"] == "test"
     bars = capsys.readouterr().err
     assert "database: " in bars and "scan verification: " in bars and "%|" in bars     # tqdm bars
