@@ -174,7 +174,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, default=None, metavar="DIR",
                         help="also write an HTML report with figures into DIR: intervals, paired differences "
                              "between agents, results by distance, how episodes ended, lifelong SPL by visit, "
-                             "the stop belief's reliability, top-down paths of the worst episodes "
+                             "the stop belief's reliability, top-down paths and last views of the worst episodes "
                              "(`memnav eval-report` makes the same from a --json file, without the paths)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
