@@ -175,7 +175,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write an HTML report with figures into DIR: intervals, paired differences "
                              "between agents, results by distance, how episodes ended, lifelong SPL by visit, "
                              "the stop belief's reliability, top-down paths and last views of the worst episodes "
-                             "(`memnav eval-report` makes the same from a --json file, without the paths)")
+                             "(`memnav eval-report` makes the same from a --json file, without the paths and views)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
