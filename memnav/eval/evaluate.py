@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.navigator import NavigatorConfig
-from memnav.core.types import EpisodeStatus
+from memnav.core.types import Action, EpisodeStatus
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
 from memnav.eval.eval_report import EpisodeTrace, FloorPlan, RunTraces, thumbnail
 from memnav.eval.exploring_defaults import (
@@ -50,6 +50,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", help="dataset split: train, val or test")
     parser.add_argument("--episodes", type=int, default=None, metavar="N",
                         help="evaluate the first N episodes of the split (default: all)%(default).0s")
+    parser.add_argument("--episode-ids", default=None, metavar="ID,ID,...",
+                        help="only these episodes of the split, in the split's order (e.g. the failures a report "
+                             "lists; --episodes and --spread then choose among them)")
     parser.add_argument("--spread", action="store_true",
                         help="with --episodes N: take the N episodes round-robin over the split's houses "
                              "instead of the first N (a fair sample when N is small)")
@@ -171,6 +174,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "their order (with --lifelong a house is one process's job), and the results equal a "
                              "serial run's except where a random stream is split: the random agent's actions and "
                              "odometry noise")
+    parser.add_argument("--trace", type=Path, default=None, metavar="DIR",
+                        help="write a per-step log of every episode to DIR/<agent>/<house>__<episode id>.jsonl: "
+                             "action, position, geodesic distance left and, for the learned agents, the layer "
+                             "that decided, similarity, belief, goal estimate and candidate")
     parser.add_argument("--report", type=Path, default=None, metavar="DIR",
                         help="also write an HTML report with figures into DIR: intervals, paired differences "
                              "between agents, results by distance, how episodes ended, lifelong SPL by visit, "
@@ -180,11 +187,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str = "embedded",
-                 progress: bool = True, desc: str = "eval", traces: RunTraces | None = None) -> list[EpisodeResult]:
+                 progress: bool = True, desc: str = "eval", traces: RunTraces | None = None,
+                 trace_dir: Path | None = None) -> list[EpisodeResult]:
     """Run `agent` on each episode, returning one result per episode.
 
     `traces`, when given, collects each episode's path (under the agent name `desc`) and each scene's floor
-    plan for the report's path figure.
+    plan for the report's path figure. `trace_dir`, when given, gets one JSON-lines file per episode
+    (`trace_dir/<agent>/<house>__<episode id>.jsonl`, see `StepLog`).
     """
     from tqdm import tqdm
 
@@ -201,10 +210,18 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
             assert goal is not None
             agent.reset(ep, goal, sim)
             path = [sim.agent_state.position] if traces is not None else None
-            while not env.done:
-                obs = env.step(agent.act(obs))
-                if path is not None:
-                    path.append(sim.agent_state.position)
+            log = StepLog(trace_dir, desc, ep, sim) if trace_dir is not None else None
+            try:
+                while not env.done:
+                    action = agent.act(obs)
+                    obs = env.step(action)
+                    if path is not None:
+                        path.append(sim.agent_state.position)
+                    if log is not None:
+                        log.step(env, agent, action)
+            finally:
+                if log is not None:
+                    log.close()
             result = env.result()
             layer = getattr(agent, "mode", None)   # agents with decision layers say which one ended it
             if layer:
@@ -220,6 +237,39 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
     finally:
         sim.close()
     return results
+
+
+class StepLog:
+    """One episode's per-step log (`memnav eval --trace DIR`): JSON lines, the first {"episode": {...}} (ids,
+    start and goal in Habitat world x, z), then one {"step": ...} per action with the action, the agent's
+    position and heading afterwards, the geodesic distance left, and what the agent says its decision rested on
+    (`step_info()` of the learned agents: layer, similarity, verification, belief, goal estimate, candidate)."""
+
+    def __init__(self, trace_dir: Path, agent: str, episode, sim) -> None:
+        folder = Path(trace_dir) / agent
+        folder.mkdir(parents=True, exist_ok=True)
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{Path(episode.scene_id).stem}__"
+                       f"{episode.episode_id}")
+        self.path = folder / f"{safe}.jsonl"
+        self._file = self.path.open("w")
+        start, goal = sim.agent_state.position, np.asarray(episode.goal.position, dtype=np.float64)
+        self._write({"episode": {"episode_id": str(episode.episode_id), "scene_id": episode.scene_id, "agent": agent,
+                                 "start_xz": [round(float(start[0]), 3), round(float(start[2]), 3)],
+                                 "goal_xz": [round(float(goal[0]), 3), round(float(goal[2]), 3)]}})
+
+    def _write(self, record: dict) -> None:
+        self._file.write(json.dumps(record) + "\n")
+
+    def step(self, env: ImageNavEnv, agent: Agent, action) -> None:
+        state = env.sim.agent_state
+        info = agent.step_info() if hasattr(agent, "step_info") else {}
+        self._write({"step": env.steps, "action": Action.parse(action).name,
+                     "x_m": round(float(state.position[0]), 3), "z_m": round(float(state.position[2]), 3),
+                     "yaw_rad": round(float(state.yaw_rad), 4),
+                     "distance_to_goal_m": round(env.distance_to_goal(), 3), **info})
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _keep_trace(traces: RunTraces, sim, agent: str, episode, path: list, goal_rgb, final_rgb) -> None:
@@ -254,6 +304,7 @@ class AgentJob:
         episodes: the episodes, in the order they are run.
         record: keep each episode's path for the report.
         torch_threads: torch threads in a worker process (0 = leave torch's default).
+        trace_dir: per-step logs go here (`StepLog`), or None.
     """
 
     name: str
@@ -264,6 +315,7 @@ class AgentJob:
     episodes: list
     record: bool = False
     torch_threads: int = 0
+    trace_dir: Path | None = None
 
 
 def run_job(job: AgentJob, encoder=None, progress: bool = False) -> tuple[list[EpisodeResult], RunTraces | None]:
@@ -279,7 +331,7 @@ def run_job(job: AgentJob, encoder=None, progress: bool = False) -> tuple[list[E
     agent = make_agent(job.name, seed=job.seed, options=job.options, encoder=encoder)
     try:
         results = run_episodes(agent, job.episodes, job.config, job.backend, progress=progress, desc=job.name,
-                               traces=traces)
+                               traces=traces, trace_dir=job.trace_dir)
     finally:
         close = getattr(agent, "close", None)
         if close is not None:
@@ -372,8 +424,18 @@ def load_split(args: argparse.Namespace) -> list:
     if args.episodes is not None and args.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {args.episodes}")
     spread = getattr(args, "spread", False) and args.episodes is not None
+    wanted = [s.strip() for s in args.episode_ids.split(",") if s.strip()] if getattr(args, "episode_ids", None) \
+        else None
     episodes = load_episodes(args.data, args.split, scenes_dir=args.scenes_dir,
-                             limit=None if spread else args.episodes)
+                             limit=None if spread or wanted else args.episodes)
+    if wanted:
+        known = {str(ep.episode_id) for ep in episodes}
+        missing = [w for w in wanted if w not in known]
+        if missing:
+            raise ValueError(f"--episode-ids: {', '.join(missing)} not in split {args.split!r} of {args.data}")
+        episodes = [ep for ep in episodes if str(ep.episode_id) in set(wanted)]
+        if not spread and args.episodes is not None:
+            episodes = episodes[:args.episodes]
     return spread_over_scenes(episodes, args.episodes) if spread else episodes
 
 
@@ -437,7 +499,8 @@ def run(args: argparse.Namespace) -> int:
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           homing=not args.no_homing, explore=not args.no_explore,
                                           max_steps=args.max_steps, **ExploringTuning.values_of(args))
-            job = AgentJob(name, options, args.seed, config, args.backend, episodes, traces is not None)
+            job = AgentJob(name, options, args.seed, config, args.backend, episodes, traces is not None,
+                           trace_dir=args.trace)
             if workers > 1:
                 results, kept = run_parallel(job, workers, lifelong=args.lifelong, progress=not args.no_progress)
             else:

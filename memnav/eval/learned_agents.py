@@ -185,6 +185,19 @@ class LearnedAgent:
         """The Navigator layer that chose the last action (`Navigator.mode`)."""
         return self.navigator.mode
 
+    def step_info(self) -> dict:
+        """What the last decision rested on, for `memnav eval --trace`: the layer, the view's similarity to the goal
+        photo, its verification score and belief, the RGB-D goal estimate (odometry frame) and the candidate being
+        checked (the map frame of the episode's first pose, or the kept house map's)."""
+        nav, last = self.navigator, self.navigator.last
+        est, cand = nav.goal_estimate, nav._candidate
+        return {"mode": nav.mode,
+                "similarity": None if last is None else round(float(last.similarity), 4),
+                "verification": None if last is None else round(float(last.verification), 4),
+                "belief": None if last is None else round(float(last.belief), 4),
+                "goal_estimate": None if est is None else [round(est.x_m, 3), round(est.y_m, 3)],
+                "candidate": None if cand is None else [round(cand.pose.x_m, 3), round(cand.pose.y_m, 3)]}
+
     @property
     def stop_belief(self) -> float | None:
         """The calibrated goal belief of the last step's view (`Navigator.last.belief`), None before any step."""

@@ -29,6 +29,11 @@ class ImageNavEnv:
         self._goal_view_depth: float | None = None
 
     @property
+    def steps(self) -> int:
+        """Actions taken in the current episode."""
+        return self._steps
+
+    @property
     def max_steps(self) -> int:
         return self.sim.config.max_episode_steps
 

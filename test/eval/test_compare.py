@@ -119,6 +119,37 @@ def test_workers_give_the_serial_results(setup, tmp_path, lifelong):
         assert parallel["memnav"]["lifelong_spl_by_visit"] == serial["memnav"]["lifelong_spl_by_visit"]
 
 
+@pytest.mark.slow
+def test_episode_ids_and_step_traces(setup, tmp_path, capsys):
+    from memnav.sim.episodes import load_episodes
+
+    root, data = setup
+    ids = [str(ep.episode_id) for ep in load_episodes(data, "test")]
+    out, trace = tmp_path / "ids.json", tmp_path / "trace"
+    assert main(["eval", "--compare", "memnav,oracle", "--data", str(data), "--episode-ids", f"{ids[2]},{ids[0]}",
+                 "--max-steps", "20", "--policy-dir", str(root), *MODELS_ARGS, "--trace", str(trace),
+                 "--json", str(out), "--no-progress"]) == 0
+    res = json.loads(out.read_text())
+    assert [e["episode_id"] for e in res["agents"]["memnav"]["per_episode"]] == [ids[0], ids[2]]   # split order
+    for name in ("memnav", "oracle"):
+        files = sorted((trace / name).glob("*.jsonl"))
+        assert len(files) == 2
+        for f, e in zip(files, res["agents"][name]["per_episode"]):
+            lines = [json.loads(line) for line in f.read_text().splitlines()]
+            assert lines[0]["episode"]["episode_id"] == e["episode_id"]
+            steps = lines[1:]
+            assert [s["step"] for s in steps] == list(range(1, e["steps"] + 1))
+            assert steps[-1]["distance_to_goal_m"] == pytest.approx(e["distance_to_goal_m"], abs=1e-3)
+            assert (steps[-1]["action"] == "STOP") == (e["status"] == "stopped")
+            if name == "memnav":   # the learned agent says what its decisions rested on
+                assert all(s["mode"] and 0.0 <= s["belief"] <= 1.0 for s in steps)
+                assert steps[-1]["mode"] == e["ended_by"]
+            else:
+                assert "mode" not in steps[0]
+    assert main(["eval", "--agent", "oracle", "--data", str(data), "--episode-ids", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
 def test_split_job_keeps_each_house_in_order():
     from memnav.eval.evaluate import AgentJob, split_job
     from memnav.sim.base import SimConfig
