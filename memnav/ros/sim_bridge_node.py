@@ -19,6 +19,8 @@ Publishes (REP-103/105 frames: odom -> base_link):
 Subscribes:
     /cmd_vel                    geometry_msgs/Twist  (velocity mode: applied every tick; zero when stale)
     /memnav/action              std_msgs/String      (STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT or index)
+    /memnav/policy_state        std_msgs/String JSON (policy_node's: the layer and belief of each decision go
+                                into the results file's ended_by and stop_belief; see AgentStates)
 Services (std_srvs/Trigger): ~/reset (restart the episode), ~/next_episode.
 Parameters: the fields of RunnerConfig, SimConfig (prefix "sim."), BridgeConfig and RecordConfig (prefix
 "record.") below.
@@ -79,6 +81,7 @@ class BridgeConfig:
             each frame (JSON, memnav.core.detections.detections_to_dict; scenes without semantics send none).
         results_json: after the last episode (with `episodes` set), write the results to this file in the
             format of `memnav eval --json`, for `memnav eval-report` ("" = no file; its folder is created).
+            In lock-step, each episode's ended_by and stop_belief come from the agent's /memnav/policy_state.
         results_agent: the agent name that file gives the results (the launch files pass their `agent`).
     """
 
@@ -129,6 +132,61 @@ def odometry_to_tf(odom: Any, tf_class: Any) -> Any:
     t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = p.x, p.y, p.z
     t.transform.rotation = q
     return tf_class(transforms=[t])
+
+
+RESULTS_WAIT_S = 2.0   # how long the results file waits for the last decision's policy state
+
+
+class AgentStates:
+    """Which layer ended each episode and the belief at its STOP, from the agent's /memnav/policy_state.
+
+    The policy state names the colour frame its decision was computed from (`stamp_ns`); the bridge knows the
+    frame each episode's last action answered (lock-step), so it can give that episode's result the agent's
+    `mode` (`ended_by`) and, after a STOP, its `belief` (`stop_belief`), whichever of the two arrives first.
+    Results are updated in place in `results` (the runner's list).
+    """
+
+    def __init__(self, results: list, keep: int = 256) -> None:
+        self.results = results
+        self.keep = keep
+        self._states: dict[int, dict] = {}
+        self._pending: dict[int, int] = {}
+
+    @property
+    def waiting(self) -> bool:
+        """Some ended episode still waits for its last decision's state."""
+        return bool(self._pending)
+
+    def add(self, body: dict) -> None:
+        """A policy state (the JSON of /memnav/policy_state).
+
+        Raises:
+            KeyError, TypeError, ValueError: no integer stamp_ns.
+        """
+        stamp = int(body["stamp_ns"])
+        self._states[stamp] = body
+        while len(self._states) > self.keep:
+            self._states.pop(next(iter(self._states)))
+        if stamp in self._pending:
+            self._apply(self._pending.pop(stamp), body)
+
+    def expect(self, stamp_ns: int, index: int) -> None:
+        """Episode `index` of the results ended with the action decided on frame `stamp_ns`."""
+        if stamp_ns in self._states:
+            self._apply(index, self._states[stamp_ns])
+        else:
+            self._pending[stamp_ns] = index
+
+    def _apply(self, index: int, body: dict) -> None:
+        from dataclasses import replace
+
+        from memnav.core.types import EpisodeStatus
+
+        r = self.results[index]
+        belief = body.get("belief")
+        stopped = r.status is EpisodeStatus.STOPPED and body.get("action") == "STOP" and belief is not None
+        self.results[index] = replace(r, ended_by=str(body.get("mode") or ""),
+                                      stop_belief=float(belief) if stopped else None)
 
 
 def write_results(path: str, agent: str, results: list, run_cfg: RunnerConfig) -> Path:
@@ -259,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             return
         obs, result = runner.act(action)
         if result is not None:
+            decided = last["stamp"]   # lock-step: the frame this episode's last action was decided on
+            if decided is not None:
+                agent_states.expect(decided.sec * 1_000_000_000 + decided.nanosec, len(runner.results) - 1)
             # goal_stamp_ns tells agents which goal this result ends (the topics are not ordered)
             body = dict(result.to_json(), index=runner.index, goal_stamp_ns=goal_stamp["ns"])
             emit("/memnav/episode_result", String(data=json.dumps(body)), node.get_clock().now().to_msg())
@@ -270,9 +331,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"summary over {summary['episodes']} episodes: success {summary['success']:.3f} "
                     f"spl {summary['spl']:.3f} soft_spl {summary['soft_spl']:.3f} "
                     f"mean_steps {summary['mean_steps']:.1f}")
-                if cfg.results_json:
-                    path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg)
-                    node.get_logger().info(f"results written to {path} (`memnav eval-report {path} --out DIR`)")
+                if cfg.results_json:   # written once the last decision's policy state is in (or after 2 s)
+                    finishing["deadline"] = time.monotonic() + RESULTS_WAIT_S
+                    return
                 if cfg.exit_when_done:
                     done["flag"] = True
                     return
@@ -305,7 +366,28 @@ def main(argv: list[str] | None = None) -> int:
         resp.success, resp.message = True, f"episode {runner.episodes[runner.index].episode_id} started"
         return resp
 
+    agent_states = AgentStates(runner.results)
+    finishing = {"deadline": None}
+
+    def on_policy_state(msg: String) -> None:
+        try:
+            agent_states.add(json.loads(msg.data))
+        except (ValueError, TypeError, KeyError) as err:
+            drop("policy_state", err)
+
+    def finish_results() -> None:
+        if finishing["deadline"] is None:
+            return
+        if agent_states.waiting and time.monotonic() < finishing["deadline"]:
+            return
+        finishing["deadline"] = None
+        path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg)
+        node.get_logger().info(f"results written to {path} (`memnav eval-report {path} --out DIR`)")
+        if cfg.exit_when_done:
+            done["flag"] = True
+
     node.create_subscription(String, "/memnav/action", on_action, 10)
+    node.create_subscription(String, "/memnav/policy_state", on_policy_state, 50)
     node.create_subscription(Twist, "/cmd_vel", on_cmd, 10)
     node.create_service(Trigger, "~/reset", srv_reset)
     node.create_service(Trigger, "~/next_episode", srv_next)
@@ -324,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while rclpy.ok() and not done["flag"]:
             rclpy.spin_once(node, timeout_sec=0.1)
+            finish_results()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -227,3 +227,29 @@ def test_bridge_broadcasts_odom_to_base_link_on_tf(data, ros_env):
     assert (t.header.frame_id, t.child_frame_id) == ("odom", "base_link")
     assert t.transform.translation.x == odom.pose.pose.position.x
     assert t.transform.rotation.z == odom.pose.pose.orientation.z
+
+
+def test_agent_states_fill_the_results_whichever_arrives_first():
+    from memnav.core.types import EpisodeStatus
+    from memnav.ros.sim_bridge_node import AgentStates
+    from memnav.sim.metrics import EpisodeResult
+
+    def result(status):
+        return EpisodeResult(episode_id="e", scene_id="s", success=1.0, spl=1.0, soft_spl=1.0, distance_to_goal_m=0.1,
+                             geodesic_distance_m=2.0, path_length_m=2.0, steps=5, status=status)
+    results = [result(EpisodeStatus.STOPPED), result(EpisodeStatus.STEP_LIMIT), result(EpisodeStatus.STOPPED)]
+    states = AgentStates(results, keep=2)
+    states.add({"stamp_ns": 10, "action": "STOP", "mode": "candidate", "belief": 0.7})   # the state comes first
+    states.expect(10, 0)
+    states.expect(20, 1)                                                                 # the episode ends first
+    assert states.waiting
+    states.add({"stamp_ns": 20, "action": "MOVE_FORWARD", "mode": "explore", "belief": 0.2})
+    assert not states.waiting
+    assert (results[0].ended_by, results[0].stop_belief) == ("candidate", 0.7)
+    assert (results[1].ended_by, results[1].stop_belief) == ("explore", None)   # no STOP: no belief at a STOP
+    for stamp in (30, 40, 50):                                                   # only the newest `keep` are kept
+        states.add({"stamp_ns": stamp, "action": "TURN_LEFT", "mode": "look", "belief": 0.1})
+    states.expect(10, 2)
+    assert states.waiting and results[2].ended_by == ""
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        states.add({"mode": "look"})

@@ -44,6 +44,7 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
     assert written["agent"] == "memnav" and written["episodes"] == 2 and written["source"] == "sim_bridge_node"
     assert {e["episode_id"]: (e["success"], e["steps"]) for e in written["per_episode"]} == \
         {ep: (v[0], v[3]) for ep, v in over_dds.items()}
+    written_by_id = {e["episode_id"]: e for e in written["per_episode"]}
     subprocess.run([*memnav, "eval-report", str(results), "--out", str(tmp_path / "report")], check=True, timeout=60)
     assert "<td>memnav</td>" in (tmp_path / "report" / "report.html").read_text()
     assert "summary over 2 episodes" in out
@@ -60,3 +61,8 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
         # the same trajectory: same steps and the same SoftSPL (which depends on the path and the end point)
         assert (succ, steps) == (e["success"], e["steps"])
         assert spl == pytest.approx(e["spl"], abs=1e-3) and soft == pytest.approx(e["soft_spl"], abs=1e-4)
+        # the layer that ended it and the belief at its STOP, from the policy node's state over DDS
+        w = written_by_id[ep]
+        assert w["ended_by"] == e["ended_by"] != ""
+        assert (w["stop_belief"] is None) == (e["stop_belief"] is None)
+        assert w["stop_belief"] is None or w["stop_belief"] == pytest.approx(e["stop_belief"], abs=1e-6)
