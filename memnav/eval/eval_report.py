@@ -566,19 +566,48 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
 
 # --- `memnav eval-report` ---------------------------------------------------------------------------------------
 
+def merge_runs(runs: list[tuple[str, dict]]) -> dict:
+    """Several `memnav eval --json` results as one --compare-shaped dict, so that runs of one agent under two
+    settings are compared episode by episode. Agents are named by their run (`label`), or `label:agent` where a
+    run holds several.
+
+    Raises:
+        ValueError: two runs of another split or data, or the same name twice.
+    """
+    if len(runs) == 1:
+        return runs[0][1]
+    merged: dict[str, dict] = {}
+    first = runs[0][1]
+    for label, results in runs:
+        for key in ("split", "data", "lifelong"):
+            if results.get(key) != first.get(key):
+                raise ValueError(f"{label}: {key} {results.get(key)!r} differs from {runs[0][0]}'s {first.get(key)!r}")
+        agents = agents_of(results)
+        for name, a in agents.items():
+            key = label if len(agents) == 1 else f"{label}:{name}"
+            if key in merged:
+                raise ValueError(f"two runs are both named {key!r}: rename a file or pass --names")
+            merged[key] = a
+    return {**{k: first.get(k) for k in ("split", "data", "backend", "episodes", "lifelong")}, "agents": merged}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", type=Path, metavar="RUN.json",
-                        help="a results file written by `memnav eval --json` (one agent or --compare)")
+    parser.add_argument("results", type=Path, nargs="+", metavar="RUN.json",
+                        help="results files written by `memnav eval --json` (one agent or --compare); with several "
+                             "(e.g. one agent with and without an option, on the same episodes) the report compares "
+                             "them as agents named by their file name, the first one the focus")
+    parser.add_argument("--names", default=None, metavar="A,B,...",
+                        help="names for the runs, one per file (default: the file names without .json)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="report folder (created; report.html and PNG figures; existing files of the same "
                              "names are replaced)")
     parser.add_argument("--focus", default=None, metavar="AGENT",
                         help="the agent the others are compared with episode by episode, and whose failures are "
-                             "listed (default: memnav if it was run, else the first agent)")
+                             "listed (default: memnav if it was run, else the first agent; with several files, "
+                             "the first file's)")
 
 
-def run(args: argparse.Namespace) -> int:
-    path: Path = args.results
+def _read_results(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such results file")
     try:
@@ -587,6 +616,19 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{path}: not a JSON file ({err})") from err
     if not isinstance(results, dict):
         raise ValueError(f"{path}: expected a JSON object from `memnav eval --json`")
-    files = write_eval_report(results, args.out, focus=args.focus, command=f"memnav eval-report {path}")
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    paths: list[Path] = args.results
+    names = [n.strip() for n in args.names.split(",")] if args.names else [p.stem for p in paths]
+    if len(names) != len(paths):
+        raise ValueError(f"--names: {len(names)} names for {len(paths)} files")
+    results = merge_runs([(name, _read_results(p)) for name, p in zip(names, paths)])
+    focus = args.focus
+    if focus is None and len(paths) > 1:
+        focus = next(iter(results["agents"]))
+    files = write_eval_report(results, args.out, focus=focus,
+                              command="memnav eval-report " + " ".join(str(p) for p in paths))
     print(f"wrote {files[0]} ({len(files) - 1} figures)")
     return 0

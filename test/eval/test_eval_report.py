@@ -117,3 +117,23 @@ def test_write_eval_report_single_agent_without_beliefs(tmp_path):
     names = sorted(f.name for f in files)
     assert names == ["by_distance.png", "report.html", "summary.png"]   # no layers, lifelong or beliefs to show
     assert "against each agent" not in (tmp_path / "report.html").read_text()
+
+
+def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys):
+    base = [_episode(i, "h1", i % 2, 0.5 * (i % 2), ended_by="stop", belief=0.6) for i in range(10)]
+    new = [dict(e, success=1.0, spl=0.7) for e in base]
+    for name, eps in (("base", base), ("new", new)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"agent": "memnav", "split": "val", "per_episode": eps}))
+    out = tmp_path / "ab"
+    assert main(["eval-report", str(tmp_path / "base.json"), str(tmp_path / "new.json"), "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "base against each agent" in page and "<td>new</td>" in page   # the first file is the focus
+    d, lo, hi = paired_difference([e["spl"] for e in base], [0.7] * 10)
+    assert f"{d:.3f} [{lo:.3f}, {hi:.3f}]" in page
+    # names, and runs that cannot be compared
+    assert main(["eval-report", str(tmp_path / "base.json"), str(tmp_path / "new.json"), "--names", "a",
+                 "--out", str(out)]) == 2
+    assert "--names" in capsys.readouterr().err
+    (tmp_path / "test.json").write_text(json.dumps({"agent": "memnav", "split": "test", "per_episode": base}))
+    assert main(["eval-report", str(tmp_path / "base.json"), str(tmp_path / "test.json"), "--out", str(out)]) == 2
+    assert "split" in capsys.readouterr().err
