@@ -197,12 +197,17 @@ def _key(episode: dict) -> tuple[str, str]:
 
 
 def paired_rows(agents: dict[str, dict], focus: str) -> list[dict]:
-    """Success and SPL of the focus agent minus each other agent's, paired over the same episodes."""
+    """Success and SPL of the focus agent minus each other agent's, paired over the same episodes (an agent run on
+    other episodes gets differ None and no differences)."""
     base = agents[focus]["per_episode"]
     rows = []
     for name, a in agents.items():
         eps = a["per_episode"]
-        if name == focus or [_key(e) for e in eps] != [_key(e) for e in base]:
+        if name == focus:
+            continue
+        if [_key(e) for e in eps] != [_key(e) for e in base]:
+            nan3 = (math.nan, math.nan, math.nan)
+            rows.append({"agent": name, "success": nan3, "spl": nan3, "differ": None})
             continue
         rows.append({"agent": name,
                      "success": paired_difference([e["success"] for e in base], [e["success"] for e in eps]),
@@ -503,7 +508,9 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
                   f"<p>{html.escape(focus)} minus the other agent on the same episodes, with a 95% paired bootstrap "
                   "interval: an interval that holds 0 is a difference these episodes cannot tell from noise.</p>",
                   _html_table(["agent", "success difference", "SPL difference", "episodes that differ"],
-                              [[r["agent"], _ci(*r["success"]), _ci(*r["spl"]), r["differ"]] for r in paired])]
+                              [[r["agent"], _ci(*r["success"]), _ci(*r["spl"]),
+                                r["differ"] if r["differ"] is not None else "not paired: other episodes"]
+                               for r in paired])]
     for name, src in figures:
         parts.append(f"<h2>{html.escape(name)}</h2><img src='{src}' alt='{html.escape(name)}'>")
         if src == "stop_reliability.png" and reliabilities:

@@ -137,3 +137,7 @@ def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys)
     (tmp_path / "test.json").write_text(json.dumps({"agent": "memnav", "split": "test", "per_episode": base}))
     assert main(["eval-report", str(tmp_path / "base.json"), str(tmp_path / "test.json"), "--out", str(out)]) == 2
     assert "split" in capsys.readouterr().err
+    # runs on other episodes are listed, not paired
+    (tmp_path / "short.json").write_text(json.dumps({"agent": "memnav", "split": "val", "per_episode": base[:5]}))
+    assert main(["eval-report", str(tmp_path / "base.json"), str(tmp_path / "short.json"), "--out", str(out)]) == 0
+    assert "not paired: other episodes" in (out / "report.html").read_text()
