@@ -399,9 +399,10 @@ def run_parallel(job: AgentJob, workers: int, lifelong: bool,
                 summary = aggregate(done)
                 bar.update(len(part))
                 bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
+        except BaseException:   # Ctrl-C, SIGTERM or a failed piece: stop the workers now, not after their pieces
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
             raise
         finally:
             bar.close()
