@@ -343,6 +343,13 @@ def plot_lifelong(agents: dict[str, dict], path: Path) -> bool:
         return False
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3.8))
+    if len(curves) == 1:   # one agent: each house's own visits, faint, behind the mean over houses
+        houses: dict[str, list[float]] = {}
+        for e in next(iter(agents[n] for n in curves))["per_episode"]:
+            houses.setdefault(Path(e["scene_id"]).stem, []).append(e["spl"])
+        for k, spls in enumerate(houses.values()):
+            ax.plot(np.arange(1, len(spls) + 1), spls, "_", ms=5, alpha=0.45, color="0.45",
+                    label="each house's episode" if k == 0 else None)
     for name, curve in curves.items():
         visits = np.arange(1, len(curve) + 1)
         line = ax.plot(visits, curve, "o", ms=3, alpha=0.5)[0]
@@ -353,7 +360,7 @@ def plot_lifelong(agents: dict[str, dict], path: Path) -> bool:
                     label=f"{name} (running mean of 5)")
         else:
             line.set_label(name)
-    ax.set(xlabel="visit index (episodes in the same house so far)", ylabel="mean SPL over houses",
+    ax.set(xlabel="visit index (episodes in the same house so far)", ylabel="SPL (mean over houses)",
            ylim=(-0.03, 1.03), title="lifelong: SPL against visit index")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -468,6 +468,17 @@ def lifelong_spl_by_visit(results: list[EpisodeResult]) -> list[float]:
     return [float(sum(v) / len(v)) for _, v in sorted(per_visit.items())]
 
 
+def lifelong_known_house_spl(results: list[EpisodeResult]) -> float | None:
+    """Mean SPL over the episodes that are not their house's first (the memory knew the house); None if none."""
+    seen: set[str] = set()
+    known = []
+    for r in results:
+        if r.scene_id in seen:
+            known.append(r.spl)
+        seen.add(r.scene_id)
+    return float(sum(known) / len(known)) if known else None
+
+
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -516,6 +527,7 @@ def run(args: argparse.Namespace) -> int:
             if args.lifelong:
                 lifelong[name] = lifelong_spl_by_visit(results)
                 summaries[name]["lifelong_spl_by_visit"] = lifelong[name]
+                summaries[name]["lifelong_spl_known_house"] = lifelong_known_house_spl(results)
     print(format_table(summaries))
     for name, summary in summaries.items():
         if "ended_by" in summary:
@@ -525,14 +537,16 @@ def run(args: argparse.Namespace) -> int:
     if args.lifelong:
         for name, curve in lifelong.items():
             shown = ", ".join(f"{v:.2f}" for v in curve[:10])
-            print(f"{name}: lifelong SPL by visit 1..{min(10, len(curve))}: {shown}")
+            known = summaries[name]["lifelong_spl_known_house"]
+            print(f"{name}: lifelong SPL by visit 1..{min(10, len(curve))}: {shown}; in known houses (every visit "
+                  f"after a house's first): {'n/a' if known is None else f'{known:.3f}'}")
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
             "lifelong": bool(args.lifelong)}
     if args.compare:
         out = dict(meta, agents={n: dict(summaries[n], per_episode=per_episode[n]) for n in names})
         out.update({n: summaries[n] for n in names})  # per-agent summaries also at the top level
     else:
-        extra = {k: v for k, v in summaries[names[0]].items() if k == "lifelong_spl_by_visit"}
+        extra = {k: v for k, v in summaries[names[0]].items() if k.startswith("lifelong_")}
         out = dict(results_document(names[0], all_results[names[0]], **meta), **extra)
     text = json.dumps(out, indent=2) + "\n"
     if args.json is not None:

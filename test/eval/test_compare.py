@@ -7,7 +7,7 @@ from conftest import make_tiny_dataset
 
 from memnav.cli import main
 from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy
-from memnav.eval.evaluate import lifelong_spl_by_visit, spread_over_scenes
+from memnav.eval.evaluate import lifelong_known_house_spl, lifelong_spl_by_visit, spread_over_scenes
 from memnav.sim.metrics import EpisodeResult
 
 MODELS_ARGS = ["--encoder", "models/encoder.pt", "--calibration", "models/stop_calibration.json"]
@@ -79,6 +79,8 @@ def test_lifelong_keeps_memory_per_house(setup, tmp_path):
                  "--json", str(out), "--no-progress"]) == 0
     res = json.loads(out.read_text())
     assert len(res["lifelong_spl_by_visit"]) == 3   # the first 3 test episodes are in one house
+    # known-house SPL: the mean over every visit after the house's first
+    assert res["lifelong_spl_known_house"] == pytest.approx(sum(e["spl"] for e in res["per_episode"][1:]) / 2)
     dbs = list((mem / "memnav").glob("*.db"))
     assert len(dbs) == 1
     from memnav.core.memory.scene_graph import SceneGraphMemory
@@ -198,6 +200,8 @@ def test_lifelong_spl_by_visit_and_spread():
                              status=None)
     res = [r("a", 0.2), r("a", 0.4), r("b", 0.6), r("a", 0.8), r("b", 1.0)]
     assert lifelong_spl_by_visit(res) == pytest.approx([0.4, 0.7, 0.8])
+    assert lifelong_known_house_spl(res) == pytest.approx((0.4 + 0.8 + 1.0) / 3)
+    assert lifelong_known_house_spl(res[:1]) is None
 
     class Ep:
         def __init__(self, scene, i):
