@@ -1,5 +1,6 @@
 """The `memnav eval` report: figures and an HTML page from an evaluation's results (`memnav eval --report DIR`,
-or later from its JSON with `memnav eval-report RUN.json --out DIR`).
+or later from its JSON with `memnav eval-report RUN.json --out DIR`; several JSON files are compared as agents,
+episode by episode, `merge_runs`).
 
 Files written into the report folder (and nowhere else):
 - `results.json`: the same content `memnav eval --json` writes (written by `memnav eval --report`);
