@@ -499,7 +499,6 @@ def run(args: argparse.Namespace) -> int:
 
         encoder = Encoder.from_checkpoint(args.encoder)
     summaries: dict[str, dict] = {}
-    per_episode: dict[str, list] = {}
     all_results: dict[str, list[EpisodeResult]] = {}
     lifelong: dict[str, list[float]] = {}
     traces = RunTraces() if args.report is not None else None
@@ -523,7 +522,6 @@ def run(args: argparse.Namespace) -> int:
                 traces.floor_plans.update(kept.floor_plans)
             summaries[name] = aggregate(results)
             all_results[name] = results
-            per_episode[name] = [r.to_json() for r in results]
             if args.lifelong:
                 lifelong[name] = lifelong_spl_by_visit(results)
                 summaries[name]["lifelong_spl_by_visit"] = lifelong[name]
@@ -543,7 +541,8 @@ def run(args: argparse.Namespace) -> int:
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
             "lifelong": bool(args.lifelong)}
     if args.compare:
-        out = dict(meta, agents={n: dict(summaries[n], per_episode=per_episode[n]) for n in names})
+        out = dict(meta, agents={n: dict(summaries[n], per_episode=[r.to_json() for r in all_results[n]])
+                                 for n in names})
         out.update({n: summaries[n] for n in names})  # per-agent summaries also at the top level
     else:
         extra = {k: v for k, v in summaries[names[0]].items() if k.startswith("lifelong_")}

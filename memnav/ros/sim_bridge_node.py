@@ -37,12 +37,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from memnav.core.detections import detections_from_semantic, detections_to_dict
-from memnav.core.types import Action, Observation
+from memnav.core.types import Action, EpisodeStatus, Observation
 from memnav.sim.base import SimConfig
 from memnav.sim.houses import read_semantic_classes
 from memnav.sim.metrics import aggregate
@@ -178,10 +178,6 @@ class AgentStates:
             self._pending[stamp_ns] = index
 
     def _apply(self, index: int, body: dict) -> None:
-        from dataclasses import replace
-
-        from memnav.core.types import EpisodeStatus
-
         r = self.results[index]
         belief = body.get("belief")
         stopped = r.status is EpisodeStatus.STOPPED and body.get("action") == "STOP" and belief is not None

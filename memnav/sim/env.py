@@ -8,7 +8,7 @@ import numpy as np
 
 from memnav.core.types import Action, EpisodeStatus, Observation
 from memnav.sim.base import Simulator
-from memnav.sim.metrics import EpisodeResult, is_success, soft_spl, spl
+from memnav.sim.metrics import EpisodeResult, is_success, soft_spl, spl, view_median_depth
 
 if TYPE_CHECKING:
     from memnav.sim.episodes import Episode
@@ -51,8 +51,7 @@ class ImageNavEnv:
         self._last_position = self.sim.agent_state.position
         self._geodesic_start = self.sim.geodesic_distance(self._last_position, episode.goal.position)
         goal = self.sim.goal_observation
-        seen = goal.depth[goal.depth > 0] if goal is not None and goal.depth is not None else np.zeros(0)
-        self._goal_view_depth = float(np.median(seen)) if seen.size else None
+        self._goal_view_depth = view_median_depth(goal.depth) if goal is not None else None
         if not math.isfinite(self._geodesic_start):
             raise ValueError(f"episode {episode.episode_id} ({episode.scene_id}): the goal "
                              f"{np.asarray(episode.goal.position).tolist()} is unreachable from the start")

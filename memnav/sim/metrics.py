@@ -76,6 +76,15 @@ class EpisodeResult:
         return d
 
 
+def view_median_depth(depth: np.ndarray | None) -> float | None:
+    """Median depth of a view's pixels that hit something, meters (below about 1 m the view is a close-up of a
+    wall); None for no depth or no hit."""
+    if depth is None:
+        return None
+    seen = np.asarray(depth)[np.asarray(depth) > 0]
+    return float(np.median(seen)) if seen.size else None
+
+
 def results_document(agent: str, results: Sequence[EpisodeResult], **meta: object) -> dict:
     """One agent's results as `memnav eval --json` writes them (and `memnav eval-report` reads them): the
     summary keys of `aggregate`, `agent`, the given metadata (split, data, backend, ...), `per_episode`."""

@@ -11,6 +11,7 @@ import numpy as np
 
 from memnav.core.encoder import EncoderConfig, frames_to_array
 from memnav.sim.base import SimConfig
+from memnav.sim.metrics import view_median_depth
 
 NEAR_MISS_M = (1.15, 2.0)  # default distance band of the near misses that moved, meters (success radius: 1)
 NEAR_MISS_TURN_DEG = (40.0, 75.0)  # default turn band of the near misses that turned in place, degrees (allowed: 30)
@@ -156,8 +157,7 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
                 if keep_rgb and name == "main":
                     rgbs.append(obs.rgb)
                 if name == "main":
-                    seen = obs.depth[obs.depth > 0]
-                    median_depth.append(float(np.median(seen)) if seen.size else 0.0)
+                    median_depth.append(view_median_depth(obs.depth) or 0.0)
             bar.update(1)
         sim.close()
     bar.close()
