@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("memnav.ros.replay_command", "publish a bag into the live graph with /clock (rate, loop, remaps)"),
     "eval-bag": ("memnav.eval.eval_bag",
                  "offline evaluation of a bag: place recognition, loop closures, memory growth, stop, latency"),
+    "memory": ("memnav.eval.memory_report",
+               "inspect a stored long-term memory (read-only): info, a top-down figure, GraphML / JSON export"),
 }
 
 # bench target -> (module, one-line help); each module has add_arguments(parser) and run(args) -> dict

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memnav.core.encoder import Encoder
-from memnav.core.memory.scene_graph import SceneGraphMemory
+from memnav.core.memory.scene_graph import SceneGraphConfig, SceneGraphMemory
 from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig
 from memnav.core.policy import load_policy
 from memnav.core.stop import GoalBeliefCalibrator
@@ -153,7 +153,10 @@ class LearnedAgent:
                 if place_key != self._scene:
                     nav.memory.close()
                     Path(lifelong).mkdir(parents=True, exist_ok=True)
-                    nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db")
+                    # the simulator's odometry stays in the house's frame from visit to visit: the stored
+                    # memory is localised from the start, and loop closures only refine it
+                    nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db",
+                                                       SceneGraphConfig(start_localised=True))
                     last = nav.memory.stats().last_stamp_ns
                     if last is not None:  # a database from an earlier run: continue its clock
                         self._stamp_ns = max(self._stamp_ns, last)

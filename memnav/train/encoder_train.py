@@ -64,6 +64,9 @@ class EncoderTrainConfig:
             recomputed in full every this many steps and refreshed for the batch's anchors every step. Anchors
             of the table inside the same-place box count as positives too, so the term asks what the
             retrieval benchmark asks: that some view of the same place outranks every other view of the house.
+        colour_gain_std: standard deviation of the per-channel colour gain of the augmentation (white balance);
+            brightness and contrast are jittered independently of it. Room colours are a strong cue in these
+            houses, so a large gain teaches the network to discard part of it.
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -83,14 +86,15 @@ class EncoderTrainConfig:
     near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG
     mine_every: int = 0
     house_bank_every: int = 0
+    colour_gain_std: float = 0.1
     seed: int = 0
 
 
-def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def augment(x: torch.Tensor, gen: torch.Generator, colour_gain_std: float = 0.1) -> torch.Tensor:
     """Photometric + sensor-noise augmentation of a (B, 4, P, P) batch."""
     b = x.shape[0]
     rgb, depth = x[:, :3], x[:, 3:]
-    gain = 1.0 + 0.1 * torch.randn(b, 3, 1, 1, generator=gen)
+    gain = 1.0 + colour_gain_std * torch.randn(b, 3, 1, 1, generator=gen)
     bright = 0.7 + 0.6 * torch.rand(b, 1, 1, 1, generator=gen)
     mean = rgb.mean(dim=(1, 2, 3), keepdim=True)
     contrast = 0.7 + 0.6 * torch.rand(b, 1, 1, 1, generator=gen)
@@ -319,6 +323,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="from step STEPS on, also rank each positive against every other training anchor of "
                              "its house (embeddings re-computed every STEPS steps; table views within 1 m / 30 deg "
                              "count as positives); 0 = off")
+    parser.add_argument("--colour-gain", type=float, default=d.colour_gain_std, metavar="STD",
+                        help="standard deviation of the augmentation's per-channel colour gain (white balance); "
+                             "brightness and contrast jitter are separate")
     parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--device", default="auto", metavar="DEV",
@@ -335,12 +342,14 @@ def run(args: argparse.Namespace) -> int:
                              near_miss=not args.no_near_miss, positive_m=args.positive_m,
                              positive_deg=args.positive_deg, near_miss_m=tuple(args.near_miss_m),
                              near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every,
-                             house_bank_every=args.house_bank_every)
+                             house_bank_every=args.house_bank_every, colour_gain_std=args.colour_gain)
     if cfg.steps <= 0 or cfg.batch_pairs < 2:
         raise ValueError("--steps must be > 0 and --batch >= 2")
     for name, every in (("--mine-every", cfg.mine_every), ("--house-bank-every", cfg.house_bank_every)):
         if every < 0:
             raise ValueError(f"{name} must be >= 0 (0 = off), got {every}")
+    if not 0 <= cfg.colour_gain_std < 1:
+        raise ValueError(f"--colour-gain must be in [0, 1), got {cfg.colour_gain_std:g}")
     for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
         if not 0 <= lo < hi:
             raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
@@ -354,6 +363,7 @@ def run(args: argparse.Namespace) -> int:
     data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
                    "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
+                   "colour_gain_std": cfg.colour_gain_std,
                    "dataset": _dataset_tag(args.data), "init": _init_tag(args.init)}
     val_data = args.val_data or args.data
     train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
@@ -393,7 +403,8 @@ def run(args: argparse.Namespace) -> int:
         _refuse_changed(state_path, "training data",
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
-                         "mine_every": 0, "house_bank_every": 0, "dataset": data_config["dataset"], "init": None,
+                         "mine_every": 0, "house_bank_every": 0, "colour_gain_std": 0.1,
+                         "dataset": data_config["dataset"], "init": None,
                          **st.get("data_config", {})}, data_config)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
@@ -433,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
 
     def view(frames: np.ndarray, rows: np.ndarray) -> torch.Tensor:
         """Augmented network inputs of frames[rows] on the training device (augmentation draws from `gen`)."""
-        return augment(torch.from_numpy(frames[rows].astype(np.float32)), gen).to(device)
+        return augment(torch.from_numpy(frames[rows].astype(np.float32)), gen, cfg.colour_gain_std).to(device)
 
     def same_mask(poses_a: np.ndarray, poses_b: np.ndarray, house: np.ndarray) -> torch.Tensor:
         """`same_place` of two pose arrays of the batch's houses, on the training device."""

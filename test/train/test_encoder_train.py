@@ -8,7 +8,7 @@ from conftest import make_tiny_dataset
 
 from memnav.cli import main
 from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint
-from memnav.train.encoder_train import embed, house_bank_loss, mine_look_alikes, resolve_device
+from memnav.train.encoder_train import augment, embed, house_bank_loss, mine_look_alikes, resolve_device
 from memnav.train.frame_bank import FrameSet, same_place
 
 
@@ -83,9 +83,26 @@ def test_train_on_one_dataset_validates_on_another_and_refuses_changed_data_on_r
     assert "house_bank_every 1 (now 0)" in capsys.readouterr().err
     assert main([*banded, "--restart", "--house-bank-every", "-2"]) == 2
     assert "--house-bank-every must be >= 0" in capsys.readouterr().err
+    # a weaker colour-gain augmentation is part of the training setting, too
+    assert main([*banded, "--restart", "--colour-gain", "0.03"]) == 0
+    assert main(banded) == 2
+    assert "colour_gain_std 0.03 (now 0.1)" in capsys.readouterr().err
+    assert main([*banded, "--restart", "--colour-gain", "1.5"]) == 2
+    assert "--colour-gain must be in [0, 1), got 1.5" in capsys.readouterr().err
     missing = [a if a != str(tiny_data) else str(tmp_path / "nowhere") for a in args]
     assert main([*missing, "--restart"]) == 2
     assert "splits.json not found" in capsys.readouterr().err
+
+
+def test_colour_gain_scales_the_channels_apart_only_when_asked():
+    x = torch.rand(64, 4, 16, 16) * 0.5 + 0.25
+    ratios = []
+    for std in (0.0, 0.3):
+        out = augment(x, torch.Generator().manual_seed(0), colour_gain_std=std)
+        rgb = out[:, :3].mean(dim=(2, 3)) / x[:, :3].mean(dim=(2, 3))   # per image and channel: the scaling
+        ratios.append((rgb.max(dim=1).values / rgb.min(dim=1).values).median().item())
+    # brightness and contrast scale the three channels alike; only the colour gain sets them apart
+    assert ratios[0] < 1.08 < 1.2 < ratios[1]
 
 
 def test_mined_look_alike_is_the_most_similar_other_place_of_the_same_house():

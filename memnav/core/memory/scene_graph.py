@@ -100,8 +100,27 @@ class SceneGraphConfig:
             position is rejected (bounds the odometry drift tolerated; inf trusts appearance alone), m.
         loop_closure_candidates: how many retrieval hits are checked per observation.
         loop_closure_nprobe: IVF lists scanned by the loop-closure search (top-1 matters, so fewer than retrieval).
-        loop_closure_correction_gain: fraction of the pose residual applied to the odometry correction at a
-            loop closure (1 = snap to the recognised place, smaller = average out place-centre noise).
+        loop_closure_correction_gain: upper bound on the fraction of the pose residual applied to the odometry
+            correction at a loop closure (the fraction itself comes from the drift model below: how uncertain
+            the correction is against how far from a place's stored pose the robot may recognise it).
+        odometry_drift_per_m: odometry position error, std in meters after 1 m travelled; it grows with the
+            square root of the distance (a random walk). With place_position_std_m it sets how far from the
+            predicted position a loop closure may be (`loop_closure_gate_sigmas` standard deviations, at most
+            loop_closure_max_distance_m) and how much of the residual a closure corrects. A recognised view
+            outside that gate is a look-alike, not a revisit. m per sqrt(m).
+        odometry_yaw_drift_deg_per_m: odometry heading error, std in degrees after 1 m travelled (square-root
+            growth as above), deg per sqrt(m).
+        place_position_std_m: how far from a place's stored position the robot typically is when it recognises
+            the place (places are new_place_distance_m apart), m.
+        place_yaw_std_deg: ... and how far turned from the place's stored heading, degrees.
+        loop_closure_gate_sigmas: a loop-closure candidate must lie within this many standard deviations of
+            the predicted position (drift and place spread together).
+        start_localised: the odometry frame is the memory's frame from the start (a robot localised in a fixed
+            map frame; the simulator, whose odometry stays in the house's frame across episodes): a memory
+            loaded from a file is then tracked with the drift gate from the first observation on. False (the
+            default): odometry restarts with each run, so a loaded memory starts unlocalised and its first
+            loop closure may lie anywhere within loop_closure_max_distance_m (relocalisation). A new, empty
+            memory is always localised: its frame is this odometry's.
         max_edge_distance_m: consecutive places farther apart than this are not linked (a relocalisation jump), m.
         embedding_average_max_visits: a place's embedding is the mean of at most this many recent visits.
         merge_distance_m: consolidation merges places closer than this (memory frame) ..., m.
@@ -135,6 +154,12 @@ class SceneGraphConfig:
     loop_closure_candidates: int = 5
     loop_closure_nprobe: int = 8
     loop_closure_correction_gain: float = 1.0
+    odometry_drift_per_m: float = 0.2
+    odometry_yaw_drift_deg_per_m: float = 3.0
+    place_position_std_m: float = 0.5
+    place_yaw_std_deg: float = 15.0
+    loop_closure_gate_sigmas: float = 3.0
+    start_localised: bool = False
     max_edge_distance_m: float = 3.0
     embedding_average_max_visits: int = 20
     merge_distance_m: float = 0.75
@@ -158,7 +183,8 @@ class SceneGraphConfig:
         positive = ("embedding_dim", "new_place_distance_m", "new_place_angle_deg", "loop_closure_candidates",
                     "loop_closure_nprobe", "max_edge_distance_m", "embedding_average_max_visits",
                     "merge_distance_m", "forget_half_life_s", "room_resolution", "object_association_distance_m",
-                    "thumbnail_size_px", "index_exact_max_size", "index_nprobe", "loop_closure_max_distance_m")
+                    "thumbnail_size_px", "index_exact_max_size", "index_nprobe", "loop_closure_max_distance_m",
+                    "place_position_std_m", "place_yaw_std_deg", "loop_closure_gate_sigmas")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not value > 0:  # NaN fails too
@@ -167,7 +193,8 @@ class SceneGraphConfig:
             value = getattr(self, name)
             if not -1.0 <= value <= 1.0:
                 raise ValueError(f"SceneGraphConfig.{name} must be a cosine similarity in [-1, 1], got {value!r}")
-        for name in ("loop_closure_min_age_s", "consolidate_every", "max_places", "room_segmentation_max_places"):
+        for name in ("loop_closure_min_age_s", "consolidate_every", "max_places", "room_segmentation_max_places",
+                     "odometry_drift_per_m", "odometry_yaw_drift_deg_per_m"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"SceneGraphConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if not 0.0 < self.loop_closure_correction_gain <= 1.0:
@@ -454,6 +481,10 @@ class SceneGraphMemory:
         # tracking state (not persisted: odometry restarts with the process)
         self._prev_slot = -1
         self._correction = np.zeros(3)           # memory <- odometry: tx_m, ty_m, theta_rad
+        # variances of that correction (position m^2, heading rad^2); inf = not localised yet (see
+        # SceneGraphConfig.start_localised), set in _load
+        self._correction_var = np.zeros(2)
+        self._last_odom: Pose2D | None = None
         self._inserts_since_consolidation = 0
         self._dirty: set[int] = set()
         try:
@@ -533,6 +564,8 @@ class SceneGraphMemory:
                 self._room_link(sa, sb, +1)
         if self._next_id <= max(self.graph.nodes, default=-1):
             self._next_id = max(self.graph.nodes) + 1
+        if n and not self.config.start_localised:   # odometry restarted: the first closure relocalises
+            self._correction_var[:] = np.inf
 
     # -- validation -------------------------------------------------------------------------------------
 
@@ -605,11 +638,17 @@ class SceneGraphMemory:
         dets = [self._check_detection(d, f"objects[{i}]") for i, d in enumerate(objects)]
 
         predicted = _se2_apply(self._correction, odom)
-        decision = self._decide(stamp, odom, predicted, emb, verifier or self._verifier)  # read-only
+        var = self._correction_var
+        if self._last_odom is not None:
+            var = var + math.hypot(odom.x_m - self._last_odom.x_m, odom.y_m - self._last_odom.y_m) * np.array(
+                [self.config.odometry_drift_per_m ** 2, math.radians(self.config.odometry_yaw_drift_deg_per_m) ** 2])
+        decision = self._decide(stamp, odom, predicted, emb, verifier or self._verifier, var)  # read-only
         with self._store.transaction():
             node_id, object_ids = self._apply(decision, stamp, predicted, emb, thumb, dets)
             self._store.set_next_node_id(self._next_id)
         self._last_stamp_ns = stamp
+        self._last_odom = odom
+        self._correction_var = var
         if decision.kind is InsertKind.LOOP_CLOSURE:
             self._correct_drift(predicted, decision.slot)
 
@@ -623,8 +662,17 @@ class SceneGraphMemory:
         final_id = node_id if node_id in self.graph else int(self._places.ids[self._prev_slot])
         return InsertResult(decision.kind, final_id, decision.similarity, tuple(object_ids), merged, forgotten)
 
+    def loop_closure_gate_m(self, variance: np.ndarray | None = None) -> float:
+        """How far from the predicted position a loop closure may be now, m (`SceneGraphConfig`'s drift model)."""
+        cfg = self.config
+        var = float((self._correction_var if variance is None else variance)[0])
+        if not math.isfinite(var):
+            return cfg.loop_closure_max_distance_m
+        return min(cfg.loop_closure_max_distance_m,
+                   cfg.loop_closure_gate_sigmas * math.sqrt(var + cfg.place_position_std_m ** 2))
+
     def _decide(self, stamp: int, odom: Pose2D, predicted: Pose2D, emb: np.ndarray,
-                verifier: LoopClosureVerifier | None) -> _Decision:
+                verifier: LoopClosureVerifier | None, variance: np.ndarray) -> _Decision:
         cfg, pl = self.config, self._places
         local = np.array(self._grid.near(predicted.x_m, predicted.y_m), np.int64)
         if len(local):
@@ -641,6 +689,7 @@ class SceneGraphMemory:
             best_sim = float(sims[best])
         keys, sims = self._index.search(emb, cfg.loop_closure_candidates, nprobe=cfg.loop_closure_nprobe)
         min_age_ns = int(cfg.loop_closure_min_age_s * 1e9)
+        gate_m = self.loop_closure_gate_m(variance)
         if len(sims):
             best_sim = max(best_sim, float(sims[0]))
         for slot, sim in zip(keys.tolist(), sims.tolist()):
@@ -649,8 +698,8 @@ class SceneGraphMemory:
             if pl.last_ns[slot] > stamp - min_age_ns:   # part of the current traverse, not a revisit
                 continue
             px, py, pyaw = pl.pose[slot]
-            if math.hypot(px - predicted.x_m, py - predicted.y_m) > cfg.loop_closure_max_distance_m:
-                continue
+            if math.hypot(px - predicted.x_m, py - predicted.y_m) > gate_m:
+                continue          # farther than odometry can have drifted: a look-alike elsewhere
             if verifier is not None and not verifier(LoopClosureCandidate(
                     stamp, odom, predicted, emb.copy(), int(pl.ids[slot]), Pose2D(px, py, pyaw), sim)):
                 continue
@@ -681,10 +730,22 @@ class SceneGraphMemory:
         return node_id, object_ids
 
     def _correct_drift(self, predicted: Pose2D, slot: int) -> None:
-        """Pull the memory <- odometry correction towards the recognised place (gain-weighted)."""
-        g = self.config.loop_closure_correction_gain
+        """Pull the memory <- odometry correction towards the recognised place, by as much as the correction is
+        less certain than where a recognised place puts the robot (a scalar Kalman update per position and
+        heading; an unlocalised memory snaps to the place)."""
+        cfg = self.config
+        noise = np.array([cfg.place_position_std_m ** 2, math.radians(cfg.place_yaw_std_deg) ** 2])
+        gains, after = np.ones(2), noise.copy()
+        for i, (v, r) in enumerate(zip(self._correction_var.tolist(), noise.tolist())):
+            if math.isfinite(v):
+                gains[i] = min(v / max(v + r, 1e-12), cfg.loop_closure_correction_gain)
+                after[i] = (1.0 - gains[i]) * v
+            else:
+                gains[i] = cfg.loop_closure_correction_gain
+        self._correction_var = after
+        g, gy = float(gains[0]), float(gains[1])
         px, py, pyaw = self._places.pose[slot]
-        dtheta = g * wrap_angle(pyaw - predicted.yaw_rad)
+        dtheta = gy * wrap_angle(pyaw - predicted.yaw_rad)
         c, s = math.cos(dtheta), math.sin(dtheta)
         tx, ty = self._correction[0] - predicted.x_m, self._correction[1] - predicted.y_m
         self._correction = np.array([c * tx - s * ty + predicted.x_m + g * (px - predicted.x_m),

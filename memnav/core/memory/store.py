@@ -121,9 +121,11 @@ class SceneGraphStore:
 
     Args:
         path: database file, created if absent; None keeps the database in RAM (nothing survives close).
-        embedding_dim: embedding length; an existing file must match it.
+        embedding_dim: embedding length; an existing file must match it. None takes the file's (read-only only).
         sync_full: fsync on every commit (survives power loss, slower) instead of WAL `synchronous=NORMAL`.
         check_integrity: run `PRAGMA quick_check` when opening an existing file (reads the whole file).
+        read_only: open an existing file for reading only (inspection tools; safe beside a running writer);
+            every write raises `MemoryStoreError`.
 
     Raises:
         CorruptStoreError: the file is not a memnav memory database, or is malformed.
@@ -131,18 +133,30 @@ class SceneGraphStore:
         MemoryStoreError: the file's embedding dimension differs from `embedding_dim`.
     """
 
-    def __init__(self, path: str | Path | None, embedding_dim: int, *, sync_full: bool = False,
-                 check_integrity: bool = False) -> None:
+    def __init__(self, path: str | Path | None, embedding_dim: int | None, *, sync_full: bool = False,
+                 check_integrity: bool = False, read_only: bool = False) -> None:
         self.path = ":memory:" if path is None else str(path)
         self.embedding_dim = embedding_dim
+        self.read_only = read_only
         exists = path is not None and Path(path).exists() and Path(path).stat().st_size > 0
+        if read_only and not exists:
+            raise MemoryStoreError(self.path, "no memory database here (missing or empty file)")
+        if embedding_dim is None and not read_only:
+            raise ValueError("embedding_dim may be None only when opening read-only")
         if exists:
             self._validate_existing(Path(path), check_integrity)
+        self._depth = 0
+        if read_only:
+            try:
+                self._conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True,
+                                             isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as err:
+                raise MemoryStoreError(self.path, f"cannot open database for reading: {err}") from err
+            return
         try:
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as err:
             raise MemoryStoreError(self.path, f"cannot open database: {err}") from err
-        self._depth = 0
         try:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={'FULL' if sync_full else 'NORMAL'}")
@@ -185,6 +199,8 @@ class SceneGraphStore:
                                                    f"application {meta.get('application')!r}, "
                                                    f"missing tables {missing})")
             dim = int(meta.get("embedding_dim", "-1"))
+            if self.embedding_dim is None and dim > 0:
+                self.embedding_dim = dim
             if dim != self.embedding_dim:
                 raise MemoryStoreError(self.path, f"embedding_dim is {dim} in the file but {self.embedding_dim} "
                                                   "in the config; refusing to mix them")
@@ -208,6 +224,8 @@ class SceneGraphStore:
         """
         if self._conn is None:
             raise MemoryStoreError(self.path, "the memory database is closed")
+        if self.read_only:
+            raise MemoryStoreError(self.path, "opened read-only: nothing may be written")
         if self._depth:
             self._depth += 1
             try:
@@ -319,6 +337,10 @@ class SceneGraphStore:
 
     def schema_version(self) -> int:
         return int(self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+
+    def meta(self) -> dict[str, str]:
+        """The meta table (schema_version, application, embedding_dim, next_node_id)."""
+        return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
 
     def count(self, table: str) -> int:
         if table not in _TABLES:

@@ -1,0 +1,239 @@
+"""`memnav memory`: look into a stored long-term memory without changing it.
+
+    memnav memory info DB [--check] [--json PATH]       counts, time span, rooms, objects (text or JSON)
+    memnav memory show DB --out map.png                 top-down figure: places by room, edges, objects,
+                                                        the most visited places' keyframes
+    memnav memory export DB --out graph.graphml|.json   the scene graph for networkx, Gephi, yEd, ...
+
+DB is a memory database as the memory node (`db_path`), the fused stack or `memnav eval --lifelong
+--memory-dir` write it. It is opened read-only (`memnav.core.memory.snapshot`), so a memory in use by a
+running node can be inspected, and a refused file (not a memnav memory, newer schema, damaged) is named with
+the reason and left as it is.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from memnav.core.memory.scene_graph import EdgeKind
+from memnav.core.memory.snapshot import MemorySnapshot, read_snapshot, read_thumbnails, summarize, to_networkx
+
+EXPORT_FORMATS = (".graphml", ".json")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser("info", help="counts, time span, rooms and objects of a memory database",
+                       description="Print what a memory database holds (read-only).",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
+    p.add_argument("--check", action="store_true",
+                   help="also run SQLite's integrity check over the whole file (reads all of it)")
+    p.add_argument("--json", type=Path, nargs="?", const=Path("-"), default=None, metavar="PATH",
+                   help="write the summary as JSON to PATH (without PATH: JSON on stdout instead of text)")
+    p = sub.add_parser("show", help="top-down figure of a memory: places by room, edges, objects, keyframes",
+                       description="Draw a memory database from above (read-only): places coloured by room and "
+                                   "sized by visits, traversability edges, objects, room labels, and the "
+                                   "keyframes of the most visited places.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
+    p.add_argument("--out", type=Path, required=True, metavar="PNG", help="figure to write (.png)")
+    p.add_argument("--map", type=Path, default=None, metavar="NPZ",
+                   help="occupancy map to draw underneath (default: DB's `<name>.map.npz` beside it, as "
+                        "`memnav eval --lifelong` keeps one, when present)")
+    p.add_argument("--no-map", action="store_true", help="draw no occupancy map even when one is beside DB")
+    p.add_argument("--thumbnails", type=int, default=8, metavar="N",
+                   help="show the keyframes of the N most visited places (0 = none)")
+    p = sub.add_parser("export", help="write the scene graph as GraphML or node-link JSON",
+                       description="Export a memory database's scene graph (read-only) for other tools: "
+                                   "GraphML (.graphml: Gephi, yEd, networkx) or networkx node-link JSON (.json).",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE",
+                   help="output file; its suffix picks the format: " + ", ".join(EXPORT_FORMATS))
+    p.add_argument("--embeddings", action="store_true",
+                   help="include place and object embeddings (JSON only: GraphML attributes cannot be lists)")
+
+
+def _print_summary(info: dict) -> None:
+    mib = info["file_bytes"] / 2**20
+    print(f"{info['file']}: memnav memory, schema {info['schema_version']}, {info['embedding_dim']}-d embeddings, "
+          f"{mib:.2f} MiB")
+    print(f"  places   {info['places']} ({info['places_in_a_room']} in a room, {info['isolated_places']} without a "
+          f"traversability edge); visits {info['visits_total']}"
+          + (f" (mean {info['visits_per_place_mean']:.2f}, max {info['visits_per_place_max']} per place)"
+             if info["places"] else ""))
+    print(f"  rooms    {info['rooms']} ({len(info['room_adjacency'])} adjacent pairs)")
+    labels = ", ".join(f"{k} {v}" for k, v in info["objects_by_label"].items())
+    print(f"  objects  {info['objects']}" + (f": {labels}" if labels else ""))
+    print("  edges    " + ", ".join(f"{k} {v}" for k, v in info["edges"].items()))
+    if info["first_seen"] is not None:
+        print(f"  seen     {info['first_seen']} .. {info['last_seen']} (span {info['span_s']:.1f} s)")
+    if info["extent_m"] is not None:
+        e = info["extent_m"]
+        print(f"  extent   x {e['x_min']:.2f} .. {e['x_max']:.2f} m, y {e['y_min']:.2f} .. {e['y_max']:.2f} m "
+              f"(memory frame)")
+
+
+def _info(args: argparse.Namespace) -> int:
+    info = summarize(read_snapshot(args.db, check_integrity=args.check))
+    if args.check:
+        info["integrity_check"] = "ok"   # read_snapshot raised otherwise
+    if args.json == Path("-"):
+        print(json.dumps(info, indent=2))
+        return 0
+    _print_summary(info)
+    if args.check:
+        print("  integrity check: ok")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(info, indent=2) + "\n")
+    return 0
+
+
+def _occupancy(path: Path) -> tuple[np.ndarray, tuple[float, float, float, float]]:
+    """An RGB image of a saved occupancy map's known cells (surface colours where seen) and its extent (m)."""
+    from memnav.core.exploration import ExplorerConfig, MapFileError, OccupancyMap
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            cell_m, cells = float(z["cell_m"]), int(z["cells"])
+    except (OSError, ValueError, KeyError, EOFError) as err:
+        raise MapFileError(f"{path}: not a readable occupancy map ({err})") from err
+    m = OccupancyMap.load(path, replace(ExplorerConfig(), cell_m=cell_m, size_m=cells * cell_m))
+    img = np.ones((*m.free.shape, 3), np.float32)
+    img[m.free > 0] = 0.93
+    occ = m.occ > m.free
+    img[occ] = 0.35
+    coloured = occ & (m.colour_hits > 0)
+    img[coloured] = np.clip(m.colour_sum[coloured] / m.colour_hits[coloured][:, None], 0, 1)
+    rows = np.flatnonzero((m.free > 0).any(axis=1) | (m.occ > 0).any(axis=1))
+    cols = np.flatnonzero((m.free > 0).any(axis=0) | (m.occ > 0).any(axis=0))
+    if rows.size == 0:
+        raise MapFileError(f"{path}: the occupancy map is empty")
+    r0, r1, c0, c1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    x0, y0 = m.origin[0] + c0 * cell_m, m.origin[1] + r0 * cell_m
+    return img[r0:r1, c0:c1], (x0, x0 + (c1 - c0) * cell_m, y0, y0 + (r1 - r0) * cell_m)
+
+
+def draw_memory(snap: MemorySnapshot, out: Path, *, occupancy: tuple | None = None,
+                thumbnails: dict[int, np.ndarray] | None = None) -> None:
+    """Top-down figure of a memory: places coloured by room (size by visits, a tick for heading), traversability
+    edges, objects, room ids, and beside it the given keyframes, numbered on the map."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+
+    g = snap.graph
+    thumbnails = thumbnails or {}
+    cols = min(4, len(thumbnails))
+    rows = math.ceil(len(thumbnails) / cols) if cols else 0
+    fig = plt.figure(figsize=(11 if cols else 8, 8))
+    ax = fig.add_axes((0.06, 0.06, 0.6 if cols else 0.88, 0.86))
+    if occupancy is not None:
+        img, extent = occupancy
+        ax.imshow(img, origin="lower", extent=extent, interpolation="nearest", zorder=0)
+    pos = {int(p): (float(x), float(y)) for p, (x, y) in zip(g.place_ids.tolist(), g.place_poses[:, :2].tolist())}
+    segs = [(pos[a], pos[b]) for a, b, k, _ in g.edges if k == EdgeKind.TRAVERSABLE and a in pos and b in pos]
+    if segs:
+        ax.add_collection(LineCollection(segs, colors="0.45", linewidths=0.6, alpha=0.7, zorder=1))
+    cmap = plt.get_cmap("tab20")
+    room_ids = sorted({int(r) for r in g.place_rooms.tolist() if r >= 0})
+    colour_of = {r: cmap(i % 20) for i, r in enumerate(room_ids)}
+    colours = [colour_of.get(int(r), (0.5, 0.5, 0.5, 1.0)) for r in g.place_rooms.tolist()]
+    if len(g.place_ids):
+        xy, yaw = g.place_poses[:, :2], g.place_poses[:, 2]
+        ax.scatter(xy[:, 0], xy[:, 1], s=12 + 10 * np.sqrt(g.place_visits), c=colours, edgecolors="k",
+                   linewidths=0.3, zorder=2)
+        tick = 0.25
+        ax.add_collection(LineCollection(np.stack([xy, xy + tick * np.column_stack([np.cos(yaw), np.sin(yaw)])], 1),
+                                         colors="k", linewidths=0.6, zorder=2))
+        for r in room_ids:
+            m = g.place_rooms == r
+            cx, cy = xy[m].mean(axis=0)
+            ax.text(cx, cy, f"room {r}", fontsize=7, ha="center", va="center", zorder=4,
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": colour_of[r], "alpha": 0.8})
+    if g.objects:
+        oxy = np.array([o.position_m[:2] for o in g.objects])
+        ax.scatter(oxy[:, 0], oxy[:, 1], marker="^", s=40, c="crimson", edgecolors="k", linewidths=0.4, zorder=3,
+                   label="objects")
+        for o in g.objects:
+            ax.annotate(o.label, o.position_m[:2], fontsize=6, xytext=(3, 3), textcoords="offset points", zorder=4)
+        ax.legend(loc="upper right", fontsize=7)
+    for i, pid in enumerate(thumbnails):
+        if pid in pos:
+            ax.annotate(str(i + 1), pos[pid], fontsize=8, weight="bold", color="k", xytext=(4, -10),
+                        textcoords="offset points", zorder=5)
+    ax.set_aspect("equal")
+    ax.autoscale_view()
+    ax.set_xlabel("x (m, memory frame)")
+    ax.set_ylabel("y (m)")
+    ax.set_title(f"{Path(snap.path).name}: {len(g.place_ids)} places, {len(g.rooms)} rooms, {len(g.objects)} "
+                 f"objects, {len(segs)} traversability edges", fontsize=10)
+    for i, (pid, thumb) in enumerate(thumbnails.items()):
+        r, c = divmod(i, cols)
+        w, h = 0.29 / cols, 0.86 / max(rows, 4)
+        tax = fig.add_axes((0.69 + c * (w + 0.005), 0.92 - (r + 1) * h, w, h * 0.85))
+        tax.imshow(thumb, interpolation="nearest")
+        visits = int(g.place_visits[np.flatnonzero(g.place_ids == pid)[0]])
+        tax.set_title(f"{i + 1}: place {pid}, {visits}x", fontsize=6)
+        tax.axis("off")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def _show(args: argparse.Namespace) -> int:
+    if args.thumbnails < 0:
+        raise ValueError(f"--thumbnails must be >= 0, got {args.thumbnails}")
+    if args.out.suffix.lower() != ".png":
+        raise ValueError(f"--out {args.out}: the figure is written as PNG; name it .png")
+    snap = read_snapshot(args.db)
+    map_path = args.map
+    if map_path is None and not args.no_map:
+        beside = args.db.with_name(args.db.stem + ".map.npz")
+        map_path = beside if beside.is_file() else None
+    elif map_path is not None and not map_path.is_file():
+        raise FileNotFoundError(f"--map {map_path}: no such file")
+    occupancy = None if map_path is None or args.no_map else _occupancy(map_path)
+    g = snap.graph
+    order = np.argsort(-g.place_visits, kind="stable")[: args.thumbnails]
+    thumbs = read_thumbnails(args.db, [int(g.place_ids[i]) for i in order])
+    draw_memory(snap, args.out, occupancy=occupancy, thumbnails=thumbs)
+    print(f"wrote {args.out} ({len(g.place_ids)} places, {len(thumbs)} keyframes"
+          + (f", map {map_path}" if occupancy is not None else "") + ")", file=sys.stderr)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    import networkx as nx
+
+    suffix = args.out.suffix.lower()
+    if suffix not in EXPORT_FORMATS:
+        raise ValueError(f"--out {args.out}: unknown format {suffix or '(no suffix)'}; use one of "
+                         + ", ".join(EXPORT_FORMATS))
+    if args.embeddings and suffix == ".graphml":
+        raise ValueError("--embeddings needs --out *.json: GraphML attributes cannot hold lists")
+    graph = to_networkx(read_snapshot(args.db), embeddings=args.embeddings)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    if suffix == ".graphml":
+        nx.write_graphml(graph, tmp)
+    else:
+        tmp.write_text(json.dumps(nx.node_link_data(graph, edges="edges")) + "\n")
+    tmp.replace(args.out)
+    print(f"wrote {args.out}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges", file=sys.stderr)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"info": _info, "show": _show, "export": _export}[args.action](args)

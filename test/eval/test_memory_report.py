@@ -1,0 +1,84 @@
+"""`memnav memory info|show|export` on a real memory database (and an occupancy map), through the CLI."""
+import json
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from memnav.cli import main
+from memnav.core.exploration import ExplorerConfig, OccupancyMap
+from memnav.core.memory import ObjectDetection, SceneGraphConfig, SceneGraphMemory
+from memnav.core.types import Pose2D
+
+DIM = 16
+S = 1_000_000_000
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "house_000.db"
+    rng = np.random.default_rng(1)
+    m = SceneGraphMemory(SceneGraphConfig(embedding_dim=DIM, consolidate_every=0, db_path=str(path)))
+    for i in range(8):
+        e = rng.standard_normal(DIM)
+        objs = [ObjectDetection(2, (3.0, 0.5, 0.5), instance_id=1, label="sofa")] if i == 2 else []
+        m.insert_observation(i * S, [1.2 * i, 0.3 * i, 0.0], e / np.linalg.norm(e),
+                             thumbnail=np.full((16, 16, 3), 30 * i, np.uint8), objects=objs)
+    m.close()
+    return path
+
+
+def test_info_prints_counts_and_writes_json(db, tmp_path, capsys):
+    out = tmp_path / "info.json"
+    assert main(["memory", "info", str(db), "--check", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "places   8" in text and "sofa 1" in text and "integrity check: ok" in text
+    info = json.loads(out.read_text())
+    assert info["places"] == 8 and info["objects"] == 1 and info["integrity_check"] == "ok"
+    assert main(["memory", "info", str(db), "--json"]) == 0    # no PATH: JSON on stdout
+    assert json.loads(capsys.readouterr().out)["edges"]["traversable"] == 7
+
+
+def test_show_draws_places_over_the_map_beside_the_database(db, tmp_path, capsys):
+    occ = OccupancyMap(ExplorerConfig(), Pose2D(0.0, 0.0, 0.0))
+    depth = np.full((32, 32), 2.0, np.float32)
+    for x in (0.0, 4.0, 8.0):
+        occ.integrate(depth, Pose2D(x, 0.0, 0.0))
+    occ.save(db.with_name("house_000.map.npz"))
+    png = tmp_path / "fig" / "memory.png"
+    assert main(["memory", "show", str(db), "--out", str(png), "--thumbnails", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "3 keyframes" in err and "house_000.map.npz" in err
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    plain = tmp_path / "plain.png"
+    assert main(["memory", "show", str(db), "--out", str(plain), "--no-map", "--thumbnails", "0"]) == 0
+    assert plain.stat().st_size > 5_000 and plain.read_bytes() != data
+
+
+def test_export_graphml_and_json(db, tmp_path):
+    gml, js = tmp_path / "g.graphml", tmp_path / "g.json"
+    assert main(["memory", "export", str(db), "--out", str(gml)]) == 0
+    g = nx.read_graphml(gml, node_type=int)
+    layers = [d["layer"] for _, d in g.nodes(data=True)]
+    assert layers.count("place") == 8 and layers.count("object") == 1
+    assert main(["memory", "export", str(db), "--out", str(js), "--embeddings"]) == 0
+    doc = json.loads(js.read_text())
+    h = nx.node_link_graph(doc, edges="edges")
+    assert h.number_of_edges() == g.number_of_edges()
+    assert all(len(d["embedding"]) == DIM for _, d in h.nodes(data=True) if d["layer"] == "place")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["export", "{db}", "--out", "{tmp}/g.csv"], "unknown format .csv"),
+    (["export", "{db}", "--out", "{tmp}/g.graphml", "--embeddings"], "GraphML attributes cannot hold lists"),
+    (["show", "{db}", "--out", "{tmp}/m.jpg"], "name it .png"),
+    (["show", "{db}", "--out", "{tmp}/m.png", "--thumbnails", "-1"], "--thumbnails must be >= 0"),
+    (["show", "{db}", "--out", "{tmp}/m.png", "--map", "{tmp}/none.npz"], "none.npz: no such file"),
+    (["info", "{tmp}/none.db"], "none.db: no memory database here"),
+])
+def test_bad_input_exits_2_naming_what_was_wrong(db, tmp_path, capsys, argv, message):
+    args = [a.format(db=db, tmp=tmp_path) for a in argv]
+    assert main(["memory", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "g.csv").exists() and not (tmp_path / "m.png").exists()
