@@ -1,6 +1,7 @@
 """Shared fixtures: tiny scenes written into tmp_path; stopping the processes a ROS test started."""
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import subprocess
@@ -9,6 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+
+def file_sha256(path: Path) -> str:
+    """A file's SHA-256, to check that something was left byte for byte as it was."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def write_two_room_scene(folder: Path, name: str = "two_rooms", with_stage_config: bool = True) -> Path:

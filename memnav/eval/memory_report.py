@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.cli import STDOUT_ONLY
 from memnav.core.memory.scene_graph import EdgeKind
 from memnav.core.memory.snapshot import MemorySnapshot, read_snapshot, read_thumbnails, summarize, to_networkx
 
@@ -36,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
     p.add_argument("--check", action="store_true",
                    help="also run SQLite's integrity check over the whole file (reads all of it)")
-    p.add_argument("--json", type=Path, nargs="?", const=Path("-"), default=None, metavar="PATH",
+    p.add_argument("--json", type=Path, nargs="?", const=STDOUT_ONLY, default=None, metavar="PATH",
                    help="write the summary as JSON to PATH (without PATH: JSON on stdout instead of text)")
     p = sub.add_parser("show", help="top-down figure of a memory: places by room, edges, objects, keyframes",
                        description="Draw a memory database from above (read-only): places coloured by room and "
@@ -86,7 +87,7 @@ def _info(args: argparse.Namespace) -> int:
     info = summarize(read_snapshot(args.db, check_integrity=args.check))
     if args.check:
         info["integrity_check"] = "ok"   # read_snapshot raised otherwise
-    if args.json == Path("-"):
+    if args.json == STDOUT_ONLY:
         print(json.dumps(info, indent=2))
         return 0
     _print_summary(info)

@@ -90,7 +90,8 @@ class EncoderTrainConfig:
     seed: int = 0
 
 
-def augment(x: torch.Tensor, gen: torch.Generator, colour_gain_std: float = 0.1) -> torch.Tensor:
+def augment(x: torch.Tensor, gen: torch.Generator,
+            colour_gain_std: float = EncoderTrainConfig.colour_gain_std) -> torch.Tensor:
     """Photometric + sensor-noise augmentation of a (B, 4, P, P) batch."""
     b = x.shape[0]
     rgb, depth = x[:, :3], x[:, 3:]

@@ -1,10 +1,10 @@
-import hashlib
 import sqlite3
 import struct
 import zlib
 
 import numpy as np
 import pytest
+from conftest import file_sha256
 
 from memnav.core.memory.store import (
     SCHEMA_VERSION,
@@ -15,10 +15,6 @@ from memnav.core.memory.store import (
     decode_png,
     encode_png,
 )
-
-
-def digest(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def make_store(path, dim=8):
@@ -72,23 +68,23 @@ def test_newer_schema_is_refused_and_file_untouched(tmp_path):
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     conn.commit()
     conn.close()
-    before = digest(path)
+    before = file_sha256(path)
     with pytest.raises(SchemaVersionError) as info:
         SceneGraphStore(path, 8)
     err = info.value
     assert err.found == SCHEMA_VERSION + 1 and err.supported == SCHEMA_VERSION
     assert str(path) in str(err) and f"schema_version {SCHEMA_VERSION + 1}" in str(err)
-    assert digest(path) == before
+    assert file_sha256(path) == before
 
 
 def test_garbage_file_is_refused_and_untouched(tmp_path):
     path = tmp_path / "m.sqlite"
     path.write_bytes(b"definitely not sqlite" * 100)
-    before = digest(path)
+    before = file_sha256(path)
     with pytest.raises(CorruptStoreError, match="not an SQLite database") as info:
         SceneGraphStore(path, 8)
     assert info.value.path == str(path)
-    assert digest(path) == before
+    assert file_sha256(path) == before
 
 
 def test_foreign_sqlite_database_is_refused(tmp_path):
@@ -97,10 +93,10 @@ def test_foreign_sqlite_database_is_refused(tmp_path):
     conn.execute("CREATE TABLE customers (id INTEGER)")
     conn.commit()
     conn.close()
-    before = digest(path)
+    before = file_sha256(path)
     with pytest.raises(CorruptStoreError, match="not a memnav memory"):
         SceneGraphStore(path, 8)
-    assert digest(path) == before
+    assert file_sha256(path) == before
 
 
 def test_damaged_pages_are_refused_and_untouched(tmp_path):
@@ -111,10 +107,10 @@ def test_damaged_pages_are_refused_and_untouched(tmp_path):
     raw = bytearray(path.read_bytes())
     raw[100:4096] = b"\xff" * (4096 - 100)   # wipe the schema page after the 100-byte file header
     path.write_bytes(bytes(raw))
-    before = digest(path)
+    before = file_sha256(path)
     with pytest.raises(CorruptStoreError, match="malformed|not a memnav"):
         SceneGraphStore(path, 8)
-    assert digest(path) == before
+    assert file_sha256(path) == before
 
 
 def test_embedding_dim_mismatch_is_refused(tmp_path):

@@ -1,10 +1,10 @@
 """Read-only snapshots of a stored memory: counts, networkx graph, and that nothing is written."""
-import hashlib
 import sqlite3
 
 import networkx as nx
 import numpy as np
 import pytest
+from conftest import file_sha256
 
 from memnav.core.memory import (
     CorruptStoreError,
@@ -24,10 +24,6 @@ S = 1_000_000_000
 def unit(rng):
     v = rng.standard_normal(DIM)
     return v / np.linalg.norm(v)
-
-
-def digest(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture
@@ -105,9 +101,9 @@ def test_thumbnails_are_read_back(stored):
 
 def test_reading_writes_nothing_even_beside_a_live_writer(stored):
     path, _ = stored
-    before = digest(path)
+    before = file_sha256(path)
     read_snapshot(path, check_integrity=True)
-    assert digest(path) == before
+    assert file_sha256(path) == before
     wal = path.with_name(path.name + "-wal")   # SQLite's WAL bookkeeping may appear, empty
     assert not wal.exists() or wal.stat().st_size == 0
     # a memory open for writing in this process: the reader sees its committed places
@@ -141,10 +137,10 @@ def test_bad_files_are_refused_by_name_and_untouched(tmp_path):
     conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
-    before = digest(newer)
+    before = file_sha256(newer)
     with pytest.raises(SchemaVersionError, match="newer.db"):
         read_snapshot(newer)
-    assert digest(newer) == before
+    assert file_sha256(newer) == before
 
 
 def test_writable_store_still_needs_an_embedding_dim(tmp_path):
