@@ -36,6 +36,8 @@ STDOUT_ONLY = Path("-")   # `memnav bench X --json` with no PATH: the JSON goes 
 BENCH_TARGETS: dict[str, tuple[str, str]] = {
     "sim": ("memnav.eval.bench_sim", "simulator RGB-D steps/s at 128x128, 256x256 and on a >=1M-triangle mesh"),
     "memory": ("memnav.eval.bench_memory", "long-term memory insert/retrieve latency and patrol growth"),
+    "relocalise": ("memnav.eval.bench_relocalise",
+                   "kidnapped-robot relocalisation from a stored memory: how often, how fast, how often wrong"),
     "encoder": ("memnav.eval.bench_encoder", "encoder place-recognition recall@1 vs baselines, latency"),
     "agent": ("memnav.eval.bench_agent", "per-step latency of encoder + memory + policy + stop"),
     "replay": ("memnav.eval.bench_replay", "offline bag evaluation speed as a multiple of real time (10 Hz RGB-D)"),

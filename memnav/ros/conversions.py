@@ -107,16 +107,32 @@ def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:
     return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
 
-def odometry_to_pose(msg) -> Pose2D:
-    """nav_msgs/Odometry -> Pose2D (x, y, yaw) in its frame; non-finite values raise MessageError."""
-    p = msg.pose.pose.position
-    q = msg.pose.pose.orientation
+def _planar_pose(pose, what: str) -> Pose2D:
+    """geometry_msgs/Pose -> Pose2D (x, y, yaw); non-finite values or a zero quaternion raise MessageError."""
+    p, q = pose.position, pose.orientation
     values = (p.x, p.y, q.x, q.y, q.z, q.w)
     if not all(math.isfinite(v) for v in values):
-        raise MessageError(f"Odometry.pose has non-finite values {values}")
+        raise MessageError(f"{what} has non-finite values {values}")
     if abs(q.x) + abs(q.y) + abs(q.z) + abs(q.w) < 1e-9:
-        raise MessageError("Odometry.pose.orientation is a zero quaternion")
+        raise MessageError(f"{what}.orientation is a zero quaternion")
     return Pose2D(float(p.x), float(p.y), yaw_from_quaternion(q.x, q.y, q.z, q.w))
+
+
+def odometry_to_pose(msg) -> Pose2D:
+    """nav_msgs/Odometry -> Pose2D (x, y, yaw) in its frame; non-finite values raise MessageError."""
+    return _planar_pose(msg.pose.pose, "Odometry.pose")
+
+
+def pose_estimate_to_pose(msg) -> tuple[Pose2D, float | None, float | None]:
+    """geometry_msgs/PoseWithCovarianceStamped (e.g. RViz's "2D Pose Estimate" on /initialpose) -> (pose,
+    position std in m, yaw std in degrees). A std is None where the covariance leaves it unset (0) or is not
+    finite; the position std is that of the larger of the x and y variances."""
+    pose = _planar_pose(msg.pose.pose, "PoseWithCovarianceStamped.pose")
+    cov = [float(c) for c in msg.pose.covariance]
+    xy, yaw = max(cov[0], cov[7]), cov[35]
+    position_std = math.sqrt(xy) if math.isfinite(xy) and xy > 0 else None
+    yaw_std = math.degrees(math.sqrt(yaw)) if math.isfinite(yaw) and yaw > 0 else None
+    return pose, position_std, yaw_std
 
 
 def pose_to_odometry(pose: Pose2D, stamp=None, frame_id: str = "odom", child_frame_id: str = "base_link",

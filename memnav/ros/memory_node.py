@@ -5,10 +5,14 @@ Subscribes:
     /odom                       nav_msgs/Odometry (pose in the odometry frame)
     /memnav/goal_embedding      sensor_msgs/Image 32FC1 1 x D                    (reliable, transient local)
     /memnav/detections          std_msgs/String JSON objects of a frame (see Detections below)
+    /initialpose                geometry_msgs/PoseWithCovarianceStamped: where the robot stands in the memory's
+                                frame (`frame_id`; RViz's "2D Pose Estimate"); the memory is localised there,
+                                with the covariance's position and yaw spread (see Relocalisation below)
 Publishes:
     /memnav/memory_event        std_msgs/String JSON per insert {stamp_ns, kind (InsertKind value: new_place,
                                 updated_place or loop_closure), node_id, similarity, merged_places,
-                                forgotten_places, buffer_size, objects (detections inserted with it)}
+                                forgotten_places, buffer_size, objects (detections inserted with it),
+                                localised (whether the memory knows where odometry lies in its frame)}
     /memnav/retrievals          std_msgs/String JSON after each insert once a goal embedding is known
                                 {stamp_ns, goal_stamp_ns, robot, hits: top-k places by goal similarity with
                                 memory-frame pose and pose relative to the robot}
@@ -22,6 +26,8 @@ Services (std_srvs/Trigger):
               the counts (fails, saying so, when db_path is empty: a RAM-only memory cannot be saved)
     ~/clear   forget everything: the working buffer, and the long-term memory with its database file
     ~/query   message = JSON of the top-k places for the latest goal embedding (fails, saying so, before one)
+    ~/relocalise  the robot was moved (carried, odometry reset): forget where it is in the memory's frame;
+              loop closures that agree with each other localise it again (SceneGraphMemory.relocalise)
 Parameters: the fields of MemoryNodeConfig, of SceneGraphConfig (db_path "" = RAM only, lost at exit; a file
 is created or loaded, so the memory survives restarts) and of WorkingBufferConfig (prefix "buffer.").
 Time sync: an embedding is inserted with the latest odometry stamped at or before it (at most odom_max_age_s
@@ -33,6 +39,11 @@ objects with class_id, label, instance_id or null, position_m in the odometry fr
 from the simulator bridge's semantic ids or any detector; the objects whose stamp equals an embedding's are
 inserted with it as object nodes of the scene graph. Detections arriving after their frame was inserted are
 counted as late and not used.
+Relocalisation: a memory loaded from its file starts unlocalised (unless start_localised), so do the next
+observations after ~/relocalise: they are tracked in the last frame until relocalisation_confirmations
+loop-closure candidates at different places agree on the robot's pose (relocalise_within_m of odometry's pose
+at most; 0 = anywhere). A pose on /initialpose localises it at once, paired with the latest odometry at or
+before its stamp (a zero stamp: the newest odometry); a pose in another frame than frame_id is dropped (no tf2).
 Bad messages are dropped with a throttled warning and counted; the node never dies on one.
 """
 from __future__ import annotations
@@ -71,6 +82,8 @@ class MemoryNodeConfig:
         odom_queue_size: odometry messages kept for pairing by stamp.
         odom_wait_s: how long an embedding newer than all odometry waits for odometry, seconds (wall clock).
         odom_max_age_s: the odometry used may be at most this much older than the embedding, seconds.
+        relocalise_within_m: after ~/relocalise, how far from odometry's pose loop closures may relocalise the
+            memory, m (0 = anywhere in it).
     """
 
     frame_id: str = "odom"
@@ -81,11 +94,12 @@ class MemoryNodeConfig:
     odom_queue_size: int = 200
     odom_wait_s: float = 0.5
     odom_max_age_s: float = 0.5
+    relocalise_within_m: float = 0.0
 
     def __post_init__(self) -> None:
         if self.retrieval_k < 1 or self.odom_queue_size < 1 or self.snapshot_max_places < 0:
             raise ValueError("MemoryNodeConfig: retrieval_k and odom_queue_size must be >= 1, snapshot_max_places >= 0")
-        for name in ("markers_period_s", "snapshot_period_s", "odom_wait_s", "odom_max_age_s"):
+        for name in ("markers_period_s", "snapshot_period_s", "odom_wait_s", "odom_max_age_s", "relocalise_within_m"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"MemoryNodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -103,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 def build(node) -> Callable[[], None]:
     """Declare this node's parameters on `node` (an rclpy Node named memory_node) and create its publishers,
     subscriptions, services and timers; nothing spins here. Returns the clean-up (closes the memory)."""
+    from geometry_msgs.msg import PoseWithCovarianceStamped
     from nav_msgs.msg import Odometry
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
@@ -137,9 +152,13 @@ def build(node) -> Callable[[], None]:
     pending: list[tuple[int, float, object]] = []   # (stamp_ns, wall arrival, embedding) awaiting odometry
     max_age_ns = int(cfg.odom_max_age_s * 1e9)
 
-    def drop(what: str, err: Exception) -> None:
+    def drop(what: str, err: Exception, throttle: bool = True) -> None:
         st["dropped"] += 1
-        node.get_logger().warning(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
+        message = f"dropped {what} ({st['dropped']} so far): {err}"
+        if throttle:   # rclpy fixes a call site's filters at its first call: two call sites
+            node.get_logger().warning(message, throttle_duration_sec=2.0)
+        else:
+            node.get_logger().warning(message)
 
     def query(stamp_ns: int | None) -> str:
         goal_ns, goal = st["goal"]
@@ -164,7 +183,8 @@ def build(node) -> Callable[[], None]:
         st.update(last_ns=stamp_ns, pose=pose, markers_dirty=True, snapshot_dirty=True)
         event = {"stamp_ns": stamp_ns, "kind": result.kind.value, "node_id": result.node_id, "objects": len(objects),
                  "similarity": result.similarity, "merged_places": result.merged_places,
-                 "forgotten_places": result.forgotten_places, "buffer_size": len(buffer)}
+                 "forgotten_places": result.forgotten_places, "buffer_size": len(buffer),
+                 "localised": st["memory"].localised}
         pub_event.publish(String(data=json.dumps(event)))
         if st["goal"] is not None:
             pub_retrievals.publish(String(data=query(stamp_ns)))
@@ -261,6 +281,35 @@ def build(node) -> Callable[[], None]:
         resp.success, resp.message = True, f"memory cleared ({graph_cfg.db_path or 'RAM only'})"
         return resp
 
+    def on_initialpose(msg: PoseWithCovarianceStamped) -> None:
+        frame = msg.header.frame_id
+        if frame and frame != cfg.frame_id:
+            drop("initial pose", ValueError(f"frame_id {frame!r} is not the memory's frame {cfg.frame_id!r} "
+                                            "(no tf2 here: give the pose in frame_id)"), throttle=False)
+            return
+        stamp_ns, newest = stamp_to_ns(msg.header.stamp), odoms.newest_stamp_ns
+        match = None if newest is None else odoms.at_or_before(stamp_ns if stamp_ns > 0 else newest)
+        if match is None:
+            drop("initial pose", RuntimeError(f"no odometry at or before stamp {stamp_ns} ns to pair it with"),
+                 throttle=False)
+            return
+        try:
+            pose, position_std, yaw_std = conv.pose_estimate_to_pose(msg)
+            st["memory"].set_pose(match[1], pose, position_std_m=position_std, yaw_std_deg=yaw_std)
+        except (conv.MessageError, InvalidInputError) as err:
+            drop("initial pose", err, throttle=False)   # an operator's rare message: every refusal is logged
+            return
+        node.get_logger().info(f"localised at ({pose.x_m:.2f}, {pose.y_m:.2f}, {pose.yaw_rad:.2f} rad) in "
+                               f"{cfg.frame_id} from /initialpose")
+
+    def srv_relocalise(_req, resp):
+        st["memory"].relocalise(cfg.relocalise_within_m or None)
+        resp.success = True
+        resp.message = json.dumps({"localised": False, "within_m": cfg.relocalise_within_m or None,
+                                   "confirmations": graph_cfg.relocalisation_confirmations})
+        node.get_logger().info(f"relocalising: {resp.message}")
+        return resp
+
     def srv_query(_req, resp):
         if st["goal"] is None:
             resp.success, resp.message = False, "no goal embedding received on /memnav/goal_embedding yet"
@@ -277,6 +326,8 @@ def build(node) -> Callable[[], None]:
     node.create_service(Trigger, "~/save", srv_save)
     node.create_service(Trigger, "~/clear", srv_clear)
     node.create_service(Trigger, "~/query", srv_query)
+    node.create_service(Trigger, "~/relocalise", srv_relocalise)
+    node.create_subscription(PoseWithCovarianceStamped, "/initialpose", on_initialpose, 10)
     node.create_timer(max(min(cfg.odom_wait_s / 2.0, 0.1), 0.01), process)
     if cfg.markers_period_s > 0:
         node.create_timer(cfg.markers_period_s, publish_markers)

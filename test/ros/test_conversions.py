@@ -65,6 +65,22 @@ def test_odometry_round_trip_and_nan():
         cv.odometry_to_pose(bad)
 
 
+def test_pose_estimate_reads_the_planar_pose_and_its_spread():
+    from geometry_msgs.msg import PoseWithCovarianceStamped
+
+    msg = PoseWithCovarianceStamped()
+    msg.pose.pose = cv.pose_to_odometry(Pose2D(2.0, -1.0, 0.5)).pose.pose
+    pose, position_std, yaw_std = cv.pose_estimate_to_pose(msg)
+    assert (pose.x_m, pose.y_m) == (2.0, -1.0) and pose.yaw_rad == pytest.approx(0.5)
+    assert position_std is None and yaw_std is None          # an all-zero covariance says nothing
+    msg.pose.covariance[0], msg.pose.covariance[7], msg.pose.covariance[35] = 0.04, 0.09, math.radians(10) ** 2
+    _, position_std, yaw_std = cv.pose_estimate_to_pose(msg)
+    assert position_std == pytest.approx(0.3) and yaw_std == pytest.approx(10.0)
+    msg.pose.pose.orientation.w = msg.pose.pose.orientation.z = 0.0
+    with pytest.raises(cv.MessageError, match="PoseWithCovarianceStamped.pose.orientation is a zero quaternion"):
+        cv.pose_estimate_to_pose(msg)
+
+
 def test_twist():
     t = Twist()
     t.linear.x, t.angular.z = 0.3, -0.5

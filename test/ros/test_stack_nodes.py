@@ -59,6 +59,7 @@ def _tails(folder: Path) -> str:
 
 
 def test_stack_builds_memory_and_decides_stops(stack):
+    from geometry_msgs.msg import PoseWithCovarianceStamped
     from rclpy.event_handler import SubscriptionEventCallbacks
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
@@ -107,7 +108,7 @@ def test_stack_builds_memory_and_decides_stops(stack):
                              event_callbacks=on_match("stop"))
     node.create_subscription(String, "/memnav/retrievals", keep("retr", as_json), 50)
     pub = node.create_publisher(String, "/memnav/action", 10)
-    services = {s: node.create_client(Trigger, f"/memory_node/{s}") for s in ("save", "query", "clear")}
+    services = {s: node.create_client(Trigger, f"/memory_node/{s}") for s in ("save", "query", "clear", "relocalise")}
 
     def wait(cond, timeout: float, what: str, required: bool = True) -> bool:
         end = time.monotonic() + timeout
@@ -243,6 +244,33 @@ def test_stack_builds_memory_and_decides_stops(stack):
         logs = lambda: {n: (folder / f"{n}.log").read_text() for n in NODES}  # noqa: E731
         wait(lambda: "dropped embedding" in logs()["memory_node"] and "dropped embedding" in logs()["stop_node"]
              and "dropped goal image" in logs()["encoder_node"], 10, "warnings about the bad messages")
+
+        # relocalisation: ~/relocalise forgets where the robot is (one observation is at most one vote, so the
+        # next event is unlocalised); a pose on /initialpose in the memory's frame localises it again, one in
+        # another frame is dropped with a warning
+        def next_event() -> dict:
+            for _ in range(3):
+                n = len(got["event"])
+                pub.publish(String(data="TURN_LEFT"))
+                if wait(lambda n=n: len(got["event"]) > n, 4, "", required=False):
+                    return got["event"][n]
+            pytest.fail(f"no memory event after 3 turns\n{_tails(folder)}")
+
+        relocalised = call("relocalise")
+        assert relocalised.success and json.loads(relocalised.message)["localised"] is False
+        assert next_event()["localised"] is False
+        estimate = node.create_publisher(PoseWithCovarianceStamped, "/initialpose", 10)
+        wait(lambda: estimate.get_subscription_count() >= 1, 10, "the /initialpose subscriber")
+        guess = PoseWithCovarianceStamped()
+        guess.header.frame_id = "map"
+        guess.pose.pose.position.x, guess.pose.pose.orientation.w = 1.0, 1.0
+        guess.pose.covariance[0] = guess.pose.covariance[7] = 0.09
+        estimate.publish(guess)
+        wait(lambda: "dropped initial pose" in logs()["memory_node"], 10, "a warning about the map-frame pose")
+        guess.header.frame_id = "odom"
+        estimate.publish(guess)
+        wait(lambda: "localised at (1.00, 0.00" in logs()["memory_node"], 10, "the pose estimate applied")
+        assert next_event()["localised"] is True
 
         cleared = call("clear")
         assert cleared.success

@@ -121,6 +121,11 @@ class SceneGraphConfig:
             default): odometry restarts with each run, so a loaded memory starts unlocalised and its first
             loop closure may lie anywhere within loop_closure_max_distance_m (relocalisation). A new, empty
             memory is always localised: its frame is this odometry's.
+        relocalisation_confirmations: an unlocalised memory (loaded from a file, or after `relocalise()`) takes
+            its frame from appearance only when this many loop-closure candidates, seen in different
+            observations and at different places, agree on where the robot is (within loop_closure_gate_sigmas
+            x sqrt(2) x place_position_std_m and as many times place_yaw_std_deg); 1 trusts the first
+            candidate. Look-alike views elsewhere in the house rarely agree with each other.
         max_edge_distance_m: consecutive places farther apart than this are not linked (a relocalisation jump), m.
         embedding_average_max_visits: a place's embedding is the mean of at most this many recent visits.
         merge_distance_m: consolidation merges places closer than this (memory frame) ..., m.
@@ -160,6 +165,7 @@ class SceneGraphConfig:
     place_yaw_std_deg: float = 15.0
     loop_closure_gate_sigmas: float = 3.0
     start_localised: bool = False
+    relocalisation_confirmations: int = 2
     max_edge_distance_m: float = 3.0
     embedding_average_max_visits: int = 20
     merge_distance_m: float = 0.75
@@ -184,7 +190,8 @@ class SceneGraphConfig:
                     "loop_closure_nprobe", "max_edge_distance_m", "embedding_average_max_visits",
                     "merge_distance_m", "forget_half_life_s", "room_resolution", "object_association_distance_m",
                     "thumbnail_size_px", "index_exact_max_size", "index_nprobe", "loop_closure_max_distance_m",
-                    "place_position_std_m", "place_yaw_std_deg", "loop_closure_gate_sigmas")
+                    "place_position_std_m", "place_yaw_std_deg", "loop_closure_gate_sigmas",
+                    "relocalisation_confirmations")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not value > 0:  # NaN fails too
@@ -430,10 +437,21 @@ class _SpatialGrid:
 
 
 @dataclass
+class _Hypothesis:
+    """Where an unlocalised memory might be: the correction one loop-closure candidate implies."""
+
+    correction: np.ndarray   # memory <- odometry (tx_m, ty_m, theta_rad)
+    support: int             # agreeing candidates, at different places and observations
+    slots: frozenset[int]    # the places behind them
+    stamp_ns: int            # the last observation that supported it
+
+
+@dataclass
 class _Decision:
     kind: InsertKind
     slot: int              # -1 for a new place
     similarity: float
+    hypotheses: tuple[_Hypothesis, ...] = ()   # new relocalisation votes of an unlocalised memory
 
 
 def _se2_apply(corr: np.ndarray, pose: Pose2D) -> Pose2D:
@@ -442,6 +460,15 @@ def _se2_apply(corr: np.ndarray, pose: Pose2D) -> Pose2D:
     return Pose2D(c * pose.x_m - s * pose.y_m + corr[0], s * pose.x_m + c * pose.y_m + corr[1],
                   wrap_angle(pose.yaw_rad + corr[2]))
 
+
+def _correction_between(odom: Pose2D, memory: Pose2D) -> np.ndarray:
+    """The correction (tx, ty, theta) that maps odometry pose `odom` onto memory-frame pose `memory`."""
+    theta = wrap_angle(memory.yaw_rad - odom.yaw_rad)
+    c, s = math.cos(theta), math.sin(theta)
+    return np.array([memory.x_m - (c * odom.x_m - s * odom.y_m), memory.y_m - (s * odom.x_m + c * odom.y_m), theta])
+
+
+_MAX_HYPOTHESES = 32   # relocalisation votes kept while unlocalised (the best supported, then the newest)
 
 # ---------------------------------------------------------------------------------------------------------
 
@@ -484,6 +511,8 @@ class SceneGraphMemory:
         # variances of that correction (position m^2, heading rad^2); inf = not localised yet (see
         # SceneGraphConfig.start_localised), set in _load
         self._correction_var = np.zeros(2)
+        self._unlocalised_gate_m = cfg.loop_closure_max_distance_m   # how far the first closure may be
+        self._hypotheses: list[_Hypothesis] = []   # relocalisation votes while unlocalised
         self._last_odom: Pose2D | None = None
         self._inserts_since_consolidation = 0
         self._dirty: set[int] = set()
@@ -651,6 +680,10 @@ class SceneGraphMemory:
         self._correction_var = var
         if decision.kind is InsertKind.LOOP_CLOSURE:
             self._correct_drift(predicted, decision.slot)
+            self._hypotheses = []
+        elif decision.hypotheses:
+            kept = sorted([*self._hypotheses, *decision.hypotheses], key=lambda h: (h.support, h.stamp_ns))
+            self._hypotheses = kept[-_MAX_HYPOTHESES:]
 
         merged = forgotten = 0
         self._inserts_since_consolidation += 1
@@ -667,7 +700,7 @@ class SceneGraphMemory:
         cfg = self.config
         var = float((self._correction_var if variance is None else variance)[0])
         if not math.isfinite(var):
-            return cfg.loop_closure_max_distance_m
+            return self._unlocalised_gate_m
         return min(cfg.loop_closure_max_distance_m,
                    cfg.loop_closure_gate_sigmas * math.sqrt(var + cfg.place_position_std_m ** 2))
 
@@ -692,6 +725,8 @@ class SceneGraphMemory:
         gate_m = self.loop_closure_gate_m(variance)
         if len(sims):
             best_sim = max(best_sim, float(sims[0]))
+        voting = not math.isfinite(float(variance[0])) and cfg.relocalisation_confirmations > 1
+        votes: list[_Hypothesis] = []
         for slot, sim in zip(keys.tolist(), sims.tolist()):
             if sim < cfg.loop_closure_similarity:
                 break
@@ -703,8 +738,75 @@ class SceneGraphMemory:
             if verifier is not None and not verifier(LoopClosureCandidate(
                     stamp, odom, predicted, emb.copy(), int(pl.ids[slot]), Pose2D(px, py, pyaw), sim)):
                 continue
-            return _Decision(InsertKind.LOOP_CLOSURE, slot, sim)
-        return _Decision(InsertKind.NEW_PLACE, -1, best_sim)
+            if not voting:
+                return _Decision(InsertKind.LOOP_CLOSURE, slot, sim)
+            vote = self._vote(odom, _correction_between(odom, Pose2D(px, py, pyaw)), slot, stamp)
+            if vote.support >= cfg.relocalisation_confirmations:
+                return _Decision(InsertKind.LOOP_CLOSURE, slot, sim)
+            votes.append(vote)
+        return _Decision(InsertKind.NEW_PLACE, -1, best_sim, tuple(votes))
+
+    def _vote(self, odom: Pose2D, correction: np.ndarray, slot: int, stamp: int) -> _Hypothesis:
+        """The relocalisation hypothesis of one loop-closure candidate, supported by every earlier one that
+        puts the robot at the same pose from another place."""
+        cfg = self.config
+        spread = cfg.loop_closure_gate_sigmas * math.sqrt(2.0)
+        here = _se2_apply(correction, odom)
+        best: _Hypothesis | None = None
+        for h in self._hypotheses:
+            if slot in h.slots or h.stamp_ns >= stamp or (best is not None and h.support <= best.support):
+                continue
+            there = _se2_apply(h.correction, odom)
+            if (math.hypot(there.x_m - here.x_m, there.y_m - here.y_m) <= spread * cfg.place_position_std_m
+                    and abs(wrap_angle(there.yaw_rad - here.yaw_rad)) <= math.radians(spread * cfg.place_yaw_std_deg)):
+                best = h
+        if best is None:
+            return _Hypothesis(correction, 1, frozenset((slot,)), stamp)
+        return _Hypothesis(correction, best.support + 1, best.slots | {slot}, stamp)
+
+    def relocalise(self, within_m: float | None = None) -> None:
+        """Forget where the robot is in the memory's frame, e.g. after it was carried elsewhere (a kidnapped
+        robot) or when its odometry was reset.
+
+        The next observations are tracked in the old correction's frame until `relocalisation_confirmations`
+        loop-closure candidates agree on a pose (within `within_m` of where odometry puts the robot; None:
+        anywhere in the memory); the correction then snaps to it. The next place is not linked to the last one.
+        """
+        if within_m is not None and (isinstance(within_m, bool) or not isinstance(within_m, (int, float))
+                                     or not within_m > 0):
+            raise InvalidInputError("within_m", f"must be a distance > 0 or None, got {within_m!r}")
+        self._correction_var = np.full(2, np.inf)
+        self._unlocalised_gate_m = math.inf if within_m is None else float(within_m)
+        self._hypotheses = []
+        self._prev_slot = -1
+        self._last_odom = None
+
+    def set_pose(self, odometry_pose: Pose2D | Sequence[float], memory_pose: Pose2D | Sequence[float], *,
+                 position_std_m: float | None = None, yaw_std_deg: float | None = None) -> None:
+        """Localise the memory from outside (an operator's pose estimate, a map-based localiser): the robot at
+        `odometry_pose` (odometry frame) stands at `memory_pose` (the memory's frame), known to within
+        `position_std_m` / `yaw_std_deg` (default: `place_position_std_m` / `place_yaw_std_deg`). Loop
+        closures are then gated and weighted against that uncertainty. The next place is not linked to the
+        last one."""
+        odom = check_pose(odometry_pose, "odometry_pose")
+        target = check_pose(memory_pose, "memory_pose")
+        cfg = self.config
+        stds = {"position_std_m": cfg.place_position_std_m if position_std_m is None else position_std_m,
+                "yaw_std_deg": cfg.place_yaw_std_deg if yaw_std_deg is None else yaw_std_deg}
+        for name, value in stds.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise InvalidInputError(name, f"must be a finite standard deviation > 0, got {value!r}")
+        self._correction = _correction_between(odom, target)
+        self._correction_var = np.array([stds["position_std_m"] ** 2, math.radians(stds["yaw_std_deg"]) ** 2])
+        self._hypotheses = []
+        self._prev_slot = -1
+        self._last_odom = odom
+
+    @property
+    def localised(self) -> bool:
+        """Whether the memory knows where odometry lies in its frame (False after loading a file without
+        `start_localised`, or after `relocalise()`, until enough loop closures agree)."""
+        return bool(np.isfinite(self._correction_var).all())
 
     def _apply(self, decision: _Decision, stamp: int, predicted: Pose2D, emb: np.ndarray, thumb: bytes | None,
                dets: list[ObjectDetection]) -> tuple[int, list[int]]:

@@ -106,22 +106,88 @@ def test_loop_closure_links_old_place_under_drift_and_corrects_odometry(tmp_path
     embed = SmoothEmbedder()
     m = SceneGraphMemory(cfg(tmp_path))
     first = drive(m, embed, np.arange(0, 6.01, 0.5))
-    start_id = first[0].node_id
     places_before = m.stats().places
     m.close()
     # restarted 5 minutes later: odometry starts afresh, 3 m off the memory's frame, so the loaded memory is
-    # not localised and its first loop closure relocalises it
+    # not localised; its first view of a stored place is a vote, and the second place that agrees with it
+    # relocalises the memory (relocalisation_confirmations 2; places lie about 1.5 m apart here)
     m = SceneGraphMemory(cfg(tmp_path))
-    assert m.loop_closure_gate_m() == m.config.loop_closure_max_distance_m
+    assert m.loop_closure_gate_m() == m.config.loop_closure_max_distance_m and not m.localised
     later = drive(m, embed, np.arange(0, 6.01, 0.5), start_stamp=300 * S, odom_offset=(3.0, 0.0))
-    assert later[0].kind is InsertKind.LOOP_CLOSURE and later[0].node_id == start_id
-    assert later[0].similarity >= m.config.loop_closure_similarity
+    assert later[0].kind is InsertKind.NEW_PLACE and later[0].similarity >= m.config.loop_closure_similarity
+    closure = next(i for i, r in enumerate(later) if r.kind is InsertKind.LOOP_CLOSURE)
+    assert closure <= 3 and later[closure].node_id in {r.node_id for r in first[:5]} and m.localised
     # after re-anchoring, the rest of the revisit maps onto the old places: the graph does not grow much
-    assert m.stats().places <= places_before + 2
+    assert m.stats().places <= places_before + 3
     assert {r.node_id for r in later} <= {r.node_id for r in first} | set(m.place_ids().tolist())
     tx, ty, _ = m.drift_correction
     assert tx == pytest.approx(-3.0, abs=0.75) and abs(ty) < 0.5
     assert m.to_memory_frame([3.0, 0.0, 0.0]).x_m == pytest.approx(0.0, abs=0.75)
+
+
+def test_relocalise_after_the_robot_was_carried_needs_agreeing_closures():
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(relocalisation_confirmations=2))
+    first = drive(m, embed, np.arange(0, 8.01, 0.5))
+    assert m.localised and m.loop_closure_gate_m() < 10.0
+    # carried (kidnapped) 30 m along odometry's x axis without odometry noticing: odometry still reads x = 8,
+    # the robot stands at x = 0. Without relocalise() the drift gate refuses every revisit so far away
+    m.relocalise()
+    assert not m.localised and m.loop_closure_gate_m() == math.inf
+    edges_before = m.stats().traversable_edges
+    later = drive(m, embed, np.arange(0, 3.01, 0.5), start_stamp=300 * S, odom_offset=(8.0, 0.0))
+    kinds = [r.kind for r in later]
+    assert kinds[0] is InsertKind.NEW_PLACE               # one view is only a vote
+    closure = kinds.index(InsertKind.LOOP_CLOSURE)
+    assert closure <= 3 and m.localised   # places lie about 1.5 m apart: the second one seen confirms
+    assert later[closure].node_id in {r.node_id for r in first[:5]}
+    assert m.to_memory_frame([8.0 + 3.0, 0.0, 0.0]).x_m == pytest.approx(3.0, abs=0.75)
+    # the place created before the closure is not linked to where the robot was before it was carried
+    assert not m.graph.has_edge(first[-1].node_id, later[0].node_id)
+    assert m.stats().traversable_edges > edges_before
+
+
+def test_look_alikes_that_disagree_do_not_relocalise():
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(relocalisation_confirmations=2))
+    drive(m, embed, np.arange(0, 8.01, 0.5))
+    m.relocalise(within_m=50.0)
+    assert m.loop_closure_gate_m() == 50.0
+    # each view looks like a stored place, but they are scattered: no two imply the same robot pose
+    for i, x in enumerate((0.0, 6.0, 2.0, 8.0, 4.0)):
+        r = m.insert_observation((300 + i) * S, [100.0 + 0.3 * i, 0.0, 0.0], embed(x, 0.0))
+        assert r.kind is InsertKind.NEW_PLACE
+    assert not m.localised
+    # with a single confirmation the first candidate relocalises (the behaviour before votes)
+    one = SceneGraphMemory(cfg(relocalisation_confirmations=1))
+    drive(one, embed, np.arange(0, 8.01, 0.5))
+    one.relocalise()
+    assert one.insert_observation(300 * S, [100.0, 0.0, 0.0], embed(6.0, 0.0)).kind is InsertKind.LOOP_CLOSURE
+    assert one.localised and one.to_memory_frame([100.0, 0.0, 0.0]).x_m == pytest.approx(6.0, abs=0.6)
+
+
+def test_set_pose_localises_from_an_outside_estimate():
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg())
+    drive(m, embed, np.arange(0, 4.01, 0.5))
+    m.relocalise()
+    # an operator says: odometry pose (10, 10, 90 deg) is memory pose (2, 0, 0), within 0.3 m / 10 deg
+    m.set_pose([10.0, 10.0, math.pi / 2], Pose2D(2.0, 0.0, 0.0), position_std_m=0.3, yaw_std_deg=10.0)
+    assert m.localised and m.loop_closure_gate_m() == pytest.approx(3 * math.hypot(0.3, 0.5))
+    mapped = m.to_memory_frame([10.0, 11.0, math.pi / 2])      # 1 m ahead in odometry
+    assert (mapped.x_m, mapped.y_m, mapped.yaw_rad) == pytest.approx((3.0, 0.0, 0.0), abs=1e-9)
+    # bad input names the field and changes nothing
+    before = m.drift_correction
+    for kwargs, field in (({"position_std_m": 0.0}, "position_std_m"), ({"yaw_std_deg": float("nan")}, "yaw_std_deg")):
+        with pytest.raises(InvalidInputError, match=field):
+            m.set_pose([0.0, 0.0, 0.0], [1.0, 1.0, 0.0], **kwargs)
+    with pytest.raises(InvalidInputError, match="memory_pose"):
+        m.set_pose([0.0, 0.0, 0.0], [float("inf"), 0.0, 0.0])
+    with pytest.raises(InvalidInputError, match="within_m"):
+        m.relocalise(within_m=-1.0)
+    assert m.drift_correction == before and m.localised
+    with pytest.raises(ValueError, match="relocalisation_confirmations"):
+        SceneGraphConfig(relocalisation_confirmations=0)
 
 
 def test_loop_closures_are_gated_by_how_far_odometry_can_have_drifted():
