@@ -581,13 +581,21 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
 
 # --- `memnav eval-report` ---------------------------------------------------------------------------------------
 
+def _same_folder(a: object, b: object) -> bool:
+    """Whether two dataset paths name the same folder (one relative to this directory, one absolute, say)."""
+    if not (isinstance(a, str) and isinstance(b, str)):
+        return False
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
 def merge_runs(runs: list[tuple[str, dict]]) -> dict:
     """Several `memnav eval --json` results as one --compare-shaped dict, so that runs of one agent under two
     settings are compared episode by episode. Agents are named by their run (`label`), or `label:agent` where a
     run holds several.
 
     Raises:
-        ValueError: two runs of another split or data, or the same name twice.
+        ValueError: two runs of another split or data (dataset paths naming the same folder, relative or
+            absolute, are the same data), or the same name twice.
     """
     if len(runs) == 1:
         return runs[0][1]
@@ -595,8 +603,9 @@ def merge_runs(runs: list[tuple[str, dict]]) -> dict:
     first = runs[0][1]
     for label, results in runs:
         for key in ("split", "data", "lifelong"):
-            if results.get(key) != first.get(key):
-                raise ValueError(f"{label}: {key} {results.get(key)!r} differs from {runs[0][0]}'s {first.get(key)!r}")
+            a, b = results.get(key), first.get(key)
+            if a != b and not (key == "data" and _same_folder(a, b)):
+                raise ValueError(f"{label}: {key} {a!r} differs from {runs[0][0]}'s {b!r}")
         agents = agents_of(results)
         for name, a in agents.items():
             key = label if len(agents) == 1 else f"{label}:{name}"

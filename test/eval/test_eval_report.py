@@ -119,7 +119,7 @@ def test_write_eval_report_single_agent_without_beliefs(tmp_path):
     assert "against each agent" not in (tmp_path / "report.html").read_text()
 
 
-def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys):
+def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys, monkeypatch):
     base = [_episode(i, "h1", i % 2, 0.5 * (i % 2), ended_by="stop", belief=0.6) for i in range(10)]
     new = [dict(e, success=1.0, spl=0.7) for e in base]
     for name, eps in (("base", base), ("new", new)):
@@ -137,6 +137,14 @@ def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys)
     (tmp_path / "test.json").write_text(json.dumps({"agent": "memnav", "split": "test", "per_episode": base}))
     assert main(["eval-report", str(tmp_path / "base.json"), str(tmp_path / "test.json"), "--out", str(out)]) == 2
     assert "split" in capsys.readouterr().err
+    # the dataset named relative to this directory in one run and absolute in the other is the same data
+    monkeypatch.chdir(tmp_path)
+    for name, data in (("rel", "data/houses"), ("abs", str(tmp_path / "data" / "houses")), ("other", "data/enc96")):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"agent": "memnav", "split": "val", "data": data,
+                                                           "per_episode": base}))
+    assert main(["eval-report", "rel.json", "abs.json", "--out", str(out)]) == 0
+    assert main(["eval-report", "rel.json", "other.json", "--out", str(out)]) == 2
+    assert "data 'data/enc96' differs" in capsys.readouterr().err
     # runs on other episodes are listed, not paired
     (tmp_path / "short.json").write_text(json.dumps({"agent": "memnav", "split": "val", "per_episode": base[:5]}))
     assert main(["eval-report", str(tmp_path / "base.json"), str(tmp_path / "short.json"), "--out", str(out)]) == 0
