@@ -778,7 +778,7 @@ class Navigator:
     def _view_prior(self, pose: Pose2D) -> float:
         """How much what the long-term memory saw around a map pose, facing its way, looked like the goal photo
         (see NavigatorConfig.candidate_prior)."""
-        if self.memory is None:
+        if self.memory is None or not self.memory.localised:   # unlocalised: where it saw things is unknown
             return self.cfg.prior_unseen
         odom = pose if self._anchor is None else self._anchor.compose(pose)
         here = self.memory.to_memory_frame(odom)
@@ -810,7 +810,7 @@ class Navigator:
         NavigatorConfig.sweep_prior_weight), or None. Remembered: first seen before this episode began, so a
         first visit sweeps nearest first."""
         cfg = self.cfg
-        if cfg.sweep_prior_weight <= 0 or self.memory is None or self.goal is None:
+        if cfg.sweep_prior_weight <= 0 or self.memory is None or self.goal is None or not self.memory.localised:
             return None
         odom = pose if self._anchor is None else self._anchor.compose(pose)
         robot_mem = self.memory.to_memory_frame(odom)
@@ -880,8 +880,8 @@ class Navigator:
     # -- homing over the scene graph --------------------------------------------------------------------
     def _homing_move(self, pose: Pose2D, collided: bool) -> Action | None:
         """The next move towards a remembered place that matches the goal, or None (the policy drives)."""
-        if not self.cfg.homing or self.memory is None:
-            return None
+        if not self.cfg.homing or self.memory is None or not self.memory.localised:
+            return None                  # no memory, or not yet known where the robot is in it
         if self.cfg.explore and self.cfg.homing_via_map:
             self._home_as_candidate(pose)
             return None

@@ -54,6 +54,12 @@ class LearnedAgentOptions(ExploringTuning):
         encoder_checkpoint: encoder checkpoint.
         calibration: stop-belief calibration JSON.
         lifelong_dir: lifelong mode: one memory database per house here (None = fresh memory per episode).
+        odometry_persists: lifelong mode: odometry keeps one frame across runs (the simulator's house frame; a
+            robot localised in a fixed map), so a stored memory is localised from the start and the house's
+            occupancy map from an earlier run is loaded. False (a robot whose odometry restarts at boot): the
+            stored memory relocalises from agreeing loop closures (`SceneGraphConfig.start_localised`), its
+            places guide the search only once it has, and an earlier run's occupancy map, drawn in that run's
+            odometry frame, is neither loaded nor overwritten (the run that creates the memory writes it).
         seed: sampling seed (used only when not greedy).
         homing: memnav agents follow the scene graph to a remembered place matching the goal photo
             (NavigatorConfig.homing); False leaves every move to the policy. Agents that explore home only with
@@ -70,6 +76,7 @@ class LearnedAgentOptions(ExploringTuning):
     encoder_checkpoint: Path = MODELS / "encoder.pt"
     calibration: Path = MODELS / "stop_calibration.json"
     lifelong_dir: Path | None = None
+    odometry_persists: bool = True
     seed: int = 0
     homing: bool = True
     explore: bool = True
@@ -129,6 +136,7 @@ class LearnedAgent:
         stop_params = {"search_value": EXPLORING_SEARCH_VALUE} if explore else None
         self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy, stop_params=stop_params)
         self._scene: str | None = None
+        self._map_in_memory_frame = True    # lifelong: the occupancy map may be saved beside the memory
         self._stamp_ns = 0
         self.visits: dict[str, int] = {}
 
@@ -155,14 +163,17 @@ class LearnedAgent:
                     Path(lifelong).mkdir(parents=True, exist_ok=True)
                     # the simulator's odometry stays in the house's frame from visit to visit: the stored
                     # memory is localised from the start, and loop closures only refine it
+                    persists = self.options.odometry_persists
                     nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db",
-                                                       SceneGraphConfig(start_localised=True))
+                                                       SceneGraphConfig(start_localised=persists))
                     last = nav.memory.stats().last_stamp_ns
                     if last is not None:  # a database from an earlier run: continue its clock
                         self._stamp_ns = max(self._stamp_ns, last)
+                    # this run's odometry frame is the memory's: it persists, or the memory is new
+                    self._map_in_memory_frame = persists or last is None
                     if nav.cfg.persistent_map:   # the house's occupancy map from earlier visits, if any
                         path = self._map_path(place_key)
-                        if path.is_file():
+                        if path.is_file() and persists:
                             nav.explorer.load_map(path)
                         else:
                             nav.explorer.reset()
@@ -213,7 +224,8 @@ class LearnedAgent:
 
     def _save_map(self) -> None:
         """Lifelong mode: write the current house's occupancy map beside its memory database."""
-        if self._scene is not None and self.options.lifelong_dir is not None and self.navigator.cfg.persistent_map:
+        if (self._scene is not None and self.options.lifelong_dir is not None and self.navigator.cfg.persistent_map
+                and self._map_in_memory_frame):
             self.navigator.explorer.save_map(self._map_path(self._scene))
 
     def close(self) -> None:

@@ -58,6 +58,10 @@ class PolicyNodeConfig(ExploringTuning):
         lifelong_dir: keep the long-term memory in a database under this folder across episodes and runs
             ("" = a fresh memory for every goal, as in evaluation).
         memory_key: name of this environment's database in lifelong_dir (e.g. the building).
+        odometry_persists: /odom keeps one frame across runs (the simulator bridge; a robot whose odometry is
+            localised in a fixed map). False (the default: wheel odometry restarts at boot): a stored memory
+            relocalises from agreeing loop closures before its places guide the search, and the occupancy map of
+            an earlier run (drawn in that run's frame) is neither loaded nor overwritten.
         explore: memnav agents explore frontiers of their own occupancy map, check scan-matched goal
             candidates and drive to an RGB-D-localized goal (false: the learned policy searches alone).
         collision_fraction: a MOVE_FORWARD after which odometry moved less than this fraction of
@@ -120,6 +124,7 @@ class PolicyNodeConfig(ExploringTuning):
     goal_depth_wait_s: float = 0.5
     lifelong_dir: str = ""
     memory_key: str = "default"
+    odometry_persists: bool = False
     torch_threads: int = 1
     explore: bool = True
     collision_fraction: float = 0.9
@@ -186,6 +191,7 @@ def build(node) -> Callable[[], None]:
                                encoder_checkpoint=Path(cfg.encoder_checkpoint or MODELS / "encoder.pt"),
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
+                               odometry_persists=cfg.odometry_persists,
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
                                max_steps=cfg.max_steps, **ExploringTuning.values_of(cfg))
     agent = LearnedAgent(cfg.agent, opts)

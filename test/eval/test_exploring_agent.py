@@ -1,7 +1,9 @@
 """The memnav agent finds a goal photo's place in an unseen two-room scene by exploring its own map."""
+import dataclasses
 import math
 
 import numpy as np
+from conftest import file_sha256
 
 from memnav.core.exploration import ExplorerConfig
 from memnav.core.types import Action
@@ -160,6 +162,47 @@ def test_lifelong_agent_keeps_the_house_map_across_visits(two_room_scene, tmp_pa
     finally:
         again.close()
         sim.close()
+
+
+def test_a_robot_whose_odometry_restarts_relocalises_its_stored_memory(two_room_scene, tmp_path):
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    start, goal_pos = np.array([1.0, 0.0, 3.0]), np.array([7.0, 0.0, 3.0])
+    opts = LearnedAgentOptions(lifelong_dir=tmp_path, odometry_persists=False)
+    agent = LearnedAgent("memnav", opts)
+    try:   # the first run creates the memory: its odometry frame is the memory's, and the map is saved
+        assert _run(sim, agent, start, 0.0, goal_pos, 1.57)[0] == Action.STOP
+    finally:
+        agent.close()
+    saved = tmp_path / "two_rooms.map.npz"
+    digest = file_sha256(saved)
+    # the next boot: odometry starts again at (0, 0, 0) where the robot stands
+    again = LearnedAgent("memnav", opts)
+    try:
+        goal = sim.render_at(goal_pos, 1.57)
+        sim.set_agent_pose(start, 0.0)
+        obs = sim.render_at(start, 0.0)
+        origin = obs.pose
+        again.begin("two_rooms", goal.rgb, goal.depth)
+        memory = again.navigator.memory
+        assert again.navigator.explorer.map is None and not memory.localised   # the old map is not loaded
+        localised_at, action = None, None
+        for step in range(300):
+            action = again.act(dataclasses.replace(obs, pose=obs.pose.relative_to(origin)))
+            if localised_at is None and memory.localised:
+                localised_at = step
+            if action == Action.STOP:
+                break
+            obs = sim.step(action)
+        assert localised_at is not None, "the stored memory never relocalised"
+        # the memory's frame is the first run's odometry, the simulator's map frame: the relocalised
+        # correction maps this run's odometry back onto it
+        here = memory.to_memory_frame(obs.pose.relative_to(origin))
+        assert math.hypot(here.x_m - obs.pose.x_m, here.y_m - obs.pose.y_m) < 1.0
+        assert action == Action.STOP and sim.geodesic_distance(sim.agent_state.position, goal_pos) < 1.0
+    finally:
+        again.close()
+        sim.close()
+    assert file_sha256(saved) == digest      # drawn in another frame: the first run's map is kept as it was
 
 
 def test_when_the_search_runs_dry_the_agent_stops_at_its_best_view(two_room_scene):
