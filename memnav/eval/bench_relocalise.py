@@ -9,8 +9,9 @@ views are replayed for each `--confirmations` value (`SceneGraphConfig.relocalis
 
 Reported per setting (`by_confirmations`): the fraction of trials relocalised within the walk, the fraction
 relocalised wrongly (more than `--wrong-m` from the true position at that moment) and still wrong after the walk,
-the steps it took (p50), and the position error after the walk (p50, relocalised trials). Top-level keys repeat
-them for the default setting.
+the steps it took (p50), the position error after the walk (p50, relocalised trials), and the fraction of the
+places the walks added that lie more than `--wrong-m` from where their view was taken (places stored before the
+memory relocalised are moved with it). Top-level keys repeat them for the default setting.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from memnav.core.encoder import Encoder
 from memnav.core.frames import pose2d_from_habitat
-from memnav.core.memory import SceneGraphConfig, SceneGraphMemory
+from memnav.core.memory import InsertKind, SceneGraphConfig, SceneGraphMemory
 from memnav.sim.base import RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 
@@ -102,14 +103,20 @@ def _trial(db: Path, work: Path, dim: int, confirmations: int, emb: np.ndarray, 
         memory.relocalise()
         stamp0 = (memory.stats().last_stamp_ns or 0) + 3600 * 10**9
         at, error_at = None, None
+        created: dict[int, int] = {}      # place id -> the view that created it
         for i in range(len(emb)):
-            memory.insert_observation(stamp0 + i * 10**9, odom[i], emb[i])
+            result = memory.insert_observation(stamp0 + i * 10**9, odom[i], emb[i])
+            if result.kind is InsertKind.NEW_PLACE:
+                created[result.node_id] = i
             if at is None and memory.localised:
                 p = memory.to_memory_frame(odom[i])
                 at, error_at = i + 1, math.hypot(p.x_m - true[i, 0], p.y_m - true[i, 1])
         end = memory.to_memory_frame(odom[-1])
         error_end = math.hypot(end.x_m - true[-1, 0], end.y_m - true[-1, 1]) if at is not None else None
-    return {"steps": at, "error_at_m": error_at, "error_end_m": error_end,
+        kept = [(memory.place(n).pose, true[i]) for n, i in created.items() if n in memory.graph]
+        misplaced = sum(math.hypot(p.x_m - t[0], p.y_m - t[1]) > wrong_m for p, t in kept)
+    return {"steps": at, "error_at_m": error_at, "error_end_m": error_end, "new_places": len(kept),
+            "misplaced_places": misplaced,
             "wrong": at is not None and error_at > wrong_m,
             "wrong_end": error_end is not None and error_end > wrong_m}
 
@@ -122,7 +129,9 @@ def _summary(trials: list[dict]) -> dict:
             "wrong_after_walk_fraction": round(sum(t["wrong_end"] for t in trials) / max(len(trials), 1), 3),
             "steps_to_relocalise_p50": med([t["steps"] for t in done]),
             "error_at_relocalisation_m_p50": med([t["error_at_m"] for t in done]),
-            "error_after_walk_m_p50": med([t["error_end_m"] for t in done])}
+            "error_after_walk_m_p50": med([t["error_end_m"] for t in done]),
+            "misplaced_new_places_fraction": round(sum(t["misplaced_places"] for t in trials)
+                                                   / max(sum(t["new_places"] for t in trials), 1), 3)}
 
 
 def run(args: argparse.Namespace) -> dict:

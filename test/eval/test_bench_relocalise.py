@@ -22,7 +22,8 @@ def test_bench_relocalise_keys_and_the_setting_compared(tmp_path, capsys):
     assert set(by) == {"1", "2"}
     for s in by.values():
         assert s["trials"] == 4
-        for key in ("relocalised_fraction", "wrong_relocalisation_fraction", "wrong_after_walk_fraction"):
+        for key in ("relocalised_fraction", "wrong_relocalisation_fraction", "wrong_after_walk_fraction",
+                    "misplaced_new_places_fraction"):
             assert 0.0 <= s[key] <= 1.0
     # one confirmation relocalises from the first recognised view, so never later than two
     assert by["1"]["relocalised_fraction"] > 0

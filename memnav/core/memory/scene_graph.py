@@ -513,6 +513,7 @@ class SceneGraphMemory:
         self._correction_var = np.zeros(2)
         self._unlocalised_gate_m = cfg.loop_closure_max_distance_m   # how far the first closure may be
         self._hypotheses: list[_Hypothesis] = []   # relocalisation votes while unlocalised
+        self._unlocalised_places: list[int] = []   # place ids created while unlocalised (in the stale frame)
         self._last_odom: Pose2D | None = None
         self._inserts_since_consolidation = 0
         self._dirty: set[int] = set()
@@ -679,9 +680,14 @@ class SceneGraphMemory:
         self._last_odom = odom
         self._correction_var = var
         if decision.kind is InsertKind.LOOP_CLOSURE:
+            stale, was_localised = self._correction.copy(), self.localised
             self._correct_drift(predicted, decision.slot)
             self._hypotheses = []
-        elif decision.hypotheses:
+            if not was_localised:
+                self._move_unlocalised_places(stale)
+        elif not self.localised and decision.kind is InsertKind.NEW_PLACE and node_id in self.graph:
+            self._unlocalised_places.append(node_id)
+        if decision.kind is not InsertKind.LOOP_CLOSURE and decision.hypotheses:
             kept = sorted([*self._hypotheses, *decision.hypotheses], key=lambda h: (h.support, h.stamp_ns))
             self._hypotheses = kept[-_MAX_HYPOTHESES:]
 
@@ -764,13 +770,44 @@ class SceneGraphMemory:
             return _Hypothesis(correction, 1, frozenset((slot,)), stamp)
         return _Hypothesis(correction, best.support + 1, best.slots | {slot}, stamp)
 
+    def _move_unlocalised_places(self, stale: np.ndarray) -> None:
+        """The memory just relocalised: move the places created while it was unlocalised, stored through the
+        stale correction, to where the new correction puts them (one transaction)."""
+        pl, moved = self._places, []
+        c, s = math.cos(-stale[2]), math.sin(-stale[2])
+        for node_id in self._unlocalised_places:
+            slot = pl.slot_of.get(node_id)
+            if slot is None:
+                continue                                 # merged or forgotten since
+            x, y, yaw = (float(v) for v in pl.pose[slot])
+            dx, dy = x - stale[0], y - stale[1]          # back into the odometry frame, then forward
+            new = _se2_apply(self._correction, Pose2D(c * dx - s * dy, s * dx + c * dy, yaw - stale[2]))
+            room = int(pl.room[slot])
+            if room >= 0:
+                self._room_remove_place(slot, delete_empty=False)
+            self._grid.remove(slot, x, y)
+            pl.pose[slot] = (new.x_m, new.y_m, new.yaw_rad)
+            self._grid.add(slot, new.x_m, new.y_m)
+            if room >= 0:
+                pl.room[slot] = room
+                self._room_add_place(slot, room)
+            moved.append((new.x_m, new.y_m, new.yaw_rad, node_id))
+        self._unlocalised_places = []
+        if moved:
+            with self._store.transaction():
+                self._store.set_place_poses(moved)
+                for room in {int(pl.room[pl.slot_of[m[3]]]) for m in moved} - {-1}:
+                    sums = self._room_sums[room]
+                    self._store.upsert_room(room, sums[0] / sums[2], sums[1] / sums[2])
+
     def relocalise(self, within_m: float | None = None) -> None:
         """Forget where the robot is in the memory's frame, e.g. after it was carried elsewhere (a kidnapped
         robot) or when its odometry was reset.
 
-        The next observations are tracked in the old correction's frame until `relocalisation_confirmations`
+        The next observations are stored in the old correction's frame until `relocalisation_confirmations`
         loop-closure candidates agree on a pose (within `within_m` of where odometry puts the robot; None:
-        anywhere in the memory); the correction then snaps to it. The next place is not linked to the last one.
+        anywhere in the memory); the correction then snaps to it, and the places stored in between are moved
+        with it. The next place is not linked to the last one. Objects seen in between keep their positions.
         """
         if within_m is not None and (isinstance(within_m, bool) or not isinstance(within_m, (int, float))
                                      or not within_m > 0):
@@ -778,6 +815,7 @@ class SceneGraphMemory:
         self._correction_var = np.full(2, np.inf)
         self._unlocalised_gate_m = math.inf if within_m is None else float(within_m)
         self._hypotheses = []
+        self._unlocalised_places = []
         self._prev_slot = -1
         self._last_odom = None
 
@@ -787,7 +825,7 @@ class SceneGraphMemory:
         `odometry_pose` (odometry frame) stands at `memory_pose` (the memory's frame), known to within
         `position_std_m` / `yaw_std_deg` (default: `place_position_std_m` / `place_yaw_std_deg`). Loop
         closures are then gated and weighted against that uncertainty. The next place is not linked to the
-        last one."""
+        last one. Places stored while the memory was unlocalised are moved to where this estimate puts them."""
         odom = check_pose(odometry_pose, "odometry_pose")
         target = check_pose(memory_pose, "memory_pose")
         cfg = self.config
@@ -796,9 +834,12 @@ class SceneGraphMemory:
         for name, value in stds.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise InvalidInputError(name, f"must be a finite standard deviation > 0, got {value!r}")
+        stale, was_localised = self._correction.copy(), self.localised
         self._correction = _correction_between(odom, target)
         self._correction_var = np.array([stds["position_std_m"] ** 2, math.radians(stds["yaw_std_deg"]) ** 2])
         self._hypotheses = []
+        if not was_localised:
+            self._move_unlocalised_places(stale)
         self._prev_slot = -1
         self._last_odom = odom
 

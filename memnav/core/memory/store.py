@@ -284,6 +284,10 @@ class SceneGraphStore:
                                "embedding = ?, thumbnail = ? WHERE id = ?",
                                (first_seen_ns, last_seen_ns, visits, _blob(embedding), thumbnail, node_id))
 
+    def set_place_poses(self, rows: Iterable[tuple[float, float, float, int]]) -> None:
+        """Bulk update of (x_m, y_m, yaw_rad, place_id): places moved into another frame."""
+        self._conn.executemany("UPDATE places SET x_m = ?, y_m = ?, yaw_rad = ? WHERE id = ?", rows)
+
     def adopt_thumbnail(self, keep_id: int, drop_id: int) -> None:
         """Give `keep_id` the thumbnail of `drop_id` if it has none (used when merging places)."""
         self._conn.execute("UPDATE places SET thumbnail = (SELECT thumbnail FROM places WHERE id = ?) "

@@ -125,9 +125,9 @@ def test_loop_closure_links_old_place_under_drift_and_corrects_odometry(tmp_path
     assert m.to_memory_frame([3.0, 0.0, 0.0]).x_m == pytest.approx(0.0, abs=0.75)
 
 
-def test_relocalise_after_the_robot_was_carried_needs_agreeing_closures():
+def test_relocalise_after_the_robot_was_carried_needs_agreeing_closures(tmp_path):
     embed = SmoothEmbedder()
-    m = SceneGraphMemory(cfg(relocalisation_confirmations=2))
+    m = SceneGraphMemory(cfg(tmp_path, relocalisation_confirmations=2))
     first = drive(m, embed, np.arange(0, 8.01, 0.5))
     assert m.localised and m.loop_closure_gate_m() < 10.0
     # carried (kidnapped) 30 m along odometry's x axis without odometry noticing: odometry still reads x = 8,
@@ -142,9 +142,17 @@ def test_relocalise_after_the_robot_was_carried_needs_agreeing_closures():
     assert closure <= 3 and m.localised   # places lie about 1.5 m apart: the second one seen confirms
     assert later[closure].node_id in {r.node_id for r in first[:5]}
     assert m.to_memory_frame([8.0 + 3.0, 0.0, 0.0]).x_m == pytest.approx(3.0, abs=0.75)
-    # the place created before the closure is not linked to where the robot was before it was carried
+    # the place created before the closure is not linked to where the robot was before it was carried, and
+    # it was moved from the stale frame (x = 8) to where it is (x = 0), in RAM and in the database
     assert not m.graph.has_edge(first[-1].node_id, later[0].node_id)
     assert m.stats().traversable_edges > edges_before
+    assert m.place(later[0].node_id).pose.x_m == pytest.approx(0.0, abs=0.75)
+    assert later[0].node_id in {p.node_id for p in m.places_within([0.0, 0.0, 0.0], 1.0)}
+    moved, rooms = m.place(later[0].node_id).pose, m.rooms()
+    m.close()
+    again = SceneGraphMemory(cfg(tmp_path))
+    assert again.place(later[0].node_id).pose == moved and again.rooms() == rooms
+    again.close()
 
 
 def test_look_alikes_that_disagree_do_not_relocalise():
@@ -171,8 +179,12 @@ def test_set_pose_localises_from_an_outside_estimate():
     m = SceneGraphMemory(cfg())
     drive(m, embed, np.arange(0, 4.01, 0.5))
     m.relocalise()
+    stale = m.insert_observation(300 * S, [10.0, 10.0, math.pi / 2], random_unit(np.random.default_rng(3)))
+    assert stale.kind is InsertKind.NEW_PLACE and m.place(stale.node_id).pose.x_m == pytest.approx(10.0)
     # an operator says: odometry pose (10, 10, 90 deg) is memory pose (2, 0, 0), within 0.3 m / 10 deg
     m.set_pose([10.0, 10.0, math.pi / 2], Pose2D(2.0, 0.0, 0.0), position_std_m=0.3, yaw_std_deg=10.0)
+    moved = m.place(stale.node_id).pose                         # the place stored meanwhile moves with it
+    assert (moved.x_m, moved.y_m, moved.yaw_rad) == pytest.approx((2.0, 0.0, 0.0), abs=1e-9)
     assert m.localised and m.loop_closure_gate_m() == pytest.approx(3 * math.hypot(0.3, 0.5))
     mapped = m.to_memory_frame([10.0, 11.0, math.pi / 2])      # 1 m ahead in odometry
     assert (mapped.x_m, mapped.y_m, mapped.yaw_rad) == pytest.approx((3.0, 0.0, 0.0), abs=1e-9)
