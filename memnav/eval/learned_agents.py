@@ -181,6 +181,19 @@ class LearnedAgent:
         self.visits[place_key] = self.visits.get(place_key, 0) + 1
         nav.reset(goal_rgb, goal_depth)
 
+    def relocalise(self, goal_rgb=None, goal_depth=None) -> None:
+        """The robot was moved without its odometry knowing (carried, kidnapped): the long-term memory relocalises
+        from agreeing loop closures (`SceneGraphMemory.relocalise`), the occupancy map, now out of register with
+        odometry, is dropped and not saved over the kept one, and with a goal photo the search for it starts
+        over from here."""
+        nav = self.navigator
+        if nav.memory is not None:
+            nav.memory.relocalise()
+        nav.explorer.reset(keep_map=False)
+        self._map_in_memory_frame = False
+        if goal_rgb is not None:
+            nav.reset(goal_rgb, goal_depth)
+
     def step(self, rgb, depth, pose, stamp_ns: int | None = None):
         """One decision on raw inputs; `stamp_ns` None advances the memory clock by one second per step.
 

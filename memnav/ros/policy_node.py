@@ -13,6 +13,10 @@ Publishes:
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
                                 stop_reason, goal_probability, places, mode: "policy", "homing",
                                 "look", "explore", "candidate", "approach", "sweep", "best_view" or "stop"}
+Services (std_srvs/Trigger):
+    ~/relocalise  the robot was moved without its odometry knowing (carried, kidnapped): the long-term memory
+                  relocalises from agreeing loop closures, the occupancy map is dropped, and the current goal's
+                  search starts over from where the robot stands
 Parameters: the fields of PolicyNodeConfig below.
 Modes: `lockstep` true acts once per new frame pair (evaluation against sim_bridge_node in lock-step);
 false decides on the newest frames once the previous action has had its `action_duration_s`: on the first new
@@ -175,6 +179,7 @@ def build(node) -> Callable[[], None]:
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
+    from std_srvs.srv import Trigger
 
     from memnav.core.memory import MemoryStoreError
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
@@ -354,6 +359,17 @@ def build(node) -> Callable[[], None]:
     node.create_subscription(Image, "/memnav/goal_image", on_goal, latched)
     node.create_subscription(Image, "/memnav/goal_depth", on_goal_depth, latched)
     node.create_subscription(String, "/memnav/episode_result", on_result, latched)
+
+    def srv_relocalise(_req, resp):
+        active = st["goal_ns"] is not None and st["goal_rgb"] is not None
+        depth = st["goal_depth"][1] if active and st["goal_has_depth"] else None
+        agent.relocalise(st["goal_rgb"][1] if active else None, depth)
+        resp.success = True
+        resp.message = json.dumps({"localised": False, "search_restarted": active})
+        node.get_logger().info(f"relocalising: {resp.message}")
+        return resp
+
+    node.create_service(Trigger, "~/relocalise", srv_relocalise)
     if not cfg.lockstep:
         node.create_timer(0.05, on_tick)
     return agent.close

@@ -205,6 +205,25 @@ def test_a_robot_whose_odometry_restarts_relocalises_its_stored_memory(two_room_
     assert file_sha256(saved) == digest      # drawn in another frame: the first run's map is kept as it was
 
 
+def test_relocalise_drops_the_map_and_starts_the_search_over(two_room_scene, tmp_path):
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    goal_pos = np.array([7.0, 0.0, 3.0])
+    agent = LearnedAgent("memnav", LearnedAgentOptions(lifelong_dir=tmp_path))
+    try:
+        assert _run(sim, agent, np.array([1.0, 0.0, 3.0]), 0.0, goal_pos, 1.57, max_steps=20)[0] != Action.STOP
+        assert agent.navigator.explorer.map is not None and agent.navigator.memory.localised
+        goal = sim.render_at(goal_pos, 1.57)
+        agent.relocalise(goal.rgb, goal.depth)       # carried elsewhere mid-search
+        nav = agent.navigator
+        assert nav.explorer.map is None and not nav.memory.localised and nav.last is None   # a new search
+        agent.act(sim.render_at(np.array([1.5, 0.0, 3.0]), 0.0))
+        assert nav.mode == "look"                     # it begins again by looking around
+    finally:
+        agent.close()
+        sim.close()
+    assert not (tmp_path / "two_rooms.map.npz").exists()   # out of register with the memory: not saved
+
+
 def test_when_the_search_runs_dry_the_agent_stops_at_its_best_view(two_room_scene):
     """A goal photo of no place in the scene (noise, no depth: no scan candidates): the robot explores both
     rooms, then goes back to its most goal-like view and stops there instead of wandering to the step limit."""

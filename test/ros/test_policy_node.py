@@ -98,6 +98,20 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
         assert got["state"] and all(0.0 <= s["belief"] <= 1.0 and s["mode"] in modes for s in got["state"])
         assert set(got["action"]) <= {a.name for a in Action}
         assert len(got["action"]) >= sum(r["steps"] for r in results.values())
+        # ~/relocalise (the robot was carried): the memory relocalises, the search starts over if a goal is on
+        from std_srvs.srv import Trigger
+
+        client = node.create_client(Trigger, "/policy_node/relocalise")
+        assert client.wait_for_service(timeout_sec=10.0)
+        fut = client.call_async(Trigger.Request())
+        end = time.monotonic() + 10
+        while time.monotonic() < end and not fut.done():
+            rclpy.spin_once(node, timeout_sec=0.05)
+        reply = fut.result()
+        assert reply is not None and reply.success
+        body = json.loads(reply.message)
+        assert body["localised"] is False and isinstance(body["search_restarted"], bool)
+        assert all(p.poll() is None for p in procs)
     finally:
         node.destroy_node()
         rclpy.shutdown()
