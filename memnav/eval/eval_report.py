@@ -106,20 +106,32 @@ def mean_interval(values: list[float] | np.ndarray, z: float = Z95) -> tuple[flo
 
 
 def paired_difference(a: list[float] | np.ndarray, b: list[float] | np.ndarray, resamples: int = 2000,
-                      seed: int = 0) -> tuple[float, float, float]:
+                      seed: int = 0, clusters: list | None = None) -> tuple[float, float, float]:
     """Mean of a - b over the same episodes and its 95% paired bootstrap interval.
 
+    With `clusters` (a label per episode, e.g. its house), whole clusters are resampled: episodes that share
+    something (lifelong visits to one house share its memory, so one early divergence carries over to the rest)
+    are not independent, and resampling them one by one would make the interval too narrow.
+
     Raises:
-        ValueError: a and b differ in length.
+        ValueError: a and b (or clusters) differ in length.
     """
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if x.shape != y.shape:
-        raise ValueError(f"paired_difference: {x.size} values against {y.size}; the runs must share episodes")
+    if x.shape != y.shape or (clusters is not None and len(clusters) != x.size):
+        raise ValueError(f"paired_difference: {x.size} values against {y.size}"
+                         + ("" if clusters is None else f" and {len(clusters)} cluster labels")
+                         + "; the runs must share episodes")
     if x.size == 0:
         return math.nan, math.nan, math.nan
     d = x - y
     rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    if clusters is None:
+        means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    else:
+        _, label = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
+        sums, sizes = np.bincount(label, weights=d), np.bincount(label).astype(np.float64)
+        pick = rng.integers(0, sums.size, size=(resamples, sums.size))
+        means = sums[pick].sum(axis=1) / sizes[pick].sum(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     return float(d.mean()), float(lo), float(hi)
 
@@ -197,10 +209,12 @@ def _key(episode: dict) -> tuple[str, str]:
     return episode["scene_id"], str(episode["episode_id"])
 
 
-def paired_rows(agents: dict[str, dict], focus: str) -> list[dict]:
+def paired_rows(agents: dict[str, dict], focus: str, by_house: bool = False) -> list[dict]:
     """Success and SPL of the focus agent minus each other agent's, paired over the same episodes (an agent run on
-    other episodes gets differ None and no differences)."""
+    other episodes gets differ None and no differences); `by_house` resamples whole houses for the intervals
+    (lifelong runs, see paired_difference)."""
     base = agents[focus]["per_episode"]
+    houses = [e["scene_id"] for e in base] if by_house else None
     rows = []
     for name, a in agents.items():
         eps = a["per_episode"]
@@ -211,8 +225,9 @@ def paired_rows(agents: dict[str, dict], focus: str) -> list[dict]:
             rows.append({"agent": name, "success": nan3, "spl": nan3, "differ": None})
             continue
         rows.append({"agent": name,
-                     "success": paired_difference([e["success"] for e in base], [e["success"] for e in eps]),
-                     "spl": paired_difference([e["spl"] for e in base], [e["spl"] for e in eps]),
+                     "success": paired_difference([e["success"] for e in base], [e["success"] for e in eps],
+                                                  clusters=houses),
+                     "spl": paired_difference([e["spl"] for e in base], [e["spl"] for e in eps], clusters=houses),
                      "differ": sum(1 for x, y in zip(base, eps) if x["success"] != y["success"]
                                    or abs(x["spl"] - y["spl"]) > 0.02)})
     return rows
@@ -510,11 +525,16 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
              _html_table(["agent", "episodes", "success", "SPL", "SoftSPL", "mean steps"],
                          [[r["agent"], r["episodes"], _ci(r["success"], *r["success_ci"]), _ci(*r["spl"]),
                            _ci(*r["soft_spl"]), r["mean_steps"]] for r in summary_rows(agents)])]
-    paired = paired_rows(agents, focus)
+    lifelong = bool(results.get("lifelong"))
+    paired = paired_rows(agents, focus, by_house=lifelong)
     if paired:
+        how = (" It resamples whole houses: in lifelong runs a house's visits share its memory, so one early "
+               "divergence carries over to its later visits, and those episodes are not independent. With few "
+               "houses (fewer than about 10) the interval is itself rough: read it together with the number of "
+               "episodes that differ." if lifelong else "")
         parts += [f"<h2>{html.escape(focus)} against each agent, episode by episode</h2>"
                   f"<p>{html.escape(focus)} minus the other agent on the same episodes, with a 95% paired bootstrap "
-                  "interval: an interval that holds 0 is a difference these episodes cannot tell from noise.</p>",
+                  f"interval: an interval that holds 0 is a difference these episodes cannot tell from noise.{how}</p>",
                   _html_table(["agent", "success difference", "SPL difference", "episodes that differ"],
                               [[r["agent"], _ci(*r["success"]), _ci(*r["spl"]),
                                 r["differ"] if r["differ"] is not None else "not paired: other episodes"]

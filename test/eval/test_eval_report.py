@@ -45,6 +45,16 @@ def test_paired_difference_sees_a_shift_and_refuses_unpaired_runs():
     assert lo < 0 < hi and lo < d < hi
     with pytest.raises(ValueError, match="share episodes"):
         paired_difference([1.0, 0.0], [1.0])
+    # episodes in clusters that move together (one house's lifelong visits): resampling the clusters gives
+    # the honest, wider interval; per episode it would look far more certain than 4 clusters allow
+    effect = np.repeat(rng.normal(0.0, 0.1, 4), 50)
+    base = rng.uniform(0, 1, 200)
+    houses = np.repeat(["h1", "h2", "h3", "h4"], 50).tolist()
+    d1, lo1, hi1 = paired_difference(base + effect, base)
+    d4, lo4, hi4 = paired_difference(base + effect, base, clusters=houses)
+    assert d1 == d4 and hi4 - lo4 > 3 * (hi1 - lo1)
+    with pytest.raises(ValueError, match="cluster labels"):
+        paired_difference([1.0, 0.0], [1.0, 1.0], clusters=["h1"])
 
 
 def test_reliability_bins_and_ece():
@@ -99,8 +109,9 @@ def test_report_files_from_a_saved_compare_json(tmp_path, capsys):
     # memnav's success 8/12 with its Wilson interval, and memnav minus oracle on the same episodes
     lo, hi = wilson_interval(8, 12)
     assert f"0.667 [{lo:.3f}, {hi:.3f}]" in page
-    d, lo, hi = paired_difference([e["spl"] for e in a], [0.9] * 12)
-    assert f"{d:.3f} [{lo:.3f}, {hi:.3f}]" in page
+    # a lifelong run: the interval resamples whole houses (their visits share a memory)
+    d, lo, hi = paired_difference([e["spl"] for e in a], [0.9] * 12, clusters=[e["scene_id"] for e in a])
+    assert f"{d:.3f} [{lo:.3f}, {hi:.3f}]" in page and "resamples whole houses" in page
     assert page.count("<tr><td>h") == 2   # one row per house
     # errors name what is wrong and write nothing
     assert main(["eval-report", str(src), "--out", str(tmp_path / "x"), "--focus", "gru"]) == 2
