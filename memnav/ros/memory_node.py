@@ -16,7 +16,8 @@ Publishes:
     /memnav/retrievals          std_msgs/String JSON after each insert once a goal embedding is known
                                 {stamp_ns, goal_stamp_ns, robot, hits: top-k places by goal similarity with
                                 memory-frame pose and pose relative to the robot}
-    /memnav/scene_graph         std_msgs/String JSON snapshot (counts, places, rooms, objects, edges), at most
+    /memnav/scene_graph         std_msgs/String JSON snapshot (counts, localised, drift_correction, places, rooms,
+                                objects, edges), at most
                                 every snapshot_period_s and only after a change    (reliable, transient local)
     /memnav/scene_graph_markers visualization_msgs/MarkerArray (places as spheres coloured by room, traversability
                                 edges as a line list, room labels; frame `frame_id`), at most every
@@ -299,11 +300,13 @@ def build(node) -> Callable[[], None]:
         except (conv.MessageError, InvalidInputError) as err:
             drop("initial pose", err, throttle=False)   # an operator's rare message: every refusal is logged
             return
+        st.update(markers_dirty=True, snapshot_dirty=True)   # places stored meanwhile may have moved
         node.get_logger().info(f"localised at ({pose.x_m:.2f}, {pose.y_m:.2f}, {pose.yaw_rad:.2f} rad) in "
                                f"{cfg.frame_id} from /initialpose")
 
     def srv_relocalise(_req, resp):
         st["memory"].relocalise(cfg.relocalise_within_m or None)
+        st.update(markers_dirty=True, snapshot_dirty=True)
         resp.success = True
         resp.message = json.dumps({"localised": False, "within_m": cfg.relocalise_within_m or None,
                                    "confirmations": graph_cfg.relocalisation_confirmations})

@@ -48,6 +48,7 @@ def scene_graph_snapshot(memory: SceneGraphMemory, max_places: int = 0) -> dict:
                    "graph_nodes": stats.graph_nodes, "graph_edges": stats.graph_edges},
         "last_stamp_ns": stats.last_stamp_ns,
         "drift_correction": list(memory.drift_correction),
+        "localised": memory.localised,
         "truncated": bool(max_places) and stats.places > max_places,
     }
     if body["truncated"]:

@@ -28,7 +28,7 @@ def memory():
 
 def test_snapshot_lists_places_rooms_and_edges(memory):
     snap = json.loads(json.dumps(scene_graph_snapshot(memory)))   # JSON-ready
-    assert snap["counts"]["places"] == 5 and not snap["truncated"]
+    assert snap["counts"]["places"] == 5 and not snap["truncated"] and snap["localised"] is True
     assert [p["x_m"] for p in snap["places"]] == pytest.approx([0.0, 1.5, 3.0, 4.5, 6.0])
     trav = [e for e in snap["edges"] if e["kind"] == "traversable"]
     assert len(trav) == snap["counts"]["traversable_edges"] == 4

@@ -259,6 +259,7 @@ def test_stack_builds_memory_and_decides_stops(stack):
         relocalised = call("relocalise")
         assert relocalised.success and json.loads(relocalised.message)["localised"] is False
         assert next_event()["localised"] is False
+        wait(lambda: got["snap"][-1]["localised"] is False, 5, "a snapshot saying the memory is unlocalised")
         estimate = node.create_publisher(PoseWithCovarianceStamped, "/initialpose", 10)
         wait(lambda: estimate.get_subscription_count() >= 1, 10, "the /initialpose subscriber")
         guess = PoseWithCovarianceStamped()
@@ -271,6 +272,7 @@ def test_stack_builds_memory_and_decides_stops(stack):
         estimate.publish(guess)
         wait(lambda: "localised at (1.00, 0.00" in logs()["memory_node"], 10, "the pose estimate applied")
         assert next_event()["localised"] is True
+        wait(lambda: got["snap"][-1]["localised"] is True, 5, "a snapshot saying the memory is localised")
 
         cleared = call("clear")
         assert cleared.success
