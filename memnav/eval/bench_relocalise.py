@@ -16,6 +16,7 @@ memory relocalised are moved with it). Top-level keys repeat them for the defaul
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import shutil
 import sys
@@ -29,6 +30,7 @@ from memnav.core.frames import pose2d_from_habitat
 from memnav.core.memory import InsertKind, SceneGraphConfig, SceneGraphMemory
 from memnav.sim.base import RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
+from memnav.train.frame_bank import along_path, houses_of_split
 
 STEP_M = 0.25
 
@@ -57,15 +59,7 @@ def _walk(sim, rng: np.random.Generator, n: int) -> list[tuple[np.ndarray, float
     here = sim.sample_navigable_point()
     while len(views) < n:
         path = sim.shortest_path(here, sim.sample_navigable_point())
-        for a, b in zip(path[:-1], path[1:]):
-            seg = b - a
-            length = float(np.hypot(seg[0], seg[2]))
-            if length < 1e-6:
-                continue
-            yaw = math.atan2(-seg[0], -seg[2])
-            for t in np.arange(0.0, length, STEP_M):
-                if len(views) < n:
-                    views.append((a + seg * (t / length), yaw))
+        views.extend(itertools.islice(along_path(path, STEP_M), n - len(views)))
         here = path[-1]
         if len(path) < 2:     # unreachable goal: start somewhere else
             here = sim.sample_navigable_point()
@@ -139,7 +133,6 @@ def run(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
     from memnav.sim.embedded import EmbeddedSimulator
-    from memnav.train.frame_bank import houses_of_split
 
     for name in ("map_steps", "trials", "trial_steps", "max_houses"):
         if getattr(args, name) < (0 if name == "max_houses" else 1):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,22 +55,29 @@ def houses_of_split(data: Path, split: str) -> list[Path]:
     return houses
 
 
+def along_path(path: np.ndarray, spacing_m: float,
+               first_m: float | Callable[[], float] = 0.0) -> Iterator[tuple[np.ndarray, float]]:
+    """(Habitat position, yaw facing along the path) every `spacing_m` along each segment of a shortest path
+    (Habitat positions, (N, 3)), from `first_m` into each segment (a callable: drawn anew for each segment)."""
+    for a, b in zip(path[:-1], path[1:]):
+        seg = b - a
+        length = float(np.hypot(seg[0], seg[2]))
+        if length < 1e-6:
+            continue
+        yaw = math.atan2(-seg[0], -seg[2])
+        for t in np.arange(first_m() if callable(first_m) else first_m, length, spacing_m):
+            yield a + seg * (t / length), yaw
+
+
 def sample_poses(sim, n: int, rng: np.random.Generator, path_fraction: float = 0.5) -> list[tuple[np.ndarray, float]]:
     """n (Habitat position, yaw) pairs: uniform random, and along shortest-path walks (heading along the path)."""
     poses: list[tuple[np.ndarray, float]] = []
     while len(poses) < n:
         if rng.random() < path_fraction:
             path = sim.shortest_path(sim.sample_navigable_point(), sim.sample_navigable_point())
-            for a, b in zip(path[:-1], path[1:]):
-                seg = b - a
-                length = float(np.hypot(seg[0], seg[2]))
-                if length < 1e-6:
-                    continue
-                yaw = math.atan2(-seg[0], -seg[2])
-                for t in np.arange(rng.uniform(0, 0.75), length, 0.75):
-                    p = a + seg * (t / length)
-                    if len(poses) < n and sim.is_navigable(p):
-                        poses.append((p, yaw + rng.normal(0.0, 0.3)))
+            for p, yaw in along_path(path, 0.75, lambda: rng.uniform(0, 0.75)):
+                if len(poses) < n and sim.is_navigable(p):
+                    poses.append((p, yaw + rng.normal(0.0, 0.3)))
         else:
             poses.append((sim.sample_navigable_point(), float(rng.uniform(-math.pi, math.pi))))
     return poses
