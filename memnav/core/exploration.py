@@ -124,6 +124,21 @@ class ExplorerConfig:
         return int(math.ceil(self.size_m / self.cell_m))
 
 
+@dataclass
+class MapEvidence:
+    """Evidence counts and colours laid on an occupancy grid (see OccupancyMap.evidence_from)."""
+
+    free: np.ndarray
+    occ: np.ndarray
+    colour_sum: np.ndarray
+    colour_hits: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> MapEvidence:
+        return cls(np.zeros((n, n), np.uint16), np.zeros((n, n), np.uint16), np.zeros((n, n, 3), np.float32),
+                   np.zeros((n, n), np.uint16))
+
+
 class OccupancyMap:
     """Obstacle / free evidence counts on a square grid in the odometry frame (x, y of Pose2D)."""
 
@@ -295,6 +310,106 @@ class OccupancyMap:
             m.colour_hits = data["colour_hits"].astype(np.uint16)
         return m
 
+    # -- another frame's evidence -------------------------------------------------------------------
+    def evidence_from(self, src: OccupancyMap, src_from_self: Pose2D) -> MapEvidence:
+        """The evidence of map `src`, drawn in another frame, laid on this grid: each cell of this grid takes the
+        counts and colours of the `src` cell its centre falls in once mapped by `src_from_self` (this map's frame
+        -> src's frame). Nearest-cell lookup from every cell of this grid, so a rotation leaves no holes."""
+        n, m = self.free.shape[0], src.free.shape[0]
+        out = MapEvidence.empty(n)
+        if np.any(src._hi < src._lo):
+            return out                                   # src has no evidence
+        # only this grid's cells that can land on src's evidence: its bounding box, mapped back, with a margin
+        c = src.cfg.cell_m
+        corners = np.array([[src._lo[1], src._lo[0]], [src._lo[1], src._hi[0] + 1], [src._hi[1] + 1, src._lo[0]],
+                            [src._hi[1] + 1, src._hi[0] + 1]], np.float64) * c + src.origin
+        back = [Pose2D(float(x), float(y), 0.0).relative_to(src_from_self) for x, y in corners]
+        rows, cols, _ = self.to_cells(np.array([b.x_m for b in back]), np.array([b.y_m for b in back]))
+        r0, r1 = int(np.clip(rows.min() - 1, 0, n)), int(np.clip(rows.max() + 2, 0, n))
+        c0, c1 = int(np.clip(cols.min() - 1, 0, n)), int(np.clip(cols.max() + 2, 0, n))
+        if r0 >= r1 or c0 >= c1:
+            return out
+        rr, cc = np.mgrid[r0:r1, c0:c1]
+        x, y = cell_centers(self.origin, rr, cc, self.cfg.cell_m)
+        cos, sin = math.cos(src_from_self.yaw_rad), math.sin(src_from_self.yaw_rad)
+        sx = src_from_self.x_m + cos * x - sin * y
+        sy = src_from_self.y_m + sin * x + cos * y
+        sr, sc, inside = src.to_cells(sx, sy)
+        sr, sc = np.clip(sr, 0, m - 1), np.clip(sc, 0, m - 1)
+        box = (slice(r0, r1), slice(c0, c1))
+        out.free[box] = np.where(inside, src.free[sr, sc], 0)
+        out.occ[box] = np.where(inside, src.occ[sr, sc], 0)
+        out.colour_sum[box] = np.where(inside[..., None], src.colour_sum[sr, sc], 0.0)
+        out.colour_hits[box] = np.where(inside, src.colour_hits[sr, sc], 0)
+        return out
+
+    def align_to(self, src: OccupancyMap, guess: Pose2D, radius_m: float = 1.5, angle_deg: float = 24.0,
+                 step_deg: float = 2.0, max_points: int = 3000) -> tuple[Pose2D, float]:
+        """Refine a transform this map's frame -> src's frame (`guess`, e.g. a relocalised memory's correction) by
+        correlating obstacle cells: every rotation about the centroid of this map's obstacles within
+        `angle_deg` (`step_deg` steps) and every shift within `radius_m` (one-cell steps) is scored by the
+        share of this map's obstacle cells that land on or next to an obstacle of `src`, less 0.02 per radius
+        and per angle range away from the guess (so of two equally good fits the nearer wins). Returns the best
+        transform and its share (0 when this map has no obstacles)."""
+        everything = np.s_[:, :]
+        rows, cols = np.nonzero(self.obstacles(everything))
+        if rows.size == 0:
+            return guess, 0.0
+        if rows.size > max_points:
+            keep = np.linspace(0, rows.size - 1, max_points).astype(np.int64)
+            rows, cols = rows[keep], cols[keep]
+        x, y = cell_centers(self.origin, rows, cols, self.cfg.cell_m)
+        cx, cy = float(x.mean()), float(y.mean())
+        target = src.obstacles(everything)
+        grown = target.copy()                          # one cell of tolerance
+        grown[1:] |= target[:-1]
+        grown[:-1] |= target[1:]
+        grown[:, 1:] |= target[:, :-1]
+        grown[:, :-1] |= target[:, 1:]
+        m, c = src.free.shape[0], src.cfg.cell_m
+        k = int(round(radius_m / c))
+        shifts = np.arange(-k, k + 1)
+        best = (-math.inf, guess, 0.0)
+        for dtheta in np.radians(np.arange(-angle_deg, angle_deg + 1e-9, step_deg)):
+            cos, sin = math.cos(dtheta), math.sin(dtheta)
+            about = Pose2D(cx - (cos * cx - sin * cy), cy - (sin * cx + cos * cy), float(dtheta))
+            t = guess.compose(about)                 # rotate about the centroid, then the guess
+            ct, st = math.cos(t.yaw_rad), math.sin(t.yaw_rad)
+            sr, sc, _ = src.to_cells(t.x_m + ct * x - st * y, t.y_m + st * x + ct * y)
+            rr = sr[:, None, None] + shifts[None, :, None]
+            cc = sc[:, None, None] + shifts[None, None, :]
+            ok = (rr >= 0) & (rr < m) & (cc >= 0) & (cc < m)
+            hits = np.where(ok, grown[np.clip(rr, 0, m - 1), np.clip(cc, 0, m - 1)], False).sum(axis=0)
+            # among equally good fits (a symmetric room, a long corridor) the one nearest the guess wins
+            far = np.hypot(shifts[:, None], shifts[None, :]) / max(k, 1) + abs(float(dtheta)) / math.radians(angle_deg)
+            ranked = hits / rows.size - 0.02 * far
+            i, j = np.unravel_index(int(np.argmax(ranked)), ranked.shape)
+            if ranked[i, j] > best[0]:
+                best = (float(ranked[i, j]), Pose2D(t.x_m + float(shifts[j]) * c, t.y_m + float(shifts[i]) * c,
+                                                    t.yaw_rad), float(hits[i, j]) / rows.size)
+        return best[1], best[2]
+
+    def add_evidence(self, ev: MapEvidence, sign: int = 1) -> None:
+        """Add (sign 1) or take back (sign -1) evidence laid on this grid by `evidence_from`."""
+        for name in ("free", "occ", "colour_hits"):
+            grid = getattr(self, name)
+            grid[...] = np.clip(grid.astype(np.int64) + sign * getattr(ev, name).astype(np.int64), 0, 60000)
+        self.colour_sum = np.maximum(self.colour_sum + sign * ev.colour_sum, 0.0).astype(np.float32)
+        any_ev = (self.free > 0) | (self.occ > 0)
+        if any_ev.any():
+            rows, cols = np.nonzero(any_ev)
+            self._lo, self._hi = np.array([rows.min(), cols.min()]), np.array([rows.max(), cols.max()])
+        else:
+            self._lo, self._hi = np.array(self.free.shape), np.array([-1, -1])
+
+    def copy(self) -> OccupancyMap:
+        out = OccupancyMap(self.cfg, Pose2D(0.0, 0.0, 0.0))
+        out.origin = self.origin.copy()
+        out.free, out.occ = self.free.copy(), self.occ.copy()
+        out.colour_sum, out.colour_hits = self.colour_sum.copy(), self.colour_hits.copy()
+        out._lo, out._hi = self._lo.copy(), self._hi.copy()
+        return out
+
     # -- views ----------------------------------------------------------------------------------------
     def window(self, pose: Pose2D, margin_cells: int = 8) -> tuple[slice, slice]:
         """The part of the grid with evidence (and the robot), plus a margin."""
@@ -372,6 +487,10 @@ class Explorer:
     def load_map(self, path: str | Path) -> None:
         """Replace the map with one written by `save_map` (raises MapFileError, see OccupancyMap.load)."""
         self.map = OccupancyMap.load(path, self.cfg)
+        self.map_changed()
+
+    def map_changed(self) -> None:
+        """The map was edited from outside (evidence added): plans and the committed frontier start afresh."""
         self._version += 1
         self._frontier = None
         self._failed = []

@@ -397,6 +397,13 @@ class Navigator:
         self._goal_support = 0
 
     # -- episode -----------------------------------------------------------------------------------------
+    def map_became_known(self) -> None:
+        """The occupancy map has just gained an earlier run's evidence (a rebooted robot's memory relocalised
+        and its house map was laid on this run's frame): from now on the house counts as known, and the goal
+        is scan-matched on the whole map at the next step."""
+        self.known_map = True
+        self._match_now = True
+
     def reset(self, goal_rgb: np.ndarray, goal_depth: np.ndarray | None = None) -> None:
         """Start an episode towards the place shown by the goal image (long-term memory is kept).
 

@@ -79,6 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lifelong", action="store_true",
                         help="keep the long-term memory across consecutive episodes in the same house, in one "
                              "SQLite database per house under --memory-dir; reports SPL against visit index")
+    parser.add_argument("--odometry-restarts", action="store_true",
+                        help="with --lifelong: a robot that reboots before every goal; each episode reopens the "
+                             "house's memory (which must relocalise from loop closures) with odometry in a new "
+                             "random frame, and no occupancy map is carried over between episodes")
     parser.add_argument("--memory-dir", type=Path, default=None, metavar="DIR",
                         help="lifelong memory databases (default: a fresh temporary folder, so a run starts "
                              "with empty memories; give a folder to continue from an earlier run)%(default).0s")
@@ -486,6 +490,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = [a for a in names if a not in AGENTS]
     if unknown:
         raise ValueError(f"--compare: unknown agent(s) {', '.join(unknown)}; available: {', '.join(AGENTS)}")
+    if args.odometry_restarts and not args.lifelong:
+        raise ValueError("--odometry-restarts needs --lifelong (without it every episode starts afresh anyway)")
     episodes = load_split(args)
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")
@@ -509,6 +515,7 @@ def run(args: argparse.Namespace) -> int:
                 memory_dir = (args.memory_dir or Path(tmp)) / name
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
+                                          odometry_restarts=args.odometry_restarts,
                                           homing=not args.no_homing, explore=not args.no_explore,
                                           max_steps=args.max_steps, **ExploringTuning.values_of(args))
             job = AgentJob(name, options, args.seed, config, args.backend, episodes, traces is not None,
@@ -540,6 +547,8 @@ def run(args: argparse.Namespace) -> int:
                   f"after a house's first): {'n/a' if known is None else f'{known:.3f}'}")
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
             "lifelong": bool(args.lifelong)}
+    if args.odometry_restarts:
+        meta["odometry_restarts"] = True
     if args.compare:
         out = dict(meta, agents={n: dict(summaries[n], per_episode=[r.to_json() for r in all_results[n]])
                                  for n in names})

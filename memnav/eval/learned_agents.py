@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from memnav.core.encoder import Encoder
+from memnav.core.exploration import OccupancyMap
 from memnav.core.memory.scene_graph import SceneGraphConfig, SceneGraphMemory
 from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig
 from memnav.core.policy import load_policy
 from memnav.core.stop import GoalBeliefCalibrator
-from memnav.core.types import Action, Observation
+from memnav.core.types import Action, Observation, Pose2D
 from memnav.eval.exploring_defaults import (
     EXPLORING_BEST_VIEW_RESERVE,
     EXPLORING_CANDIDATE_POOL,
@@ -60,6 +63,10 @@ class LearnedAgentOptions(ExploringTuning):
             stored memory relocalises from agreeing loop closures (`SceneGraphConfig.start_localised`), its
             places guide the search only once it has, and an earlier run's occupancy map, drawn in that run's
             odometry frame, is neither loaded nor overwritten (the run that creates the memory writes it).
+        odometry_restarts: lifelong evaluation of a robot that reboots before every goal: each episode is a new
+            run that reopens the house's memory, with odometry seen in a new random frame (act() maps the
+            simulator's pose through it; seeded by `seed`, the house and the visit), and odometry_persists is
+            taken as False.
         seed: sampling seed (used only when not greedy).
         homing: memnav agents follow the scene graph to a remembered place matching the goal photo
             (NavigatorConfig.homing); False leaves every move to the policy. Agents that explore home only with
@@ -77,11 +84,16 @@ class LearnedAgentOptions(ExploringTuning):
     calibration: Path = MODELS / "stop_calibration.json"
     lifelong_dir: Path | None = None
     odometry_persists: bool = True
+    odometry_restarts: bool = False
     seed: int = 0
     homing: bool = True
     explore: bool = True
     collision_fraction: float = 0.9
     max_steps: int = 500
+
+
+_LAY_MIN_SCORE = 0.6     # share of this run's obstacle cells that must land on the saved map's to lay it
+_LAY_RETRY_STEPS = 20    # steps between tries at laying the saved map
 
 
 class LearnedAgent:
@@ -137,6 +149,9 @@ class LearnedAgent:
         self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy, stop_params=stop_params)
         self._scene: str | None = None
         self._map_in_memory_frame = True    # lifelong: the occupancy map may be saved beside the memory
+        self._odom_frame: Pose2D | None = None   # odometry_restarts: this visit's odometry frame in the map frame
+        self._saved_map: OccupancyMap | None = None   # a rebooted run's house map, until the memory relocalises
+        self._lay_tries = 0
         self._stamp_ns = 0
         self.visits: dict[str, int] = {}
 
@@ -158,12 +173,12 @@ class LearnedAgent:
                 nav.memory = SceneGraphMemory()
             else:
                 self._save_map()
-                if place_key != self._scene:
+                if place_key != self._scene or self.options.odometry_restarts:
                     nav.memory.close()
                     Path(lifelong).mkdir(parents=True, exist_ok=True)
                     # the simulator's odometry stays in the house's frame from visit to visit: the stored
                     # memory is localised from the start, and loop closures only refine it
-                    persists = self.options.odometry_persists
+                    persists = self.options.odometry_persists and not self.options.odometry_restarts
                     nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db",
                                                        SceneGraphConfig(start_localised=persists))
                     last = nav.memory.stats().last_stamp_ns
@@ -171,26 +186,39 @@ class LearnedAgent:
                         self._stamp_ns = max(self._stamp_ns, last)
                     # this run's odometry frame is the memory's: it persists, or the memory is new
                     self._map_in_memory_frame = persists or last is None
+                    self._saved_map, self._lay_tries = None, 0
                     if nav.cfg.persistent_map:   # the house's occupancy map from earlier visits, if any
                         path = self._map_path(place_key)
                         if path.is_file() and persists:
                             nav.explorer.load_map(path)
                         else:
                             nav.explorer.reset()
+                            if path.is_file() and not self._map_in_memory_frame:
+                                # drawn in the memory's frame: laid on this run's map once the memory relocalises
+                                self._saved_map = OccupancyMap.load(path, nav.explorer.cfg)
         self._scene = place_key
         self.visits[place_key] = self.visits.get(place_key, 0) + 1
+        if self.options.odometry_restarts:   # this visit's odometry frame: up to 20 m and any heading away
+            key = [self.options.seed, self.visits[place_key], *place_key.encode()]
+            rng = np.random.default_rng(key)
+            self._odom_frame = Pose2D(*rng.uniform(-20.0, 20.0, 2).tolist(), float(rng.uniform(-np.pi, np.pi)))
         nav.reset(goal_rgb, goal_depth)
 
     def relocalise(self, goal_rgb=None, goal_depth=None) -> None:
         """The robot was moved without its odometry knowing (carried, kidnapped): the long-term memory relocalises
         from agreeing loop closures (`SceneGraphMemory.relocalise`), the occupancy map, now out of register with
-        odometry, is dropped and not saved over the kept one, and with a goal photo the search for it starts
-        over from here."""
+        odometry, is dropped (in lifelong mode the house map last saved is laid on the new one once the memory
+        has relocalised), and with a goal photo the search for it starts over from here."""
         nav = self.navigator
         if nav.memory is not None:
             nav.memory.relocalise()
         nav.explorer.reset(keep_map=False)
         self._map_in_memory_frame = False
+        self._lay_tries = 0
+        path = self._map_path(self._scene) if self._scene is not None and self.options.lifelong_dir else None
+        # the house map last saved is laid on the new map again once the memory has relocalised
+        self._saved_map = (OccupancyMap.load(path, nav.explorer.cfg)
+                           if path is not None and nav.cfg.persistent_map and path.is_file() else None)
         if goal_rgb is not None:
             nav.reset(goal_rgb, goal_depth)
 
@@ -202,10 +230,34 @@ class LearnedAgent:
         """
         self._stamp_ns = self._stamp_ns + 1_000_000_000 if stamp_ns is None else max(self._stamp_ns + 1, stamp_ns)
         # collisions are inferred from odometry (not the simulator's flag), as on a robot without bumpers
-        return self.navigator.act(rgb, depth, pose, self._stamp_ns)
+        out = self.navigator.act(rgb, depth, pose, self._stamp_ns)
+        if self._saved_map is not None and self.navigator.memory.localised:
+            self._lay_tries += 1
+            if self._lay_tries % _LAY_RETRY_STEPS == 1:
+                self._lay_saved_map()
+        return out
+
+    def _lay_saved_map(self) -> None:
+        """The memory of a rebooted robot has relocalised: lay the house map an earlier run saved (in the
+        memory's frame) on this run's map, and treat the house as known. The memory's correction is only good
+        near the places it was recognised at (a place's heading is known to about 15 deg), so it is refined by
+        correlating this run's obstacles with the saved map's; below _LAY_MIN_SCORE the map is not laid yet and
+        the next try comes _LAY_RETRY_STEPS steps later, with more of this run's map to match."""
+        nav, saved = self.navigator, self._saved_map
+        if nav.explorer.map is None:
+            return
+        guess = Pose2D(*nav.memory.drift_correction)      # this odometry frame -> the memory's
+        aligned, score = nav.explorer.map.align_to(saved, guess)
+        if score < _LAY_MIN_SCORE:
+            return
+        self._saved_map = None
+        nav.explorer.map.add_evidence(nav.explorer.map.evidence_from(saved, aligned))
+        nav.explorer.map_changed()
+        nav.map_became_known()
 
     def act(self, obs: Observation) -> Action:
-        return self.step(obs.rgb, obs.depth, obs.pose)[0]
+        pose = obs.pose if self._odom_frame is None else self._odom_frame.compose(obs.pose)
+        return self.step(obs.rgb, obs.depth, pose)[0]
 
     @property
     def mode(self) -> str:
@@ -236,7 +288,10 @@ class LearnedAgent:
         return Path(self.options.lifelong_dir) / f"{place_key}.map.npz"
 
     def _save_map(self) -> None:
-        """Lifelong mode: write the current house's occupancy map beside its memory database."""
+        """Lifelong mode: write the current house's occupancy map beside its memory database, when this run's
+        odometry frame is the memory's (odometry persists, or this run created the memory). A rebooted run's
+        map is not written back: laid through a correlation fit each time, the small misalignments of many
+        runs added up on the saved map (walls thickened, doorways closed; README "Across reboots")."""
         if (self._scene is not None and self.options.lifelong_dir is not None and self.navigator.cfg.persistent_map
                 and self._map_in_memory_frame):
             self.navigator.explorer.save_map(self._map_path(self._scene))

@@ -42,8 +42,8 @@ inserted with it as object nodes of the scene graph. Detections arriving after t
 counted as late and not used.
 Relocalisation: a memory loaded from its file starts unlocalised (unless start_localised), so do the next
 observations after ~/relocalise: they are tracked in the last frame until relocalisation_confirmations
-loop-closure candidates at different places agree on the robot's pose (relocalise_within_m of odometry's pose
-at most; 0 = anywhere). A pose on /initialpose localises it at once, paired with the latest odometry at or
+loop-closure candidates at different places agree on the robot's pose (relocalisation_radius_m of odometry's
+pose at most; 0 = anywhere). A pose on /initialpose localises it at once, paired with the latest odometry at or
 before its stamp (a zero stamp: the newest odometry); a pose in another frame than frame_id is dropped (no tf2).
 Bad messages are dropped with a throttled warning and counted; the node never dies on one.
 """
@@ -83,8 +83,6 @@ class MemoryNodeConfig:
         odom_queue_size: odometry messages kept for pairing by stamp.
         odom_wait_s: how long an embedding newer than all odometry waits for odometry, seconds (wall clock).
         odom_max_age_s: the odometry used may be at most this much older than the embedding, seconds.
-        relocalise_within_m: after ~/relocalise, how far from odometry's pose loop closures may relocalise the
-            memory, m (0 = anywhere in it).
     """
 
     frame_id: str = "odom"
@@ -95,12 +93,11 @@ class MemoryNodeConfig:
     odom_queue_size: int = 200
     odom_wait_s: float = 0.5
     odom_max_age_s: float = 0.5
-    relocalise_within_m: float = 0.0
 
     def __post_init__(self) -> None:
         if self.retrieval_k < 1 or self.odom_queue_size < 1 or self.snapshot_max_places < 0:
             raise ValueError("MemoryNodeConfig: retrieval_k and odom_queue_size must be >= 1, snapshot_max_places >= 0")
-        for name in ("markers_period_s", "snapshot_period_s", "odom_wait_s", "odom_max_age_s", "relocalise_within_m"):
+        for name in ("markers_period_s", "snapshot_period_s", "odom_wait_s", "odom_max_age_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"MemoryNodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -305,10 +302,10 @@ def build(node) -> Callable[[], None]:
                                f"{cfg.frame_id} from /initialpose")
 
     def srv_relocalise(_req, resp):
-        st["memory"].relocalise(cfg.relocalise_within_m or None)
+        st["memory"].relocalise()
         st.update(markers_dirty=True, snapshot_dirty=True)
         resp.success = True
-        resp.message = json.dumps({"localised": False, "within_m": cfg.relocalise_within_m or None,
+        resp.message = json.dumps({"localised": False, "within_m": graph_cfg.relocalisation_radius_m or None,
                                    "confirmations": graph_cfg.relocalisation_confirmations})
         node.get_logger().info(f"relocalising: {resp.message}")
         return resp

@@ -25,6 +25,20 @@ def setup(tmp_path_factory):
     return root, data
 
 
+
+def test_lifelong_with_odometry_restarts_reopens_the_memory_every_visit(setup, tmp_path, capsys):
+    root, data = setup
+    out, mem = tmp_path / "reboots.json", tmp_path / "mem"
+    assert main(["eval", "--agent", "memnav", "--lifelong", "--odometry-restarts", "--memory-dir", str(mem),
+                 "--data", str(data), "--episodes", "3", "--max-steps", "15", "--policy-dir", str(root),
+                 *MODELS_ARGS, "--json", str(out), "--no-progress"]) == 0
+    res = json.loads(out.read_text())
+    assert res["odometry_restarts"] is True and len(res["lifelong_spl_by_visit"]) == 3
+    # no occupancy map is carried between reboots: only the visit that created the memory saved one
+    assert len(list((mem / "memnav").glob("*.db"))) == 1
+    assert main(["eval", "--agent", "memnav", "--odometry-restarts", "--data", str(data), "--no-progress"]) == 2
+    assert "--lifelong" in capsys.readouterr().err
+
 @pytest.mark.slow
 def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
     root, data = setup

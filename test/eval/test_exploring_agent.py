@@ -164,7 +164,9 @@ def test_lifelong_agent_keeps_the_house_map_across_visits(two_room_scene, tmp_pa
         sim.close()
 
 
-def test_a_robot_whose_odometry_restarts_relocalises_its_stored_memory(two_room_scene, tmp_path):
+def test_a_robot_whose_odometry_restarts_relocalises_its_stored_memory_and_map(two_room_scene, tmp_path):
+    from memnav.core.exploration import ExplorerConfig, OccupancyMap
+
     sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
     start, goal_pos = np.array([1.0, 0.0, 3.0]), np.array([7.0, 0.0, 3.0])
     opts = LearnedAgentOptions(lifelong_dir=tmp_path, odometry_persists=False)
@@ -175,6 +177,8 @@ def test_a_robot_whose_odometry_restarts_relocalises_its_stored_memory(two_room_
         agent.close()
     saved = tmp_path / "two_rooms.map.npz"
     digest = file_sha256(saved)
+    everything = np.s_[:, :]
+    known_before = OccupancyMap.load(saved, ExplorerConfig()).known(everything)
     # the next boot: odometry starts again at (0, 0, 0) where the robot stands
     again = LearnedAgent("memnav", opts)
     try:
@@ -183,13 +187,16 @@ def test_a_robot_whose_odometry_restarts_relocalises_its_stored_memory(two_room_
         obs = sim.render_at(start, 0.0)
         origin = obs.pose
         again.begin("two_rooms", goal.rgb, goal.depth)
-        memory = again.navigator.memory
-        assert again.navigator.explorer.map is None and not memory.localised   # the old map is not loaded
-        localised_at, action = None, None
+        nav = again.navigator
+        memory = nav.memory
+        assert nav.explorer.map is None and not memory.localised and not nav.known_map   # nothing trusted yet
+        localised_at, laid_at, action, known_then = None, None, None, 0
         for step in range(300):
             action = again.act(dataclasses.replace(obs, pose=obs.pose.relative_to(origin)))
             if localised_at is None and memory.localised:
                 localised_at = step
+            if laid_at is None and nav.known_map:
+                laid_at, known_then = step, int(nav.explorer.map.known(everything).sum())
             if action == Action.STOP:
                 break
             obs = sim.step(action)
@@ -198,11 +205,13 @@ def test_a_robot_whose_odometry_restarts_relocalises_its_stored_memory(two_room_
         # correction maps this run's odometry back onto it
         here = memory.to_memory_frame(obs.pose.relative_to(origin))
         assert math.hypot(here.x_m - obs.pose.x_m, here.y_m - obs.pose.y_m) < 1.0
+        # once relocalised, the first run's house map is fitted to this run's and laid on it: the house is known
+        assert laid_at is not None and laid_at >= localised_at and known_then >= 0.9 * known_before.sum()
         assert action == Action.STOP and sim.geodesic_distance(sim.agent_state.position, goal_pos) < 1.0
     finally:
         again.close()
         sim.close()
-    assert file_sha256(saved) == digest      # drawn in another frame: the first run's map is kept as it was
+    assert file_sha256(saved) == digest     # a rebooted run does not write its map over the saved one
 
 
 def test_relocalise_drops_the_map_and_starts_the_search_over(two_room_scene, tmp_path):
@@ -222,6 +231,24 @@ def test_relocalise_drops_the_map_and_starts_the_search_over(two_room_scene, tmp
         agent.close()
         sim.close()
     assert not (tmp_path / "two_rooms.map.npz").exists()   # out of register with the memory: not saved
+
+
+def test_odometry_restarts_reopen_the_memory_in_a_new_frame_every_visit(two_room_scene, tmp_path):
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    start, goal_pos = np.array([1.0, 0.0, 3.0]), np.array([7.0, 0.0, 3.0])
+    agent = LearnedAgent("memnav", LearnedAgentOptions(lifelong_dir=tmp_path, odometry_restarts=True))
+    try:
+        _run(sim, agent, start, 0.0, goal_pos, 1.57, max_steps=30)          # visit 1 creates the memory
+        memory, places, frame = agent.navigator.memory, agent.navigator.memory.stats().places, agent._odom_frame
+        goal = sim.render_at(goal_pos, 1.57)
+        agent.begin("two_rooms", goal.rgb, goal.depth)                      # visit 2: a reboot
+        again = agent.navigator.memory
+        assert again is not memory and again.stats().places == places > 0 and not again.localised
+        assert agent.navigator.explorer.map is None                        # no map carried over
+        assert frame is not None and agent._odom_frame not in (None, frame)  # odometry in a new frame
+    finally:
+        agent.close()
+        sim.close()
 
 
 def test_when_the_search_runs_dry_the_agent_stops_at_its_best_view(two_room_scene):

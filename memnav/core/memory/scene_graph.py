@@ -118,14 +118,17 @@ class SceneGraphConfig:
         start_localised: the odometry frame is the memory's frame from the start (a robot localised in a fixed
             map frame; the simulator, whose odometry stays in the house's frame across episodes): a memory
             loaded from a file is then tracked with the drift gate from the first observation on. False (the
-            default): odometry restarts with each run, so a loaded memory starts unlocalised and its first
-            loop closure may lie anywhere within loop_closure_max_distance_m (relocalisation). A new, empty
-            memory is always localised: its frame is this odometry's.
+            default): odometry restarts with each run, so a loaded memory starts unlocalised and relocalises
+            from loop closures that may lie anywhere (see relocalisation_radius_m). A new, empty memory is always
+            localised: its frame is this odometry's.
         relocalisation_confirmations: an unlocalised memory (loaded from a file, or after `relocalise()`) takes
             its frame from appearance only when this many loop-closure candidates, seen in different
             observations and at different places, agree on where the robot is (within loop_closure_gate_sigmas
             x sqrt(2) x place_position_std_m and as many times place_yaw_std_deg); 1 trusts the first
             candidate. Look-alike views elsewhere in the house rarely agree with each other.
+        relocalisation_radius_m: how far from where odometry puts the robot an unlocalised memory's loop closures
+            may lie (a loaded memory, and `relocalise()` without within_m), m; 0 = anywhere (the default: a
+            rebooted robot's odometry starts wherever it stands).
         max_edge_distance_m: consecutive places farther apart than this are not linked (a relocalisation jump), m.
         embedding_average_max_visits: a place's embedding is the mean of at most this many recent visits.
         merge_distance_m: consolidation merges places closer than this (memory frame) ..., m.
@@ -166,6 +169,7 @@ class SceneGraphConfig:
     loop_closure_gate_sigmas: float = 3.0
     start_localised: bool = False
     relocalisation_confirmations: int = 2
+    relocalisation_radius_m: float = 0.0
     max_edge_distance_m: float = 3.0
     embedding_average_max_visits: int = 20
     merge_distance_m: float = 0.75
@@ -201,7 +205,7 @@ class SceneGraphConfig:
             if not -1.0 <= value <= 1.0:
                 raise ValueError(f"SceneGraphConfig.{name} must be a cosine similarity in [-1, 1], got {value!r}")
         for name in ("loop_closure_min_age_s", "consolidate_every", "max_places", "room_segmentation_max_places",
-                     "odometry_drift_per_m", "odometry_yaw_drift_deg_per_m"):
+                     "odometry_drift_per_m", "odometry_yaw_drift_deg_per_m", "relocalisation_radius_m"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"SceneGraphConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if not 0.0 < self.loop_closure_correction_gain <= 1.0:
@@ -511,7 +515,7 @@ class SceneGraphMemory:
         # variances of that correction (position m^2, heading rad^2); inf = not localised yet (see
         # SceneGraphConfig.start_localised), set in _load
         self._correction_var = np.zeros(2)
-        self._unlocalised_gate_m = cfg.loop_closure_max_distance_m   # how far the first closure may be
+        self._unlocalised_gate_m = cfg.relocalisation_radius_m or math.inf   # how far unlocalised closures may be
         self._hypotheses: list[_Hypothesis] = []   # relocalisation votes while unlocalised
         self._unlocalised_places: list[int] = []   # place ids created while unlocalised (in the stale frame)
         self._last_odom: Pose2D | None = None
@@ -536,7 +540,17 @@ class SceneGraphMemory:
         return cls(cfg, loop_closure_verifier=loop_closure_verifier)
 
     def close(self) -> None:
-        """Close the database. Every change is already committed, so there is nothing to save."""
+        """Close the database. Every change is already committed, so there is nothing to save.
+
+        A memory still unlocalised (loaded, or after `relocalise()`, and never relocalised since) first forgets
+        the places it stored meanwhile: they lie in an odometry frame nothing ties to the memory's, and a later
+        run could relocalise against them instead of the memory's own places."""
+        stale = [self._places.slot_of[n] for n in self._unlocalised_places if n in self._places.slot_of]
+        self._unlocalised_places = []
+        if stale and not self.localised:
+            with self._store.transaction():
+                for slot in stale:
+                    self._remove_place(slot, bypass=False)
         self._store.close()
 
     def __enter__(self) -> Self:
@@ -806,14 +820,16 @@ class SceneGraphMemory:
 
         The next observations are stored in the old correction's frame until `relocalisation_confirmations`
         loop-closure candidates agree on a pose (within `within_m` of where odometry puts the robot; None:
-        anywhere in the memory); the correction then snaps to it, and the places stored in between are moved
-        with it. The next place is not linked to the last one. Objects seen in between keep their positions.
+        `relocalisation_radius_m`, by default anywhere in the memory); the correction then snaps to it, and
+        the places stored in between are moved with it. The next place is not linked to the last one. Objects
+        seen in between keep their positions.
         """
         if within_m is not None and (isinstance(within_m, bool) or not isinstance(within_m, (int, float))
                                      or not within_m > 0):
             raise InvalidInputError("within_m", f"must be a distance > 0 or None, got {within_m!r}")
         self._correction_var = np.full(2, np.inf)
-        self._unlocalised_gate_m = math.inf if within_m is None else float(within_m)
+        self._unlocalised_gate_m = float(within_m) if within_m is not None else (
+            self.config.relocalisation_radius_m or math.inf)
         self._hypotheses = []
         self._unlocalised_places = []
         self._prev_slot = -1

@@ -112,7 +112,7 @@ def test_loop_closure_links_old_place_under_drift_and_corrects_odometry(tmp_path
     # not localised; its first view of a stored place is a vote, and the second place that agrees with it
     # relocalises the memory (relocalisation_confirmations 2; places lie about 1.5 m apart here)
     m = SceneGraphMemory(cfg(tmp_path))
-    assert m.loop_closure_gate_m() == m.config.loop_closure_max_distance_m and not m.localised
+    assert m.loop_closure_gate_m() == math.inf and not m.localised     # a reboot's odometry may be anywhere
     later = drive(m, embed, np.arange(0, 6.01, 0.5), start_stamp=300 * S, odom_offset=(3.0, 0.0))
     assert later[0].kind is InsertKind.NEW_PLACE and later[0].similarity >= m.config.loop_closure_similarity
     closure = next(i for i, r in enumerate(later) if r.kind is InsertKind.LOOP_CLOSURE)
@@ -172,6 +172,28 @@ def test_look_alikes_that_disagree_do_not_relocalise():
     one.relocalise()
     assert one.insert_observation(300 * S, [100.0, 0.0, 0.0], embed(6.0, 0.0)).kind is InsertKind.LOOP_CLOSURE
     assert one.localised and one.to_memory_frame([100.0, 0.0, 0.0]).x_m == pytest.approx(6.0, abs=0.6)
+
+
+def test_a_run_that_never_relocalises_leaves_no_places_behind(tmp_path):
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 6.01, 0.5))
+    before = m.stats()
+    m.close()
+    # the next run sees nothing it knows (another part of the building): its places would lie in a frame
+    # nothing ties to the memory's, so they are forgotten when it closes unlocalised
+    m = SceneGraphMemory(cfg(tmp_path))
+    rng = np.random.default_rng(4)
+    for i in range(6):
+        r = m.insert_observation((300 + i) * S, [1.5 * i, 40.0, 0.0], random_unit(rng))
+        assert r.kind is InsertKind.NEW_PLACE
+    assert not m.localised and m.stats().places == before.places + 6
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path))
+    after = m.stats()
+    assert (after.places, after.rooms, after.traversable_edges) == (before.places, before.rooms,
+                                                                     before.traversable_edges)
+    m.close()
 
 
 def test_set_pose_localises_from_an_outside_estimate():
