@@ -61,8 +61,10 @@ class LearnedAgentOptions(ExploringTuning):
             robot localised in a fixed map), so a stored memory is localised from the start and the house's
             occupancy map from an earlier run is loaded. False (a robot whose odometry restarts at boot): the
             stored memory relocalises from agreeing loop closures (`SceneGraphConfig.start_localised`), its
-            places guide the search only once it has, and an earlier run's occupancy map, drawn in that run's
-            odometry frame, is neither loaded nor overwritten (the run that creates the memory writes it).
+            places guide the search only once it has, and the occupancy map saved by the run that created the
+            memory (in the memory's frame) is laid on this run's map once the memory has relocalised and a wall
+            correlation has confirmed and refined the transform (`OccupancyMap.align_to`); it is not
+            overwritten.
         odometry_restarts: lifelong evaluation of a robot that reboots before every goal: each episode is a new
             run that reopens the house's memory, with odometry seen in a new random frame (act() maps the
             simulator's pose through it; seeded by `seed`, the house and the visit), and odometry_persists is
@@ -176,7 +178,7 @@ class LearnedAgent:
                 if place_key != self._scene or self.options.odometry_restarts:
                     nav.memory.close()
                     Path(lifelong).mkdir(parents=True, exist_ok=True)
-                    # the simulator's odometry stays in the house's frame from visit to visit: the stored
+                    # odometry that keeps its frame from run to run (the simulator's house frame): the stored
                     # memory is localised from the start, and loop closures only refine it
                     persists = self.options.odometry_persists and not self.options.odometry_restarts
                     nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db",

@@ -64,8 +64,9 @@ class PolicyNodeConfig(ExploringTuning):
         memory_key: name of this environment's database in lifelong_dir (e.g. the building).
         odometry_persists: /odom keeps one frame across runs (the simulator bridge; a robot whose odometry is
             localised in a fixed map). False (the default: wheel odometry restarts at boot): a stored memory
-            relocalises from agreeing loop closures before its places guide the search, and the occupancy map of
-            an earlier run (drawn in that run's frame) is neither loaded nor overwritten.
+            relocalises from agreeing loop closures before its places guide the search, and the occupancy map
+            saved in the memory's frame is laid on this run's map only then, fitted by correlating walls; this
+            run's map is not written back.
         explore: memnav agents explore frontiers of their own occupancy map, check scan-matched goal
             candidates and drive to an RGB-D-localized goal (false: the learned policy searches alone).
         collision_fraction: a MOVE_FORWARD after which odometry moved less than this fraction of

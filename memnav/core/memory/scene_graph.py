@@ -124,8 +124,12 @@ class SceneGraphConfig:
         relocalisation_confirmations: an unlocalised memory (loaded from a file, or after `relocalise()`) takes
             its frame from appearance only when this many loop-closure candidates, seen in different
             observations and at different places, agree on where the robot is (within loop_closure_gate_sigmas
-            x sqrt(2) x place_position_std_m and as many times place_yaw_std_deg); 1 trusts the first
-            candidate. Look-alike views elsewhere in the house rarely agree with each other.
+            x sqrt(2) x place_position_std_m and as many times place_yaw_std_deg), seen at least
+            relocalisation_baseline_m apart; 1 trusts the first candidate. Look-alike views elsewhere in the
+            house rarely agree with each other once the robot has moved between them (turning on the spot in
+            a room like another, every view agrees with the other room).
+        relocalisation_baseline_m: how far odometry must have moved the robot between two agreeing
+            relocalisation votes, m.
         relocalisation_radius_m: how far from where odometry puts the robot an unlocalised memory's loop closures
             may lie (a loaded memory, and `relocalise()` without within_m), m; 0 = anywhere (the default: a
             rebooted robot's odometry starts wherever it stands).
@@ -170,6 +174,7 @@ class SceneGraphConfig:
     start_localised: bool = False
     relocalisation_confirmations: int = 2
     relocalisation_radius_m: float = 0.0
+    relocalisation_baseline_m: float = 1.0
     max_edge_distance_m: float = 3.0
     embedding_average_max_visits: int = 20
     merge_distance_m: float = 0.75
@@ -205,7 +210,8 @@ class SceneGraphConfig:
             if not -1.0 <= value <= 1.0:
                 raise ValueError(f"SceneGraphConfig.{name} must be a cosine similarity in [-1, 1], got {value!r}")
         for name in ("loop_closure_min_age_s", "consolidate_every", "max_places", "room_segmentation_max_places",
-                     "odometry_drift_per_m", "odometry_yaw_drift_deg_per_m", "relocalisation_radius_m"):
+                     "odometry_drift_per_m", "odometry_yaw_drift_deg_per_m", "relocalisation_radius_m",
+                     "relocalisation_baseline_m"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"SceneGraphConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if not 0.0 < self.loop_closure_correction_gain <= 1.0:
@@ -448,6 +454,7 @@ class _Hypothesis:
     support: int             # agreeing candidates, at different places and observations
     slots: frozenset[int]    # the places behind them
     stamp_ns: int            # the last observation that supported it
+    odom_xy: tuple[float, float]   # where odometry put the robot at that observation
 
 
 @dataclass
@@ -547,11 +554,13 @@ class SceneGraphMemory:
         run could relocalise against them instead of the memory's own places."""
         stale = [self._places.slot_of[n] for n in self._unlocalised_places if n in self._places.slot_of]
         self._unlocalised_places = []
-        if stale and not self.localised:
-            with self._store.transaction():
-                for slot in stale:
-                    self._remove_place(slot, bypass=False)
-        self._store.close()
+        try:
+            if stale and not self.localised:
+                with self._store.transaction():
+                    for slot in stale:
+                        self._remove_place(slot, bypass=False)
+        finally:
+            self._store.close()
 
     def __enter__(self) -> Self:
         return self
@@ -776,13 +785,16 @@ class SceneGraphMemory:
         for h in self._hypotheses:
             if slot in h.slots or h.stamp_ns >= stamp or (best is not None and h.support <= best.support):
                 continue
+            if math.hypot(odom.x_m - h.odom_xy[0], odom.y_m - h.odom_xy[1]) < cfg.relocalisation_baseline_m:
+                continue                             # no baseline: a look-alike room agrees with itself
             there = _se2_apply(h.correction, odom)
             if (math.hypot(there.x_m - here.x_m, there.y_m - here.y_m) <= spread * cfg.place_position_std_m
                     and abs(wrap_angle(there.yaw_rad - here.yaw_rad)) <= math.radians(spread * cfg.place_yaw_std_deg)):
                 best = h
+        here_xy = (odom.x_m, odom.y_m)
         if best is None:
-            return _Hypothesis(correction, 1, frozenset((slot,)), stamp)
-        return _Hypothesis(correction, best.support + 1, best.slots | {slot}, stamp)
+            return _Hypothesis(correction, 1, frozenset((slot,)), stamp, here_xy)
+        return _Hypothesis(correction, best.support + 1, best.slots | {slot}, stamp, here_xy)
 
     def _move_unlocalised_places(self, stale: np.ndarray) -> None:
         """The memory just relocalised: move the places created while it was unlocalised, stored through the
