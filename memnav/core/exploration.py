@@ -402,14 +402,6 @@ class OccupancyMap:
         else:
             self._lo, self._hi = np.array(self.free.shape), np.array([-1, -1])
 
-    def copy(self) -> OccupancyMap:
-        out = OccupancyMap(self.cfg, Pose2D(0.0, 0.0, 0.0))
-        out.origin = self.origin.copy()
-        out.free, out.occ = self.free.copy(), self.occ.copy()
-        out.colour_sum, out.colour_hits = self.colour_sum.copy(), self.colour_hits.copy()
-        out._lo, out._hi = self._lo.copy(), self._hi.copy()
-        return out
-
     # -- views ----------------------------------------------------------------------------------------
     def window(self, pose: Pose2D, margin_cells: int = 8) -> tuple[slice, slice]:
         """The part of the grid with evidence (and the robot), plus a margin."""
