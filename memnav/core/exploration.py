@@ -194,10 +194,6 @@ class OccupancyMap:
         seen = valid & (rng <= cfg.max_range_m)
         floor = seen & (height < cfg.obstacle_min_height_m)
         tall = valid & (height >= cfg.obstacle_min_height_m) & (height <= cfg.obstacle_max_height_m)
-        cos_y, sin_y = math.cos(pose.yaw_rad), math.sin(pose.yaw_rad)
-
-        def world(fwd: np.ndarray, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return pose.x_m + cos_y * fwd - sin_y * left, pose.y_m + sin_y * fwd + cos_y * left
 
         # free space: each column is clear up to its nearest obstacle (or the range limit)
         obst_rng = np.where(tall, rng, np.inf).min(axis=0)
@@ -209,9 +205,9 @@ class OccupancyMap:
         keep = along <= clear[None, :]
         fx = (along * ux[None, :])[keep]
         fy = (along * uy[None, :])[keep]
-        self._add(self.free, *world(fx, fy))
-        self._add(self.free, *world(d[floor], lat[floor]))
-        obstacle_xy = world(d[obstacle], lat[obstacle])
+        self._add(self.free, *pose.apply(fx, fy))
+        self._add(self.free, *pose.apply(d[floor], lat[floor]))
+        obstacle_xy = pose.apply(d[obstacle], lat[obstacle])
         self._add(self.occ, *obstacle_xy)
         if rgb is not None and np.ndim(rgb) == 3 and np.shape(rgb)[2] == 3:
             rgb = np.asarray(rgb)
@@ -331,10 +327,7 @@ class OccupancyMap:
             return out
         rr, cc = np.mgrid[r0:r1, c0:c1]
         x, y = cell_centers(self.origin, rr, cc, self.cfg.cell_m)
-        cos, sin = math.cos(src_from_self.yaw_rad), math.sin(src_from_self.yaw_rad)
-        sx = src_from_self.x_m + cos * x - sin * y
-        sy = src_from_self.y_m + sin * x + cos * y
-        sr, sc, inside = src.to_cells(sx, sy)
+        sr, sc, inside = src.to_cells(*src_from_self.apply(x, y))
         sr, sc = np.clip(sr, 0, m - 1), np.clip(sc, 0, m - 1)
         box = (slice(r0, r1), slice(c0, c1))
         out.free[box] = np.where(inside, src.free[sr, sc], 0)
@@ -374,8 +367,7 @@ class OccupancyMap:
             cos, sin = math.cos(dtheta), math.sin(dtheta)
             about = Pose2D(cx - (cos * cx - sin * cy), cy - (sin * cx + cos * cy), float(dtheta))
             t = guess.compose(about)                 # rotate about the centroid, then the guess
-            ct, st = math.cos(t.yaw_rad), math.sin(t.yaw_rad)
-            sr, sc, _ = src.to_cells(t.x_m + ct * x - st * y, t.y_m + st * x + ct * y)
+            sr, sc, _ = src.to_cells(*t.apply(x, y))
             rr = sr[:, None, None] + shifts[None, :, None]
             cc = sc[:, None, None] + shifts[None, None, :]
             ok = (rr >= 0) & (rr < m) & (cc >= 0) & (cc < m)

@@ -75,11 +75,16 @@ class Pose2D:
         c, s = math.cos(origin.yaw_rad), math.sin(origin.yaw_rad)
         return Pose2D(c * dx + s * dy, -s * dx + c * dy, wrap_angle(self.yaw_rad - origin.yaw_rad))
 
+    def apply(self, x, y):
+        """Points (x, y) given in this pose's frame (x forward, y left; floats or numpy arrays), expressed in the
+        frame this pose is in."""
+        c, s = math.cos(self.yaw_rad), math.sin(self.yaw_rad)
+        return self.x_m + c * x - s * y, self.y_m + s * x + c * y
+
     def compose(self, relative: Pose2D) -> Pose2D:
         """A pose given in this pose's frame, expressed in the frame this pose is in (inverse of relative_to)."""
-        c, s = math.cos(self.yaw_rad), math.sin(self.yaw_rad)
-        return Pose2D(self.x_m + c * relative.x_m - s * relative.y_m, self.y_m + s * relative.x_m + c * relative.y_m,
-                      wrap_angle(self.yaw_rad + relative.yaw_rad))
+        x, y = self.apply(relative.x_m, relative.y_m)
+        return Pose2D(x, y, wrap_angle(self.yaw_rad + relative.yaw_rad))
 
 
 def wrap_angle(angle_rad: float) -> float:

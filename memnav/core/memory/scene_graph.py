@@ -800,14 +800,14 @@ class SceneGraphMemory:
         """The memory just relocalised: move the places created while it was unlocalised, stored through the
         stale correction, to where the new correction puts them (one transaction)."""
         pl, moved = self._places, []
-        c, s = math.cos(-stale[2]), math.sin(-stale[2])
+        stale_pose = Pose2D(*stale.tolist())
         for node_id in self._unlocalised_places:
             slot = pl.slot_of.get(node_id)
             if slot is None:
                 continue                                 # merged or forgotten since
             x, y, yaw = (float(v) for v in pl.pose[slot])
-            dx, dy = x - stale[0], y - stale[1]          # back into the odometry frame, then forward
-            new = _se2_apply(self._correction, Pose2D(c * dx - s * dy, s * dx + c * dy, yaw - stale[2]))
+            # back into the odometry frame, then forward through the new correction
+            new = _se2_apply(self._correction, Pose2D(x, y, yaw).relative_to(stale_pose))
             room = int(pl.room[slot])
             if room >= 0:
                 self._room_remove_place(slot, delete_empty=False)
