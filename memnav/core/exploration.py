@@ -336,33 +336,30 @@ class OccupancyMap:
         out.colour_hits[box] = np.where(inside, src.colour_hits[sr, sc], 0)
         return out
 
-    def align_to(self, src: OccupancyMap, guess: Pose2D, radius_m: float = 1.5, angle_deg: float = 24.0,
-                 step_deg: float = 2.0, max_points: int = 3000) -> tuple[Pose2D, float]:
-        """Refine a transform this map's frame -> src's frame (`guess`, e.g. a relocalised memory's correction) by
-        correlating obstacle cells: every rotation about the centroid of this map's obstacles within
-        `angle_deg` (`step_deg` steps) and every shift within `radius_m` (one-cell steps) is scored by the
-        share of this map's obstacle cells that land on or next to an obstacle of `src`, less 0.02 per radius
-        and per angle range away from the guess (so of two equally good fits the nearer wins). Returns the best
-        transform and its share (0 when this map has no obstacles)."""
+    def _transforms_around(self, src: OccupancyMap, guess: Pose2D, radius_m: float, angle_deg: float,
+                           step_deg: float, max_points: int, count_seen: bool = False):
+        """Lay this map's obstacle cells (at most `max_points`) on `src` through every transform near `guess`:
+        each rotation about their centroid within `angle_deg` (`step_deg` steps), with every shift within
+        `radius_m` (one-cell steps). Yields, per rotation, (rotation rad, rotated transform, shifts in cells,
+        the number of cells landing on or next to an obstacle of src per (row, col) shift, and with
+        `count_seen` the numbers landing on cells src has seen and on its free floor (seen, no obstacle within
+        one cell), else None), after a first item: the number of cells laid (nothing more when there are none)."""
         everything = np.s_[:, :]
         rows, cols = np.nonzero(self.obstacles(everything))
-        if rows.size == 0:
-            return guess, 0.0
         if rows.size > max_points:
             keep = np.linspace(0, rows.size - 1, max_points).astype(np.int64)
             rows, cols = rows[keep], cols[keep]
+        yield rows.size
+        if rows.size == 0:
+            return
         x, y = cell_centers(self.origin, rows, cols, self.cfg.cell_m)
         cx, cy = float(x.mean()), float(y.mean())
-        target = src.obstacles(everything)
-        grown = target.copy()                          # one cell of tolerance
-        grown[1:] |= target[:-1]
-        grown[:-1] |= target[1:]
-        grown[:, 1:] |= target[:, :-1]
-        grown[:, :-1] |= target[:, 1:]
-        m, c = src.free.shape[0], src.cfg.cell_m
-        k = int(round(radius_m / c))
+        grown = src._grown_obstacles()
+        known = src.known(everything) if count_seen else None
+        floor = known & ~grown if known is not None else None
+        m = src.free.shape[0]
+        k = int(round(radius_m / src.cfg.cell_m))
         shifts = np.arange(-k, k + 1)
-        best = (-math.inf, guess, 0.0)
         for dtheta in np.radians(np.arange(-angle_deg, angle_deg + 1e-9, step_deg)):
             cos, sin = math.cos(dtheta), math.sin(dtheta)
             about = Pose2D(cx - (cos * cx - sin * cy), cy - (sin * cx + cos * cy), float(dtheta))
@@ -371,15 +368,69 @@ class OccupancyMap:
             rr = sr[:, None, None] + shifts[None, :, None]
             cc = sc[:, None, None] + shifts[None, None, :]
             ok = (rr >= 0) & (rr < m) & (cc >= 0) & (cc < m)
-            hits = np.where(ok, grown[np.clip(rr, 0, m - 1), np.clip(cc, 0, m - 1)], False).sum(axis=0)
+            at = np.clip(rr, 0, m - 1), np.clip(cc, 0, m - 1)
+            hits = np.where(ok, grown[at], False).sum(axis=0)
+            seen = (np.where(ok, known[at], False).sum(axis=0), np.where(ok, floor[at], False).sum(axis=0)
+                    ) if known is not None else None
+            yield float(dtheta), t, shifts, hits, seen
+
+    def align_to(self, src: OccupancyMap, guess: Pose2D, radius_m: float = 1.5, angle_deg: float = 24.0,
+                 step_deg: float = 2.0, max_points: int = 3000) -> tuple[Pose2D, float]:
+        """Refine a transform this map's frame -> src's frame (`guess`, e.g. a relocalised memory's correction) by
+        correlating obstacle cells: every rotation about the centroid of this map's obstacles within
+        `angle_deg` (`step_deg` steps) and every shift within `radius_m` (one-cell steps) is scored by the
+        share of this map's obstacle cells that land on or next to an obstacle of `src`, less 0.02 per radius
+        and per angle range away from the guess (so of two equally good fits the nearer wins). Returns the best
+        transform and its share (0 when this map has no obstacles)."""
+        fits = self._transforms_around(src, guess, radius_m, angle_deg, step_deg, max_points)
+        n = next(fits)
+        c = src.cfg.cell_m
+        best = (-math.inf, guess, 0.0)
+        for dtheta, t, shifts, hits, _ in fits:
             # among equally good fits (a symmetric room, a long corridor) the one nearest the guess wins
-            far = np.hypot(shifts[:, None], shifts[None, :]) / max(k, 1) + abs(float(dtheta)) / math.radians(angle_deg)
-            ranked = hits / rows.size - 0.02 * far
+            k = max(int(shifts[-1]), 1)
+            far = np.hypot(shifts[:, None], shifts[None, :]) / k + abs(dtheta) / math.radians(angle_deg)
+            ranked = hits / n - 0.02 * far
             i, j = np.unravel_index(int(np.argmax(ranked)), ranked.shape)
             if ranked[i, j] > best[0]:
                 best = (float(ranked[i, j]), Pose2D(t.x_m + float(shifts[j]) * c, t.y_m + float(shifts[i]) * c,
-                                                    t.yaw_rad), float(hits[i, j]) / rows.size)
+                                                    t.yaw_rad), float(hits[i, j]) / n)
         return best[1], best[2]
+
+    def contradiction(self, src: OccupancyMap, guess: Pose2D, min_seen: int, radius_m: float = 1.5,
+                      angle_deg: float = 24.0, step_deg: float = 2.0, max_points: int = 3000) -> float | None:
+        """How much this map contradicts `src` at best when laid on it near `guess` (the same transforms as
+        `align_to`; radius_m and angle_deg 0 check `guess` alone): among the transforms that put at least
+        `min_seen` of this map's obstacle cells on cells src has seen, the least share of those that land on
+        src's free floor (no obstacle within one cell). None when no transform puts that many on seen cells.
+        A wall standing where the other map saw open floor at every transform near the guess refutes it, where
+        a low fit alone (`align_to`) may only mean that this map covers rooms src never saw."""
+        fits = self._transforms_around(src, guess, radius_m, angle_deg, step_deg, max_points, count_seen=True)
+        next(fits)
+        least = None
+        for _, _, _, _, (seen, on_floor) in fits:
+            enough = seen >= max(min_seen, 1)
+            if enough.any():
+                share = float((on_floor[enough] / seen[enough]).min())
+                least = share if least is None else min(least, share)
+        return least
+
+    def _grown_obstacles(self) -> np.ndarray:
+        """Obstacle cells and their 4-neighbours (one cell of tolerance for a fit)."""
+        target = self.obstacles(np.s_[:, :])
+        grown = target.copy()
+        grown[1:] |= target[:-1]
+        grown[:-1] |= target[1:]
+        grown[:, 1:] |= target[:, :-1]
+        grown[:, :-1] |= target[:, 1:]
+        return grown
+
+    def add_unseen(self, ev: MapEvidence) -> None:
+        """Add evidence (`evidence_from`) only to the cells this map has none for, leaving what it saw as it is."""
+        unseen = ~self.known(np.s_[:, :])
+        self.add_evidence(MapEvidence(np.where(unseen, ev.free, 0), np.where(unseen, ev.occ, 0),
+                                      np.where(unseen[..., None], ev.colour_sum, 0.0),
+                                      np.where(unseen, ev.colour_hits, 0)))
 
     def add_evidence(self, ev: MapEvidence, sign: int = 1) -> None:
         """Add (sign 1) or take back (sign -1) evidence laid on this grid by `evidence_from`."""

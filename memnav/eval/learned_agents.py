@@ -96,6 +96,11 @@ class LearnedAgentOptions(ExploringTuning):
 
 _LAY_MIN_SCORE = 0.6     # share of this run's obstacle cells that must land on the saved map's to lay it
 _LAY_RETRY_STEPS = 20    # steps between tries at laying the saved map
+# a try where every transform near the memory's correction that lays at least _DOUBT_MIN_CELLS of this run's
+# obstacle cells on cells the saved map saw puts _DOUBT_CONFLICT of them on its free floor refutes the memory's
+# relocalisation (walls where it saw floor)
+_DOUBT_MIN_CELLS = 150
+_DOUBT_CONFLICT = 0.35
 
 
 class LearnedAgent:
@@ -154,6 +159,7 @@ class LearnedAgent:
         self._odom_frame: Pose2D | None = None   # odometry_restarts: this visit's odometry frame in the map frame
         self._saved_map: OccupancyMap | None = None   # a rebooted run's house map, until the memory relocalises
         self._lay_tries = 0
+        self._laid_at: Pose2D | None = None   # this odometry frame -> the saved map's, once laid
         self._stamp_ns = 0
         self.visits: dict[str, int] = {}
 
@@ -188,7 +194,7 @@ class LearnedAgent:
                         self._stamp_ns = max(self._stamp_ns, last)
                     # this run's odometry frame is the memory's: it persists, or the memory is new
                     self._map_in_memory_frame = persists or last is None
-                    self._saved_map, self._lay_tries = None, 0
+                    self._saved_map, self._lay_tries, self._laid_at = None, 0, None
                     if nav.cfg.persistent_map:   # the house's occupancy map from earlier visits, if any
                         path = self._map_path(place_key)
                         if path.is_file() and persists:
@@ -216,7 +222,7 @@ class LearnedAgent:
             nav.memory.relocalise()
         nav.explorer.reset(keep_map=False)
         self._map_in_memory_frame = False
-        self._lay_tries = 0
+        self._lay_tries, self._laid_at = 0, None
         path = self._map_path(self._scene) if self._scene is not None and self.options.lifelong_dir else None
         # the house map last saved is laid on the new map again once the memory has relocalised
         self._saved_map = (OccupancyMap.load(path, nav.explorer.cfg)
@@ -244,15 +250,23 @@ class LearnedAgent:
         memory's frame) on this run's map, and treat the house as known. The memory's correction is only good
         near the places it was recognised at (a place's heading is known to about 15 deg), so it is refined by
         correlating this run's obstacles with the saved map's; below _LAY_MIN_SCORE the map is not laid yet and
-        the next try comes _LAY_RETRY_STEPS steps later, with more of this run's map to match."""
+        the next try comes _LAY_RETRY_STEPS steps later, with more of this run's map to match. If every transform
+        near the correction puts this run's walls on the saved map's free floor (`OccupancyMap.contradiction`),
+        the memory relocalised at a look-alike: the relocalisation is retracted
+        (`SceneGraphMemory.relocalise(retract=True)`), and the memory relocalises again from what the robot
+        sees next."""
         nav, saved = self.navigator, self._saved_map
         if nav.explorer.map is None:
             return
         guess = Pose2D(*nav.memory.drift_correction)      # this odometry frame -> the memory's
         aligned, score = nav.explorer.map.align_to(saved, guess)
         if score < _LAY_MIN_SCORE:
+            conflict = nav.explorer.map.contradiction(saved, guess, _DOUBT_MIN_CELLS)
+            if conflict is not None and conflict >= _DOUBT_CONFLICT:
+                nav.memory.relocalise(retract=True)
+                self._lay_tries = 0
             return
-        self._saved_map = None
+        self._saved_map, self._laid_at = None, aligned
         nav.explorer.map.add_evidence(nav.explorer.map.evidence_from(saved, aligned))
         nav.explorer.map_changed()
         nav.map_became_known()
@@ -291,12 +305,21 @@ class LearnedAgent:
 
     def _save_map(self) -> None:
         """Lifelong mode: write the current house's occupancy map beside its memory database, when this run's
-        odometry frame is the memory's (odometry persists, or this run created the memory). A rebooted run's
-        map is not written back: laid through a correlation fit each time, the small misalignments of many
-        runs added up on the saved map (walls thickened, doorways closed; README "Across reboots")."""
-        if (self._scene is not None and self.options.lifelong_dir is not None and self.navigator.cfg.persistent_map
-                and self._map_in_memory_frame):
-            self.navigator.explorer.save_map(self._map_path(self._scene))
+        odometry frame is the memory's (odometry persists, or this run created the memory). A rebooted run
+        that laid the saved map only extends it: what it mapped where the saved map has no evidence is added
+        through the fitted transform, and the cells the saved map had seen are left as they were. (Adding
+        everything, the small misalignments of many runs piled up on the same walls: they thickened and
+        doorways closed; README "Across reboots".) A rebooted run that never laid it writes nothing."""
+        if self._scene is None or self.options.lifelong_dir is None or not self.navigator.cfg.persistent_map:
+            return
+        path, run = self._map_path(self._scene), self.navigator.explorer.map
+        if self._map_in_memory_frame:
+            self.navigator.explorer.save_map(path)
+        elif self._laid_at is not None and run is not None and path.is_file():
+            saved = OccupancyMap.load(path, self.navigator.explorer.cfg)
+            saved.add_unseen(saved.evidence_from(run, Pose2D(0.0, 0.0, 0.0).relative_to(self._laid_at)))
+            saved.save(path)
+            self._laid_at = None
 
     def close(self) -> None:
         self._save_map()

@@ -65,8 +65,9 @@ class PolicyNodeConfig(ExploringTuning):
         odometry_persists: /odom keeps one frame across runs (the simulator bridge; a robot whose odometry is
             localised in a fixed map). False (the default: wheel odometry restarts at boot): a stored memory
             relocalises from agreeing loop closures before its places guide the search, and the occupancy map
-            saved in the memory's frame is laid on this run's map only then, fitted by correlating walls; this
-            run's map is not written back.
+            saved in the memory's frame is laid on this run's map only then, fitted by correlating walls (a
+            saved map that contradicts every fit near the memory's pose retracts the relocalisation); this
+            run's map then extends the saved one where it had no evidence.
         explore: memnav agents explore frontiers of their own occupancy map, check scan-matched goal
             candidates and drive to an RGB-D-localized goal (false: the learned policy searches alone).
         collision_fraction: a MOVE_FORWARD after which odometry moved less than this fraction of

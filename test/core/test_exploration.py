@@ -1,4 +1,5 @@
 """Occupancy mapping, frontier exploration and goal scan matching on a real ray-cast scene."""
+import dataclasses
 import math
 
 import numpy as np
@@ -384,6 +385,7 @@ def test_a_map_from_another_frame_lands_where_the_same_views_would_put_it(sim):
     frame = Pose2D(5.0, -3.0, 1.1)          # the second run's odometry = frame o true pose
     first, second = Explorer(ExplorerConfig()), Explorer(ExplorerConfig())
     obs = _start(sim, 2.0, 2.5)
+    at = obs.pose                           # where the robot turns, in the first (the simulator's) frame
     for _ in range(12):
         first.update(obs.depth, obs.pose)
         second.update(obs.depth, frame.compose(obs.pose))
@@ -404,6 +406,17 @@ def test_a_map_from_another_frame_lands_where_the_same_views_would_put_it(sim):
     assert abs(int(known.sum()) - int(second.map.known(everything).sum())) <= 0.1 * known.sum()
     target.add_evidence(ev, sign=-1)                                        # and back out again
     assert not target.known(everything).any()
+    # extending a map only where it has no evidence: what it saw stays as it was, the rest is added
+    half = dataclasses.replace(ev, free=ev.free.copy(), occ=ev.occ.copy())
+    mid = int(np.nonzero(known.any(axis=0))[0].mean())
+    half.free[:, mid:], half.occ[:, mid:] = 0, 0
+    target.add_evidence(half)
+    seen_before, free_before = target.known(everything), target.free.copy()
+    doubled = dataclasses.replace(ev, free=ev.free * 2, occ=ev.occ * 2)     # disagrees with every seen cell
+    target.add_unseen(doubled)
+    assert np.array_equal(target.free[seen_before], free_before[seen_before])
+    now = target.known(everything)
+    assert (now == (seen_before | known)).all() and now.sum() > seen_before.sum()
     # from a guess 0.6 m and 12 deg off, correlating the obstacles finds the frame change again
     true = Pose2D(0.0, 0.0, 0.0).relative_to(frame)                         # second's frame -> first's
     guess = true.compose(Pose2D(0.4, -0.45, math.radians(12)))
@@ -414,3 +427,13 @@ def test_a_map_from_another_frame_lands_where_the_same_views_would_put_it(sim):
         p = Pose2D(*second.map.cell_center(int(r), int(c)), 0.0)
         a, b = found.compose(p), true.compose(p)
         assert math.hypot(a.x_m - b.x_m, a.y_m - b.y_m) < 0.25
+    # laid through the right transform the walls agree; turned 90 deg about the robot they stand on the floor
+    # the first map saw (a wrong relocalisation), and through a transform 100 m away they land on nothing seen
+    walls = int(second.map.obstacles(everything).sum())
+    assert second.map.contradiction(first.map, true, walls // 2, 0.0, 0.0) < 0.05
+    assert second.map.contradiction(first.map, guess, walls // 2) < 0.05   # some transform near the guess fits
+    about = Pose2D(at.x_m, at.y_m, math.pi / 2).compose(Pose2D(-at.x_m, -at.y_m, 0.0))
+    turned = about.compose(true)
+    assert second.map.contradiction(first.map, turned, walls // 2, 0.0, 0.0) > 0.3
+    assert second.map.contradiction(first.map, turned, walls // 2) > 0.3    # and none near the turned one
+    assert second.map.contradiction(first.map, true.compose(Pose2D(100.0, 0.0, 0.0)), 1) is None  # nothing seen

@@ -524,7 +524,10 @@ class SceneGraphMemory:
         self._correction_var = np.zeros(2)
         self._unlocalised_gate_m = cfg.relocalisation_radius_m or math.inf   # how far unlocalised closures may be
         self._hypotheses: list[_Hypothesis] = []   # relocalisation votes while unlocalised
-        self._unlocalised_places: list[int] = []   # place ids created while unlocalised (in the stale frame)
+        # ids of the places and objects created since the last relocalise() (or the start): stored through the
+        # current correction, they are in a stale frame while the memory is unlocalised, and move with it
+        self._frame_places: set[int] = set()
+        self._frame_objects: set[int] = set()
         self._last_odom: Pose2D | None = None
         self._inserts_since_consolidation = 0
         self._dirty: set[int] = set()
@@ -550,15 +553,18 @@ class SceneGraphMemory:
         """Close the database. Every change is already committed, so there is nothing to save.
 
         A memory still unlocalised (loaded, or after `relocalise()`, and never relocalised since) first forgets
-        the places it stored meanwhile: they lie in an odometry frame nothing ties to the memory's, and a later
-        run could relocalise against them instead of the memory's own places."""
-        stale = [self._places.slot_of[n] for n in self._unlocalised_places if n in self._places.slot_of]
-        self._unlocalised_places = []
+        the places and objects it stored meanwhile: they lie in an odometry frame nothing ties to the memory's,
+        and a later run could relocalise against them instead of the memory's own places."""
+        stale = [self._places.slot_of[n] for n in self._frame_places if n in self._places.slot_of]
+        objects = [o for o in self._frame_objects if o in self._objects]
+        self._frame_places, self._frame_objects = set(), set()
         try:
-            if stale and not self.localised:
+            if (stale or objects) and not self.localised:
                 with self._store.transaction():
                     for slot in stale:
                         self._remove_place(slot, bypass=False)
+                    for oid in objects:
+                        self._remove_object(oid)
         finally:
             self._store.close()
 
@@ -707,9 +713,9 @@ class SceneGraphMemory:
             self._correct_drift(predicted, decision.slot)
             self._hypotheses = []
             if not was_localised:
-                self._move_unlocalised_places(stale)
-        elif not self.localised and decision.kind is InsertKind.NEW_PLACE and node_id in self.graph:
-            self._unlocalised_places.append(node_id)
+                self._move_frame_nodes(stale)
+        elif decision.kind is InsertKind.NEW_PLACE and node_id in self.graph:
+            self._frame_places.add(node_id)
         if decision.kind is not InsertKind.LOOP_CLOSURE and decision.hypotheses:
             kept = sorted([*self._hypotheses, *decision.hypotheses], key=lambda h: (h.support, h.stamp_ns))
             self._hypotheses = kept[-_MAX_HYPOTHESES:]
@@ -737,6 +743,10 @@ class SceneGraphMemory:
                 verifier: LoopClosureVerifier | None, variance: np.ndarray) -> _Decision:
         cfg, pl = self.config, self._places
         local = np.array(self._grid.near(predicted.x_m, predicted.y_m), np.int64)
+        unlocalised = not math.isfinite(float(variance[0]))
+        if len(local) and unlocalised:
+            # the pose is in a stale frame: only the places stored in that frame since are really nearby
+            local = local[np.isin(pl.ids[local], np.fromiter(self._frame_places, np.int64))]
         if len(local):
             dxy = pl.pose[local, :2] - (predicted.x_m, predicted.y_m)
             dyaw = np.abs((pl.pose[local, 2] - predicted.yaw_rad + np.pi) % (2 * np.pi) - np.pi)
@@ -754,13 +764,15 @@ class SceneGraphMemory:
         gate_m = self.loop_closure_gate_m(variance)
         if len(sims):
             best_sim = max(best_sim, float(sims[0]))
-        voting = not math.isfinite(float(variance[0])) and cfg.relocalisation_confirmations > 1
+        voting = unlocalised and cfg.relocalisation_confirmations > 1
         votes: list[_Hypothesis] = []
         for slot, sim in zip(keys.tolist(), sims.tolist()):
             if sim < cfg.loop_closure_similarity:
                 break
             if pl.last_ns[slot] > stamp - min_age_ns:   # part of the current traverse, not a revisit
                 continue
+            if unlocalised and int(pl.ids[slot]) in self._frame_places:
+                continue    # stored in the stale frame since: agreeing with them would relocalise into it
             px, py, pyaw = pl.pose[slot]
             if math.hypot(px - predicted.x_m, py - predicted.y_m) > gate_m:
                 continue          # farther than odometry can have drifted: a look-alike elsewhere
@@ -796,12 +808,17 @@ class SceneGraphMemory:
             return _Hypothesis(correction, 1, frozenset((slot,)), stamp, here_xy)
         return _Hypothesis(correction, best.support + 1, best.slots | {slot}, stamp, here_xy)
 
-    def _move_unlocalised_places(self, stale: np.ndarray) -> None:
-        """The memory just relocalised: move the places created while it was unlocalised, stored through the
-        stale correction, to where the new correction puts them (one transaction)."""
+    def _move_frame_nodes(self, stale: np.ndarray) -> None:
+        """The memory just relocalised: move the places and objects created since the last relocalise(), stored
+        through the stale correction, to where the new correction puts them (one transaction)."""
         pl, moved = self._places, []
         stale_pose = Pose2D(*stale.tolist())
-        for node_id in self._unlocalised_places:
+        objects = [self._objects[o] for o in sorted(self._frame_objects) if o in self._objects]
+        for obj in objects:
+            x, y, z = obj.position_m
+            new = _se2_apply(self._correction, Pose2D(x, y, 0.0).relative_to(stale_pose))
+            obj.position_m = (new.x_m, new.y_m, z)
+        for node_id in sorted(self._frame_places):
             slot = pl.slot_of.get(node_id)
             if slot is None:
                 continue                                 # merged or forgotten since
@@ -818,23 +835,32 @@ class SceneGraphMemory:
                 pl.room[slot] = room
                 self._room_add_place(slot, room)
             moved.append((new.x_m, new.y_m, new.yaw_rad, node_id))
-        self._unlocalised_places = []
-        if moved:
+        if moved or objects:
             with self._store.transaction():
+                for obj in objects:
+                    self._store.upsert_object(obj)
                 self._store.set_place_poses(moved)
                 for room in {int(pl.room[pl.slot_of[m[3]]]) for m in moved} - {-1}:
                     sums = self._room_sums[room]
                     self._store.upsert_room(room, sums[0] / sums[2], sums[1] / sums[2])
 
-    def relocalise(self, within_m: float | None = None) -> None:
+    def relocalise(self, within_m: float | None = None, *, retract: bool = False) -> None:
         """Forget where the robot is in the memory's frame, e.g. after it was carried elsewhere (a kidnapped
         robot) or when its odometry was reset.
 
         The next observations are stored in the old correction's frame until `relocalisation_confirmations`
         loop-closure candidates agree on a pose (within `within_m` of where odometry puts the robot; None:
         `relocalisation_radius_m`, by default anywhere in the memory); the correction then snaps to it, and
-        the places stored in between are moved with it. The next place is not linked to the last one. Objects
-        seen in between keep their positions.
+        the places and objects stored in between are moved with it (a memory closed before that forgets
+        them). Places stored in between never vote: they agree with each other in the stale frame. The next
+        place is not linked to the last one. Objects the memory already knew are recognised by instance id in
+        between, but their positions are not averaged with ones measured in the stale frame.
+
+        With `retract`, the last relocalisation (from loop closures or `set_pose`) is taken back as wrong,
+        e.g. because what the robot sees since contradicts the map: the places and objects created since the
+        last `relocalise()` (or the start), which were stored in the wrong frame, move with the next
+        relocalisation as well (or are forgotten if it never comes). Places and objects the memory knew
+        before and that were updated meanwhile keep those updates.
         """
         if within_m is not None and (isinstance(within_m, bool) or not isinstance(within_m, (int, float))
                                      or not within_m > 0):
@@ -843,7 +869,8 @@ class SceneGraphMemory:
         self._unlocalised_gate_m = float(within_m) if within_m is not None else (
             self.config.relocalisation_radius_m or math.inf)
         self._hypotheses = []
-        self._unlocalised_places = []
+        if not retract:
+            self._frame_places, self._frame_objects = set(), set()
         self._prev_slot = -1
         self._last_odom = None
 
@@ -867,7 +894,7 @@ class SceneGraphMemory:
         self._correction_var = np.array([stds["position_std_m"] ** 2, math.radians(stds["yaw_std_deg"]) ** 2])
         self._hypotheses = []
         if not was_localised:
-            self._move_unlocalised_places(stale)
+            self._move_frame_nodes(stale)
         self._prev_slot = -1
         self._last_odom = odom
 
@@ -990,15 +1017,25 @@ class SceneGraphMemory:
         if obj.room_id is not None and obj.room_id in self.graph:
             self.graph.add_edge(obj.id, obj.room_id, kind=EdgeKind.OBJECT_IN_ROOM)
 
+    def _remove_object(self, oid: int) -> None:
+        obj = self._objects.pop(oid)
+        if obj.instance_id is not None and self._object_by_instance.get(obj.instance_id) == oid:
+            del self._object_by_instance[obj.instance_id]
+        self._objects_by_class[obj.class_id].discard(oid)
+        self.graph.remove_node(oid)
+        self._store.delete_node(oid)
+
     def _observe_object(self, det: ObjectDetection, place_slot: int, stamp: int) -> int:
         cfg = self.config
         c, s = math.cos(self._correction[2]), math.sin(self._correction[2])
         x, y, z = det.position_m
         pos = np.array([c * x - s * y + self._correction[0], s * x + c * y + self._correction[1], z])
+        unlocalised = not self.localised     # pos is in a stale frame: only objects stored in it since compare
         oid = self._object_by_instance.get(det.instance_id) if det.instance_id is not None else None
         if oid is None and det.instance_id is None:
             best = cfg.object_association_distance_m
-            for cand in self._objects_by_class.get(det.class_id, ()):
+            pool = self._objects_by_class.get(det.class_id, set())
+            for cand in (self._frame_objects & pool if unlocalised else pool):
                 d = float(np.linalg.norm(np.asarray(self._objects[cand].position_m) - pos))
                 if d <= best:
                     oid, best = cand, d
@@ -1010,10 +1047,12 @@ class SceneGraphMemory:
             obj = ObjectRow(oid, det.class_id, det.instance_id, det.label, tuple(pos.tolist()), stamp, stamp, 1,
                             room if room >= 0 else None, det.embedding)
             self._register_object(obj)
+            self._frame_objects.add(oid)
         else:
             obj = self._objects[oid]
             n = obj.observation_count
-            obj.position_m = tuple(((np.asarray(obj.position_m) * n + pos) / (n + 1)).tolist())
+            if not unlocalised or oid in self._frame_objects:
+                obj.position_m = tuple(((np.asarray(obj.position_m) * n + pos) / (n + 1)).tolist())
             obj.observation_count = n + 1
             obj.last_seen_ns = stamp
             if det.embedding is not None:

@@ -196,6 +196,99 @@ def test_a_run_that_never_relocalises_leaves_no_places_behind(tmp_path):
     m.close()
 
 
+def test_a_rebooted_run_does_not_relocalise_against_its_own_places(tmp_path):
+    embed = SmoothEmbedder(length_m=4.0)
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 6.01, 0.5))
+    m.close()
+    # after the reboot the robot first explores a part of the house the memory never saw (y = 40), then
+    # drives that stretch again 1.2 m to the side, minutes later: its views look like the places it stored
+    # on the way out, which lie in this run's stale frame, and agree with each other. They must not
+    # relocalise the memory (into the stale frame), nor be updated as if the pose were known
+    m = SceneGraphMemory(cfg(tmp_path))
+    out = drive(m, embed, np.arange(0, 8.01, 0.5), start_stamp=300 * S, y=40.0)
+    back = drive(m, embed, np.arange(8, -0.01, -0.5), start_stamp=600 * S, y=41.2)
+    assert max(r.similarity for r in back) >= m.config.loop_closure_similarity
+    assert not m.localised and InsertKind.LOOP_CLOSURE not in [r.kind for r in back]
+    ours = {r.node_id for r in out + back}
+    assert all(r.node_id in ours for r in back)     # updates touch this run's places only
+    # the first stretch the memory does know (y = 0) relocalises it as before
+    known = drive(m, embed, np.arange(0, 4.01, 0.5), start_stamp=900 * S, odom_offset=(3.0, 0.0))
+    assert InsertKind.LOOP_CLOSURE in [r.kind for r in known] and m.localised
+    assert m.to_memory_frame([3.0 + 4.0, 0.0, 0.0]).x_m == pytest.approx(4.0, abs=0.75)
+    m.close()
+
+
+def test_objects_seen_while_unlocalised_move_with_the_relocalisation_or_are_forgotten(tmp_path):
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 4.01, 0.5))
+    # a chair (instance 7) at memory (2, 1)
+    m.insert_observation(10 * S, [2.0, 0.0, 0.0], embed(2.0, 0.0), objects=[ObjectDetection(3, (2.0, 1.0, 0.4), 7)])
+    m.close()
+    # rebooted: odometry is the memory's frame shifted by (+5, 0); before relocalising, the robot sees the chair
+    # again and a lamp (no instance id) at memory (1, -1), both measured in the stale frame
+    m = SceneGraphMemory(cfg(tmp_path))
+    chair = m.objects(3)[0]
+    lamp_det = ObjectDetection(4, (6.0, -1.0, 1.2))
+    r = m.insert_observation(300 * S, [7.0, 0.0, 0.0], embed(2.0, 0.0),
+                             objects=[ObjectDetection(3, (7.0, 1.0, 0.4), 7), lamp_det])
+    assert not m.localised and r.object_ids[0] == chair.id
+    assert m.objects(3)[0].position_m == chair.position_m     # not averaged with a stale-frame measurement
+    lamp = m.objects(4)[0].id
+    # the same lamp seen again still unlocalised: associated with itself in the stale frame
+    m.insert_observation(301 * S, [7.0, 0.2, 0.0], embed(2.0, 0.2), objects=[lamp_det])
+    assert [o.id for o in m.objects(4)] == [lamp]
+    drive(m, embed, np.arange(0, 4.01, 0.5), start_stamp=400 * S, odom_offset=(5.0, 0.0))
+    assert m.localised
+    assert m.objects(4)[0].position_m == pytest.approx((1.0, -1.0, 1.2), abs=0.75)
+    m.close()
+    again = SceneGraphMemory(cfg(tmp_path))
+    assert again.objects(4)[0].position_m == pytest.approx((1.0, -1.0, 1.2), abs=0.75)
+    again.close()
+    # a run that never relocalises forgets the objects it created, and keeps the ones it only saw again
+    m = SceneGraphMemory(cfg(tmp_path))
+    rng = np.random.default_rng(9)
+    m.insert_observation(900 * S, [0.0, 40.0, 0.0], random_unit(rng),
+                         objects=[ObjectDetection(5, (0.0, 41.0, 0.5)), ObjectDetection(3, (0.0, 41.0, 0.4), 7)])
+    assert not m.localised and len(m.objects(5)) == 1
+    m.close()
+    again = SceneGraphMemory(cfg(tmp_path))
+    assert again.objects(5) == [] and [o.id for o in again.objects(3)] == [chair.id]
+    assert again.objects(3)[0].position_m == chair.position_m
+    again.close()
+
+
+def test_a_wrong_relocalisation_retracted_moves_what_was_stored_since(tmp_path):
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 6.01, 0.5))
+    m.close()
+    # rebooted with odometry = memory frame + (0, 20); a wrong estimate puts the robot 10 m off, and the robot
+    # then maps a new corridor at y = 5 (odometry y = 25) with a chair in it, all stored 10 m off
+    m = SceneGraphMemory(cfg(tmp_path))
+    m.set_pose([0.0, 25.0, 0.0], [10.0, 5.0, 0.0])
+    rng = np.random.default_rng(2)
+    new = [m.insert_observation((300 + i) * S, [1.5 * i, 25.0, 0.0], random_unit(rng),
+                                objects=[ObjectDetection(6, (1.5 * i, 26.0, 0.3))] if i == 2 else ()).node_id
+           for i in range(4)]
+    assert m.place(new[0]).pose.x_m == pytest.approx(10.0)
+    # the robot's map contradicts the saved one: the relocalisation is taken back; with retract, the places
+    # stored since move with the next (right) relocalisation
+    m.relocalise(retract=True)
+    assert not m.localised
+    drive(m, embed, np.arange(0, 4.01, 0.5), start_stamp=400 * S, odom_offset=(0.0, 20.0))
+    assert m.localised and m.to_memory_frame([2.0, 20.0, 0.0]).y_m == pytest.approx(0.0, abs=0.75)
+    for i, node in enumerate(new):
+        p = m.place(node).pose
+        assert (p.x_m, p.y_m) == pytest.approx((1.5 * i, 5.0), abs=0.75)
+    assert m.objects(6)[0].position_m == pytest.approx((3.0, 6.0, 0.3), abs=0.75)
+    m.close()
+    again = SceneGraphMemory(cfg(tmp_path))
+    assert again.place(new[3]).pose.x_m == pytest.approx(4.5, abs=0.75)
+    again.close()
+
+
 def test_set_pose_localises_from_an_outside_estimate():
     embed = SmoothEmbedder()
     m = SceneGraphMemory(cfg())
