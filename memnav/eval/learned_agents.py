@@ -9,6 +9,7 @@ with exploration on it also keeps the house's occupancy map there (`<house>.map.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memnav.core.encoder import Encoder
-from memnav.core.exploration import OccupancyMap
+from memnav.core.exploration import MapEvidence, OccupancyMap
 from memnav.core.memory.scene_graph import SceneGraphConfig, SceneGraphMemory
 from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig
 from memnav.core.policy import load_policy
@@ -101,6 +102,13 @@ _LAY_RETRY_STEPS = 20    # steps between tries at laying the saved map
 # relocalisation (walls where it saw floor)
 _DOUBT_MIN_CELLS = 150
 _DOUBT_CONFLICT = 0.35
+# while the memory is unlocalised, every _VOTE_CHECK_STEPS steps the corrections its first loop-closure candidates
+# imply (at most _VOTES_CHECKED distinct ones) are fitted to the saved map: one that fits at least _VOTE_MIN_SCORE
+# and puts at most _VOTE_MAX_CONFLICT of this run's walls on its free floor localises the memory at once
+_VOTE_CHECK_STEPS = 10
+_VOTES_CHECKED = 3
+_VOTE_MIN_SCORE = 0.8
+_VOTE_MAX_CONFLICT = 0.1
 
 
 class LearnedAgent:
@@ -160,6 +168,9 @@ class LearnedAgent:
         self._saved_map: OccupancyMap | None = None   # a rebooted run's house map, until the memory relocalises
         self._lay_tries = 0
         self._laid_at: Pose2D | None = None   # this odometry frame -> the saved map's, once laid
+        self._laid: MapEvidence | None = None   # what was laid on this run's map
+        self._vote_tries = 0
+        self._map_confirms_votes = True    # see _confirm_vote_by_map
         self._stamp_ns = 0
         self.visits: dict[str, int] = {}
 
@@ -194,7 +205,8 @@ class LearnedAgent:
                         self._stamp_ns = max(self._stamp_ns, last)
                     # this run's odometry frame is the memory's: it persists, or the memory is new
                     self._map_in_memory_frame = persists or last is None
-                    self._saved_map, self._lay_tries, self._laid_at = None, 0, None
+                    self._saved_map, self._lay_tries, self._vote_tries = None, 0, 0
+                    self._laid_at, self._laid = None, None
                     if nav.cfg.persistent_map:   # the house's occupancy map from earlier visits, if any
                         path = self._map_path(place_key)
                         if path.is_file() and persists:
@@ -222,7 +234,7 @@ class LearnedAgent:
             nav.memory.relocalise()
         nav.explorer.reset(keep_map=False)
         self._map_in_memory_frame = False
-        self._lay_tries, self._laid_at = 0, None
+        self._lay_tries, self._vote_tries, self._laid_at, self._laid = 0, 0, None, None
         path = self._map_path(self._scene) if self._scene is not None and self.options.lifelong_dir else None
         # the house map last saved is laid on the new map again once the memory has relocalised
         self._saved_map = (OccupancyMap.load(path, nav.explorer.cfg)
@@ -243,7 +255,39 @@ class LearnedAgent:
             self._lay_tries += 1
             if self._lay_tries % _LAY_RETRY_STEPS == 1:
                 self._lay_saved_map()
+        elif self._saved_map is not None and self._map_confirms_votes:
+            self._vote_tries += 1
+            if self._vote_tries % _VOTE_CHECK_STEPS == 0:
+                self._confirm_vote_by_map(pose if isinstance(pose, Pose2D) else Pose2D(*pose))
         return out
+
+    def _confirm_vote_by_map(self, pose: Pose2D) -> None:
+        """The memory is still unlocalised, waiting for agreeing loop closures: fit this run's map to the saved
+        house map at the corrections its candidates imply so far (`SceneGraphMemory.relocalisation_votes`), and
+        where one fits well and contradicts nothing, localise the memory there (`set_pose`) and lay the map."""
+        nav, saved, run = self.navigator, self._saved_map, self.navigator.explorer.map
+        if run is None or saved is None:
+            return
+        tried: list[Pose2D] = []
+        best: tuple[Pose2D, float] | None = None
+        for correction, _ in nav.memory.relocalisation_votes():
+            if any(math.hypot(correction.x_m - t.x_m, correction.y_m - t.y_m) < 1.0
+                   and abs(math.remainder(correction.yaw_rad - t.yaw_rad, math.tau)) < math.radians(15.0)
+                   for t in tried):
+                continue                                 # the same pose as one fitted already
+            tried.append(correction)
+            aligned, score = run.align_to(saved, correction)
+            if best is None or score > best[1]:
+                best = (aligned, score)
+            if len(tried) == _VOTES_CHECKED:
+                break
+        if best is None or best[1] < _VOTE_MIN_SCORE:
+            return
+        conflict = run.contradiction(saved, best[0], _DOUBT_MIN_CELLS, 0.0, 0.0)
+        if conflict is None or conflict > _VOTE_MAX_CONFLICT:
+            return
+        nav.memory.set_pose(pose, best[0].compose(pose))
+        self._lay(best[0])
 
     def _lay_saved_map(self) -> None:
         """The memory of a rebooted robot has relocalised: lay the house map an earlier run saved (in the
@@ -266,8 +310,14 @@ class LearnedAgent:
                 nav.memory.relocalise(retract=True)
                 self._lay_tries = 0
             return
+        self._lay(aligned)
+
+    def _lay(self, aligned: Pose2D) -> None:
+        """Lay the saved house map on this run's through `aligned` (this odometry frame -> the saved map's)."""
+        nav, saved = self.navigator, self._saved_map
         self._saved_map, self._laid_at = None, aligned
-        nav.explorer.map.add_evidence(nav.explorer.map.evidence_from(saved, aligned))
+        self._laid = nav.explorer.map.evidence_from(saved, aligned)
+        nav.explorer.map.add_evidence(self._laid)
         nav.explorer.map_changed()
         nav.map_became_known()
 
@@ -306,20 +356,24 @@ class LearnedAgent:
     def _save_map(self) -> None:
         """Lifelong mode: write the current house's occupancy map beside its memory database, when this run's
         odometry frame is the memory's (odometry persists, or this run created the memory). A rebooted run
-        that laid the saved map only extends it: what it mapped where the saved map has no evidence is added
-        through the fitted transform, and the cells the saved map had seen are left as they were. (Adding
-        everything, the small misalignments of many runs piled up on the same walls: they thickened and
-        doorways closed; README "Across reboots".) A rebooted run that never laid it writes nothing."""
+        that laid the saved map only extends it: what it mapped itself where the saved map has no evidence is
+        added through the fitted transform, and the cells the saved map had seen are left as they were.
+        (Adding everything, the small misalignments of many runs piled up on the same walls: they thickened
+        and doorways closed; README "Across reboots".) A rebooted run that never laid it, or whose own walls
+        contradict it where both saw (the lay was wrong after all), writes nothing."""
         if self._scene is None or self.options.lifelong_dir is None or not self.navigator.cfg.persistent_map:
             return
         path, run = self._map_path(self._scene), self.navigator.explorer.map
         if self._map_in_memory_frame:
             self.navigator.explorer.save_map(path)
-        elif self._laid_at is not None and run is not None and path.is_file():
+        elif self._laid_at is not None and self._laid is not None and run is not None and path.is_file():
             saved = OccupancyMap.load(path, self.navigator.explorer.cfg)
-            saved.add_unseen(saved.evidence_from(run, Pose2D(0.0, 0.0, 0.0).relative_to(self._laid_at)))
+            own = run.without(self._laid)                # what this run saw itself
+            conflict = own.contradiction(saved, self._laid_at, _DOUBT_MIN_CELLS, 0.0, 0.0)
+            if conflict is not None and conflict >= _DOUBT_CONFLICT:
+                return
+            saved.add_unseen(saved.evidence_from(own, Pose2D(0.0, 0.0, 0.0).relative_to(self._laid_at)))
             saved.save(path)
-            self._laid_at = None
 
     def close(self) -> None:
         self._save_map()

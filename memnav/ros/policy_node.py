@@ -66,8 +66,9 @@ class PolicyNodeConfig(ExploringTuning):
             localised in a fixed map). False (the default: wheel odometry restarts at boot): a stored memory
             relocalises from agreeing loop closures before its places guide the search, and the occupancy map
             saved in the memory's frame is laid on this run's map only then, fitted by correlating walls (a
-            saved map that contradicts every fit near the memory's pose retracts the relocalisation); this
-            run's map then extends the saved one where it had no evidence.
+            saved map that contradicts every fit near the memory's pose retracts the relocalisation; one
+            candidate's pose that the saved map fits well localises the memory without waiting for a second);
+            this run's map then extends the saved one where it had no evidence.
         explore: memnav agents explore frontiers of their own occupancy map, check scan-matched goal
             candidates and drive to an RGB-D-localized goal (false: the learned policy searches alone).
         collision_fraction: a MOVE_FORWARD after which odometry moved less than this fraction of

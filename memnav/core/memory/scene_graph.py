@@ -898,6 +898,15 @@ class SceneGraphMemory:
         self._prev_slot = -1
         self._last_odom = odom
 
+    def relocalisation_votes(self) -> list[tuple[Pose2D, int]]:
+        """While unlocalised: the corrections (memory <- odometry, as `drift_correction`) that the loop-closure
+        candidates seen so far imply, each with the number of candidates that agree with it, the best supported
+        and then the newest first; empty when localised. Something that can check a correction (e.g. a map) may
+        confirm one with `set_pose` before `relocalisation_confirmations` candidates agree."""
+        if self.localised:
+            return []
+        return [(Pose2D(*h.correction.tolist()), h.support) for h in reversed(self._hypotheses)]
+
     @property
     def localised(self) -> bool:
         """Whether the memory knows where odometry lies in its frame (False after loading a file without

@@ -289,6 +289,26 @@ def test_a_wrong_relocalisation_retracted_moves_what_was_stored_since(tmp_path):
     again.close()
 
 
+def test_a_relocalisation_vote_can_be_confirmed_from_outside(tmp_path):
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 6.01, 0.5))
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path))
+    assert m.relocalisation_votes() == []                      # nothing recognised yet
+    # rebooted with odometry = memory frame + (0, 20): one recognised view is one vote, not a relocalisation
+    r = m.insert_observation(300 * S, [3.0, 20.0, 0.0], embed(3.0, 0.0))
+    assert r.kind is InsertKind.NEW_PLACE and not m.localised
+    (vote, support), *_ = m.relocalisation_votes()
+    # a vote puts the robot at the recognised place (places lie about 1.5 m apart here)
+    assert support == 1 and (vote.x_m, vote.y_m, vote.yaw_rad) == pytest.approx((0.0, -20.0, 0.0), abs=1.6)
+    # something that can check it (the exploring agent fits its map to the saved one) confirms it
+    m.set_pose([3.0, 20.0, 0.0], vote.compose(Pose2D(3.0, 20.0, 0.0)))
+    assert m.localised and m.relocalisation_votes() == []
+    assert m.place(r.node_id).pose.y_m == pytest.approx(0.0, abs=1e-9)    # the place stored meanwhile moved
+    m.close()
+
+
 def test_set_pose_localises_from_an_outside_estimate():
     embed = SmoothEmbedder()
     m = SceneGraphMemory(cfg())
