@@ -170,7 +170,6 @@ class LearnedAgent:
         self._laid_at: Pose2D | None = None   # this odometry frame -> the saved map's, once laid
         self._laid: MapEvidence | None = None   # what was laid on this run's map
         self._vote_tries = 0
-        self._map_confirms_votes = True    # see _confirm_vote_by_map
         self._stamp_ns = 0
         self.visits: dict[str, int] = {}
 
@@ -255,7 +254,7 @@ class LearnedAgent:
             self._lay_tries += 1
             if self._lay_tries % _LAY_RETRY_STEPS == 1:
                 self._lay_saved_map()
-        elif self._saved_map is not None and self._map_confirms_votes:
+        elif self._saved_map is not None:
             self._vote_tries += 1
             if self._vote_tries % _VOTE_CHECK_STEPS == 0:
                 self._confirm_vote_by_map(pose if isinstance(pose, Pose2D) else Pose2D(*pose))
