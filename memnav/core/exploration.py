@@ -382,20 +382,8 @@ class OccupancyMap:
         share of this map's obstacle cells that land on or next to an obstacle of `src`, less 0.02 per radius
         and per angle range away from the guess (so of two equally good fits the nearer wins). Returns the best
         transform and its share (0 when this map has no obstacles)."""
-        fits = self._transforms_around(src, guess, radius_m, angle_deg, step_deg, max_points)
-        n = next(fits)
-        c = src.cfg.cell_m
-        best = (-math.inf, guess, 0.0)
-        for dtheta, t, shifts, hits, _ in fits:
-            # among equally good fits (a symmetric room, a long corridor) the one nearest the guess wins
-            k = max(int(shifts[-1]), 1)
-            far = np.hypot(shifts[:, None], shifts[None, :]) / k + abs(dtheta) / math.radians(angle_deg)
-            ranked = hits / n - 0.02 * far
-            i, j = np.unravel_index(int(np.argmax(ranked)), ranked.shape)
-            if ranked[i, j] > best[0]:
-                best = (float(ranked[i, j]), Pose2D(t.x_m + float(shifts[j]) * c, t.y_m + float(shifts[i]) * c,
-                                                    t.yaw_rad), float(hits[i, j]) / n)
-        return best[1], best[2]
+        aligned, share, _ = self.align_and_contradiction(src, guess, None, radius_m, angle_deg, step_deg, max_points)
+        return aligned, share
 
     def contradiction(self, src: OccupancyMap, guess: Pose2D, min_seen: int, radius_m: float = 1.5,
                       angle_deg: float = 24.0, step_deg: float = 2.0, max_points: int = 3000) -> float | None:
@@ -405,15 +393,36 @@ class OccupancyMap:
         src's free floor (no obstacle within one cell). None when no transform puts that many on seen cells.
         A wall standing where the other map saw open floor at every transform near the guess refutes it, where
         a low fit alone (`align_to`) may only mean that this map covers rooms src never saw."""
-        fits = self._transforms_around(src, guess, radius_m, angle_deg, step_deg, max_points, count_seen=True)
-        next(fits)
+        return self.align_and_contradiction(src, guess, min_seen, radius_m, angle_deg, step_deg, max_points)[2]
+
+    def align_and_contradiction(self, src: OccupancyMap, guess: Pose2D, min_seen: int | None,
+                                radius_m: float = 1.5, angle_deg: float = 24.0, step_deg: float = 2.0,
+                                max_points: int = 3000) -> tuple[Pose2D, float, float | None]:
+        """`align_to` and `contradiction` from one pass over the transforms near `guess`: the best transform,
+        its share, and the least contradiction (None when `min_seen` is None, or no transform reaches it)."""
+        fits = self._transforms_around(src, guess, radius_m, angle_deg, step_deg, max_points,
+                                       count_seen=min_seen is not None)
+        n = next(fits)
+        c = src.cfg.cell_m
+        best = (-math.inf, guess, 0.0)
         least = None
-        for _, _, _, _, (seen, on_floor) in fits:
-            enough = seen >= max(min_seen, 1)
-            if enough.any():
-                share = float((on_floor[enough] / seen[enough]).min())
-                least = share if least is None else min(least, share)
-        return least
+        span = math.radians(angle_deg) or 1.0      # (no rotations to tell apart when it is 0)
+        for dtheta, t, shifts, hits, seen in fits:
+            # among equally good fits (a symmetric room, a long corridor) the one nearest the guess wins
+            k = max(int(shifts[-1]), 1)
+            far = np.hypot(shifts[:, None], shifts[None, :]) / k + abs(dtheta) / span
+            ranked = hits / n - 0.02 * far
+            i, j = np.unravel_index(int(np.argmax(ranked)), ranked.shape)
+            if ranked[i, j] > best[0]:
+                best = (float(ranked[i, j]), Pose2D(t.x_m + float(shifts[j]) * c, t.y_m + float(shifts[i]) * c,
+                                                    t.yaw_rad), float(hits[i, j]) / n)
+            if seen is not None:
+                on_seen, on_floor = seen
+                enough = on_seen >= max(min_seen, 1)
+                if enough.any():
+                    share = float((on_floor[enough] / on_seen[enough]).min())
+                    least = share if least is None else min(least, share)
+        return best[1], best[2], least
 
     def _grown_obstacles(self) -> np.ndarray:
         """Obstacle cells and their 4-neighbours (one cell of tolerance for a fit)."""

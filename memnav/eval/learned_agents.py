@@ -204,17 +204,17 @@ class LearnedAgent:
                         self._stamp_ns = max(self._stamp_ns, last)
                     # this run's odometry frame is the memory's: it persists, or the memory is new
                     self._map_in_memory_frame = persists or last is None
-                    self._saved_map, self._lay_tries, self._vote_tries = None, 0, 0
-                    self._laid_at, self._laid = None, None
+                    saved = None
                     if nav.cfg.persistent_map:   # the house's occupancy map from earlier visits, if any
                         path = self._map_path(place_key)
                         if path.is_file() and persists:
                             nav.explorer.load_map(path)
                         else:
                             nav.explorer.reset()
-                            if path.is_file() and not self._map_in_memory_frame:
+                            if not self._map_in_memory_frame:
                                 # drawn in the memory's frame: laid on this run's map once the memory relocalises
-                                self._saved_map = OccupancyMap.load(path, nav.explorer.cfg)
+                                saved = path
+                    self._await_saved_map(saved)
         self._scene = place_key
         self.visits[place_key] = self.visits.get(place_key, 0) + 1
         if self.options.odometry_restarts:   # this visit's odometry frame: up to 20 m and any heading away
@@ -233,13 +233,19 @@ class LearnedAgent:
             nav.memory.relocalise()
         nav.explorer.reset(keep_map=False)
         self._map_in_memory_frame = False
-        self._lay_tries, self._vote_tries, self._laid_at, self._laid = 0, 0, None, None
-        path = self._map_path(self._scene) if self._scene is not None and self.options.lifelong_dir else None
         # the house map last saved is laid on the new map again once the memory has relocalised
-        self._saved_map = (OccupancyMap.load(path, nav.explorer.cfg)
-                           if path is not None and nav.cfg.persistent_map and path.is_file() else None)
+        self._await_saved_map(self._map_path(self._scene) if self._scene is not None and self.options.lifelong_dir
+                              and nav.cfg.persistent_map else None)
         if goal_rgb is not None:
             nav.reset(goal_rgb, goal_depth)
+
+    def _await_saved_map(self, path: Path | None) -> None:
+        """Lay the house map saved at `path` (None, or no such file: none) on this run's map once it fits
+        (`step`); nothing of an earlier one is kept."""
+        self._saved_map = (OccupancyMap.load(path, self.navigator.explorer.cfg)
+                           if path is not None and path.is_file() else None)
+        self._lay_tries = self._vote_tries = 0
+        self._laid_at = self._laid = None
 
     def step(self, rgb, depth, pose, stamp_ns: int | None = None):
         """One decision on raw inputs; `stamp_ns` None advances the memory clock by one second per step.
@@ -257,7 +263,7 @@ class LearnedAgent:
         elif self._saved_map is not None:
             self._vote_tries += 1
             if self._vote_tries % _VOTE_CHECK_STEPS == 0:
-                self._confirm_vote_by_map(pose if isinstance(pose, Pose2D) else Pose2D(*pose))
+                self._confirm_vote_by_map(pose)
         return out
 
     def _confirm_vote_by_map(self, pose: Pose2D) -> None:
@@ -302,9 +308,8 @@ class LearnedAgent:
         if nav.explorer.map is None:
             return
         guess = Pose2D(*nav.memory.drift_correction)      # this odometry frame -> the memory's
-        aligned, score = nav.explorer.map.align_to(saved, guess)
+        aligned, score, conflict = nav.explorer.map.align_and_contradiction(saved, guess, _DOUBT_MIN_CELLS)
         if score < _LAY_MIN_SCORE:
-            conflict = nav.explorer.map.contradiction(saved, guess, _DOUBT_MIN_CELLS)
             if conflict is not None and conflict >= _DOUBT_CONFLICT:
                 nav.memory.relocalise(retract=True)
                 self._lay_tries = 0
