@@ -487,15 +487,32 @@ class OccupancyMap:
     def known(self, win: tuple[slice, slice]) -> np.ndarray:
         return (self.occ[win] > 0) | (self.free[win] > 0)
 
+    def grid_view(self, margin_cells: int = 2) -> tuple[np.ndarray, np.ndarray]:
+        """The cells with evidence plus a margin as an occupancy grid: (int8 array, rows follow y and columns x,
+        -1 unknown, 0 free, 100 obstacle; (x, y) of the corner of its cell (0, 0) in meters). An empty map gives
+        a (0, 0) array."""
+        if (self._hi < self._lo).any():
+            return np.zeros((0, 0), np.int8), self.origin.copy()
+        n = self.free.shape[0]
+        lo = np.clip(self._lo - margin_cells, 0, n)
+        hi = np.clip(self._hi + margin_cells + 1, 0, n)
+        win = (slice(int(lo[0]), int(hi[0])), slice(int(lo[1]), int(hi[1])))
+        cells = np.full((win[0].stop - win[0].start, win[1].stop - win[1].start), -1, np.int8)
+        cells[self.known(win)] = 0
+        cells[self.obstacles(win)] = 100
+        return cells, self.window_origin(win)
+
 
 @dataclass
 class Plan:
-    """A move and why: `kind` is "frontier", "target" or "none"; waypoint in the odometry frame."""
+    """A move and why: `kind` is "frontier", "target" or "none"; waypoint and path (robot first, then the
+    string-pulled corners to the goal; empty when no path was planned) in the map's frame."""
 
     action: Action | None
     kind: str
     waypoint: tuple[float, float] | None = None
     distance_m: float = math.inf
+    path: tuple[tuple[float, float], ...] = ()
 
 
 class Explorer:
@@ -513,6 +530,7 @@ class Explorer:
         self.frontiers_reached = 0            # frontier targets reached so far (the navigator may look around there)
         self._version = 0                     # bumped whenever the map changes (invalidates the field cache)
         self._cache: tuple | None = None
+        self.last_plan: Plan | None = None    # the last plan explore() or go_to() made (what to show a user)
 
     @classmethod
     def from_config(cls, cfg: ExplorerConfig) -> Explorer:
@@ -526,6 +544,7 @@ class Explorer:
         self._version += 1
         self._frontier = None
         self._failed = []
+        self.last_plan = None
 
     def drop_frontier(self) -> None:
         """Forget the committed frontier: the next explore() chooses again on the map as it is then."""
@@ -738,6 +757,7 @@ class Explorer:
         if plan.action is None:
             self._failed.append(self._frontier)
             self._frontier = None
+        self.last_plan = plan
         return plan
 
     def _colour_likeness(self, win: tuple[slice, slice], goal_colours: np.ndarray, sigma: float) -> np.ndarray:
@@ -814,8 +834,10 @@ class Explorer:
         i = int(np.argmin(score))
         goal = (float(xs[i]), float(ys[i]))
         if math.hypot(goal[0] - pose.x_m, goal[1] - pose.y_m) < self.cfg.target_reach_m:
-            return Plan(None, "target", goal, 0.0)
-        return self._move_to(pose, goal, win, trav, field, "target")
+            self.last_plan = Plan(None, "target", goal, 0.0)
+        else:
+            self.last_plan = self._move_to(pose, goal, win, trav, field, "target")
+        return self.last_plan
 
     def _is_frontier(self, x: float, y: float, win, trav: np.ndarray, known: np.ndarray) -> bool:
         m = self.map
@@ -851,7 +873,8 @@ class Explorer:
         if not line_of_sight(trav, origin, cfg.cell_m, pts[0], wp) and len(path) > 1:
             wp = pts[min(3, len(pts) - 1)]
         return Plan(steer(pose, float(wp[0]), float(wp[2]), cfg.heading_tolerance_rad), kind,
-                    (float(wp[0]), float(wp[2])), float(field[gr, gc]))
+                    (float(wp[0]), float(wp[2])), float(field[gr, gc]),
+                    tuple((float(p[0]), float(p[2])) for p in path))
 
 
 # colour_fit's neighbourhood: cell offsets within two cells, and which of them lie within one

@@ -311,6 +311,36 @@ class NavigatorConfig:
 
 
 @dataclass
+class SearchView:
+    """What an exploring Navigator holds about its search, in the odometry frame, for a user to look at
+    (`Navigator.search_view`; the policy node publishes it for RViz).
+
+    Attributes:
+        grid: occupancy grid (`OccupancyMap.grid_view`: rows follow the origin's y axis, columns its x axis; -1
+            unknown, 0 free, 100 obstacle); (0, 0) before the first frame.
+        resolution_m: the grid's cell size, meters.
+        origin: pose of the corner of cell (0, 0); its yaw turns the grid when the map is drawn in the frame
+            of the episode's first pose.
+        plan_kind: what this step's planned path leads to: "frontier", "target", or "" when none was planned.
+        plan: the path's corners (robot first), (x, y) meters; empty when none was planned this step.
+        goal_estimate: the RGB-D goal estimate, if any.
+        candidate: the goal candidate being driven to or judged, if any.
+        candidate_kind: "candidate" (scan-matched), "sweep" or "homing"; "" without a candidate.
+        best_view: where the view most like the goal photo was seen this episode, if any.
+    """
+
+    grid: np.ndarray
+    resolution_m: float
+    origin: Pose2D
+    plan_kind: str = ""
+    plan: tuple[tuple[float, float], ...] = ()
+    goal_estimate: Pose2D | None = None
+    candidate: Pose2D | None = None
+    candidate_kind: str = ""
+    best_view: Pose2D | None = None
+
+
+@dataclass
 class StepInput:
     """Everything the policy and the stop rule read at one step (numpy, ready to batch)."""
 
@@ -491,6 +521,28 @@ class Navigator:
         self.last = StepInput(step, tokens, mask, sim, verification, belief, decision, collided)
         return self.last
 
+    def search_view(self, margin_cells: int = 2) -> SearchView:
+        """The occupancy map, this step's planned path, the goal estimate, the candidate and the best view so
+        far, all in the odometry frame (see SearchView); `margin_cells` of unknown cells around the map."""
+        m, cell = self.explorer.map, self.explorer.cfg.cell_m
+        if m is None:
+            grid, corner = np.zeros((0, 0), np.int8), np.zeros(2)
+        else:
+            grid, corner = m.grid_view(margin_cells)
+        anchor = self._anchor or Pose2D(0.0, 0.0, 0.0)
+
+        def odom(p: Pose2D | None) -> Pose2D | None:
+            return None if p is None else anchor.compose(p)
+
+        plan = self.explorer.last_plan
+        path = () if plan is None else tuple((float(x), float(y)) for x, y in zip(*anchor.apply(
+            np.array([q[0] for q in plan.path]), np.array([q[1] for q in plan.path]))))
+        cand = self._candidate
+        return SearchView(grid, cell, anchor.compose(Pose2D(float(corner[0]), float(corner[1]), 0.0)),
+                          plan.kind if path else "", path, odom(self.goal_estimate),
+                          odom(None if cand is None else cand.pose), self._cand_kind if cand is not None else "",
+                          odom(None if self._best_view is None else self._best_view[1]))
+
     def _map_pose(self, pose: Pose2D) -> Pose2D:
         """The pose in the occupancy map's frame: relative to the episode's first pose, rounded to a micrometre.
 
@@ -577,6 +629,7 @@ class Navigator:
         """
         if self.policy is None:
             raise RuntimeError("Navigator.act needs a policy; observe() works without one")
+        self.explorer.last_plan = None
         inp = self.observe(rgb, depth, pose, stamp_ns, collided)
         logits = None if self.cfg.explore else self._run_policy(inp)
         if self.cfg.explore:

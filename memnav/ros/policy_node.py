@@ -13,6 +13,14 @@ Publishes:
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
                                 stop_reason, goal_probability, places, mode: "policy", "homing",
                                 "look", "explore", "candidate", "approach", "sweep", "best_view" or "stop"}
+    (exploring agents, for RViz; in the frame of /odom; none of them with map_period_s 0:)
+    /memnav/map                 nav_msgs/OccupancyGrid: the agent's own occupancy map (-1 unknown, 0 free,
+                                100 obstacle), at most every map_period_s and at each STOP
+                                (reliable, transient local)
+    /memnav/plan                nav_msgs/Path: the path planned at this decision (robot first; no poses when
+                                the decision planned none)
+    /memnav/search_markers      visualization_msgs/MarkerArray: the RGB-D goal estimate, the goal candidate
+                                being checked and the best view so far
 Services (std_srvs/Trigger):
     ~/relocalise  the robot was moved without its odometry knowing (carried, kidnapped): the long-term memory
                   relocalises from agreeing loop closures, the occupancy map is dropped, and the current goal's
@@ -117,6 +125,10 @@ class PolicyNodeConfig(ExploringTuning):
         min_state_subscribers: the same for /memnav/policy_state.
         subscriber_wait_s: wait at most this long after a goal arrives for those subscribers, then act anyway
             (with a warning), seconds.
+        map_period_s: exploring agents publish their occupancy map on /memnav/map at most this often (and at
+            each STOP), and their plan and search markers at every decision, seconds (0 = publish none of them).
+        odom_frame: frame_id of those messages ("" = the frame_id of the /odom messages, "odom" before one
+            arrives); the agent's map is drawn in the odometry frame.
     """
 
     agent: str = "memnav"
@@ -139,6 +151,8 @@ class PolicyNodeConfig(ExploringTuning):
     min_action_subscribers: int = 0
     min_state_subscribers: int = 0
     subscriber_wait_s: float = 30.0
+    map_period_s: float = 1.0
+    odom_frame: str = ""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.collision_fraction <= 1.0:
@@ -148,6 +162,8 @@ class PolicyNodeConfig(ExploringTuning):
         if self.action_duration_s <= 0 or self.sync_tolerance_s < 0 or self.torch_threads < 0:
             raise ValueError("PolicyNodeConfig: action_duration_s must be > 0, sync_tolerance_s and torch_threads "
                              f">= 0; got {self.action_duration_s!r}, {self.sync_tolerance_s!r}, {self.torch_threads!r}")
+        if not (math.isfinite(self.map_period_s) and self.map_period_s >= 0):
+            raise ValueError(f"PolicyNodeConfig.map_period_s must be >= 0 (0 = off), got {self.map_period_s!r}")
         if min(self.min_action_subscribers, self.min_state_subscribers) < 0 or self.subscriber_wait_s < 0:
             raise ValueError("PolicyNodeConfig: min_action_subscribers, min_state_subscribers and subscriber_wait_s "
                              f"must be >= 0; got {self.min_action_subscribers!r}, {self.min_state_subscribers!r}, "
@@ -178,15 +194,18 @@ def build(node) -> Callable[[], None]:
     from pathlib import Path
 
     from geometry_msgs.msg import Twist
-    from nav_msgs.msg import Odometry
+    from nav_msgs.msg import OccupancyGrid, Odometry
+    from nav_msgs.msg import Path as PathMsg
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
+    from visualization_msgs.msg import MarkerArray
 
     from memnav.core.memory import MemoryStoreError
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
     from memnav.ros import conversions as conv
+    from memnav.ros import search_msgs
     from memnav.ros.params import declare_dataclass
     from memnav.ros.stamp_sync import StampedQueue
 
@@ -208,9 +227,14 @@ def build(node) -> Callable[[], None]:
     pub_action = node.create_publisher(String, "/memnav/action", 10)
     pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
     pub_state = node.create_publisher(String, "/memnav/policy_state", 10)
+    show_search = nav.cfg.explore and cfg.map_period_s > 0
+    if show_search:
+        pub_map = node.create_publisher(OccupancyGrid, "/memnav/map", latched)
+        pub_plan = node.create_publisher(PathMsg, "/memnav/plan", 10)
+        pub_markers = node.create_publisher(MarkerArray, "/memnav/search_markers", 10)
     st = {"goal_rgb": None, "goal_depth": None, "goal_has_depth": False, "rgb": None, "depth": None, "pose": None,
           "goal_ns": None, "goal_wall": 0.0, "acted_ns": -1, "dropped": 0, "cmd": (0.0, 0.0), "cmd_until": 0.0,
-          "waited_goal": None}
+          "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf}
 
     odoms: StampedQueue = StampedQueue(64)   # recent odometry, to pair a real-time frame with its pose
 
@@ -283,6 +307,8 @@ def build(node) -> Callable[[], None]:
         except conv.MessageError as err:
             drop("odometry", err)
             return
+        if not cfg.odom_frame and msg.header.frame_id:
+            st["odom_frame"] = msg.header.frame_id
         odoms.push(*st["pose"])
         maybe_act()
 
@@ -323,8 +349,21 @@ def build(node) -> Callable[[], None]:
                 "verification": inp.verification, "stop_reason": inp.stop.reason.name, "goal_probability": goal_p,
                 "places": nav.memory.stats().places if nav.memory is not None else 0, "mode": nav.mode}
         pub_state.publish(String(data=json.dumps(body)))
+        if show_search:
+            publish_search(final=action == Action.STOP)
         if action == Action.STOP:
             st["goal_ns"] = None
+
+    def publish_search(final: bool) -> None:
+        """The plan and markers of this decision; the map when map_period_s has passed, and at an episode's end."""
+        view, frame, stamp = nav.search_view(), st["odom_frame"], node.get_clock().now().to_msg()
+        pub_plan.publish(search_msgs.plan_path(view, frame, stamp))
+        pub_markers.publish(search_msgs.search_markers(view, frame, stamp))
+        if final or time.monotonic() - st["map_wall"] >= cfg.map_period_s:
+            grid = search_msgs.occupancy_grid(view, frame, stamp)
+            if grid is not None:
+                pub_map.publish(grid)
+                st["map_wall"] = time.monotonic()
 
     def subscribers_ready() -> bool:
         short = [f"{topic} has {n} of {need}" for topic, n, need in (

@@ -569,3 +569,49 @@ def test_a_candidate_whose_colours_fit_interrupts_exploration_at_a_moderate_scan
     for bad in ({"candidate_colour_fit": -0.1}, {"candidate_colour_min_score": 1.2}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             NavigatorConfig(**bad)
+
+
+def test_search_view_draws_the_map_plan_and_markers_in_the_odometry_frame(encoder, two_room_scene):
+    """The map is kept in the frame of the episode's first pose (turned 0.7 rad here); what search_view gives a
+    user lies on the house's walls and free floor in the odometry frame all the same."""
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    start = np.array([1.0, 0.0, 3.0])
+    sim.set_agent_pose(start, 0.7)
+    obs = sim.render_at(start, 0.7)
+    never = GoalBeliefCalibrator(np.array([0.0, 0.0, -10.0]), ("similarity", "verification"))
+    nav = Navigator(encoder, never, NavigatorConfig(memory=MemoryKind.NONE.value, explore=True, scan_match=False),
+                    policy=MemoryPolicy(PolicyConfig(memory_tokens=0, hidden_dim=32)))
+    nav.reset(*_frame(7))
+    assert nav.search_view().grid.shape == (0, 0)           # no frame yet: no map
+    planned = 0
+    for t in range(1, 40):
+        action, _, _ = nav.act(obs.rgb, obs.depth, obs.pose, t)
+        view, here = nav.search_view(), obs.pose
+        if view.plan:
+            planned += 1
+            assert view.plan_kind == "frontier" and nav.mode == "explore"
+            assert view.plan[0] == pytest.approx((obs.pose.x_m, obs.pose.y_m), abs=1e-5)   # starts at the robot
+        obs = sim.step(action)
+    sim.close()
+    assert planned >= 5 and view.resolution_m == nav.explorer.cfg.cell_m
+    assert view.origin.yaw_rad == pytest.approx(0.7)        # the first pose's heading in odometry
+    grid = view.grid
+    assert {-1, 0, 100} <= set(np.unique(grid).tolist())
+
+    def odometry_xy(rows, cols):
+        return view.origin.apply((cols + 0.5) * view.resolution_m, (rows + 0.5) * view.resolution_m)
+
+    # the house in odometry (x = -z, y = -x of the scene): walls at x = 0 / -4 and y = 0 / -8, the middle wall at
+    # y = -4 (door at x in [-2.5, -1.5]) and the box at x, y in [-1.6, -1.0]
+    x, y = odometry_xy(*np.nonzero(grid == 100))
+    to_wall = np.minimum.reduce([np.abs(x), np.abs(x + 4), np.abs(y), np.abs(y + 8), np.abs(y + 4),
+                                 np.hypot(np.clip(np.abs(x + 1.3) - 0.3, 0, None),
+                                          np.clip(np.abs(y + 1.3) - 0.3, 0, None))])
+    assert np.quantile(to_wall, 0.95) <= 0.15
+    x, y = odometry_xy(*np.nonzero(grid == 0))
+    assert ((x > -4.1) & (x < 0.1) & (y > -8.1) & (y < 0.1)).all()     # free floor only inside the house
+    rel = here.relative_to(view.origin)
+    assert grid[int(rel.y_m // view.resolution_m), int(rel.x_m // view.resolution_m)] == 0   # robot on free floor

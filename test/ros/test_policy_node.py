@@ -1,11 +1,13 @@
 """policy_node drives sim_bridge_node over DDS in lock-step: both are real processes on an isolated domain."""
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
@@ -13,7 +15,7 @@ rclpy = pytest.importorskip("rclpy")
 from conftest import make_tiny_dataset  # noqa: E402
 
 from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy  # noqa: E402
-from memnav.core.types import Action  # noqa: E402
+from memnav.core.types import Action, Pose2D  # noqa: E402
 from memnav.ros.policy_node import PolicyNodeConfig, action_velocity  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -53,16 +55,22 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
     domain = 40 + ((os.getpid() + 77) % 150)
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from nav_msgs.msg import OccupancyGrid, Odometry
     from rclpy.event_handler import SubscriptionEventCallbacks
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
+    from visualization_msgs.msg import MarkerArray
 
     rclpy.init(domain_id=domain)
     node = rclpy.create_node("test_observer")
-    got = {"state": [], "action": [], "result": []}
+    got = {"state": [], "action": [], "result": [], "map": [], "markers": [], "odom": []}
     latched = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     node.create_subscription(String, "/memnav/policy_state", lambda m: got["state"].append(json.loads(m.data)), 50)
     node.create_subscription(String, "/memnav/action", lambda m: got["action"].append(m.data), 50)
+    node.create_subscription(OccupancyGrid, "/memnav/map", got["map"].append, latched)
+    node.create_subscription(MarkerArray, "/memnav/search_markers", got["markers"].append, 50)
+    node.create_subscription(Odometry, "/odom", got["odom"].append,
+                             QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
     matched = {"result": 0}
     node.create_subscription(String, "/memnav/episode_result", lambda m: got["result"].append(json.loads(m.data)),
                              latched, event_callbacks=SubscriptionEventCallbacks(
@@ -98,6 +106,21 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
         assert got["state"] and all(0.0 <= s["belief"] <= 1.0 and s["mode"] in modes for s in got["state"])
         assert set(got["action"]) <= {a.name for a in Action}
         assert len(got["action"]) >= sum(r["steps"] for r in results.values())
+        # the agent's own occupancy map for RViz, in the frame of /odom: six steps of the look-around at the
+        # start, so the robot has not moved and stands on a free cell of it
+        assert got["map"] and got["markers"]
+        grid = got["map"][-1]
+        cells = np.array(grid.data, np.int8).reshape(grid.info.height, grid.info.width)
+        assert grid.header.frame_id == got["odom"][-1].header.frame_id and grid.info.resolution == pytest.approx(0.1)
+        assert (cells == 0).sum() > 100 and (cells == 100).sum() > 10 and set(np.unique(cells)) <= {-1, 0, 100}
+        o = grid.info.origin
+        origin = Pose2D(o.position.x, o.position.y, 2 * math.atan2(o.orientation.z, o.orientation.w))
+        on_free = []
+        for m in got["odom"]:
+            rel = Pose2D(m.pose.pose.position.x, m.pose.pose.position.y, 0.0).relative_to(origin)
+            r, c = int(rel.y_m // grid.info.resolution), int(rel.x_m // grid.info.resolution)
+            on_free.append(0 <= r < cells.shape[0] and 0 <= c < cells.shape[1] and cells[r, c] == 0)
+        assert any(on_free)
         # ~/relocalise (the robot was carried): the memory relocalises, the search starts over if a goal is on
         from std_srvs.srv import Trigger
 
