@@ -146,7 +146,8 @@ class SceneGraphConfig:
         room_segmentation_max_places: `consolidate(full=True)` re-segments all rooms only up to this many places
             (routine consolidation re-segments just the rooms around changed places).
         object_association_distance_m: a detection without instance id joins the nearest object of its class
-            within this distance, m.
+            within this distance; consolidation merges objects without instance id of one class that lie this
+            close, m.
         thumbnail_size_px: keyframe thumbnails are downscaled to fit in this many pixels per side, px.
         index_exact_max_size: exact top-k retrieval up to this many places; an IVF index beyond.
         index_nprobe: IVF lists scanned per retrieval query.
@@ -339,6 +340,7 @@ class ConsolidationReport:
 
     merged_places: int
     rooms: int
+    merged_objects: int = 0
 
 
 @dataclass(frozen=True)
@@ -554,18 +556,24 @@ class SceneGraphMemory:
 
         A memory still unlocalised (loaded, or after `relocalise()`, and never relocalised since) first forgets
         the places and objects it stored meanwhile: they lie in an odometry frame nothing ties to the memory's,
-        and a later run could relocalise against them instead of the memory's own places."""
-        stale = [self._places.slot_of[n] for n in self._frame_places if n in self._places.slot_of]
-        objects = [o for o in self._frame_objects if o in self._objects]
-        self._frame_places, self._frame_objects = set(), set()
+        and a later run could relocalise against them instead of the memory's own places. A localised memory
+        first folds together objects stored twice (`_merge_objects`: a class-only detector saw the same thing
+        before and after the memory relocalised)."""
         try:
-            if (stale or objects) and not self.localised:
-                with self._store.transaction():
-                    for slot in stale:
-                        self._remove_place(slot, bypass=False)
-                    for oid in objects:
-                        self._remove_object(oid)
+            if not self.localised:
+                stale = [self._places.slot_of[n] for n in self._frame_places if n in self._places.slot_of]
+                objects = [o for o in self._frame_objects if o in self._objects]
+                if stale or objects:
+                    with self._store.transaction():
+                        for slot in stale:
+                            self._remove_place(slot, bypass=False)
+                        for oid in objects:
+                            self._remove_object(oid)
+            elif self._frame_objects:
+                with self._store.transaction():     # objects seen twice before and after relocalising: one
+                    self._merge_objects()
         finally:
+            self._frame_places, self._frame_objects = set(), set()
             self._store.close()
 
     def __enter__(self) -> Self:
@@ -1036,9 +1044,9 @@ class SceneGraphMemory:
 
     def _observe_object(self, det: ObjectDetection, place_slot: int, stamp: int) -> int:
         cfg = self.config
-        c, s = math.cos(self._correction[2]), math.sin(self._correction[2])
         x, y, z = det.position_m
-        pos = np.array([c * x - s * y + self._correction[0], s * x + c * y + self._correction[1], z])
+        mem = _se2_apply(self._correction, Pose2D(x, y, 0.0))
+        pos = np.array([mem.x_m, mem.y_m, z])
         unlocalised = not self.localised     # pos is in a stale frame: only objects stored in it since compare
         oid = self._object_by_instance.get(det.instance_id) if det.instance_id is not None else None
         if oid is None and det.instance_id is None:
@@ -1276,11 +1284,13 @@ class SceneGraphMemory:
         self._dirty.add(keep)
 
     def consolidate(self, *, full: bool = False) -> ConsolidationReport:
-        """Merge redundant places and re-segment rooms (one transaction).
+        """Merge redundant places and objects, and re-segment rooms (one transaction).
 
         Two places are redundant when they are within `merge_distance_m` in the memory frame and their
         embeddings are at least `merge_similarity` cosine-similar (same spot, same view: e.g. created before
-        a loop closure re-anchored the drift). The place with more visits (then the older) survives.
+        a loop closure re-anchored the drift). The place with more visits (then the older) survives. Objects
+        without instance id of one class within `object_association_distance_m` of each other are folded
+        together (`_merge_objects`).
 
         Args:
             full: check every place, not only those touched since the last consolidation.
@@ -1307,6 +1317,7 @@ class SceneGraphMemory:
                     keep, drop = sorted((slot, other), key=lambda s: (-pl.visits[s], pl.first_ns[s], pl.ids[s]))
                     self._merge(keep, drop)
                     merged += 1
+            merged_objects = self._merge_objects()
         touched = [int(pl.ids[s]) for s in self._dirty if pl.alive[s]]
         self._dirty.clear()
         self._inserts_since_consolidation = 0
@@ -1315,7 +1326,63 @@ class SceneGraphMemory:
             rooms = self.segment_rooms()
         elif touched:
             rooms = self.segment_rooms(around=touched)
-        return ConsolidationReport(merged, rooms)
+        return ConsolidationReport(merged, rooms, merged_objects)
+
+    def _merge_objects(self) -> int:
+        """Fold objects without instance id of one class that lie within `object_association_distance_m` of
+        each other into one (a class-only detector saw the same thing twice, e.g. once before the memory
+        relocalised). While the memory is unlocalised, objects stored since are left alone (stale frame). The
+        survivor is an object from before the last `relocalise()` if there is one, then the one seen more
+        often, then the older; it takes the other's observations, stamps and observed-from edges. Its position
+        is the observation-weighted mean, except that an object from before the last relocalise() keeps its
+        own: the other was measured through a relocalisation that may still be retracted. Returns how many
+        objects were folded away (the caller holds the transaction)."""
+        limit = self.config.object_association_distance_m
+        skip = set() if self.localised else set(self._frame_objects)
+        merged = 0
+        for pool in self._objects_by_class.values():
+            def rank(o: int) -> tuple:
+                ob = self._objects[o]
+                return (o in self._frame_objects, -ob.observation_count, ob.first_seen_ns, o)
+
+            ids = sorted((o for o in pool if self._objects[o].instance_id is None and o not in skip), key=rank)
+            if len(ids) < 2:
+                continue
+            pos = np.array([self._objects[o].position_m for o in ids])
+            alive = np.ones(len(ids), bool)
+            for i, keep in enumerate(ids):
+                if not alive[i]:
+                    continue
+                alive[i] = False
+                near = np.nonzero(alive & (np.linalg.norm(pos - pos[i], axis=1) <= limit))[0]
+                for j in near.tolist():
+                    self._fold_object(keep, ids[j])
+                    alive[j] = False
+                    merged += 1
+        return merged
+
+    def _fold_object(self, keep: int, drop: int) -> None:
+        """Fold object `drop` into object `keep` (see `_merge_objects`)."""
+        a, b = self._objects[keep], self._objects[drop]
+        na, nb = a.observation_count, b.observation_count
+        if (keep in self._frame_objects) == (drop in self._frame_objects):
+            a.position_m = tuple(((np.asarray(a.position_m) * na + np.asarray(b.position_m) * nb)
+                                  / (na + nb)).tolist())
+        if b.embedding is not None:
+            mean = b.embedding * min(nb, 20) + (0 if a.embedding is None else a.embedding * min(na, 20))
+            a.embedding = (mean / np.linalg.norm(mean)).astype(np.float32)
+        a.observation_count = na + nb
+        a.first_seen_ns, a.last_seen_ns = min(a.first_seen_ns, b.first_seen_ns), max(a.last_seen_ns, b.last_seen_ns)
+        a.label = a.label or b.label
+        seen_from = [n for n, d in self.graph[drop].items() if d["kind"] is EdgeKind.OBSERVED_FROM]
+        self._remove_object(drop)
+        self._frame_objects.discard(drop)
+        for place_id in seen_from:
+            if not self.graph.has_edge(place_id, keep):
+                self.graph.add_edge(place_id, keep, kind=EdgeKind.OBSERVED_FROM)
+                self._store.upsert_edge(place_id, keep, EdgeKind.OBSERVED_FROM, None)
+        self._store.upsert_object(a)
+        self._set_object_room(a)
 
     def place_values(self, now_ns: int) -> tuple[np.ndarray, np.ndarray]:
         """Forgetting scores of all places: (node ids, values); lower is forgotten first.

@@ -264,6 +264,63 @@ def test_objects_seen_while_unlocalised_move_with_the_relocalisation_or_are_forg
     again.close()
 
 
+def test_an_object_a_class_only_detector_saw_before_and_after_relocalising_is_folded_into_one(tmp_path):
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 4.01, 0.5))
+    # a lamp, no instance id, at memory (1, -1), seen twice
+    for t in (10, 11):
+        m.insert_observation(t * S, [1.0, 0.0, 0.0], embed(1.0, 0.0), objects=[ObjectDetection(4, (1.0, -1.0, 1.2))])
+    (lamp,) = m.objects(4)
+    m.close()
+    # rebooted, odometry = memory frame + (5, 0): seen before relocalising, the lamp becomes a second object
+    m = SceneGraphMemory(cfg(tmp_path))
+    m.insert_observation(300 * S, [7.0, 0.0, 0.0], embed(2.0, 0.0), objects=[ObjectDetection(4, (6.1, -1.1, 1.2))])
+    assert not m.localised and len(m.objects(4)) == 2
+    assert m.consolidate().merged_objects == 0           # still in a stale frame: left alone
+    drive(m, embed, np.arange(0, 4.01, 0.5), start_stamp=400 * S, odom_offset=(5.0, 0.0))
+    assert m.localised and len(m.objects(4)) == 2        # moved next to the original, not merged yet
+    report = m.consolidate()
+    assert report.merged_objects == 1
+    (kept,) = m.objects(4)
+    # the original survives and keeps its position (the other was measured through the relocalisation)
+    assert kept.id == lamp.id and kept.position_m == lamp.position_m and kept.observation_count == 3
+    # seen from where the duplicate was seen (that place itself may have been merged into the one stored there)
+    assert any(m.graph.has_edge(p.node_id, lamp.id) for p in m.places_within(Pose2D(2.0, 0.0, 0.0), 0.75))
+    m.close()
+    again = SceneGraphMemory(cfg(tmp_path))
+    (stored,) = again.objects(4)
+    assert (stored.id, stored.observation_count, stored.position_m) == (lamp.id, 3, lamp.position_m)
+    assert db_counts(tmp_path / "m.db")["objects"] == 1
+    again.close()
+    # a run that relocalises and closes without consolidating folds them at close
+    m = SceneGraphMemory(cfg(tmp_path))
+    m.insert_observation(900 * S, [7.0, 0.0, 0.0], embed(2.0, 0.0), objects=[ObjectDetection(4, (6.0, -0.9, 1.2))])
+    drive(m, embed, np.arange(0, 4.01, 0.5), start_stamp=1000 * S, odom_offset=(5.0, 0.0))
+    assert m.localised and len(m.objects(4)) == 2
+    m.close()
+    again = SceneGraphMemory(cfg(tmp_path))
+    assert [(o.id, o.observation_count) for o in again.objects(4)] == [(lamp.id, 4)]
+    again.close()
+
+
+def test_consolidation_folds_objects_of_one_class_only_within_the_association_distance():
+    rng = np.random.default_rng(5)
+    m = SceneGraphMemory(cfg(object_association_distance_m=0.5))
+    # stored apart, then (as after drift corrections) two of them 0.3 m apart: objects 1-2 fold, the rest stay
+    dets = [ObjectDetection(5, (0.0, 0.0, 0.0)), ObjectDetection(5, (0.9, 0.0, 0.0)),
+            ObjectDetection(6, (0.0, 0.2, 0.0)), ObjectDetection(5, (3.0, 0.0, 0.0), instance_id=9)]
+    ids = [m.insert_observation(i * S, [0.0, -2.0 + i, 0.0], random_unit(rng), objects=[d]).object_ids[0]
+           for i, d in enumerate(dets)]
+    assert len(m.objects()) == 4
+    m._objects[ids[1]].position_m = (0.3, 0.0, 0.0)
+    m._objects[ids[3]].position_m = (0.1, 0.0, 0.0)      # an instance id: never folded by position
+    assert m.consolidate().merged_objects == 1
+    assert sorted(o.id for o in m.objects()) == sorted([ids[0], ids[2], ids[3]])
+    (five,) = [o for o in m.objects(5) if o.instance_id is None]
+    assert five.position_m == pytest.approx((0.15, 0.0, 0.0)) and five.observation_count == 2
+
+
 def test_a_wrong_relocalisation_retracted_moves_what_was_stored_since(tmp_path):
     embed = SmoothEmbedder()
     m = reopened(tmp_path, embed)
