@@ -434,13 +434,18 @@ class OccupancyMap:
         grown[:, :-1] |= target[:, 1:]
         return grown
 
-    def without(self, ev: MapEvidence) -> OccupancyMap:
-        """A copy of this map with evidence laid on it (`evidence_from`, `add_evidence`) taken back out."""
+    def copy(self) -> OccupancyMap:
+        """An independent copy (e.g. to work on in another thread while this one keeps integrating frames)."""
         out = OccupancyMap(self.cfg, Pose2D(0.0, 0.0, 0.0))
         out.origin = self.origin.copy()
         out.free, out.occ = self.free.copy(), self.occ.copy()
         out.colour_sum, out.colour_hits = self.colour_sum.copy(), self.colour_hits.copy()
         out._lo, out._hi = self._lo.copy(), self._hi.copy()
+        return out
+
+    def without(self, ev: MapEvidence) -> OccupancyMap:
+        """A copy of this map with evidence laid on it (`evidence_from`, `add_evidence`) taken back out."""
+        out = self.copy()
         out.add_evidence(ev, sign=-1)
         return out
 

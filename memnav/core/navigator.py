@@ -434,6 +434,16 @@ class Navigator:
         self.known_map = True
         self._match_now = True
 
+    def map_became_unknown(self) -> None:
+        """An earlier run's evidence was taken back out of the occupancy map (it had been laid in the wrong
+        place): the house counts as unknown again, a candidate chosen on that map is dropped without counting
+        as rejected, exploration starts over on what is left, and the goal is scan-matched there at the next
+        step. Views the robot judged itself stay judged."""
+        self.known_map = False
+        self._match_now = True
+        self._explored = False
+        self._candidate, self._spin, self._refining, self._cand_kind = None, None, False, "candidate"
+
     def reset(self, goal_rgb: np.ndarray, goal_depth: np.ndarray | None = None) -> None:
         """Start an episode towards the place shown by the goal image (long-term memory is kept).
 

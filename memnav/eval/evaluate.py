@@ -83,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --lifelong: a robot that reboots before every goal; each episode reopens the "
                              "house's memory (which must relocalise from loop closures) with odometry in a new "
                              "random frame, and no occupancy map is carried over between episodes")
+    parser.add_argument("--map-checks-in-background", action="store_true",
+                        help="with --odometry-restarts: check the visit's map against the saved house map in a "
+                             "worker thread, as the policy node does in real time, instead of inside the step "
+                             "(no step waits for a check, but runs are no longer exactly reproducible)")
     parser.add_argument("--memory-dir", type=Path, default=None, metavar="DIR",
                         help="lifelong memory databases (default: a fresh temporary folder, so a run starts "
                              "with empty memories; give a folder to continue from an earlier run)%(default).0s")
@@ -516,6 +520,7 @@ def run(args: argparse.Namespace) -> int:
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           odometry_restarts=args.odometry_restarts,
+                                          map_checks_in_background=args.map_checks_in_background,
                                           homing=not args.no_homing, explore=not args.no_explore,
                                           max_steps=args.max_steps, **ExploringTuning.values_of(args))
             job = AgentJob(name, options, args.seed, config, args.backend, episodes, traces is not None,

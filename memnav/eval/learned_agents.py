@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,6 +82,11 @@ class LearnedAgentOptions(ExploringTuning):
             (NavigatorConfig.collision_fraction).
         max_steps: the episode's step limit, actions (0: none); an exploring agent heads for its best view
             EXPLORING_BEST_VIEW_RESERVE actions before it (NavigatorConfig.best_view_after_steps).
+        map_checks_in_background: a rebooted run's checks of its map against the saved house map (the vote
+            check, the tries at laying it, the check of a laid map; up to about 0.7 s each) run in a worker
+            thread on a copy of the map, and their result is applied at the first step after they finish, so
+            no step waits for one (the policy node in real time). False: each runs inside the step that starts
+            it, so runs are reproducible (evaluation, lock-step).
     """
 
     policy_dir: Path = MODELS
@@ -93,6 +100,7 @@ class LearnedAgentOptions(ExploringTuning):
     explore: bool = True
     collision_fraction: float = 0.9
     max_steps: int = 500
+    map_checks_in_background: bool = False
 
 
 _LAY_MIN_SCORE = 0.6     # share of this run's obstacle cells that must land on the saved map's to lay it
@@ -109,6 +117,17 @@ _VOTE_CHECK_STEPS = 10
 _VOTES_CHECKED = 3
 _VOTE_MIN_SCORE = 0.8
 _VOTE_MAX_CONFLICT = 0.1
+# once the saved map is laid, every _LAID_CHECK_STEPS steps this run's own walls are laid on it through the same
+# transform: _DOUBT_CONFLICT of them (of at least _DOUBT_MIN_CELLS on cells it saw) on its free floor take the lay back
+_LAID_CHECK_STEPS = 20
+
+
+@dataclass
+class _MapCheck:
+    """A map check running in the background: its future, and what to do with its result."""
+
+    future: Future
+    apply: Callable[[object], None]
 
 
 class LearnedAgent:
@@ -169,7 +188,11 @@ class LearnedAgent:
         self._lay_tries = 0
         self._laid_at: Pose2D | None = None   # this odometry frame -> the saved map's, once laid
         self._laid: MapEvidence | None = None   # what was laid on this run's map
+        self._house_map: OccupancyMap | None = None   # the saved map that was laid, while it stays laid
         self._vote_tries = 0
+        self._laid_steps = 0
+        self._check: _MapCheck | None = None    # a map check running in the background
+        self._checker = None                    # its worker thread (a ThreadPoolExecutor), made when first needed
         self._stamp_ns = 0
         self.visits: dict[str, int] = {}
 
@@ -242,10 +265,14 @@ class LearnedAgent:
     def _await_saved_map(self, path: Path | None) -> None:
         """Lay the house map saved at `path` (None, or no such file: none) on this run's map once it fits
         (`step`); nothing of an earlier one is kept."""
-        self._saved_map = (OccupancyMap.load(path, self.navigator.explorer.cfg)
-                           if path is not None and path.is_file() else None)
-        self._lay_tries = self._vote_tries = 0
-        self._laid_at = self._laid = None
+        self._wait_to_lay(OccupancyMap.load(path, self.navigator.explorer.cfg)
+                          if path is not None and path.is_file() else None)
+
+    def _wait_to_lay(self, house: OccupancyMap | None) -> None:
+        self._saved_map = house
+        self._lay_tries = self._vote_tries = self._laid_steps = 0
+        self._laid_at = self._laid = self._house_map = None
+        self._check = None                      # a check still running was made for the state before: ignored
 
     def step(self, rgb, depth, pose, stamp_ns: int | None = None):
         """One decision on raw inputs; `stamp_ns` None advances the memory clock by one second per step.
@@ -256,6 +283,9 @@ class LearnedAgent:
         self._stamp_ns = self._stamp_ns + 1_000_000_000 if stamp_ns is None else max(self._stamp_ns + 1, stamp_ns)
         # collisions are inferred from odometry (not the simulator's flag), as on a robot without bumpers
         out = self.navigator.act(rgb, depth, pose, self._stamp_ns)
+        if self._check is not None and self._check.future.done():
+            check, self._check = self._check, None
+            check.apply(check.future.result())
         if self._saved_map is not None and self.navigator.memory.localised:
             self._lay_tries += 1
             if self._lay_tries % _LAY_RETRY_STEPS == 1:
@@ -264,35 +294,92 @@ class LearnedAgent:
             self._vote_tries += 1
             if self._vote_tries % _VOTE_CHECK_STEPS == 0:
                 self._confirm_vote_by_map(pose)
+        elif self._laid is not None:
+            self._laid_steps += 1
+            if self._laid_steps % _LAID_CHECK_STEPS == 0:
+                self._check_laid_map()
         return out
+
+    def _run_check(self, compute, apply) -> None:
+        """Run `compute(run_map)` on this run's occupancy map and hand its result to `apply`: at once, or, with
+        `map_checks_in_background`, in the worker thread on a copy of the map, applied at the first step after
+        it finished (a check asked for while one is running is skipped; the schedule asks again)."""
+        run = self.navigator.explorer.map
+        if run is None:
+            return
+        if not self.options.map_checks_in_background:
+            apply(compute(run))
+            return
+        if self._check is not None:
+            return
+        if self._checker is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memnav-map-check")
+        self._check = _MapCheck(self._checker.submit(compute, run.copy()), apply)
+
+    def _check_laid_map(self) -> None:
+        """The saved house map is laid: if this run's own walls (the map without what was laid) put
+        _DOUBT_CONFLICT of them on the saved map's free floor through the laid transform, the lay was wrong (a
+        look-alike room, a symmetric one turned round). Take the laid evidence back out of the map, retract the
+        memory's relocalisation (`SceneGraphMemory.relocalise(retract=True)`), and wait to lay the house map
+        again. The same test keeps a visit from extending the saved map at the end (`_save_map`); here it acts
+        as soon as the walls show it."""
+        house, laid, laid_at = self._house_map, self._laid, self._laid_at
+        if house is None or laid is None or laid_at is None:
+            return
+
+        def compute(run: OccupancyMap) -> float | None:
+            return run.without(laid).contradiction(house, laid_at, _DOUBT_MIN_CELLS, 0.0, 0.0)
+
+        def apply(conflict: float | None) -> None:
+            nav, run = self.navigator, self.navigator.explorer.map
+            if conflict is None or conflict < _DOUBT_CONFLICT or self._laid is not laid or run is None:
+                return
+            run.add_evidence(laid, sign=-1)
+            nav.explorer.map_changed()
+            nav.memory.relocalise(retract=True)
+            nav.map_became_unknown()
+            self._wait_to_lay(house)
+
+        self._run_check(compute, apply)
 
     def _confirm_vote_by_map(self, pose: Pose2D) -> None:
         """The memory is still unlocalised, waiting for agreeing loop closures: fit this run's map to the saved
         house map at the corrections its candidates imply so far (`SceneGraphMemory.relocalisation_votes`), and
         where one fits well and contradicts nothing, localise the memory there (`set_pose`) and lay the map."""
-        nav, saved, run = self.navigator, self._saved_map, self.navigator.explorer.map
-        if run is None or saved is None:
-            return
+        saved = self._saved_map
         tried: list[Pose2D] = []
-        best: tuple[Pose2D, float] | None = None
-        for correction, _ in nav.memory.relocalisation_votes():
+        for correction, _ in self.navigator.memory.relocalisation_votes():
             if any(math.hypot(correction.x_m - t.x_m, correction.y_m - t.y_m) < 1.0
                    and abs(math.remainder(correction.yaw_rad - t.yaw_rad, math.tau)) < math.radians(15.0)
                    for t in tried):
                 continue                                 # the same pose as one fitted already
             tried.append(correction)
-            aligned, score = run.align_to(saved, correction)
-            if best is None or score > best[1]:
-                best = (aligned, score)
             if len(tried) == _VOTES_CHECKED:
                 break
-        if best is None or best[1] < _VOTE_MIN_SCORE:
+        if saved is None or not tried:
             return
-        conflict = run.contradiction(saved, best[0], _DOUBT_MIN_CELLS, 0.0, 0.0)
-        if conflict is None or conflict > _VOTE_MAX_CONFLICT:
-            return
-        nav.memory.set_pose(pose, best[0].compose(pose))
-        self._lay(best[0])
+
+        def compute(run: OccupancyMap) -> Pose2D | None:
+            best: tuple[Pose2D, float] | None = None
+            for correction in tried:
+                aligned, score = run.align_to(saved, correction)
+                if best is None or score > best[1]:
+                    best = (aligned, score)
+            if best is None or best[1] < _VOTE_MIN_SCORE:
+                return None
+            conflict = run.contradiction(saved, best[0], _DOUBT_MIN_CELLS, 0.0, 0.0)
+            return None if conflict is None or conflict > _VOTE_MAX_CONFLICT else best[0]
+
+        def apply(aligned: Pose2D | None) -> None:
+            nav = self.navigator
+            if aligned is None or self._saved_map is not saved or nav.memory.localised:
+                return
+            nav.memory.set_pose(pose, aligned.compose(pose))
+            self._lay(aligned)
+
+        self._run_check(compute, apply)
 
     def _lay_saved_map(self) -> None:
         """The memory of a rebooted robot has relocalised: lay the house map an earlier run saved (in the
@@ -304,22 +391,30 @@ class LearnedAgent:
         the memory relocalised at a look-alike: the relocalisation is retracted
         (`SceneGraphMemory.relocalise(retract=True)`), and the memory relocalises again from what the robot
         sees next."""
-        nav, saved = self.navigator, self._saved_map
-        if nav.explorer.map is None:
-            return
-        guess = Pose2D(*nav.memory.drift_correction)      # this odometry frame -> the memory's
-        aligned, score, conflict = nav.explorer.map.align_and_contradiction(saved, guess, _DOUBT_MIN_CELLS)
-        if score < _LAY_MIN_SCORE:
-            if conflict is not None and conflict >= _DOUBT_CONFLICT:
-                nav.memory.relocalise(retract=True)
-                self._lay_tries = 0
-            return
-        self._lay(aligned)
+        saved, correction = self._saved_map, self.navigator.memory.drift_correction
+        guess = Pose2D(*correction)                       # this odometry frame -> the memory's
+
+        def compute(run: OccupancyMap) -> tuple[Pose2D, float, float | None]:
+            return run.align_and_contradiction(saved, guess, _DOUBT_MIN_CELLS)
+
+        def apply(fit: tuple[Pose2D, float, float | None]) -> None:
+            nav = self.navigator
+            if self._saved_map is not saved or not nav.memory.localised or nav.memory.drift_correction != correction:
+                return                                   # the memory moved on meanwhile: the next try fits again
+            aligned, score, conflict = fit
+            if score < _LAY_MIN_SCORE:
+                if conflict is not None and conflict >= _DOUBT_CONFLICT:
+                    nav.memory.relocalise(retract=True)
+                    self._lay_tries = 0
+                return
+            self._lay(aligned)
+
+        self._run_check(compute, apply)
 
     def _lay(self, aligned: Pose2D) -> None:
         """Lay the saved house map on this run's through `aligned` (this odometry frame -> the saved map's)."""
         nav, saved = self.navigator, self._saved_map
-        self._saved_map, self._laid_at = None, aligned
+        self._saved_map, self._laid_at, self._house_map, self._laid_steps = None, aligned, saved, 0
         self._laid = nav.explorer.map.evidence_from(saved, aligned)
         nav.explorer.map.add_evidence(self._laid)
         nav.explorer.map_changed()
@@ -380,6 +475,10 @@ class LearnedAgent:
             saved.save(path)
 
     def close(self) -> None:
+        self._check = None
+        if self._checker is not None:
+            self._checker.shutdown(wait=True, cancel_futures=True)
+            self._checker = None
         self._save_map()
         if self.navigator.memory is not None:
             self.navigator.memory.close()

@@ -60,6 +60,8 @@ class PolicyNodeConfig(ExploringTuning):
         encoder_checkpoint: encoder checkpoint ("" = models/encoder.pt).
         calibration: stop-belief calibration JSON ("" = models/stop_calibration.json).
         lockstep: act once per new frame pair (True) or in real time, at most every action_duration_s (False).
+            In real time a rebooted run's checks of its map against the saved house map run in a worker thread
+            (`LearnedAgentOptions.map_checks_in_background`), so no decision waits for one.
         action_duration_s: time one discrete action takes on /cmd_vel, seconds.
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
@@ -220,7 +222,8 @@ def build(node) -> Callable[[], None]:
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
                                odometry_persists=cfg.odometry_persists,
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
-                               max_steps=cfg.max_steps, **ExploringTuning.values_of(cfg))
+                               max_steps=cfg.max_steps, map_checks_in_background=not cfg.lockstep,
+                               **ExploringTuning.values_of(cfg))
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

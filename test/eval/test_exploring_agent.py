@@ -3,6 +3,7 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 
 from memnav.core.exploration import ExplorerConfig
 from memnav.core.types import Action
@@ -281,4 +282,68 @@ def test_when_the_search_runs_dry_the_agent_stops_at_its_best_view(two_room_scen
         assert math.hypot(here.x_m - best.x_m, here.y_m - best.y_m) < 0.5
     finally:
         agent.close()
+        sim.close()
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["in_the_step", "in_the_background"])
+def test_a_wrong_lay_is_taken_back_once_the_robots_own_walls_contradict_it(two_room_scene, tmp_path, background):
+    """Checked in the step (evaluation), or in the worker thread on a copy of the map (the policy node in real
+    time), applied at the first step after it finished."""
+    from memnav.core.exploration import cell_centers
+    from memnav.core.types import Pose2D
+
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    start, goal_pos = np.array([1.0, 0.0, 3.0]), np.array([7.0, 0.0, 3.0])
+    opts = LearnedAgentOptions(lifelong_dir=tmp_path, odometry_persists=False, map_checks_in_background=background)
+    agent = LearnedAgent("memnav", opts)
+    try:   # the first run creates the memory and the house map, in the simulator's frame
+        assert _run(sim, agent, start, 0.0, goal_pos, 1.57)[0] == Action.STOP
+    finally:
+        agent.close()
+    again = LearnedAgent("memnav", opts)          # a reboot: odometry starts at (0, 0, 0) where the robot stands
+    try:
+        goal = sim.render_at(goal_pos, 1.57)
+        sim.set_agent_pose(start, 0.0)
+        obs = sim.render_at(start, 0.0)
+        origin = obs.pose                         # this run's odometry -> the saved map's frame
+        again.begin("two_rooms", goal.rgb, goal.depth)
+        nav = again.navigator
+        for _ in range(5):
+            obs = sim.step(again.act(dataclasses.replace(obs, pose=obs.pose.relative_to(origin))))
+        assert again._saved_map is not None and not nav.memory.localised
+
+        def known_outside_the_house() -> int:
+            """Known cells more than 0.3 m outside the 8 m x 4 m house (x = -z, y = -x of the scene)."""
+            m = nav.explorer.map
+            rows, cols = np.nonzero(m.known(np.s_[:, :]))
+            x, y = origin.apply(*cell_centers(m.origin, rows, cols, m.cfg.cell_m))
+            return int(((x < -4.3) | (x > 0.3) | (y < -8.3) | (y > 0.3)).sum())
+
+        own_outside = known_outside_the_house()
+        # a look-alike lays the map turned 29 deg about the robot: the memory is set there and the map laid
+        wrong = origin.compose(Pose2D(0.0, 0.0, -0.5))
+        here = obs.pose.relative_to(origin)
+        nav.memory.set_pose(here, wrong.compose(here))
+        again._lay(wrong)
+        assert nav.known_map and known_outside_the_house() > own_outside + 300   # the house turned off its walls
+        taken_back = None
+        for step in range(60):
+            obs = sim.step(again.act(dataclasses.replace(obs, pose=obs.pose.relative_to(origin))))
+            if again._check is not None:
+                # a robot's action takes about a second, longer than a check: let it finish before the next step
+                again._check.future.result(timeout=60)
+            if again._laid is None and taken_back is None:
+                taken_back = step
+                # the laid evidence is out of the map, the memory's relocalisation retracted, the house unknown
+                assert again._saved_map is not None and not nav.known_map and not nav.memory.localised
+                assert known_outside_the_house() <= own_outside + 20
+            if taken_back is not None and again._laid_at is not None:
+                break
+        assert taken_back is not None and taken_back < 2 * 20, "the wrong lay was never taken back"
+        # the house map is laid again, this time where it belongs
+        assert again._laid_at is not None
+        assert math.hypot(again._laid_at.x_m - origin.x_m, again._laid_at.y_m - origin.y_m) < 0.5
+        assert (again._checker is not None) == background       # the checks ran in the worker thread, or not
+    finally:
+        again.close()
         sim.close()
