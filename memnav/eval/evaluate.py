@@ -496,6 +496,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--compare: unknown agent(s) {', '.join(unknown)}; available: {', '.join(AGENTS)}")
     if args.odometry_restarts and not args.lifelong:
         raise ValueError("--odometry-restarts needs --lifelong (without it every episode starts afresh anyway)")
+    if args.map_checks_in_background and not args.odometry_restarts:
+        raise ValueError("--map-checks-in-background needs --odometry-restarts (only a rebooted run checks its map "
+                         "against a saved one)")
     episodes = load_split(args)
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")

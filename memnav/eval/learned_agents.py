@@ -122,6 +122,12 @@ _VOTE_MAX_CONFLICT = 0.1
 _LAID_CHECK_STEPS = 20
 
 
+def _same_pose(a: Pose2D, b: Pose2D) -> bool:
+    """Two corrections (or poses) within 1 m and 15 deg of each other: the same, as far as the map checks go."""
+    return (math.hypot(a.x_m - b.x_m, a.y_m - b.y_m) < 1.0
+            and abs(math.remainder(a.yaw_rad - b.yaw_rad, math.tau)) < math.radians(15.0))
+
+
 @dataclass
 class _MapCheck:
     """A map check running in the background: its future, and what to do with its result."""
@@ -351,9 +357,7 @@ class LearnedAgent:
         saved = self._saved_map
         tried: list[Pose2D] = []
         for correction, _ in self.navigator.memory.relocalisation_votes():
-            if any(math.hypot(correction.x_m - t.x_m, correction.y_m - t.y_m) < 1.0
-                   and abs(math.remainder(correction.yaw_rad - t.yaw_rad, math.tau)) < math.radians(15.0)
-                   for t in tried):
+            if any(_same_pose(correction, t) for t in tried):
                 continue                                 # the same pose as one fitted already
             tried.append(correction)
             if len(tried) == _VOTES_CHECKED:
@@ -391,16 +395,17 @@ class LearnedAgent:
         the memory relocalised at a look-alike: the relocalisation is retracted
         (`SceneGraphMemory.relocalise(retract=True)`), and the memory relocalises again from what the robot
         sees next."""
-        saved, correction = self._saved_map, self.navigator.memory.drift_correction
-        guess = Pose2D(*correction)                       # this odometry frame -> the memory's
+        saved = self._saved_map
+        guess = Pose2D(*self.navigator.memory.drift_correction)    # this odometry frame -> the memory's
 
         def compute(run: OccupancyMap) -> tuple[Pose2D, float, float | None]:
             return run.align_and_contradiction(saved, guess, _DOUBT_MIN_CELLS)
 
         def apply(fit: tuple[Pose2D, float, float | None]) -> None:
             nav = self.navigator
-            if self._saved_map is not saved or not nav.memory.localised or nav.memory.drift_correction != correction:
-                return                                   # the memory moved on meanwhile: the next try fits again
+            if (self._saved_map is not saved or not nav.memory.localised
+                    or not _same_pose(Pose2D(*nav.memory.drift_correction), guess)):
+                return                                   # relocalised elsewhere meanwhile: the next try fits again
             aligned, score, conflict = fit
             if score < _LAY_MIN_SCORE:
                 if conflict is not None and conflict >= _DOUBT_CONFLICT:

@@ -83,6 +83,12 @@ def test_eval_bad_inputs_exit_nonzero(tiny_dataset, tmp_path, capsys):
     assert main(["eval", "--data", str(tmp_path / "missing"), "--no-progress"]) == 2
     with pytest.raises(SystemExit):
         main(["eval", "--agent", "teleporter"])
+    # options that only make sense together are refused by name
+    base = ["eval", "--agent", "oracle", "--data", str(tiny_dataset), "--no-progress"]
+    assert main(base + ["--odometry-restarts"]) == 2
+    assert "--odometry-restarts needs --lifelong" in capsys.readouterr().err
+    assert main(base + ["--lifelong", "--map-checks-in-background"]) == 2
+    assert "--map-checks-in-background needs --odometry-restarts" in capsys.readouterr().err
 
 
 def test_corrupt_episode_file_exits_2_and_names_it(tmp_path, capsys):
