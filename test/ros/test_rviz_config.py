@@ -1,0 +1,51 @@
+"""config/memnav.rviz shows topics memnav publishes, each with a display of its message type and compatible QoS."""
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+# RViz display class -> message type it shows
+DISPLAY_TYPES = {"rviz_default_plugins/Map": "OccupancyGrid", "rviz_default_plugins/Path": "Path",
+                 "rviz_default_plugins/MarkerArray": "MarkerArray", "rviz_default_plugins/Odometry": "Odometry",
+                 "rviz_default_plugins/Image": "Image"}
+
+
+def _published() -> dict[str, tuple[str, bool | None, bool | None]]:
+    """topic -> (message type, reliable, transient local; None where the source does not say) of memnav's nodes."""
+    from memnav.ros.sim_bridge_node import TOPICS
+
+    out = {topic: (mtype.rsplit("/", 1)[-1], rel, lat) for topic, (mtype, rel, lat, _) in TOPICS.items()}
+    aliases = {"PathMsg": "Path"}
+    for src in (ROOT / "memnav" / "ros").glob("*.py"):
+        for mtype, topic, qos in re.findall(r'create_publisher\((\w+), "(/[^"]+)", (\w+)', src.read_text()):
+            # a history depth alone is rclpy's default: reliable, volatile; `latched` is reliable, transient local
+            known = qos.isdigit() or qos == "latched"
+            out[topic] = (aliases.get(mtype, mtype), True if known else None, qos == "latched" if known else None)
+    return out
+
+
+def test_every_display_shows_a_memnav_topic_of_its_type_in_the_odometry_frame():
+    pytest.importorskip("memnav.ros.sim_bridge_node")
+    from memnav.ros.memory_node import MemoryNodeConfig
+
+    cfg = yaml.safe_load((ROOT / "config" / "memnav.rviz").read_text())
+    manager = cfg["Visualization Manager"]
+    assert manager["Global Options"]["Fixed Frame"] == "odom" == MemoryNodeConfig().frame_id
+    published = _published()
+    shown = [d for d in manager["Displays"] if "Topic" in d]
+    assert {"/memnav/map", "/memnav/plan", "/memnav/search_markers", "/memnav/scene_graph_markers"} <= {
+        d["Topic"]["Value"] for d in shown}
+    for display in shown:
+        topic = display["Topic"]["Value"]
+        assert topic in published, f"{display['Name']}: nothing in memnav publishes {topic}"
+        mtype, reliable, latched = published[topic]
+        assert DISPLAY_TYPES[display["Class"]] == mtype, f"{display['Name']}: {display['Class']} cannot show {mtype}"
+        # a reliable reader needs a reliable writer (a best-effort one reads either), a transient-local reader a
+        # transient-local writer, and a volatile reader of a latched topic would miss what came before RViz
+        qos = display["Topic"]
+        assert reliable is not None and latched is not None, f"{topic}: its publisher's QoS is not known here"
+        if not reliable:
+            assert qos["Reliability Policy"] == "Best Effort", topic
+        assert qos["Durability Policy"] == ("Transient Local" if latched else "Volatile"), topic
