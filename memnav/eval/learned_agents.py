@@ -448,6 +448,13 @@ class LearnedAgent:
                 "candidate": None if cand is None else [round(cand.pose.x_m, 3), round(cand.pose.y_m, 3)]}
 
     @property
+    def house_map(self) -> str:
+        """Where a rebooted run stands with the house map an earlier run saved: "laid" on this run's map,
+        "waiting" to be laid (the memory has not relocalised, or no fit was good enough yet), or "none" (no saved
+        map to lay: odometry persists, the memory is new, or there is no lifelong memory)."""
+        return "laid" if self._laid is not None else "waiting" if self._saved_map is not None else "none"
+
+    @property
     def stop_belief(self) -> float | None:
         """The calibrated goal belief of the last step's view (`Navigator.last.belief`), None before any step."""
         last = self.navigator.last

@@ -12,7 +12,9 @@ Publishes:
     /cmd_vel                    geometry_msgs/Twist (each action as a velocity held for `action_duration_s`)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
                                 stop_reason, goal_probability, places, mode: "policy", "homing",
-                                "look", "explore", "candidate", "approach", "sweep", "best_view" or "stop"}
+                                "look", "explore", "candidate", "approach", "sweep", "best_view" or "stop",
+                                localised: the long-term memory knows where the robot is in its frame,
+                                house_map: "laid", "waiting" or "none" (LearnedAgent.house_map)}
     (exploring agents, for RViz; in the frame of /odom; none of them with map_period_s 0:)
     /memnav/map                 nav_msgs/OccupancyGrid: the agent's own occupancy map (-1 unknown, 0 free,
                                 100 obstacle), at most every map_period_s and at each STOP
@@ -350,7 +352,9 @@ def build(node) -> Callable[[], None]:
         publish_cmd()
         body = {"stamp_ns": t_rgb, "action": action.name, "belief": inp.belief, "similarity": inp.similarity,
                 "verification": inp.verification, "stop_reason": inp.stop.reason.name, "goal_probability": goal_p,
-                "places": nav.memory.stats().places if nav.memory is not None else 0, "mode": nav.mode}
+                "places": nav.memory.stats().places if nav.memory is not None else 0, "mode": nav.mode,
+                "localised": nav.memory.localised if nav.memory is not None else None,
+                "house_map": agent.house_map}
         pub_state.publish(String(data=json.dumps(body)))
         if show_search:
             publish_search(final=action == Action.STOP)

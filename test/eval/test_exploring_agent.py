@@ -310,7 +310,7 @@ def test_a_wrong_lay_is_taken_back_once_the_robots_own_walls_contradict_it(two_r
         nav = again.navigator
         for _ in range(5):
             obs = sim.step(again.act(dataclasses.replace(obs, pose=obs.pose.relative_to(origin))))
-        assert again._saved_map is not None and not nav.memory.localised
+        assert again._saved_map is not None and not nav.memory.localised and again.house_map == "waiting"
 
         def known_outside_the_house() -> int:
             """Known cells more than 0.3 m outside the 8 m x 4 m house (x = -z, y = -x of the scene)."""
@@ -326,6 +326,7 @@ def test_a_wrong_lay_is_taken_back_once_the_robots_own_walls_contradict_it(two_r
         nav.memory.set_pose(here, wrong.compose(here))
         again._lay(wrong)
         assert nav.known_map and known_outside_the_house() > own_outside + 300   # the house turned off its walls
+        assert again.house_map == "laid"
         taken_back = None
         for step in range(60):
             obs = sim.step(again.act(dataclasses.replace(obs, pose=obs.pose.relative_to(origin))))

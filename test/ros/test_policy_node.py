@@ -104,6 +104,8 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
             assert r["steps"] <= 6 and r["goal_stamp_ns"] > 0
         modes = ("policy", "homing", "look", "explore", "candidate", "approach", "sweep", "best_view", "stop")
         assert got["state"] and all(0.0 <= s["belief"] <= 1.0 and s["mode"] in modes for s in got["state"])
+        # a fresh memory per goal (no lifelong_dir): localised from the start, no saved house map to lay
+        assert all(s["localised"] is True and s["house_map"] == "none" for s in got["state"])
         assert set(got["action"]) <= {a.name for a in Action}
         assert len(got["action"]) >= sum(r["steps"] for r in results.values())
         # the agent's own occupancy map for RViz, in the frame of /odom: six steps of the look-around at the
