@@ -470,14 +470,15 @@ class OccupancyMap:
             self._lo, self._hi = np.array(self.free.shape), np.array([-1, -1])
 
     # -- views ----------------------------------------------------------------------------------------
-    def window(self, pose: Pose2D, margin_cells: int = 8) -> tuple[slice, slice]:
-        """The part of the grid with evidence (and the robot), plus a margin."""
-        r, c, _ = self.to_cells(np.array([pose.x_m]), np.array([pose.y_m]))
+    def window(self, pose: Pose2D | None, margin_cells: int = 8) -> tuple[slice, slice]:
+        """The part of the grid with evidence (and the robot, given its pose), plus a margin."""
         n = self.free.shape[0]
-        lo = np.minimum(self._lo, [r[0], c[0]]) - margin_cells
-        hi = np.maximum(self._hi, [r[0], c[0]]) + margin_cells + 1
-        lo = np.clip(lo, 0, n)
-        hi = np.clip(hi, 0, n)
+        lo, hi = self._lo, self._hi
+        if pose is not None:
+            r, c, _ = self.to_cells(np.array([pose.x_m]), np.array([pose.y_m]))
+            lo, hi = np.minimum(lo, [r[0], c[0]]), np.maximum(hi, [r[0], c[0]])
+        lo = np.clip(lo - margin_cells, 0, n)
+        hi = np.clip(hi + margin_cells + 1, 0, n)
         return slice(int(lo[0]), int(hi[0])), slice(int(lo[1]), int(hi[1]))
 
     def window_origin(self, win: tuple[slice, slice]) -> np.ndarray:
@@ -498,10 +499,7 @@ class OccupancyMap:
         a (0, 0) array."""
         if (self._hi < self._lo).any():
             return np.zeros((0, 0), np.int8), self.origin.copy()
-        n = self.free.shape[0]
-        lo = np.clip(self._lo - margin_cells, 0, n)
-        hi = np.clip(self._hi + margin_cells + 1, 0, n)
-        win = (slice(int(lo[0]), int(hi[0])), slice(int(lo[1]), int(hi[1])))
+        win = self.window(None, margin_cells)
         cells = np.full((win[0].stop - win[0].start, win[1].stop - win[1].start), -1, np.int8)
         cells[self.known(win)] = 0
         cells[self.obstacles(win)] = 100

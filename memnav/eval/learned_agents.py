@@ -122,6 +122,13 @@ _VOTE_MAX_CONFLICT = 0.1
 _LAID_CHECK_STEPS = 20
 
 
+def _own_walls_contradict(own: OccupancyMap, house: OccupancyMap, own_to_house: Pose2D) -> bool:
+    """Whether a run's own map, laid on the house map through `own_to_house`, puts _DOUBT_CONFLICT of its walls (of
+    at least _DOUBT_MIN_CELLS landing on cells the house map saw) on the house map's free floor: the lay was wrong."""
+    conflict = own.contradiction(house, own_to_house, _DOUBT_MIN_CELLS, 0.0, 0.0)
+    return conflict is not None and conflict >= _DOUBT_CONFLICT
+
+
 def _same_pose(a: Pose2D, b: Pose2D) -> bool:
     """Two corrections (or poses) within 1 m and 15 deg of each other: the same, as far as the map checks go."""
     return (math.hypot(a.x_m - b.x_m, a.y_m - b.y_m) < 1.0
@@ -335,12 +342,12 @@ class LearnedAgent:
         if house is None or laid is None or laid_at is None:
             return
 
-        def compute(run: OccupancyMap) -> float | None:
-            return run.without(laid).contradiction(house, laid_at, _DOUBT_MIN_CELLS, 0.0, 0.0)
+        def compute(run: OccupancyMap) -> bool:
+            return _own_walls_contradict(run.without(laid), house, laid_at)
 
-        def apply(conflict: float | None) -> None:
+        def apply(wrong: bool) -> None:
             nav, run = self.navigator, self.navigator.explorer.map
-            if conflict is None or conflict < _DOUBT_CONFLICT or self._laid is not laid or run is None:
+            if not wrong or self._laid is not laid or run is None:
                 return
             run.add_evidence(laid, sign=-1)
             nav.explorer.map_changed()
@@ -477,14 +484,13 @@ class LearnedAgent:
         path, run = self._map_path(self._scene), self.navigator.explorer.map
         if self._map_in_memory_frame:
             self.navigator.explorer.save_map(path)
-        elif self._laid_at is not None and self._laid is not None and run is not None and path.is_file():
-            saved = OccupancyMap.load(path, self.navigator.explorer.cfg)
+        elif self._laid_at is not None and self._laid is not None and self._house_map is not None and run is not None:
+            house = self._house_map                      # as loaded from `path` when this run began
             own = run.without(self._laid)                # what this run saw itself
-            conflict = own.contradiction(saved, self._laid_at, _DOUBT_MIN_CELLS, 0.0, 0.0)
-            if conflict is not None and conflict >= _DOUBT_CONFLICT:
+            if _own_walls_contradict(own, house, self._laid_at):
                 return
-            saved.add_unseen(saved.evidence_from(own, Pose2D(0.0, 0.0, 0.0).relative_to(self._laid_at)))
-            saved.save(path)
+            house.add_unseen(house.evidence_from(own, Pose2D(0.0, 0.0, 0.0).relative_to(self._laid_at)))
+            house.save(path)
 
     def close(self) -> None:
         self._check = None

@@ -467,6 +467,23 @@ class _Decision:
     hypotheses: tuple[_Hypothesis, ...] = ()   # new relocalisation votes of an unlocalised memory
 
 
+_OBJECT_EMBEDDING_MAX_OBS = 20   # an object's embedding weighs at most this many observations of each side
+
+
+def _mean_position(a, na: int, b, nb: int) -> tuple[float, float, float]:
+    """Position of an object seen na times at `a` and nb times at `b` (observation-weighted mean)."""
+    return tuple(((np.asarray(a) * na + np.asarray(b) * nb) / (na + nb)).tolist())
+
+
+def _mean_embedding(kept: np.ndarray | None, n_kept: int, new: np.ndarray, n_new: int) -> np.ndarray:
+    """Unit mean of an object's embedding (None: none yet) and a new one, each weighted by its observations
+    (at most _OBJECT_EMBEDDING_MAX_OBS)."""
+    mean = new * min(n_new, _OBJECT_EMBEDDING_MAX_OBS)
+    if kept is not None:
+        mean = kept * min(n_kept, _OBJECT_EMBEDDING_MAX_OBS) + mean
+    return (mean / np.linalg.norm(mean)).astype(np.float32)
+
+
 def _se2_apply(corr: np.ndarray, pose: Pose2D) -> Pose2D:
     """Map an odometry pose into the memory frame with correction (tx, ty, theta)."""
     c, s = math.cos(corr[2]), math.sin(corr[2])
@@ -1069,12 +1086,11 @@ class SceneGraphMemory:
             obj = self._objects[oid]
             n = obj.observation_count
             if not unlocalised or oid in self._frame_objects:
-                obj.position_m = tuple(((np.asarray(obj.position_m) * n + pos) / (n + 1)).tolist())
+                obj.position_m = _mean_position(obj.position_m, n, pos, 1)
             obj.observation_count = n + 1
             obj.last_seen_ns = stamp
             if det.embedding is not None:
-                mean = det.embedding if obj.embedding is None else obj.embedding * min(n, 20) + det.embedding
-                obj.embedding = (mean / np.linalg.norm(mean)).astype(np.float32)
+                obj.embedding = _mean_embedding(obj.embedding, n, det.embedding, 1)
             if det.label and not obj.label:
                 obj.label = det.label
         self._store.upsert_object(obj)
@@ -1366,11 +1382,9 @@ class SceneGraphMemory:
         a, b = self._objects[keep], self._objects[drop]
         na, nb = a.observation_count, b.observation_count
         if (keep in self._frame_objects) == (drop in self._frame_objects):
-            a.position_m = tuple(((np.asarray(a.position_m) * na + np.asarray(b.position_m) * nb)
-                                  / (na + nb)).tolist())
+            a.position_m = _mean_position(a.position_m, na, b.position_m, nb)
         if b.embedding is not None:
-            mean = b.embedding * min(nb, 20) + (0 if a.embedding is None else a.embedding * min(na, 20))
-            a.embedding = (mean / np.linalg.norm(mean)).astype(np.float32)
+            a.embedding = _mean_embedding(a.embedding, na, b.embedding, nb)
         a.observation_count = na + nb
         a.first_seen_ns, a.last_seen_ns = min(a.first_seen_ns, b.first_seen_ns), max(a.last_seen_ns, b.last_seen_ns)
         a.label = a.label or b.label
