@@ -18,7 +18,9 @@ Publishes (REP-103/105 frames: odom -> base_link):
                                 frame position) from the semantic ids, stamped like the frame (`detections`)
 Subscribes:
     /cmd_vel                    geometry_msgs/Twist  (velocity mode: applied every tick; zero when stale)
-    /memnav/action              std_msgs/String      (STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT or index)
+    /memnav/action              std_msgs/String      (STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT or index;
+                                lock-step: the action moves the robot; real time: it only counts toward the
+                                step limit, the motion comes from /cmd_vel, and STOP ends the episode)
     /memnav/policy_state        std_msgs/String JSON (policy_node's: the layer and belief of each decision go
                                 into the results file's ended_by and stop_belief; see AgentStates)
 Services (std_srvs/Trigger): ~/reset (restart the episode), ~/next_episode.
@@ -69,7 +71,9 @@ class BridgeConfig:
     """Node behaviour.
 
     Attributes:
-        lockstep: publish only after each discrete action (True) or at rate_hz in real time (False).
+        lockstep: publish only after each discrete action, which moves the robot (True), or at rate_hz in real
+            time, moving the robot by /cmd_vel alone (False: /memnav/action counts toward the step limit, STOP
+            ends the episode).
         rate_hz: publishing and /cmd_vel integration rate in real-time mode, Hz.
         cmd_timeout_s: a /cmd_vel older than this is treated as zero, seconds.
         camera_frame: frame_id of the camera images.
@@ -311,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         if runner.env.done:
             drop("action", RuntimeError("no episode running"))
             return
-        obs, result = runner.act(action)
+        # real time: the robot moves by /cmd_vel alone; an action only counts toward the step limit (a robot-like
+        # agent sends both, and the action must not move it a second time), and STOP ends the episode
+        obs, result = runner.act(action, move=cfg.lockstep)
         if result is not None:
             decided = last["stamp"]   # lock-step: the frame this episode's last action was decided on
             if decided is not None:
@@ -336,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.auto_next and not runner.finished:
                 start(runner.next_episode())
                 return
-        publish(obs)
+        if cfg.lockstep:   # real time: the timer publishes
+            publish(obs)
 
     def on_cmd(msg: Twist) -> None:
         try:

@@ -66,11 +66,24 @@ class ImageNavEnv:
         pos = self.sim.agent_state.position
         self._path_length += float(np.linalg.norm(pos - self._last_position))
         self._last_position = pos
+        self._end_if_over(act)
+        return obs
+
+    def count_action(self, action: Action | int | str) -> None:
+        """Count a discrete action toward the step limit without moving the agent: in velocity mode the motion
+        comes from `step_velocity` (a robot-like agent sends both), so the action must not move it a second time.
+        STOP ends the episode as in `step`."""
+        if self.done:
+            raise RuntimeError("episode is over: call reset(episode) first")
+        act = Action.parse(action)
+        self._steps += 1
+        self._end_if_over(act)
+
+    def _end_if_over(self, act: Action) -> None:
         if act == Action.STOP:
             self.done, self._status = True, EpisodeStatus.STOPPED
         elif self._steps >= self.max_steps:
             self.done, self._status = True, EpisodeStatus.STEP_LIMIT
-        return obs
 
     def step_velocity(self, v_mps: float, w_radps: float, dt_s: float) -> Observation:
         """Apply a velocity command; it adds to the path length but not to the action count."""

@@ -67,11 +67,15 @@ class EpisodeRunner:
         self.index = max(self.index, 0)
         return self.observation
 
-    def act(self, action: Action | int | str) -> tuple[Observation, EpisodeResult | None]:
-        """Apply a discrete action; returns the observation and the result when the episode ended."""
+    def act(self, action: Action | int | str, move: bool = True) -> tuple[Observation, EpisodeResult | None]:
+        """Apply a discrete action; returns the observation and the result when the episode ended. `move` False
+        only counts it (velocity mode: the agent's motion comes from `drive`; STOP still ends the episode)."""
         if self.env.done:
             raise RuntimeError("the episode is over: start the next one")
-        self.observation = self.env.step(action)
+        if move:
+            self.observation = self.env.step(action)
+        else:
+            self.env.count_action(action)
         result = None
         if self.env.done:
             result = self.env.result()

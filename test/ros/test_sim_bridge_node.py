@@ -229,6 +229,55 @@ def test_bridge_broadcasts_odom_to_base_link_on_tf(data, ros_env):
     assert t.transform.rotation.z == odom.pose.pose.orientation.z
 
 
+def test_real_time_bridge_moves_by_cmd_vel_alone(data, ros_env):
+    """lockstep false: the policy node sends each action on /memnav/action and as a velocity on /cmd_vel; the
+    bridge moves the robot by the velocity only, counts the actions toward the step limit and ends at STOP."""
+    from geometry_msgs.msg import Twist
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from memnav.ros.conversions import odometry_to_pose
+
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args",
+                             "-p", f"data:={data}", "-p", "split:=test", "-p", "lockstep:=false",
+                             "-p", "rate_hz:=20.0", "-p", "auto_next:=false"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_real_time")
+    got = {"gt": [], "result": []}
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    node.create_subscription(Odometry, "/memnav/ground_truth_pose", lambda m: got["gt"].append(m), 50)
+    node.create_subscription(String, "/memnav/episode_result", lambda m: got["result"].append(m), latched)
+    pub_action = node.create_publisher(String, "/memnav/action", 10)
+    pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
+    try:
+        assert _wait(node, lambda: len(got["gt"]) > 2 and pub_action.get_subscription_count() > 0, 60)
+        start = odometry_to_pose(got["gt"][-1])
+        for _ in range(3):                        # actions alone: counted, the robot stays put
+            pub_action.publish(String(data="MOVE_FORWARD"))
+        n = len(got["gt"])
+        assert _wait(node, lambda: len(got["gt"]) > n + 5)
+        still = odometry_to_pose(got["gt"][-1])
+        assert math.hypot(still.x_m - start.x_m, still.y_m - start.y_m) < 1e-6
+        turn = Twist()
+        turn.angular.z = 0.5                      # a velocity alone: the robot turns
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            pub_cmd.publish(turn)
+            rclpy.spin_once(node, timeout_sec=0.05)
+        assert _wait(node, lambda: abs(math.remainder(odometry_to_pose(got["gt"][-1]).yaw_rad - start.yaw_rad,
+                                                      math.tau)) > 0.2)
+        pub_action.publish(String(data="STOP"))
+        assert _wait(node, lambda: got["result"])
+        result = json.loads(got["result"][-1].data)
+        assert result["steps"] == 4 and result["path_length_m"] < 0.05   # turning in place adds (almost) no path
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])
+
+
 def test_agent_states_fill_the_results_whichever_arrives_first():
     from memnav.core.types import EpisodeStatus
     from memnav.ros.sim_bridge_node import AgentStates

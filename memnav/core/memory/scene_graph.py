@@ -134,7 +134,8 @@ class SceneGraphConfig:
             may lie (a loaded memory, and `relocalise()` without within_m), m; 0 = anywhere (the default: a
             rebooted robot's odometry starts wherever it stands).
         max_edge_distance_m: consecutive places farther apart than this are not linked (a relocalisation jump), m.
-        embedding_average_max_visits: a place's embedding is the mean of at most this many recent visits.
+        embedding_average_max_visits: a place's embedding is the mean of at most this many recent visits, and an
+            object's of at most this many recent observations.
         merge_distance_m: consolidation merges places closer than this (memory frame) ..., m.
         merge_similarity: ... whose embeddings are at least this cosine-similar.
         consolidate_every: run `consolidate()` automatically after this many inserts (0 = only when called).
@@ -467,20 +468,17 @@ class _Decision:
     hypotheses: tuple[_Hypothesis, ...] = ()   # new relocalisation votes of an unlocalised memory
 
 
-_OBJECT_EMBEDDING_MAX_OBS = 20   # an object's embedding weighs at most this many observations of each side
-
-
 def _mean_position(a, na: int, b, nb: int) -> tuple[float, float, float]:
     """Position of an object seen na times at `a` and nb times at `b` (observation-weighted mean)."""
     return tuple(((np.asarray(a) * na + np.asarray(b) * nb) / (na + nb)).tolist())
 
 
-def _mean_embedding(kept: np.ndarray | None, n_kept: int, new: np.ndarray, n_new: int) -> np.ndarray:
-    """Unit mean of an object's embedding (None: none yet) and a new one, each weighted by its observations
-    (at most _OBJECT_EMBEDDING_MAX_OBS)."""
-    mean = new * min(n_new, _OBJECT_EMBEDDING_MAX_OBS)
+def _mean_embedding(kept: np.ndarray | None, n_kept: int, new: np.ndarray, n_new: int, max_n: int) -> np.ndarray:
+    """Unit mean of a place's or object's embedding (None: none yet) and a new one, each weighted by its visits or
+    observations, at most `max_n` (SceneGraphConfig.embedding_average_max_visits)."""
+    mean = new * min(n_new, max_n)
     if kept is not None:
-        mean = kept * min(n_kept, _OBJECT_EMBEDDING_MAX_OBS) + mean
+        mean = kept * min(n_kept, max_n) + mean
     return (mean / np.linalg.norm(mean)).astype(np.float32)
 
 
@@ -1013,9 +1011,8 @@ class SceneGraphMemory:
     def _touch_place(self, slot: int, emb: np.ndarray, stamp: int, thumb: bytes | None) -> None:
         """Record a visit: count, last-seen stamp, running-mean embedding, first thumbnail kept."""
         pl = self._places
-        weight = min(int(pl.visits[slot]), self.config.embedding_average_max_visits)
-        mean = self._index.get(slot) * weight + emb
-        mean /= np.linalg.norm(mean)
+        mean = _mean_embedding(self._index.get(slot), int(pl.visits[slot]), emb, 1,
+                               self.config.embedding_average_max_visits)
         self._index.update(slot, mean)
         pl.visits[slot] += 1
         pl.last_ns[slot] = stamp
@@ -1090,7 +1087,8 @@ class SceneGraphMemory:
             obj.observation_count = n + 1
             obj.last_seen_ns = stamp
             if det.embedding is not None:
-                obj.embedding = _mean_embedding(obj.embedding, n, det.embedding, 1)
+                obj.embedding = _mean_embedding(obj.embedding, n, det.embedding, 1,
+                                                 self.config.embedding_average_max_visits)
             if det.label and not obj.label:
                 obj.label = det.label
         self._store.upsert_object(obj)
@@ -1272,9 +1270,8 @@ class SceneGraphMemory:
         """Fold place `drop` into place `keep`: visits, stamps, embedding, edges and thumbnail."""
         pl = self._places
         keep_id, drop_id = int(pl.ids[keep]), int(pl.ids[drop])
-        wk, wd = (min(int(pl.visits[s]), self.config.embedding_average_max_visits) for s in (keep, drop))
-        mean = self._index.get(keep) * wk + self._index.get(drop) * wd
-        mean /= np.linalg.norm(mean)
+        mean = _mean_embedding(self._index.get(keep), int(pl.visits[keep]), self._index.get(drop), int(pl.visits[drop]),
+                               self.config.embedding_average_max_visits)
         self._index.update(keep, mean)
         pl.visits[keep] += pl.visits[drop]
         pl.first_ns[keep] = min(pl.first_ns[keep], pl.first_ns[drop])
@@ -1384,7 +1381,7 @@ class SceneGraphMemory:
         if (keep in self._frame_objects) == (drop in self._frame_objects):
             a.position_m = _mean_position(a.position_m, na, b.position_m, nb)
         if b.embedding is not None:
-            a.embedding = _mean_embedding(a.embedding, na, b.embedding, nb)
+            a.embedding = _mean_embedding(a.embedding, na, b.embedding, nb, self.config.embedding_average_max_visits)
         a.observation_count = na + nb
         a.first_seen_ns, a.last_seen_ns = min(a.first_seen_ns, b.first_seen_ns), max(a.last_seen_ns, b.last_seen_ns)
         a.label = a.label or b.label
