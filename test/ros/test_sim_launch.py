@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,43 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
         assert w["ended_by"] == e["ended_by"] != ""
         assert (w["stop_belief"] is None) == (e["stop_belief"] is None)
         assert w["stop_belief"] is None or w["stop_belief"] == pytest.approx(e["stop_belief"], abs=1e-6)
+
+
+
+def test_sim_launch_in_real_time(tmp_path):
+    """lockstep:=false: the bridge integrates /cmd_vel at 10 Hz and the policy acts on its timer, as on a robot.
+    The episode runs to its end, every action counts as one step, and the robot moves by the velocities alone:
+    the path is no longer than the MOVE_FORWARDs' velocities carry it (0.25 m/s held for 1 s, a tick over at
+    most), where carrying out each action as well would double it."""
+    import rclpy
+    from std_msgs.msg import String
+
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
+    domain = 40 + ((os.getpid() + 37) % 150)
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    results = tmp_path / "results.json"
+    launch = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(ROOT / "launch" / "sim.launch.yaml"),
+                               "episodes:=1", "max_steps:=30", f"data:={data}", "lockstep:=false",
+                               "collision_fraction:=0.4", f"results_json:={results}"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_real_time_actions")
+    actions: list[str] = []
+    node.create_subscription(String, "/memnav/action", lambda m: actions.append(m.data), 100)
+    try:
+        end = time.monotonic() + 240
+        while launch.poll() is None and time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.1)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        if launch.poll() is None:
+            launch.kill()
+    out = launch.communicate()[0]
+    assert launch.returncode == 0, out[-3000:]
+    (episode,) = json.loads(results.read_text())["per_episode"]
+    assert episode["steps"] == len(actions) <= 30, actions
+    forwards = actions.count("MOVE_FORWARD")
+    assert forwards >= 3, actions
+    assert episode["path_length_m"] <= 0.28 * forwards + 0.05, (episode["path_length_m"], forwards)
+    assert "summary over 1 episodes" in out
