@@ -29,7 +29,8 @@ def test_fused_argument_selects_the_processes():
         # no __node:= remap (it would rename every node of the process); the policy's overrides are kept
         assert stack.name is None and stack.output.value == "screen"
         assert {p.name: p.value for p in stack.params if hasattr(p, "name")} == {
-            "agent": "memnav", "policy_dir": "", "explore": "true", "max_steps": "500", "lockstep": True}
+            "agent": "memnav", "policy_dir": "", "explore": "true", "max_steps": "500", "lockstep": "true",
+            "collision_fraction": "0.9"}
     assert len(resolve_launch(launch, {"fused": "0"}).nodes) == 5
 
 
