@@ -85,7 +85,7 @@ class BridgeConfig:
             each frame (JSON, memnav.core.detections.detections_to_dict; scenes without semantics send none).
         results_json: after the last episode (with `episodes` set), write the results to this file in the
             format of `memnav eval --json`, for `memnav eval-report` ("" = no file; its folder is created).
-            In lock-step, each episode's ended_by and stop_belief come from the agent's /memnav/policy_state.
+            Each episode's ended_by and stop_belief come from the agent's /memnav/policy_state (AgentStates).
         results_agent: the agent name that file gives the results (the launch files pass their `agent`).
     """
 
@@ -147,6 +147,8 @@ class AgentStates:
     The policy state names the colour frame its decision was computed from (`stamp_ns`); the bridge knows the
     frame each episode's last action answered (lock-step), so it can give that episode's result the agent's
     `mode` (`ended_by`) and, after a STOP, its `belief` (`stop_belief`), whichever of the two arrives first.
+    In real time the bridge does not know which of its frames the agent decided on (`expect_real_time`): a STOP
+    is matched to the agent's STOP state of that goal, a step limit to its newest state of that goal.
     Results are updated in place in `results` (the runner's list).
     """
 
@@ -155,11 +157,13 @@ class AgentStates:
         self.keep = keep
         self._states: dict[int, dict] = {}
         self._pending: dict[int, int] = {}
+        # real time: [index, goal stamp, next goal's stamp or None] of an episode awaiting its STOP state
+        self._stop_pending: list | None = None
 
     @property
     def waiting(self) -> bool:
         """Some ended episode still waits for its last decision's state."""
-        return bool(self._pending)
+        return bool(self._pending) or self._stop_pending is not None
 
     def add(self, body: dict) -> None:
         """A policy state (the JSON of /memnav/policy_state).
@@ -173,6 +177,9 @@ class AgentStates:
             self._states.pop(next(iter(self._states)))
         if stamp in self._pending:
             self._apply(self._pending.pop(stamp), body)
+        if self._stop_pending is not None and _stop_of(body, *self._stop_pending[1:]):
+            self._apply(self._stop_pending[0], body)
+            self._stop_pending = None
 
     def expect(self, stamp_ns: int, index: int) -> None:
         """Episode `index` of the results ended with the action decided on frame `stamp_ns`."""
@@ -181,12 +188,39 @@ class AgentStates:
         else:
             self._pending[stamp_ns] = index
 
+    def expect_real_time(self, index: int, goal_stamp_ns: int) -> None:
+        """Real time: episode `index`, whose goal image was stamped `goal_stamp_ns`, ended by a STOP (the agent's
+        STOP state decided on a frame after the goal's, whenever it arrives) or at the step limit (the newest state
+        of a frame after the goal's that has arrived by now)."""
+        if self.results[index].status is EpisodeStatus.STOPPED:
+            stop = next((b for b in reversed(self._states.values()) if _stop_of(b, goal_stamp_ns)), None)
+            if stop is None:
+                self._stop_pending = [index, goal_stamp_ns, None]
+            else:
+                self._apply(index, stop)
+            return
+        newest = max((t for t in self._states if t >= goal_stamp_ns), default=None)
+        if newest is not None:
+            self._apply(index, self._states[newest])
+
+    def goal_started(self, goal_stamp_ns: int) -> None:
+        """Real time: a new goal image went out; decisions on its frames belong to the next episode."""
+        if self._stop_pending is not None and self._stop_pending[2] is None:
+            self._stop_pending[2] = goal_stamp_ns
+
     def _apply(self, index: int, body: dict) -> None:
         r = self.results[index]
         belief = body.get("belief")
         stopped = r.status is EpisodeStatus.STOPPED and body.get("action") == "STOP" and belief is not None
         self.results[index] = replace(r, ended_by=str(body.get("mode") or ""),
                                       stop_belief=float(belief) if stopped else None)
+
+
+def _stop_of(body: dict, goal_stamp_ns: int, next_goal_stamp_ns: int | None = None) -> bool:
+    """A policy state of a STOP decided on a frame at or after a goal image's stamp (and before the next one's)."""
+    stamp = int(body["stamp_ns"])
+    return (body.get("action") == "STOP" and stamp >= goal_stamp_ns
+            and (next_goal_stamp_ns is None or stamp < next_goal_stamp_ns))
 
 
 def write_results(path: str, agent: str, results: list, run_cfg: RunnerConfig) -> Path:
@@ -299,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         if goal is not None:
             now = node.get_clock().now()
             goal_stamp["ns"], stamp = now.nanoseconds, now.to_msg()
+            agent_states.goal_started(goal_stamp["ns"])
             emit("/memnav/goal_image", conv.rgb_to_image(goal.rgb, stamp, cfg.camera_frame), stamp)
             emit("/memnav/goal_depth", conv.depth_to_image(goal.depth, stamp, cfg.camera_frame), stamp)
             pose = PoseStamped(pose=conv.pose_to_odometry(goal.gt_pose).pose.pose)
@@ -320,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         obs, result = runner.act(action, move=cfg.lockstep)
         if result is not None:
             decided = last["stamp"]   # lock-step: the frame this episode's last action was decided on
-            if decided is not None:
+            if not cfg.lockstep:
+                agent_states.expect_real_time(len(runner.results) - 1, goal_stamp["ns"])
+            elif decided is not None:
                 agent_states.expect(decided.sec * 1_000_000_000 + decided.nanosec, len(runner.results) - 1)
             # goal_stamp_ns tells agents which goal this result ends (the topics are not ordered)
             body = dict(result.to_json(), index=runner.index, goal_stamp_ns=goal_stamp["ns"])

@@ -103,6 +103,7 @@ def test_sim_launch_in_real_time(tmp_path):
     assert launch.returncode == 0, out[-3000:]
     (episode,) = json.loads(results.read_text())["per_episode"]
     assert episode["steps"] == len(actions) <= 30, actions
+    assert episode["ended_by"] != ""      # the agent's state of its last decision, matched in real time
     forwards = actions.count("MOVE_FORWARD")
     assert forwards >= 3, actions
     assert episode["path_length_m"] <= 0.28 * forwards + 0.05, (episode["path_length_m"], forwards)
