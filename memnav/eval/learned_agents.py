@@ -485,7 +485,9 @@ class LearnedAgent:
         if self._map_in_memory_frame:
             self.navigator.explorer.save_map(path)
         elif self._laid_at is not None and self._laid is not None and self._house_map is not None and run is not None:
-            house = self._house_map                      # as loaded from `path` when this run began
+            # as loaded from `path` when this run began; a copy, since the laid check keeps comparing with it and
+            # one process may save at every goal (the policy node, one memory_key)
+            house = self._house_map.copy()
             own = run.without(self._laid)                # what this run saw itself
             if _own_walls_contradict(own, house, self._laid_at):
                 return
