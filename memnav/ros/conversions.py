@@ -135,6 +135,11 @@ def pose_estimate_to_pose(msg) -> tuple[Pose2D, float | None, float | None]:
     return pose, position_std, yaw_std
 
 
+def set_yaw(orientation, yaw_rad: float) -> None:
+    """Write a rotation of `yaw_rad` about z into a geometry_msgs/Quaternion (x and y stay 0)."""
+    orientation.z, orientation.w = math.sin(yaw_rad / 2.0), math.cos(yaw_rad / 2.0)
+
+
 def pose_to_odometry(pose: Pose2D, stamp=None, frame_id: str = "odom", child_frame_id: str = "base_link",
                      v_mps: float = 0.0, w_radps: float = 0.0):
     from nav_msgs.msg import Odometry
@@ -146,8 +151,7 @@ def pose_to_odometry(pose: Pose2D, stamp=None, frame_id: str = "odom", child_fra
         msg.header.stamp = stamp
     msg.pose.pose.position.x = pose.x_m
     msg.pose.pose.position.y = pose.y_m
-    msg.pose.pose.orientation.z = math.sin(pose.yaw_rad / 2.0)
-    msg.pose.pose.orientation.w = math.cos(pose.yaw_rad / 2.0)
+    set_yaw(msg.pose.pose.orientation, pose.yaw_rad)
     msg.twist.twist.linear.x = float(v_mps)
     msg.twist.twist.angular.z = float(w_radps)
     return msg

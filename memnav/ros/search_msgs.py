@@ -10,6 +10,7 @@ import math
 
 from memnav.core.navigator import SearchView
 from memnav.core.types import Pose2D
+from memnav.ros.conversions import set_yaw
 
 MARKER_Z_M = 0.1        # markers float a little above the map so RViz draws them on top
 ARROW_LENGTH_M = 0.5
@@ -18,10 +19,6 @@ GOAL_DIAMETER_M = 0.3
 _GOAL_RGBA = (0.1, 0.9, 0.2, 0.9)
 _CANDIDATE_RGBA = {"candidate": (1.0, 0.6, 0.0, 0.9), "sweep": (0.6, 0.3, 1.0, 0.9), "homing": (0.0, 0.8, 1.0, 0.9)}
 _BEST_VIEW_RGBA = (0.2, 0.4, 1.0, 0.6)
-
-
-def _quaternion(msg, yaw_rad: float) -> None:
-    msg.z, msg.w = math.sin(yaw_rad / 2.0), math.cos(yaw_rad / 2.0)
 
 
 def occupancy_grid(view: SearchView, frame_id: str, stamp=None):
@@ -39,7 +36,7 @@ def occupancy_grid(view: SearchView, frame_id: str, stamp=None):
     msg.info.resolution = float(view.resolution_m)
     msg.info.height, msg.info.width = (int(n) for n in view.grid.shape)
     msg.info.origin.position.x, msg.info.origin.position.y = view.origin.x_m, view.origin.y_m
-    _quaternion(msg.info.origin.orientation, view.origin.yaw_rad)
+    set_yaw(msg.info.origin.orientation, view.origin.yaw_rad)
     msg.data = array.array("b", view.grid.tobytes())
     return msg
 
@@ -59,7 +56,7 @@ def plan_path(view: SearchView, frame_id: str, stamp=None):
         p.pose.position.x, p.pose.position.y = x, y
         nxt = view.plan[i + 1] if i + 1 < len(view.plan) else None
         yaw = math.atan2(nxt[1] - y, nxt[0] - x) if nxt is not None else 0.0   # facing along the path
-        _quaternion(p.pose.orientation, yaw)
+        set_yaw(p.pose.orientation, yaw)
         msg.poses.append(p)
     return msg
 
@@ -77,7 +74,7 @@ def search_markers(view: SearchView, frame_id: str, stamp=None):
         if stamp is not None:
             m.header.stamp = stamp
         m.pose.position.x, m.pose.position.y, m.pose.position.z = pose.x_m, pose.y_m, MARKER_Z_M
-        _quaternion(m.pose.orientation, pose.yaw_rad)
+        set_yaw(m.pose.orientation, pose.yaw_rad)
         m.color = ColorRGBA(**dict(zip("rgba", rgba)))
         if kind == Marker.ARROW:
             m.scale.x, m.scale.y, m.scale.z = ARROW_LENGTH_M, 0.08, 0.08
