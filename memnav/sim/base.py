@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from memnav.sim.episodes import Episode
 
 RENDERERS = ("auto", "object", "bvh")  # SimConfig.renderer choices (memnav.sim.render)
+ODOMETRY_ORIGINS = ("house", "start")  # SimConfig.odometry_origin choices
 OBJECT_ORDER_MAX_TRIANGLES = 15_000  # "auto" casts object-order up to this many triangles, else through the BVH
 
 
@@ -46,6 +47,11 @@ class SimConfig:
         render_threads: threads of the object-order ray caster, casting and shading (0 = one per core; the
             BVH casts on open3d's threads and shades on one either way). 1 by default leaves the other cores to
             the agent and the ROS nodes; README gives the speed with 1 and with all.
+        odometry_origin: where odometry starts when an episode starts (or the agent is placed): "house" (the
+            house frame: odometry starts at the ground-truth pose, as for a robot localised in a fixed map, and
+            keeps that frame from episode to episode) or "start" (zero at the start pose, as wheel odometry at
+            boot: a robot carried to each episode's start and switched on there, whose long-term memory must
+            relocalise; pair it with a policy node started afresh per episode and `odometry_persists` false).
     """
 
     width_px: int = 128
@@ -66,6 +72,7 @@ class SimConfig:
     seed: int = 0
     renderer: str = "auto"
     render_threads: int = 1
+    odometry_origin: str = "house"
 
     def __post_init__(self) -> None:
         positive = ("width_px", "height_px", "hfov_deg", "sensor_height_m", "forward_step_m",
@@ -82,6 +89,9 @@ class SimConfig:
                 raise ValueError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.renderer not in RENDERERS:
             raise ValueError(f"SimConfig.renderer must be one of {', '.join(RENDERERS)}; got {self.renderer!r}")
+        if self.odometry_origin not in ODOMETRY_ORIGINS:
+            raise ValueError(f"SimConfig.odometry_origin must be one of {', '.join(ODOMETRY_ORIGINS)}; "
+                             f"got {self.odometry_origin!r}")
         if self.render_threads < 0:
             raise ValueError(f"SimConfig.render_threads must be >= 0 (0 = one per core), got {self.render_threads!r}")
 

@@ -18,7 +18,7 @@ from memnav.core.types import Action, Observation, Pose2D, wrap_angle
 from memnav.sim.base import AgentState, SimConfig
 from memnav.sim.mesh import SceneMesh, load_scene_mesh
 from memnav.sim.navmesh import NavGrid, NavGridConfig
-from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command
+from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command, start_odometry
 from memnav.sim.render import Camera, RayCaster
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class EmbeddedSimulator:
         self._yaw = yaw_from_quat_xyzw(episode.start_rotation)
         self._steps = 0
         self._collided = False
-        self._odom = self._gt_pose()
+        self._odom = start_odometry(self._gt_pose(), self.config)
         goal = np.asarray(episode.goal.position, dtype=np.float64)
         self._goal_obs = self.render_at(goal, episode.goal_yaw_rad())
         return self._observe()
@@ -166,13 +166,13 @@ class EmbeddedSimulator:
         return self._steps
 
     def set_agent_pose(self, position: np.ndarray, yaw_rad: float) -> None:
-        """Teleport the agent (used by data generation); odometry restarts at the new pose."""
+        """Teleport the agent (used by data generation); odometry restarts there (`SimConfig.odometry_origin`)."""
         pos = np.asarray(position, dtype=np.float64)
         if not self.grid.is_navigable(pos):
             raise ValueError(f"set_agent_pose: position {pos.tolist()} is not navigable")
         self._position = pos.copy()
         self._yaw = float(yaw_rad)
-        self._odom = self._gt_pose()
+        self._odom = start_odometry(self._gt_pose(), self.config)
 
     def close(self) -> None:
         self._scenes.clear()

@@ -28,7 +28,7 @@ from memnav.core.frames import heading_habitat, pose2d_from_habitat, quat_xyzw_f
 from memnav.core.types import Action, Observation, Pose2D, wrap_angle
 from memnav.sim.base import AgentState, SimConfig
 from memnav.sim.episodes import Episode, require_scene
-from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command
+from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command, start_odometry
 
 INSTALL_MESSAGE = (
     "habitat-sim is not installed. It is distributed through conda only, e.g.:\n"
@@ -451,7 +451,7 @@ class HabitatSimulator:
     def _reset_odometry(self) -> None:
         st = self.agent_state
         x, y, yaw = pose2d_from_habitat(st.position, st.yaw_rad)
-        self._odom = Pose2D(x, y, wrap_angle(yaw))
+        self._odom = start_odometry(Pose2D(x, y, wrap_angle(yaw)), self.config)
 
     def _observe(self, sensors: Mapping[str, Any]) -> Observation:
         st = self.agent_state

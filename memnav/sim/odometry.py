@@ -28,6 +28,11 @@ def body_motion(p0: np.ndarray, yaw0: float, p1: np.ndarray, yaw1: float) -> tup
     return c * dx + s * dy, -s * dx + c * dy, wrap_angle(yaw1 - yaw0)
 
 
+def start_odometry(gt_pose: Pose2D, config: SimConfig) -> Pose2D:
+    """The odometry pose an episode starts with at ground-truth pose `gt_pose` (`SimConfig.odometry_origin`)."""
+    return gt_pose if config.odometry_origin == "house" else Pose2D(0.0, 0.0, 0.0)
+
+
 def apply_odometry(odom: Pose2D, fwd_m: float, left_m: float, dyaw_rad: float, config: SimConfig,
                    rng: np.random.Generator) -> Pose2D:
     """Compose a body-frame motion onto an odometry pose, with the configured noise.

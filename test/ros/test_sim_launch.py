@@ -74,9 +74,13 @@ def test_sim_launch_in_real_time(tmp_path):
     """lockstep:=false: the bridge integrates /cmd_vel at 10 Hz and the policy acts on its timer, as on a robot.
     The episode runs to its end, every action counts as one step, and the robot moves by the velocities alone:
     the path is no longer than the MOVE_FORWARDs' velocities carry it (0.25 m/s held for 1 s, a tick over at
-    most), where carrying out each action as well would double it."""
+    most), where carrying out each action as well would double it. With odometry_origin:=start, /odom starts at
+    zero and follows the ground truth rigidly from there (a robot switched on at the episode's start)."""
     import rclpy
+    from nav_msgs.msg import Odometry
     from std_msgs.msg import String
+
+    from memnav.ros.conversions import odometry_to_pose
 
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
     domain = 40 + ((os.getpid() + 37) % 150)
@@ -84,12 +88,22 @@ def test_sim_launch_in_real_time(tmp_path):
     results = tmp_path / "results.json"
     launch = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(ROOT / "launch" / "sim.launch.yaml"),
                                "episodes:=1", "max_steps:=30", f"data:={data}", "lockstep:=false",
-                               "collision_fraction:=0.4", f"results_json:={results}"],
+                               "collision_fraction:=0.4", "odometry_origin:=start", f"results_json:={results}"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rclpy.init(domain_id=domain)
     node = rclpy.create_node("test_real_time_actions")
     actions: list[str] = []
     node.create_subscription(String, "/memnav/action", lambda m: actions.append(m.data), 100)
+    odom, truth, before_acting = {}, {}, []   # stamp -> Pose2D; the odometry received before the first action
+
+    def on_odom(msg: Odometry) -> None:
+        odom[(msg.header.stamp.sec, msg.header.stamp.nanosec)] = pose = odometry_to_pose(msg)
+        if not actions:
+            before_acting.append(pose)
+
+    node.create_subscription(Odometry, "/odom", on_odom, 100)
+    node.create_subscription(Odometry, "/memnav/ground_truth_pose", lambda m: truth.__setitem__(
+        (m.header.stamp.sec, m.header.stamp.nanosec), odometry_to_pose(m)), 100)
     try:
         end = time.monotonic() + 240
         while launch.poll() is None and time.monotonic() < end:
@@ -108,3 +122,11 @@ def test_sim_launch_in_real_time(tmp_path):
     assert forwards >= 3, actions
     assert episode["path_length_m"] <= 0.28 * forwards + 0.05, (episode["path_length_m"], forwards)
     assert "summary over 1 episodes" in out
+    # the policy node takes seconds to load: the bridge's odometry reads zero while the robot waits for it
+    assert before_acting and all(p.as_array().tolist() == [0.0, 0.0, 0.0] for p in before_acting)
+    pairs = [(odom[t], truth[t]) for t in sorted(odom) if t in truth]
+    start = next(g for o, g in pairs if o.as_array().tolist() == [0.0, 0.0, 0.0])   # the truth at odometry's origin
+    moved = [(o, g) for o, g in pairs if abs(o.x_m) + abs(o.y_m) > 0.1]
+    assert len(moved) >= 3, pairs[-1]
+    for o, g in pairs:
+        assert g.relative_to(start).as_array() == pytest.approx(o.as_array(), abs=1e-6)

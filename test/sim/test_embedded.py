@@ -172,6 +172,27 @@ def test_odometry_noise_drifts_but_ground_truth_does_not(two_room_scene):
     assert 0 < err < 0.5
 
 
+def test_odometry_from_the_start_pose_starts_at_zero_in_every_episode(two_room_scene):
+    from memnav.sim.episodes import Episode, NavGoal
+
+    s = EmbeddedSimulator(two_room_scene, SimConfig(odometry_origin="start", seed=1))
+    # facing map +y (habitat yaw +90 deg): odometry's x axis is that heading, whatever the house frame says
+    s.set_agent_pose(np.array([2.0, 0.0, 3.0]), math.radians(90))
+    obs = s.step(Action.MOVE_FORWARD)
+    assert (obs.pose.x_m, obs.pose.y_m, obs.pose.yaw_rad) == pytest.approx((0.25, 0.0, 0.0), abs=1e-9)
+    assert obs.gt_pose.yaw_rad == pytest.approx(math.radians(90))
+    assert obs.gt_pose.y_m == pytest.approx(-2.0 + 0.25)
+    for start, yaw_xyzw in (([2.0, 0.0, 2.0], [0, 0, 0, 1.0]), ([2.5, 0.0, 3.5], [0, 0.7071068, 0, 0.7071068])):
+        ep = Episode("e1", "two_rooms.glb", np.array(start), np.array(yaw_xyzw),
+                     [NavGoal(np.array([2.0, 0.0, 3.0]))], scene_path=two_room_scene)
+        first = s.reset(ep)
+        assert (first.pose.x_m, first.pose.y_m, first.pose.yaw_rad) == (0.0, 0.0, 0.0)
+        assert (first.gt_pose.x_m, first.gt_pose.y_m) == pytest.approx((-start[2], -start[0]))
+    house = EmbeddedSimulator(two_room_scene, SimConfig(seed=1)).reset(ep)
+    assert (house.pose.x_m, house.pose.y_m, house.pose.yaw_rad) == pytest.approx(
+        (house.gt_pose.x_m, house.gt_pose.y_m, house.gt_pose.yaw_rad))
+
+
 def test_scene_loading_errors(tmp_path):
     with pytest.raises(SceneLoadError, match="not found"):
         load_scene_mesh(tmp_path / "missing.glb")
@@ -217,7 +238,8 @@ def test_start_off_navigable_area_is_named(sim, two_room_scene):
 
 
 @pytest.mark.parametrize("field, value", [("width_px", 0), ("hfov_deg", 190.0), ("agent_radius_m", -0.1),
-                                          ("odom_noise_trans_std", -1.0), ("max_episode_steps", 0)])
+                                          ("odom_noise_trans_std", -1.0), ("max_episode_steps", 0),
+                                          ("odometry_origin", "map")])
 def test_bad_config_fields_are_named(field, value):
     with pytest.raises(ValueError, match=field):
         SimConfig(**{field: value})
