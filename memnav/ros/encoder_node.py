@@ -78,11 +78,11 @@ def build(node) -> Callable[[], None]:
     from sensor_msgs.msg import Image
 
     from memnav.core.encoder import Encoder
+    from memnav.core.stamp_sync import StampedQueue
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import embedding_to_image, stamp_to_ns
     from memnav.ros.model_paths import resolve_model_path
     from memnav.ros.params import declare_dataclass
-    from memnav.ros.stamp_sync import StampedQueue
 
     cfg = declare_dataclass(node, EncoderNodeConfig)
     if cfg.torch_threads > 0:

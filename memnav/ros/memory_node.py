@@ -125,11 +125,11 @@ def build(node) -> Callable[[], None]:
 
     from memnav.core.detections import detections_from_dict
     from memnav.core.memory import InvalidInputError, MemoryStoreError, SceneGraphMemory, WorkingBuffer
+    from memnav.core.stamp_sync import StampedQueue
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import image_to_embedding, stamp_to_ns
     from memnav.ros.params import declare_dataclass
     from memnav.ros.scene_graph_msgs import retrievals_body, scene_graph_markers, scene_graph_snapshot
-    from memnav.ros.stamp_sync import StampedQueue
 
     cfg = declare_dataclass(node, MemoryNodeConfig)
     graph_cfg = declare_dataclass(node, SceneGraphParams).to_config()

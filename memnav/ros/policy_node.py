@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memnav.core.decision_gate import DecisionGate, action_velocity
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 
@@ -174,18 +175,6 @@ class PolicyNodeConfig(ExploringTuning):
                              f"{self.subscriber_wait_s!r}")
 
 
-def action_velocity(action: Action, cfg: PolicyNodeConfig) -> tuple[float, float]:
-    """(v m/s, w rad/s) that performs `action` in `action_duration_s` (STOP: zero)."""
-    if action == Action.MOVE_FORWARD:
-        return cfg.forward_step_m / cfg.action_duration_s, 0.0
-    turn = math.radians(cfg.turn_angle_deg) / cfg.action_duration_s
-    if action == Action.TURN_LEFT:
-        return 0.0, turn
-    if action == Action.TURN_RIGHT:
-        return 0.0, -turn
-    return 0.0, 0.0
-
-
 def main(argv: list[str] | None = None) -> int:
     from memnav.ros.stack_node import run_nodes
 
@@ -211,7 +200,6 @@ def build(node) -> Callable[[], None]:
     from memnav.ros import conversions as conv
     from memnav.ros import search_msgs
     from memnav.ros.params import declare_dataclass
-    from memnav.ros.stamp_sync import StampedQueue
 
     cfg = declare_dataclass(node, PolicyNodeConfig)
     if cfg.torch_threads > 0:
@@ -237,11 +225,9 @@ def build(node) -> Callable[[], None]:
         pub_map = node.create_publisher(OccupancyGrid, "/memnav/map", latched)
         pub_plan = node.create_publisher(PathMsg, "/memnav/plan", 10)
         pub_markers = node.create_publisher(MarkerArray, "/memnav/search_markers", 10)
-    st = {"goal_rgb": None, "goal_depth": None, "goal_has_depth": False, "rgb": None, "depth": None, "pose": None,
-          "goal_ns": None, "goal_wall": 0.0, "acted_ns": -1, "dropped": 0, "cmd": (0.0, 0.0), "cmd_until": 0.0,
-          "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf}
-
-    odoms: StampedQueue = StampedQueue(64)   # recent odometry, to pair a real-time frame with its pose
+    gate = DecisionGate(lockstep=cfg.lockstep, sync_tolerance_s=cfg.sync_tolerance_s,
+                        action_duration_s=cfg.action_duration_s, goal_depth_wait_s=cfg.goal_depth_wait_s)
+    st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -250,116 +236,90 @@ def build(node) -> Callable[[], None]:
     def stamp_ns(msg) -> int:
         return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
+    def now_s() -> float:
+        return node.get_clock().now().nanoseconds / 1e9
+
     def begin() -> None:
-        t_goal, rgb = st["goal_rgb"]
-        depth = st["goal_depth"][1] if st["goal_depth"] is not None and st["goal_depth"][0] == t_goal else None
+        t_goal, rgb, depth = gate.goal_to_start()
         try:
             agent.begin(cfg.memory_key, rgb, depth)
         except ValueError as err:
             drop("goal image", err)
             return
-        st["goal_ns"], st["goal_has_depth"], st["goal_wall"] = t_goal, depth is not None, time.monotonic()
+        gate.goal_started(t_goal, rgb, depth, time.monotonic())
         node.get_logger().info(f"new goal image ({'RGB-D' if depth is not None else 'RGB'}): episode started")
         maybe_act()
 
-    def on_goal(msg: Image) -> None:
+    def convert(what: str, convert_msg, msg):
         try:
-            st["goal_rgb"] = (stamp_ns(msg), conv.image_to_rgb(msg))
+            return stamp_ns(msg), convert_msg(msg)
         except conv.MessageError as err:
-            drop("goal image", err)
-            return
-        begin()
+            drop(what, err)
+            return None
+
+    def on_goal(msg: Image) -> None:
+        got = convert("goal image", conv.image_to_rgb, msg)
+        if got is not None:
+            gate.goal_image(*got)
+            begin()
 
     def on_goal_depth(msg: Image) -> None:
-        try:
-            st["goal_depth"] = (stamp_ns(msg), conv.image_to_depth(msg))
-        except conv.MessageError as err:
-            drop("goal depth", err)
-            return
-        # the depth of the current goal arrived after its image and before any action: start again with it
-        if (st["goal_rgb"] is not None and st["goal_rgb"][0] == st["goal_depth"][0] and not st["goal_has_depth"]
-                and st["acted_ns"] < st["goal_rgb"][0]):
-            begin()
+        got = convert("goal depth", conv.image_to_depth, msg)
+        if got is not None and gate.goal_depth(*got):
+            begin()   # the depth of the current goal arrived after its image and before any action
 
     def on_result(msg: String) -> None:
         try:
-            ended = int(json.loads(msg.data).get("goal_stamp_ns", -1))
+            gate.episode_ended(int(json.loads(msg.data).get("goal_stamp_ns", -1)))
         except (ValueError, TypeError, AttributeError, OverflowError) as err:   # OverflowError: int(1e400)
             drop("episode result", err)
-            return
-        if ended == st["goal_ns"]:
-            st["goal_ns"] = None  # this goal's episode is over: act again only after the next goal
 
     def on_rgb(msg: Image) -> None:
-        try:
-            st["rgb"] = (stamp_ns(msg), conv.image_to_rgb(msg))
-        except conv.MessageError as err:
-            drop("colour image", err)
-            return
-        maybe_act()
+        got = convert("colour image", conv.image_to_rgb, msg)
+        if got is not None:
+            gate.colour(*got)
+            maybe_act()
 
     def on_depth(msg: Image) -> None:
-        try:
-            st["depth"] = (stamp_ns(msg), conv.image_to_depth(msg))
-        except conv.MessageError as err:
-            drop("depth image", err)
-            return
-        maybe_act()
+        got = convert("depth image", conv.image_to_depth, msg)
+        if got is not None:
+            gate.depth(*got)
+            maybe_act()
 
     def on_odom(msg: Odometry) -> None:
-        try:
-            st["pose"] = (stamp_ns(msg), conv.odometry_to_pose(msg))
-        except conv.MessageError as err:
-            drop("odometry", err)
+        got = convert("odometry", conv.odometry_to_pose, msg)
+        if got is None:
             return
         if not cfg.odom_frame and msg.header.frame_id:
             st["odom_frame"] = msg.header.frame_id
-        odoms.push(*st["pose"])
+        gate.odometry(*got)
         maybe_act()
 
     def maybe_act() -> None:
-        if st["goal_ns"] is None or st["rgb"] is None or st["depth"] is None or st["pose"] is None:
-            return
-        (t_rgb, rgb), (t_depth, depth) = st["rgb"], st["depth"]
-        # lock-step: colour, depth and odometry of this very frame (the bridge stamps all three alike; frames of
-        # consecutive fast steps can lie closer together than any tolerance). Real time: the newest close
-        # colour/depth pair, with the odometry of its instant rather than the newest (a turning robot's newest
-        # pose can be a tick or more ahead of a frame that waited in a queue, which smears the map)
-        tol_ns = 0 if cfg.lockstep else int(cfg.sync_tolerance_s * 1e9)
-        if abs(t_rgb - t_depth) > tol_ns or t_rgb < st["goal_ns"] or t_rgb <= st["acted_ns"]:
-            return
-        match = odoms.nearest(t_rgb, 0 if cfg.lockstep else tol_ns + 100_000_000)
-        if match is None and cfg.lockstep:
-            return   # the odometry of this frame is still on its way
-        pose = (match or st["pose"])[1]
-        if not cfg.lockstep and node.get_clock().now().nanoseconds / 1e9 < st["cmd_until"]:
-            return  # real time: the previous action is still being carried out
-        if not st["goal_has_depth"] and time.monotonic() - st["goal_wall"] < cfg.goal_depth_wait_s:
-            return  # the goal's depth may still be on its way (topics are not ordered)
-        if not subscribers_ready():
+        frame = gate.due(now_s(), time.monotonic())
+        if frame is None or not subscribers_ready():
             return  # lock-step: the bridge re-sends this frame; real time: the timer asks again
-        st["acted_ns"] = t_rgb
+        gate.taking(frame.stamp_ns)
         # lock-step: memory time advances one second per action, exactly as in the in-process evaluation
         try:
-            action, inp, goal_p = agent.step(rgb, depth, pose, None if cfg.lockstep else t_rgb)
+            action, inp, goal_p = agent.step(frame.rgb, frame.depth, frame.pose,
+                                             None if cfg.lockstep else frame.stamp_ns)
         except (ValueError, MemoryStoreError) as err:   # e.g. colour and depth of one stamp, different sizes
             drop("frame", err)
             return
         pub_action.publish(String(data=action.name))
-        v, w = action_velocity(action, cfg)
-        st["cmd"] = (v, w)
-        st["cmd_until"] = node.get_clock().now().nanoseconds / 1e9 + cfg.action_duration_s
+        gate.hold(action_velocity(action, cfg.forward_step_m, cfg.turn_angle_deg, cfg.action_duration_s), now_s())
         publish_cmd()
-        body = {"stamp_ns": t_rgb, "action": action.name, "belief": inp.belief, "similarity": inp.similarity,
-                "verification": inp.verification, "stop_reason": inp.stop.reason.name, "goal_probability": goal_p,
-                "places": nav.memory.stats().places if nav.memory is not None else 0, "mode": nav.mode,
-                "localised": nav.memory.localised if nav.memory is not None else None,
+        body = {"stamp_ns": frame.stamp_ns, "action": action.name, "belief": inp.belief,
+                "similarity": inp.similarity, "verification": inp.verification, "stop_reason": inp.stop.reason.name,
+                "goal_probability": goal_p, "places": nav.memory.stats().places if nav.memory is not None else 0,
+                "mode": nav.mode, "localised": nav.memory.localised if nav.memory is not None else None,
                 "house_map": agent.house_map}
         pub_state.publish(String(data=json.dumps(body)))
         if show_search:
             publish_search(final=action == Action.STOP)
         if action == Action.STOP:
-            st["goal_ns"] = None
+            gate.goal_over()
 
     def publish_search(final: bool) -> None:
         """The plan and markers of this decision; the map when map_period_s has passed, and at an episode's end."""
@@ -378,25 +338,23 @@ def build(node) -> Callable[[], None]:
             ("/memnav/policy_state", pub_state.get_subscription_count(), cfg.min_state_subscribers)) if n < need]
         if not short:
             return True
-        if time.monotonic() - st["goal_wall"] < cfg.subscriber_wait_s:
+        if time.monotonic() - gate.goal_wall_s < cfg.subscriber_wait_s:
             node.get_logger().info(f"waiting for subscribers: {', '.join(short)}", throttle_duration_sec=2.0)
             return False
-        if st["waited_goal"] != st["goal_ns"]:
-            st["waited_goal"] = st["goal_ns"]
+        if st["waited_goal"] != gate.goal_stamp_ns:
+            st["waited_goal"] = gate.goal_stamp_ns
             node.get_logger().warning(f"acting after {cfg.subscriber_wait_s:.0f} s without the subscribers asked for: "
                                       + ", ".join(short))
         return True
 
     def publish_cmd() -> None:
-        now = node.get_clock().now().nanoseconds / 1e9
-        v, w = st["cmd"] if now < st["cmd_until"] else (0.0, 0.0)
+        v, w = gate.velocity(now_s())
         msg = Twist()
         msg.linear.x, msg.angular.z = float(v), float(w)
         pub_cmd.publish(msg)
 
     def on_tick() -> None:
-        now = node.get_clock().now().nanoseconds / 1e9
-        if now >= st["cmd_until"]:
+        if gate.action_done(now_s()):
             maybe_act()
         publish_cmd()
 
@@ -410,11 +368,10 @@ def build(node) -> Callable[[], None]:
     node.create_subscription(String, "/memnav/episode_result", on_result, latched)
 
     def srv_relocalise(_req, resp):
-        active = st["goal_ns"] is not None and st["goal_rgb"] is not None
-        depth = st["goal_depth"][1] if active and st["goal_has_depth"] else None
-        agent.relocalise(st["goal_rgb"][1] if active else None, depth)
+        goal = gate.goal_photo
+        agent.relocalise(*(goal or (None, None)))
         resp.success = True
-        resp.message = json.dumps({"localised": False, "search_restarted": active})
+        resp.message = json.dumps({"localised": False, "search_restarted": goal is not None})
         node.get_logger().info(f"relocalising: {resp.message}")
         return resp
 

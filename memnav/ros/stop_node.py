@@ -91,13 +91,13 @@ def build(node) -> Callable[[], None]:
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
 
+    from memnav.core.stamp_sync import StampedQueue
     from memnav.core.stop import VoIStopController
     from memnav.core.verification import extract_features, verify_features
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import image_to_embedding, stamp_to_ns
     from memnav.ros.model_paths import resolve_model_path
     from memnav.ros.params import declare_dataclass
-    from memnav.ros.stamp_sync import StampedQueue
 
     cfg = declare_dataclass(node, StopNodeConfig)
     voi_cfg = declare_dataclass(node, VoIStopConfig, prefix="voi.")

@@ -1,7 +1,7 @@
 """StampedQueue: nearest-within-tolerance and latest-at-or-before lookups, bounded, order-independent."""
 import pytest
 
-from memnav.ros.stamp_sync import StampedQueue
+from memnav.core.stamp_sync import StampedQueue
 
 
 def test_nearest_within_tolerance_in_any_arrival_order():

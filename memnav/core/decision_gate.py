@@ -1,0 +1,176 @@
+"""When an image-goal agent on topics decides: the goal it works on, the frame it decides on, the action it holds.
+
+Topics arrive in no set order: the goal photo's depth can come after the photo, a colour frame before its depth
+or its odometry, an episode's end after the next goal. `DecisionGate` takes what arrives (stamps in
+nanoseconds) and says when a decision is due and on which colour frame, depth and pose; the policy node only
+converts messages, asks the gate and runs the agent. Times come in as arguments: `now_s` is the clock the
+actions' durations run on (the node's clock), `wall_s` a monotonic clock for how long a goal has waited.
+
+Lock-step (evaluation against a simulator that publishes one frame per action): the gate pairs colour, depth
+and odometry of exactly the same stamp and decides once per new frame. Real time: it pairs the newest colour
+and depth within `sync_tolerance_s` with the odometry nearest the colour frame's instant, and decides only once
+the previous action has been carried out for `action_duration_s`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from memnav.core.stamp_sync import StampedQueue
+from memnav.core.types import Action, Pose2D
+
+ODOMETRY_SLACK_NS = 100_000_000   # real time: odometry this much further from a frame than the sync tolerance
+
+
+def action_velocity(action: Action, forward_step_m: float, turn_angle_deg: float,
+                    action_duration_s: float) -> tuple[float, float]:
+    """(v m/s, w rad/s) that carries out `action` in `action_duration_s` (STOP: zero)."""
+    if action == Action.MOVE_FORWARD:
+        return forward_step_m / action_duration_s, 0.0
+    turn = math.radians(turn_angle_deg) / action_duration_s
+    if action == Action.TURN_LEFT:
+        return 0.0, turn
+    if action == Action.TURN_RIGHT:
+        return 0.0, -turn
+    return 0.0, 0.0
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    """The frame a decision is due on: its colour stamp, colour image, depth image and odometry pose."""
+
+    stamp_ns: int
+    rgb: np.ndarray
+    depth: np.ndarray
+    pose: Pose2D
+
+
+class DecisionGate:
+    """The goal, the frames and the held action of an agent driven over topics.
+
+    Args:
+        lockstep: one decision per new frame of exactly paired stamps (True), or real time (False).
+        sync_tolerance_s: real time: colour and depth this close in stamp form a pair, seconds.
+        action_duration_s: real time: an action is carried out (its velocity held) this long before the next
+            decision, seconds.
+        goal_depth_wait_s: a goal photo that came without depth waits this long for it before the first
+            decision (a photo from a user has none), seconds.
+        odometry_history: odometry poses kept to pair frames with.
+    """
+
+    def __init__(self, *, lockstep: bool, sync_tolerance_s: float, action_duration_s: float,
+                 goal_depth_wait_s: float, odometry_history: int = 64) -> None:
+        if action_duration_s <= 0 or sync_tolerance_s < 0 or goal_depth_wait_s < 0:
+            raise ValueError("DecisionGate: action_duration_s must be > 0, sync_tolerance_s and goal_depth_wait_s "
+                             f">= 0; got {action_duration_s!r}, {sync_tolerance_s!r}, {goal_depth_wait_s!r}")
+        self.lockstep = lockstep
+        self.sync_tolerance_ns = 0 if lockstep else int(sync_tolerance_s * 1e9)
+        self.action_duration_s = action_duration_s
+        self.goal_depth_wait_s = goal_depth_wait_s
+        self._goal_rgb: tuple[int, np.ndarray] | None = None     # the newest goal photo
+        self._goal_depth: tuple[int, np.ndarray] | None = None   # the newest goal depth
+        self.goal_stamp_ns: int | None = None   # the goal being worked on (None: wait for the next one)
+        self.goal_has_depth = False
+        self.goal_wall_s = 0.0                   # when work on it started
+        self._working: tuple[np.ndarray, np.ndarray | None] | None = None   # its photo and depth
+        self._rgb: tuple[int, np.ndarray] | None = None
+        self._depth: tuple[int, np.ndarray] | None = None
+        self._poses: StampedQueue[Pose2D] = StampedQueue(odometry_history)
+        self._newest_pose: tuple[int, Pose2D] | None = None
+        self.acted_ns = -1                       # the colour stamp of the last decision
+        self._velocity = (0.0, 0.0)
+        self._velocity_until_s = 0.0
+
+    # --- the goal ------------------------------------------------------------------------------
+    def goal_image(self, stamp_ns: int, rgb: np.ndarray) -> None:
+        """A goal photo arrived (start it with `goal_to_start`)."""
+        self._goal_rgb = (int(stamp_ns), rgb)
+
+    def goal_depth(self, stamp_ns: int, depth: np.ndarray) -> bool:
+        """A goal depth image arrived. True: it belongs to the goal being worked on, which started without it and
+        has had no decision yet, so start that goal again (`goal_to_start`), now with depth."""
+        self._goal_depth = (int(stamp_ns), depth)
+        return (self._goal_rgb is not None and self._goal_rgb[0] == self._goal_depth[0] and not self.goal_has_depth
+                and self.acted_ns < self._goal_rgb[0])
+
+    def goal_to_start(self) -> tuple[int, np.ndarray, np.ndarray | None]:
+        """(stamp, photo, its depth or None) of the newest goal photo; the depth only if stamped the same."""
+        if self._goal_rgb is None:
+            raise RuntimeError("DecisionGate.goal_to_start: no goal photo has arrived")
+        stamp, rgb = self._goal_rgb
+        depth = self._goal_depth[1] if self._goal_depth is not None and self._goal_depth[0] == stamp else None
+        return stamp, rgb, depth
+
+    def goal_started(self, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None, wall_s: float) -> None:
+        """The agent took the goal photo stamped `stamp_ns` (with its depth, or None) at `wall_s`: decisions on
+        frames from then on are due."""
+        self.goal_stamp_ns, self.goal_has_depth, self.goal_wall_s = int(stamp_ns), depth is not None, wall_s
+        self._working = (rgb, depth)
+
+    @property
+    def goal_photo(self) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """(photo, depth or None) of the goal being worked on; None when there is none."""
+        return self._working if self.goal_stamp_ns is not None else None
+
+    def episode_ended(self, goal_stamp_ns: int) -> None:
+        """An episode result for the goal stamped `goal_stamp_ns`: if it is this goal, no more decisions on it."""
+        if goal_stamp_ns == self.goal_stamp_ns:
+            self.goal_stamp_ns = None
+
+    def goal_over(self) -> None:
+        """The agent stopped: no more decisions until the next goal."""
+        self.goal_stamp_ns = None
+
+    # --- the frames ----------------------------------------------------------------------------
+    def colour(self, stamp_ns: int, rgb: np.ndarray) -> None:
+        self._rgb = (int(stamp_ns), rgb)
+
+    def depth(self, stamp_ns: int, depth: np.ndarray) -> None:
+        self._depth = (int(stamp_ns), depth)
+
+    def odometry(self, stamp_ns: int, pose: Pose2D) -> None:
+        self._newest_pose = (int(stamp_ns), pose)
+        self._poses.push(stamp_ns, pose)
+
+    def due(self, now_s: float, wall_s: float) -> DecisionInput | None:
+        """The frame to decide on now, or None while there is no goal, no new paired frame, (lock-step) no
+        odometry of the frame yet, (real time) the previous action is still being carried out, or a goal photo
+        without depth still waits for it. Nothing changes until `taking`."""
+        if self.goal_stamp_ns is None or self._rgb is None or self._depth is None or self._newest_pose is None:
+            return None
+        (t_rgb, rgb), (t_depth, depth) = self._rgb, self._depth
+        # lock-step: colour, depth and odometry of this very frame (the bridge stamps all three alike; frames of
+        # consecutive fast steps can lie closer together than any tolerance). Real time: the newest close
+        # colour/depth pair, with the odometry of its instant rather than the newest (a turning robot's newest
+        # pose can be a tick or more ahead of a frame that waited in a queue, which smears the map)
+        if abs(t_rgb - t_depth) > self.sync_tolerance_ns or t_rgb < self.goal_stamp_ns or t_rgb <= self.acted_ns:
+            return None
+        match = self._poses.nearest(t_rgb, 0 if self.lockstep else self.sync_tolerance_ns + ODOMETRY_SLACK_NS)
+        if match is None and self.lockstep:
+            return None   # the odometry of this frame is still on its way
+        if not self.lockstep and now_s < self._velocity_until_s:
+            return None   # the previous action is still being carried out
+        if not self.goal_has_depth and wall_s - self.goal_wall_s < self.goal_depth_wait_s:
+            return None   # the goal's depth may still be on its way (topics are not ordered)
+        return DecisionInput(t_rgb, rgb, depth, (match or self._newest_pose)[1])
+
+    # --- the action ----------------------------------------------------------------------------
+    def taking(self, stamp_ns: int) -> None:
+        """A decision is being taken on the frame stamped `stamp_ns`; that frame is not decided on again, even
+        if the decision fails."""
+        self.acted_ns = int(stamp_ns)
+
+    def hold(self, velocity: tuple[float, float], now_s: float) -> None:
+        """The decision's action: its velocity is held for `action_duration_s` from `now_s`."""
+        self._velocity = velocity
+        self._velocity_until_s = now_s + self.action_duration_s
+
+    def action_done(self, now_s: float) -> bool:
+        """The last action has been carried out for its duration."""
+        return now_s >= self._velocity_until_s
+
+    def velocity(self, now_s: float) -> tuple[float, float]:
+        """(v m/s, w rad/s) to command now: the last action's while it is being carried out, else zero."""
+        return self._velocity if now_s < self._velocity_until_s else (0.0, 0.0)

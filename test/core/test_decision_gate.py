@@ -1,0 +1,130 @@
+"""DecisionGate: which frame a topic-driven agent decides on, and when, whatever order the topics arrive in."""
+import numpy as np
+import pytest
+
+from memnav.core.decision_gate import DecisionGate, action_velocity
+from memnav.core.types import Action, Pose2D
+
+RGB = np.zeros((4, 4, 3), np.uint8)
+DEPTH = np.ones((4, 4), np.float32)
+MS = 1_000_000
+
+
+def gate(lockstep: bool, **kw) -> DecisionGate:
+    args = dict(lockstep=lockstep, sync_tolerance_s=0.02, action_duration_s=1.0, goal_depth_wait_s=0.5) | kw
+    return DecisionGate(**args)
+
+
+def start_goal(g: DecisionGate, stamp_ns: int, wall_s: float = 0.0, with_depth: bool = True) -> None:
+    g.goal_image(stamp_ns, RGB)
+    if with_depth:
+        g.goal_depth(stamp_ns, DEPTH)
+    t, rgb, depth = g.goal_to_start()
+    g.goal_started(t, rgb, depth, wall_s)
+
+
+def frame(g: DecisionGate, stamp_ns: int, pose_stamp_ns: int | None = None, x_m: float = 0.0) -> None:
+    g.colour(stamp_ns, RGB)
+    g.depth(stamp_ns, DEPTH)
+    g.odometry(stamp_ns if pose_stamp_ns is None else pose_stamp_ns, Pose2D(x_m, 0.0, 0.0))
+
+
+def test_action_velocity_carries_out_the_action_in_its_duration():
+    assert action_velocity(Action.MOVE_FORWARD, 0.25, 30.0, 0.5) == pytest.approx((0.5, 0.0))
+    v, w = action_velocity(Action.TURN_RIGHT, 0.25, 30.0, 0.5)
+    assert v == 0.0 and w == pytest.approx(-2 * 0.5235988)
+    assert action_velocity(Action.TURN_LEFT, 0.25, 30.0, 1.0)[1] == pytest.approx(0.5235988)
+    assert action_velocity(Action.STOP, 0.25, 30.0, 0.5) == (0.0, 0.0)
+
+
+def test_lockstep_decides_once_per_frame_with_that_frames_odometry():
+    g = gate(True)
+    frame(g, 100 * MS)
+    assert g.due(0.0, 0.0) is None                 # no goal yet
+    start_goal(g, 100 * MS)
+    got = g.due(0.0, 0.0)
+    assert got is not None and got.stamp_ns == 100 * MS
+    g.taking(got.stamp_ns)
+    g.hold((0.25, 0.0), 0.0)
+    assert g.due(0.0, 0.0) is None                 # not the same frame twice
+    g.colour(200 * MS, RGB)
+    g.depth(200 * MS, DEPTH)
+    assert g.due(0.0, 0.0) is None                 # its odometry is still on its way
+    g.odometry(201 * MS, Pose2D(9.0, 0.0, 0.0))
+    assert g.due(0.0, 0.0) is None                 # lock-step pairs exact stamps only
+    g.odometry(200 * MS, Pose2D(0.25, 0.0, 0.0))
+    got = g.due(0.0, 0.0)                          # lock-step never waits out the action's duration
+    assert got.stamp_ns == 200 * MS and got.pose.x_m == 0.25
+    g.colour(300 * MS, RGB)
+    assert g.due(0.0, 0.0) is None                 # colour and depth of different frames
+
+
+def test_real_time_waits_out_the_action_and_pairs_odometry_of_the_frames_instant():
+    g = gate(False)
+    start_goal(g, 0)
+    g.colour(1000 * MS, RGB)
+    g.depth(1010 * MS, DEPTH)                       # within the 20 ms tolerance
+    g.odometry(900 * MS, Pose2D(1.0, 0.0, 0.0))
+    g.odometry(1200 * MS, Pose2D(2.0, 0.0, 0.0))    # newer, but 200 ms from the frame
+    got = g.due(10.0, 10.0)
+    assert got.stamp_ns == 1000 * MS and got.pose.x_m == 1.0
+    g.taking(got.stamp_ns)
+    g.hold((0.25, 0.0), 10.0)
+    assert g.velocity(10.5) == (0.25, 0.0) and not g.action_done(10.5)
+    frame(g, 1500 * MS, x_m=3.0)
+    assert g.due(10.5, 10.5) is None               # the forward move is still being carried out
+    assert g.action_done(11.0) and g.velocity(11.0) == (0.0, 0.0)
+    assert g.due(11.0, 11.0).pose.x_m == 3.0
+    g.colour(2000 * MS, RGB)
+    g.depth(2050 * MS, DEPTH)
+    assert g.due(12.0, 12.0) is None               # 50 ms apart: not a pair
+    g.depth(2000 * MS, DEPTH)
+    assert g.due(12.0, 12.0).pose.x_m == 3.0       # no odometry near it: the newest pose
+
+
+def test_frames_before_the_goal_and_after_its_end_are_not_decided_on():
+    g = gate(False)
+    frame(g, 50 * MS)
+    start_goal(g, 100 * MS)
+    assert g.due(5.0, 5.0) is None                 # the frame predates the goal photo
+    frame(g, 150 * MS)
+    assert g.due(5.0, 5.0) is not None
+    g.episode_ended(99 * MS)                       # another goal's end changes nothing
+    assert g.due(5.0, 5.0) is not None and g.goal_photo is not None
+    g.episode_ended(100 * MS)
+    assert g.due(5.0, 5.0) is None and g.goal_photo is None
+    start_goal(g, 200 * MS)
+    frame(g, 250 * MS)
+    g.goal_over()                                  # the agent stopped
+    assert g.due(5.0, 5.0) is None
+
+
+def test_a_goal_without_depth_waits_for_it_and_late_depth_restarts_the_goal():
+    g = gate(True, goal_depth_wait_s=0.5)
+    start_goal(g, 100 * MS, wall_s=1.0, with_depth=False)
+    assert not g.goal_has_depth and g.goal_photo[1] is None
+    frame(g, 120 * MS)
+    assert g.due(0.0, 1.2) is None                 # the depth may still be on its way
+    assert not g.goal_depth(90 * MS, DEPTH)        # another goal's depth: nothing to restart
+    assert g.goal_depth(100 * MS, DEPTH)           # this goal's, before any decision: start again with it
+    t, _, depth = g.goal_to_start()
+    assert t == 100 * MS and depth is DEPTH
+    g.goal_started(t, RGB, depth, 1.3)
+    assert g.goal_photo[1] is DEPTH and g.due(0.0, 1.3).stamp_ns == 120 * MS
+
+
+def test_a_goal_without_depth_is_acted_on_after_the_wait_and_then_keeps_its_start():
+    g = gate(True, goal_depth_wait_s=0.5)
+    start_goal(g, 100 * MS, wall_s=1.0, with_depth=False)
+    frame(g, 120 * MS)
+    got = g.due(0.0, 1.6)                          # a user's photo has no depth: act once the wait is over
+    assert got is not None
+    g.taking(got.stamp_ns)
+    assert not g.goal_depth(100 * MS, DEPTH)       # too late: a decision was taken on the goal already
+
+
+def test_bad_arguments_and_a_missing_goal_are_named():
+    with pytest.raises(ValueError, match="action_duration_s"):
+        gate(False, action_duration_s=0.0)
+    with pytest.raises(RuntimeError, match="no goal photo"):
+        gate(False).goal_to_start()
