@@ -143,6 +143,16 @@ class _MapCheck:
     apply: Callable[[object], None]
 
 
+@dataclass(frozen=True)
+class _LaidMap:
+    """A rebooted run's laid house map: the saved map, this odometry frame -> its frame, and the evidence that was
+    added to this run's map (taken back out if the lay proves wrong)."""
+
+    house: OccupancyMap
+    at: Pose2D
+    evidence: MapEvidence
+
+
 class LearnedAgent:
     """A trained policy behind the Agent interface (see memnav.eval.agents.Agent)."""
 
@@ -199,9 +209,7 @@ class LearnedAgent:
         self._odom_frame: Pose2D | None = None   # odometry_restarts: this visit's odometry frame in the map frame
         self._saved_map: OccupancyMap | None = None   # a rebooted run's house map, until the memory relocalises
         self._lay_tries = 0
-        self._laid_at: Pose2D | None = None   # this odometry frame -> the saved map's, once laid
-        self._laid: MapEvidence | None = None   # what was laid on this run's map
-        self._house_map: OccupancyMap | None = None   # the saved map that was laid, while it stays laid
+        self._laid: _LaidMap | None = None      # the saved map laid on this run's, while it stays laid
         self._vote_tries = 0
         self._laid_steps = 0
         self._check: _MapCheck | None = None    # a map check running in the background
@@ -284,7 +292,7 @@ class LearnedAgent:
     def _wait_to_lay(self, house: OccupancyMap | None) -> None:
         self._saved_map = house
         self._lay_tries = self._vote_tries = self._laid_steps = 0
-        self._laid_at = self._laid = self._house_map = None
+        self._laid = None
         self._check = None                      # a check still running was made for the state before: ignored
 
     def step(self, rgb, depth, pose, stamp_ns: int | None = None):
@@ -338,22 +346,22 @@ class LearnedAgent:
         memory's relocalisation (`SceneGraphMemory.relocalise(retract=True)`), and wait to lay the house map
         again. The same test keeps a visit from extending the saved map at the end (`_save_map`); here it acts
         as soon as the walls show it."""
-        house, laid, laid_at = self._house_map, self._laid, self._laid_at
-        if house is None or laid is None or laid_at is None:
+        laid = self._laid
+        if laid is None:
             return
 
         def compute(run: OccupancyMap) -> bool:
-            return _own_walls_contradict(run.without(laid), house, laid_at)
+            return _own_walls_contradict(run.without(laid.evidence), laid.house, laid.at)
 
         def apply(wrong: bool) -> None:
             nav, run = self.navigator, self.navigator.explorer.map
             if not wrong or self._laid is not laid or run is None:
                 return
-            run.add_evidence(laid, sign=-1)
+            run.add_evidence(laid.evidence, sign=-1)
             nav.explorer.map_changed()
             nav.memory.relocalise(retract=True)
             nav.map_became_unknown()
-            self._wait_to_lay(house)
+            self._wait_to_lay(laid.house)
 
         self._run_check(compute, apply)
 
@@ -426,9 +434,9 @@ class LearnedAgent:
     def _lay(self, aligned: Pose2D) -> None:
         """Lay the saved house map on this run's through `aligned` (this odometry frame -> the saved map's)."""
         nav, saved = self.navigator, self._saved_map
-        self._saved_map, self._laid_at, self._house_map, self._laid_steps = None, aligned, saved, 0
-        self._laid = nav.explorer.map.evidence_from(saved, aligned)
-        nav.explorer.map.add_evidence(self._laid)
+        self._saved_map, self._laid_steps = None, 0
+        self._laid = _LaidMap(saved, aligned, nav.explorer.map.evidence_from(saved, aligned))
+        nav.explorer.map.add_evidence(self._laid.evidence)
         nav.explorer.map_changed()
         nav.map_became_known()
 
@@ -484,14 +492,14 @@ class LearnedAgent:
         path, run = self._map_path(self._scene), self.navigator.explorer.map
         if self._map_in_memory_frame:
             self.navigator.explorer.save_map(path)
-        elif self._laid_at is not None and self._laid is not None and self._house_map is not None and run is not None:
+        elif self._laid is not None and run is not None:
             # as loaded from `path` when this run began; a copy, since the laid check keeps comparing with it and
             # one process may save at every goal (the policy node, one memory_key)
-            house = self._house_map.copy()
-            own = run.without(self._laid)                # what this run saw itself
-            if _own_walls_contradict(own, house, self._laid_at):
+            house, at = self._laid.house.copy(), self._laid.at
+            own = run.without(self._laid.evidence)       # what this run saw itself
+            if _own_walls_contradict(own, house, at):
                 return
-            house.add_unseen(house.evidence_from(own, Pose2D(0.0, 0.0, 0.0).relative_to(self._laid_at)))
+            house.add_unseen(house.evidence_from(own, Pose2D(0.0, 0.0, 0.0).relative_to(at)))
             house.save(path)
 
     def close(self) -> None:

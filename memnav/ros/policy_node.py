@@ -32,6 +32,7 @@ Modes: `lockstep` true acts once per new frame pair (evaluation against sim_brid
 false decides on the newest frames once the previous action has had its `action_duration_s`: on the first new
 frame pair that arrives after that (so the command answers a frame within the decision time, not a timer
 period), or on the 20 Hz timer if a pair arrived while the action was running (robot-like, drives /cmd_vel).
+When a decision is due, on which frame and pose, is memnav.core.decision_gate.DecisionGate's to say.
 The policy state's `stamp_ns` names the colour frame a decision was computed from (camera-to-command latency).
 The node holds its own Navigator (the same core the in-process `memnav eval` runs), so a lock-step run
 over DDS takes the same decisions as the in-process evaluation of the same episodes.

@@ -211,7 +211,7 @@ def test_a_robot_whose_odometry_restarts_relocalises_its_stored_memory_and_map(t
         # saving extends the file, not the laid house map the laid check compares with (a policy node with one
         # memory_key saves at every goal and stays laid)
         again._save_map()
-        assert again.house_map == "laid" and np.array_equal(again._house_map.known(everything), known_before)
+        assert again.house_map == "laid" and np.array_equal(again._laid.house.known(everything), known_before)
     finally:
         again.close()
         sim.close()
@@ -342,12 +342,12 @@ def test_a_wrong_lay_is_taken_back_once_the_robots_own_walls_contradict_it(two_r
                 # the laid evidence is out of the map, the memory's relocalisation retracted, the house unknown
                 assert again._saved_map is not None and not nav.known_map and not nav.memory.localised
                 assert known_outside_the_house() <= own_outside + 20
-            if taken_back is not None and again._laid_at is not None:
+            if taken_back is not None and again._laid is not None:
                 break
         assert taken_back is not None and taken_back < 2 * 20, "the wrong lay was never taken back"
         # the house map is laid again, this time where it belongs
-        assert again._laid_at is not None
-        assert math.hypot(again._laid_at.x_m - origin.x_m, again._laid_at.y_m - origin.y_m) < 0.5
+        assert again._laid is not None
+        assert math.hypot(again._laid.at.x_m - origin.x_m, again._laid.at.y_m - origin.y_m) < 0.5
         assert (again._checker is not None) == background       # the checks ran in the worker thread, or not
     finally:
         again.close()
