@@ -1,0 +1,70 @@
+"""AgentStates: the sim bridge's episode results get the layer that ended each episode and the belief at its STOP
+from the agent's policy states, whichever arrives first, in lock-step and in real time."""
+import pytest
+
+
+def test_agent_states_fill_the_results_whichever_arrives_first():
+    from memnav.core.types import EpisodeStatus
+    from memnav.sim.agent_states import AgentStates
+    from memnav.sim.metrics import EpisodeResult
+
+    def result(status):
+        return EpisodeResult(episode_id="e", scene_id="s", success=1.0, spl=1.0, soft_spl=1.0, distance_to_goal_m=0.1,
+                             geodesic_distance_m=2.0, path_length_m=2.0, steps=5, status=status)
+    results = [result(EpisodeStatus.STOPPED), result(EpisodeStatus.STEP_LIMIT), result(EpisodeStatus.STOPPED)]
+    states = AgentStates(results, keep=2)
+    states.add({"stamp_ns": 10, "action": "STOP", "mode": "candidate", "belief": 0.7})   # the state comes first
+    states.expect(10, 0)
+    states.expect(20, 1)                                                                 # the episode ends first
+    assert states.waiting
+    states.add({"stamp_ns": 20, "action": "MOVE_FORWARD", "mode": "explore", "belief": 0.2})
+    assert not states.waiting
+    assert (results[0].ended_by, results[0].stop_belief) == ("candidate", 0.7)
+    assert (results[1].ended_by, results[1].stop_belief) == ("explore", None)   # no STOP: no belief at a STOP
+    for stamp in (30, 40, 50):                                                   # only the newest `keep` are kept
+        states.add({"stamp_ns": stamp, "action": "TURN_LEFT", "mode": "look", "belief": 0.1})
+    states.expect(10, 2)
+    assert states.waiting and results[2].ended_by == ""
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        states.add({"mode": "look"})
+
+
+def test_agent_states_in_real_time_match_the_stop_of_each_goal():
+    """Real time: the bridge does not know the frame of the agent's last decision. A STOP ending takes the agent's
+    STOP state of that goal (before or after the result, never one of the next goal's); a step-limit ending the
+    newest state of that goal that has arrived."""
+    from memnav.core.types import EpisodeStatus
+    from memnav.sim.agent_states import AgentStates
+    from memnav.sim.metrics import EpisodeResult
+
+    def result(status):
+        return EpisodeResult(episode_id="e", scene_id="s", success=1.0, spl=1.0, soft_spl=1.0, distance_to_goal_m=0.1,
+                             geodesic_distance_m=2.0, path_length_m=2.0, steps=5, status=status)
+
+    results = [result(EpisodeStatus.STOPPED)]
+    states = AgentStates(results)
+    states.goal_started(100)
+    states.add({"stamp_ns": 90, "action": "STOP", "mode": "stop", "belief": 0.9})         # an earlier goal's
+    states.add({"stamp_ns": 110, "action": "MOVE_FORWARD", "mode": "explore", "belief": 0.1})
+    states.add({"stamp_ns": 130, "action": "STOP", "mode": "candidate", "belief": 0.8})  # the state comes first
+    states.add({"stamp_ns": 140, "action": "TURN_LEFT", "mode": "look", "belief": 0.2})  # a late frame's decision
+    states.expect_real_time(0, 100)
+    assert not states.waiting and (results[0].ended_by, results[0].stop_belief) == ("candidate", 0.8)
+
+    results.append(result(EpisodeStatus.STOPPED))                                       # the episode ends first
+    states.goal_started(200)
+    states.add({"stamp_ns": 210, "action": "TURN_LEFT", "mode": "look", "belief": 0.3})
+    states.expect_real_time(1, 200)
+    assert states.waiting and results[1].ended_by == ""
+    states.goal_started(300)                                                            # the next goal is out
+    states.add({"stamp_ns": 310, "action": "STOP", "mode": "approach", "belief": 0.95})  # the next goal's STOP
+    assert states.waiting and results[1].ended_by == ""
+    states.add({"stamp_ns": 250, "action": "STOP", "mode": "stop", "belief": 0.85})      # its own, late
+    assert not states.waiting and (results[1].ended_by, results[1].stop_belief) == ("stop", 0.85)
+
+    results.append(result(EpisodeStatus.STEP_LIMIT))
+    states.goal_started(400)
+    states.add({"stamp_ns": 420, "action": "MOVE_FORWARD", "mode": "best_view", "belief": 0.4})
+    states.add({"stamp_ns": 410, "action": "TURN_LEFT", "mode": "explore", "belief": 0.1})  # out of order
+    states.expect_real_time(2, 400)
+    assert not states.waiting and (results[2].ended_by, results[2].stop_belief) == ("best_view", None)
