@@ -35,7 +35,13 @@ from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
-from memnav.sim.metrics import EpisodeResult, aggregate, results_document
+from memnav.sim.metrics import (
+    EpisodeResult,
+    aggregate,
+    lifelong_known_house_spl,
+    lifelong_spl_by_visit,
+    results_document,
+)
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -463,28 +469,6 @@ def spread_over_scenes(episodes: list, n: int) -> list:
                 chosen[i].append(q.pop(0))
                 taken += 1
     return [ep for i in sorted(chosen) for ep in chosen[i]]
-
-
-def lifelong_spl_by_visit(results: list[EpisodeResult]) -> list[float]:
-    """Mean SPL of each house's k-th episode (k = 1, 2, ...), over the houses that had a k-th episode."""
-    per_visit: dict[int, list[float]] = {}
-    count: dict[str, int] = {}
-    for r in results:
-        k = count.get(r.scene_id, 0)
-        count[r.scene_id] = k + 1
-        per_visit.setdefault(k, []).append(r.spl)
-    return [float(sum(v) / len(v)) for _, v in sorted(per_visit.items())]
-
-
-def lifelong_known_house_spl(results: list[EpisodeResult]) -> float | None:
-    """Mean SPL over the episodes that are not their house's first (the memory knew the house); None if none."""
-    seen: set[str] = set()
-    known = []
-    for r in results:
-        if r.scene_id in seen:
-            known.append(r.spl)
-        seen.add(r.scene_id)
-    return float(sum(known) / len(known)) if known else None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -168,6 +168,9 @@ class PolicyNodeConfig(ExploringTuning):
         if self.action_duration_s <= 0 or self.sync_tolerance_s < 0 or self.torch_threads < 0:
             raise ValueError("PolicyNodeConfig: action_duration_s must be > 0, sync_tolerance_s and torch_threads "
                              f">= 0; got {self.action_duration_s!r}, {self.sync_tolerance_s!r}, {self.torch_threads!r}")
+        if self.lifelong_dir and not self.memory_key:
+            raise ValueError("PolicyNodeConfig.memory_key must name the environment's memory when lifelong_dir is set "
+                             "(sim.launch.yaml: pass scene:=house_NNN)")
         if not (math.isfinite(self.map_period_s) and self.map_period_s >= 0):
             raise ValueError(f"PolicyNodeConfig.map_period_s must be >= 0 (0 = off), got {self.map_period_s!r}")
         if min(self.min_action_subscribers, self.min_state_subscribers) < 0 or self.subscriber_wait_s < 0:

@@ -87,6 +87,9 @@ class BridgeConfig:
             format of `memnav eval --json`, for `memnav eval-report` ("" = no file; its folder is created).
             Each episode's ended_by and stop_belief come from the agent's /memnav/policy_state (AgentStates).
         results_agent: the agent name that file gives the results (the launch files pass their `agent`).
+        lifelong_dir: the folder the agent keeps its long-term memory in across these episodes, as given to
+            policy_node ("" = none): the results file is then marked lifelong, with SPL by visit. It needs
+            `scene` (policy_node keeps one memory, `memory_key`, for all the episodes it is served).
     """
 
     lockstep: bool = True
@@ -99,6 +102,7 @@ class BridgeConfig:
     detections: bool = True
     results_json: str = ""
     results_agent: str = "ros"
+    lifelong_dir: str = ""
 
 
 @dataclass
@@ -160,7 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     sim_cfg = declare_dataclass(node, SimConfig, prefix="sim.")
     cfg = declare_dataclass(node, BridgeConfig)
     rec_cfg = declare_dataclass(node, RecordConfig, prefix="record.")
-    runner = EpisodeRunner(run_cfg, sim_cfg)
+    try:
+        if cfg.lifelong_dir and not run_cfg.scene:
+            raise ValueError("lifelong_dir needs scene: the agent keeps one long-term memory for all the episodes, "
+                             "so they must be of one house (e.g. scene:=house_020)")
+        runner = EpisodeRunner(run_cfg, sim_cfg)
+    except (ValueError, OSError) as err:
+        node.get_logger().error(str(err))
+        node.destroy_node()
+        rclpy.shutdown()
+        return 1
     tf_class = tf_message_class()
     topics = TOPICS | (TF_TOPICS if tf_class is not None else {})
     pubs = {name: node.create_publisher(message_class(mtype), name, publisher_qos((qos_profile(rel, lat, depth),)))
@@ -322,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         if agent_states.waiting and time.monotonic() < finishing["deadline"]:
             return
         finishing["deadline"] = None
-        path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg)
+        path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg,
+                             lifelong=bool(cfg.lifelong_dir))
         node.get_logger().info(f"results written to {path} (`memnav eval-report {path} --out DIR`)")
         if cfg.exit_when_done:
             done["flag"] = True

@@ -124,3 +124,25 @@ def ended_by_layer(results: Sequence[EpisodeResult]) -> dict[str, dict]:
         row["episodes"] += 1
         row["successes"] += int(r.success > 0)
     return dict(sorted(table.items(), key=lambda kv: -kv[1]["episodes"]))
+
+
+def lifelong_spl_by_visit(results: list[EpisodeResult]) -> list[float]:
+    """Mean SPL of each house's k-th episode (k = 1, 2, ...), over the houses that had a k-th episode."""
+    per_visit: dict[int, list[float]] = {}
+    count: dict[str, int] = {}
+    for r in results:
+        k = count.get(r.scene_id, 0)
+        count[r.scene_id] = k + 1
+        per_visit.setdefault(k, []).append(r.spl)
+    return [float(sum(v) / len(v)) for _, v in sorted(per_visit.items())]
+
+
+def lifelong_known_house_spl(results: list[EpisodeResult]) -> float | None:
+    """Mean SPL over the episodes that are not their house's first (the memory knew the house); None if none."""
+    seen: set[str] = set()
+    known = []
+    for r in results:
+        if r.scene_id in seen:
+            known.append(r.spl)
+        seen.add(r.scene_id)
+    return float(sum(known) / len(known)) if known else None

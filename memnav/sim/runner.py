@@ -17,6 +17,8 @@ class RunnerConfig:
     Attributes:
         data: dataset folder or episode file (see `memnav eval --data`).
         split: dataset split.
+        scene: serve only the split's episodes in this scene, by its file's stem (e.g. house_020; "" = all);
+            first_episode and episodes then count within them.
         first_episode: index of the first episode served.
         episodes: how many episodes to serve (0 = all from first_episode on).
         backend: "embedded" or "habitat".
@@ -25,6 +27,7 @@ class RunnerConfig:
 
     data: str = "data/houses"
     split: str = "test"
+    scene: str = ""
     first_episode: int = 0
     episodes: int = 0
     backend: str = "embedded"
@@ -39,6 +42,12 @@ class EpisodeRunner:
         from memnav.sim.factory import make_simulator
 
         episodes = load_episodes(Path(cfg.data), cfg.split, Path(cfg.scenes_dir) if cfg.scenes_dir else None)
+        if cfg.scene:
+            stems = sorted({Path(e.scene_id).stem for e in episodes})
+            episodes = [e for e in episodes if Path(e.scene_id).stem == cfg.scene]
+            if not episodes:
+                raise ValueError(f"RunnerConfig.scene: no episode of split {cfg.split!r} in {cfg.data} is in scene "
+                                 f"{cfg.scene!r}; its scenes: {', '.join(stems)}")
         end = len(episodes) if cfg.episodes <= 0 else cfg.first_episode + cfg.episodes
         self.episodes = episodes[cfg.first_episode:end]
         if not self.episodes:

@@ -7,8 +7,8 @@ from conftest import make_tiny_dataset
 
 from memnav.cli import main
 from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy
-from memnav.eval.evaluate import lifelong_known_house_spl, lifelong_spl_by_visit, spread_over_scenes
-from memnav.sim.metrics import EpisodeResult
+from memnav.eval.evaluate import spread_over_scenes
+from memnav.sim.metrics import EpisodeResult, lifelong_known_house_spl, lifelong_spl_by_visit
 
 MODELS_ARGS = ["--encoder", "models/encoder.pt", "--calibration", "models/stop_calibration.json"]
 

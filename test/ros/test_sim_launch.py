@@ -70,6 +70,44 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
 
 
 
+def test_sim_launch_lifelong_in_one_house_matches_in_process_eval(tmp_path):
+    """scene:=H lifelong_dir:=D: the bridge serves one house's episodes, the policy node keeps that house's memory
+    in D across them (as `memnav eval --lifelong`, whose per-episode results it matches in lock-step), and the
+    results file gives SPL by visit. Without scene the bridge refuses lifelong_dir, naming it."""
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
+    torch.manual_seed(3)
+    save_policy(MemoryPolicy(PolicyConfig(memory_tokens=24)), tmp_path / "policy_memnav.pt",
+                extra={"variant": "memnav", "memory": "scene_graph"})
+    from memnav.sim.episodes import load_episodes
+
+    episodes = load_episodes(data, "test")
+    house = Path(episodes[-1].scene_id).stem
+    ids = [str(e.episode_id) for e in episodes if Path(e.scene_id).stem == house][:2]
+    env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 43) % 150)),
+               ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    memnav = [sys.executable, "-m", "memnav.cli"]
+    results, life = tmp_path / "ros" / "results.json", tmp_path / "life"
+    launch = [*memnav, "launch", str(ROOT / "launch" / "sim.launch.yaml"), "episodes:=2", "max_steps:=60",
+              f"data:={data}", f"policy_dir:={tmp_path}", f"results_json:={results}", f"lifelong_dir:={life}"]
+    refused = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "lifelong_dir needs scene" in refused.stdout + refused.stderr
+    run = subprocess.run([*launch, f"scene:={house}"], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    written = json.loads(results.read_text())
+    assert written["lifelong"] is True and len(written["lifelong_spl_by_visit"]) == 2
+    assert [e["episode_id"] for e in written["per_episode"]] == ids
+    assert (life / f"{house}.db").is_file()
+
+    res_path = tmp_path / "eval.json"
+    subprocess.run([*memnav, "eval", "--agent", "memnav", "--data", str(data), "--episode-ids", ",".join(ids),
+                    "--lifelong", "--memory-dir", str(tmp_path / "eval_life"), "--max-steps", "60",
+                    "--policy-dir", str(tmp_path), "--json", str(res_path), "--no-progress"], check=True, timeout=300)
+    in_process = json.loads(res_path.read_text())
+    for w, e in zip(written["per_episode"], in_process["per_episode"], strict=True):
+        assert (w["episode_id"], w["success"], w["steps"]) == (e["episode_id"], e["success"], e["steps"])
+        assert w["spl"] == pytest.approx(e["spl"], abs=1e-3)
+    assert written["lifelong_spl_by_visit"] == pytest.approx(in_process["lifelong_spl_by_visit"], abs=1e-3)
+
 def test_sim_launch_in_real_time(tmp_path):
     """lockstep:=false: the bridge integrates /cmd_vel at 10 Hz and the policy acts on its timer, as on a robot.
     The episode runs to its end, every action counts as one step, and the robot moves by the velocities alone:

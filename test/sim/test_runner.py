@@ -58,3 +58,24 @@ def test_a_lockstep_action_moves_the_robot(runner_cfg):
     obs, _ = runner.act("TURN_LEFT")
     turned = math.remainder(obs.pose.yaw_rad - before.yaw_rad, math.tau)
     assert turned == pytest.approx(math.radians(30), abs=1e-6) and runner.env.steps == 1
+
+
+def test_a_scene_serves_only_its_episodes_and_an_unknown_one_is_named(tmp_path):
+    from pathlib import Path
+
+    from memnav.sim.base import SimConfig
+    from memnav.sim.episodes import load_episodes
+    from memnav.sim.runner import EpisodeRunner, RunnerConfig
+
+    data = make_tiny_dataset(tmp_path / "houses", houses=4, seed=4, train=2)
+    episodes = load_episodes(data, "train")
+    house = Path(episodes[-1].scene_id).stem
+    theirs = [e.episode_id for e in episodes if Path(e.scene_id).stem == house]
+    assert len(theirs) < len(episodes)              # the split holds other houses' episodes too
+    runner = EpisodeRunner(RunnerConfig(data=str(data), split="train", scene=house), SimConfig())
+    assert [e.episode_id for e in runner.episodes] == theirs
+    runner = EpisodeRunner(RunnerConfig(data=str(data), split="train", scene=house, first_episode=1, episodes=1),
+                           SimConfig())
+    assert [e.episode_id for e in runner.episodes] == theirs[1:2]
+    with pytest.raises(ValueError, match=f"scene 'house_999'.*{house}"):
+        EpisodeRunner(RunnerConfig(data=str(data), split="train", scene="house_999"), SimConfig())
