@@ -72,7 +72,6 @@ class DecisionGate:
         self._goal_rgb: tuple[int, np.ndarray] | None = None     # the newest goal photo
         self._goal_depth: tuple[int, np.ndarray] | None = None   # the newest goal depth
         self.goal_stamp_ns: int | None = None   # the goal being worked on (None: wait for the next one)
-        self.goal_has_depth = False
         self.goal_wall_s = 0.0                   # when work on it started
         self._working: tuple[np.ndarray, np.ndarray | None] | None = None   # its photo and depth
         self._rgb: tuple[int, np.ndarray] | None = None
@@ -106,8 +105,13 @@ class DecisionGate:
     def goal_started(self, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None, wall_s: float) -> None:
         """The agent took the goal photo stamped `stamp_ns` (with its depth, or None) at `wall_s`: decisions on
         frames from then on are due."""
-        self.goal_stamp_ns, self.goal_has_depth, self.goal_wall_s = int(stamp_ns), depth is not None, wall_s
+        self.goal_stamp_ns, self.goal_wall_s = int(stamp_ns), wall_s
         self._working = (rgb, depth)
+
+    @property
+    def goal_has_depth(self) -> bool:
+        """The goal last started came with its depth."""
+        return self._working is not None and self._working[1] is not None
 
     @property
     def goal_photo(self) -> tuple[np.ndarray, np.ndarray | None] | None:

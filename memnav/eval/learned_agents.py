@@ -493,12 +493,13 @@ class LearnedAgent:
         if self._map_in_memory_frame:
             self.navigator.explorer.save_map(path)
         elif self._laid is not None and run is not None:
-            # as loaded from `path` when this run began; a copy, since the laid check keeps comparing with it and
-            # one process may save at every goal (the policy node, one memory_key)
-            house, at = self._laid.house.copy(), self._laid.at
-            own = run.without(self._laid.evidence)       # what this run saw itself
-            if _own_walls_contradict(own, house, at):
+            laid = self._laid
+            own = run.without(laid.evidence)             # what this run saw itself
+            if _own_walls_contradict(own, laid.house, laid.at):
                 return
+            # the house map as loaded from `path` when this run began, extended in a copy: the laid check keeps
+            # comparing with it, and one process may save at every goal (the policy node, one memory_key)
+            house, at = laid.house.copy(), laid.at
             house.add_unseen(house.evidence_from(own, Pose2D(0.0, 0.0, 0.0).relative_to(at)))
             house.save(path)
 

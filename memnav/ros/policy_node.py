@@ -203,6 +203,7 @@ def build(node) -> Callable[[], None]:
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
     from memnav.ros import conversions as conv
     from memnav.ros import search_msgs
+    from memnav.ros.embedding_msgs import stamp_to_ns
     from memnav.ros.params import declare_dataclass
 
     cfg = declare_dataclass(node, PolicyNodeConfig)
@@ -237,9 +238,6 @@ def build(node) -> Callable[[], None]:
         st["dropped"] += 1
         node.get_logger().warning(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
 
-    def stamp_ns(msg) -> int:
-        return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-
     def now_s() -> float:
         return node.get_clock().now().nanoseconds / 1e9
 
@@ -256,7 +254,7 @@ def build(node) -> Callable[[], None]:
 
     def convert(what: str, convert_msg, msg):
         try:
-            return stamp_ns(msg), convert_msg(msg)
+            return stamp_to_ns(msg.header.stamp), convert_msg(msg)
         except conv.MessageError as err:
             drop(what, err)
             return None

@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from memnav.eval.bag_io import BagError, BagWriter, qos_profile
     from memnav.ros import conversions as conv
+    from memnav.ros.embedding_msgs import stamp_to_ns
     from memnav.ros.params import declare_dataclass
     from memnav.ros.record_command import message_class
     from memnav.ros.replay_command import publisher_qos
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     def emit(topic: str, msg: Any, stamp: Any, record: bool = True) -> None:
         pubs[topic].publish(msg)
         if writer is not None and record:
-            writer.write_raw(topic, stamp.sec * 1_000_000_000 + stamp.nanosec, serialize_message(msg))
+            writer.write_raw(topic, stamp_to_ns(stamp), serialize_message(msg))
 
     last = {"obs": None, "stamp": None, "wall": 0.0}
     done = {"flag": False}
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.detections and obs.semantic is not None:
             dets = detections_from_semantic(obs.semantic, obs.depth, obs.pose, sim_cfg.focal_px,
                                             sim_cfg.sensor_height_m, scene_classes())
-            body = detections_to_dict(stamp.sec * 1_000_000_000 + stamp.nanosec, dets)
+            body = detections_to_dict(stamp_to_ns(stamp), dets)
             emit("/memnav/detections", String(data=json.dumps(body)), stamp, record)
 
     classes: dict = {}
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             if not cfg.lockstep:
                 agent_states.expect_real_time(len(runner.results) - 1, goal_stamp["ns"])
             elif decided is not None:
-                agent_states.expect(decided.sec * 1_000_000_000 + decided.nanosec, len(runner.results) - 1)
+                agent_states.expect(stamp_to_ns(decided), len(runner.results) - 1)
             # goal_stamp_ns tells agents which goal this result ends (the topics are not ordered)
             body = dict(result.to_json(), index=runner.index, goal_stamp_ns=goal_stamp["ns"])
             emit("/memnav/episode_result", String(data=json.dumps(body)), node.get_clock().now().to_msg())
