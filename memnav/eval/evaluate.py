@@ -32,7 +32,7 @@ from memnav.eval.exploring_defaults import (
     ExploringTuning,
 )
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
-from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
+from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, ODOMETRY_ORIGINS, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
 from memnav.sim.metrics import (
@@ -89,6 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --lifelong: a robot that reboots before every goal; each episode reopens the "
                              "house's memory (which must relocalise from loop closures) with odometry in a new "
                              "random frame, and no occupancy map is carried over between episodes")
+    parser.add_argument("--odometry-origin", choices=ODOMETRY_ORIGINS, default="house",
+                        help="where the simulator's odometry starts each episode: house (the house frame) or start "
+                             "(zero at the start pose, as the sim bridge with sim.odometry_origin start); with "
+                             "--odometry-restarts, start takes that frame as the rebooted visit's instead of a "
+                             "random one, as the policy node over DDS sees it (default: %(default)s)")
     parser.add_argument("--map-checks-in-background", action="store_true",
                         help="with --odometry-restarts: check the visit's map against the saved house map in a "
                              "worker thread, as the policy node does in real time, instead of inside the step "
@@ -480,13 +485,17 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--compare: unknown agent(s) {', '.join(unknown)}; available: {', '.join(AGENTS)}")
     if args.odometry_restarts and not args.lifelong:
         raise ValueError("--odometry-restarts needs --lifelong (without it every episode starts afresh anyway)")
+    if args.lifelong and args.odometry_origin == "start" and not args.odometry_restarts:
+        raise ValueError("--odometry-origin start with --lifelong needs --odometry-restarts: every episode's odometry "
+                         "starts afresh at its start pose, so the house's memory must relocalise at each")
     if args.map_checks_in_background and not args.odometry_restarts:
         raise ValueError("--map-checks-in-background needs --odometry-restarts (only a rebooted run checks its map "
                          "against a saved one)")
     episodes = load_split(args)
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")
-    config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed, renderer=args.renderer)
+    config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed, renderer=args.renderer,
+                       odometry_origin=args.odometry_origin)
     if args.workers < 0:
         raise ValueError(f"--workers must be >= 0 (0 = one per CPU core), got {args.workers}")
     workers = min(args.workers or os.cpu_count() or 1, len(episodes))
@@ -507,6 +516,7 @@ def run(args: argparse.Namespace) -> int:
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           odometry_restarts=args.odometry_restarts,
+                                          random_odometry_frame=args.odometry_origin == "house",
                                           map_checks_in_background=args.map_checks_in_background,
                                           homing=not args.no_homing, explore=not args.no_explore,
                                           max_steps=args.max_steps, **ExploringTuning.values_of(args))
@@ -541,6 +551,8 @@ def run(args: argparse.Namespace) -> int:
             "lifelong": bool(args.lifelong)}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True
+    if args.odometry_origin != "house":
+        meta["odometry_origin"] = args.odometry_origin
     if args.compare:
         out = dict(meta, agents={n: dict(summaries[n], per_episode=[r.to_json() for r in all_results[n]])
                                  for n in names})

@@ -72,6 +72,10 @@ class LearnedAgentOptions(ExploringTuning):
             run that reopens the house's memory, with odometry seen in a new random frame (act() maps the
             simulator's pose through it; seeded by `seed`, the house and the visit), and odometry_persists is
             taken as False.
+        random_odometry_frame: with odometry_restarts, act() sees each visit's odometry in a new random frame up
+            to 20 m and any heading away from the simulator's; False: as the simulator gives it (with
+            SimConfig.odometry_origin "start" that is already a frame restarted at the start pose, as the sim
+            bridge gives the policy node).
         seed: sampling seed (used only when not greedy).
         homing: memnav agents follow the scene graph to a remembered place matching the goal photo
             (NavigatorConfig.homing); False leaves every move to the policy. Agents that explore home only with
@@ -95,6 +99,7 @@ class LearnedAgentOptions(ExploringTuning):
     lifelong_dir: Path | None = None
     odometry_persists: bool = True
     odometry_restarts: bool = False
+    random_odometry_frame: bool = True
     seed: int = 0
     homing: bool = True
     explore: bool = True
@@ -261,7 +266,8 @@ class LearnedAgent:
                     self._await_saved_map(saved)
         self._scene = place_key
         self.visits[place_key] = self.visits.get(place_key, 0) + 1
-        if self.options.odometry_restarts:   # this visit's odometry frame: up to 20 m and any heading away
+        if self.options.odometry_restarts and self.options.random_odometry_frame:
+            # this visit's odometry frame: up to 20 m and any heading away
             key = [self.options.seed, self.visits[place_key], *place_key.encode()]
             rng = np.random.default_rng(key)
             self._odom_frame = Pose2D(*rng.uniform(-20.0, 20.0, 2).tolist(), float(rng.uniform(-np.pi, np.pi)))

@@ -28,7 +28,10 @@ the key and what is supported, so a file is never half-understood:
                                     # `unless:` is the opposite; both on one action is an error, as in ROS 2
 
 Substitutions, in any string: `$(var NAME)`, `$(env NAME)`, `$(env NAME DEFAULT)`, `$(find-pkg-share PACKAGE)`
-(an installed share folder, or for memnav installed editable the repository root holding launch/ and config/).
+(an installed share folder, or for memnav installed editable the repository root holding launch/ and config/),
+`$(equals A B)` (`true` or `false`, compared as ROS 2 launch does: booleans by truth, numbers by value, else text).
+Substitutions nest inside another's arguments, e.g. `$(equals $(var odometry_origin) start)`; quotes group an
+argument that holds spaces.
 
 Stages: `load_launch_file` checks structure and substitution syntax (templates stay unresolved, so
 `--show-args` needs no values); `resolve_launch` applies `name:=value` overrides and substitutions in document
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import math
 import os
 import queue
 import shlex
@@ -57,7 +61,7 @@ from typing import Any, NoReturn, TextIO
 import yaml
 
 SUPPORTED_ACTIONS = ("arg", "group", "node", "push_ros_namespace", "set_env")
-SUPPORTED_SUBSTITUTIONS = "$(var NAME), $(env NAME [DEFAULT]), $(find-pkg-share PACKAGE)"
+SUPPORTED_SUBSTITUTIONS = "$(var NAME), $(env NAME [DEFAULT]), $(find-pkg-share PACKAGE), $(equals A B)"
 ARG_KEYS = ("name", "default", "description", "choices")
 SET_ENV_KEYS = ("name", "value")
 GROUP_KEYS = ("children", "scoped")
@@ -305,34 +309,92 @@ class LaunchPlan:
 # Substitutions
 
 
-def _parse_template(text: str, where: str) -> list[str | tuple[str, list[str]]]:
-    """Split `text` into literal strings and (kind, args) substitutions; raise on unknown or malformed ones."""
-    parts: list[str | tuple[str, list[str]]] = []
+@dataclass(frozen=True)
+class _Sub:
+    """One parsed `$(kind arg ...)`; each argument is itself a template (literal text and nested substitutions)."""
+
+    kind: str
+    args: tuple[Template, ...]
+    source: str
+
+
+Template = list[str | _Sub]  # literal text and substitutions, in order
+
+
+_ARITY = {"var": (1, 1), "env": (1, 2), "find-pkg-share": (1, 1), "equals": (2, 2)}
+
+
+def _parse_template(text: str, where: str) -> Template:
+    """Split `text` into literal strings and `_Sub` substitutions (nested ones inside their arguments, as in
+    `$(equals $(var origin) start)`); raise on unknown or malformed ones."""
+    parts: Template = []
     pos = 0
     while (start := text.find("$(", pos)) >= 0:
-        parts.append(text[pos:start])
-        end = text.find(")", start + 2)
-        if end < 0:
-            raise LaunchError(f"{where}: unterminated substitution in {text!r}; supported: {SUPPORTED_SUBSTITUTIONS}")
-        inner = text[start + 2:end]
-        if "$(" in inner:
-            raise LaunchError(f"{where}: nested substitutions are not supported: {text!r}")
-        try:
-            tokens = shlex.split(inner)
-        except ValueError as err:
-            raise LaunchError(f"{where}: malformed substitution $({inner}): {err}") from err
-        kind, args = (tokens[0], tokens[1:]) if tokens else ("", [])
-        arity = {"var": (1, 1), "env": (1, 2), "find-pkg-share": (1, 1)}.get(kind)
-        if arity is None:
-            raise LaunchError(f"{where}: unsupported substitution $({inner}); memnav launch supports "
-                              f"{SUPPORTED_SUBSTITUTIONS}")
-        if not arity[0] <= len(args) <= arity[1]:
-            raise LaunchError(f"{where}: $({inner}) takes {arity[0]}"
-                              f"{'' if arity[0] == arity[1] else f' or {arity[1]}'} argument(s)")
-        parts.append((kind, args))
-        pos = end + 1
-    parts.append(text[pos:])
-    return [p for p in parts if p != ""]
+        if start > pos:
+            parts.append(text[pos:start])
+        sub, pos = _parse_substitution(text, start, where)
+        parts.append(sub)
+    if pos < len(text):
+        parts.append(text[pos:])
+    return parts
+
+
+def _parse_substitution(text: str, start: int, where: str) -> tuple[_Sub, int]:
+    """The substitution whose `$(` is at `start`, and the index after its closing parenthesis. Arguments are
+    separated by whitespace outside quotes; quotes group an argument and are dropped."""
+    tokens: list[Template] = []
+    token: Template | None = None
+    quote = ""
+    i = start + 2
+    while i < len(text):
+        ch = text[i]
+        if text.startswith("$(", i):   # substituted inside quotes too
+            sub, i = _parse_substitution(text, i, where)
+            token = (token or []) + [sub]
+            continue
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                token = _append_char(token, ch)
+        elif ch == ")":
+            if token is not None:
+                tokens.append(token)
+            return _checked(text[start:i + 1], tokens, where), i + 1
+        elif ch in "'\"":
+            quote, token = ch, token or []
+        elif ch.isspace():
+            if token is not None:
+                tokens.append(token)
+            token = None
+        else:
+            token = _append_char(token, ch)
+        i += 1
+    what = "unterminated quote" if quote else "unterminated substitution"
+    raise LaunchError(f"{where}: {what} in {text!r}; supported: {SUPPORTED_SUBSTITUTIONS}")
+
+
+def _append_char(token: Template | None, ch: str) -> Template:
+    token = token or []
+    if token and isinstance(token[-1], str):
+        token[-1] += ch
+    else:
+        token.append(ch)
+    return token
+
+
+def _checked(source: str, tokens: list[Template], where: str) -> _Sub:
+    kind = tokens[0] if tokens else []
+    name = kind[0] if len(kind) == 1 and isinstance(kind[0], str) else ""
+    arity = _ARITY.get(name)
+    if arity is None:
+        raise LaunchError(f"{where}: unsupported substitution {source}; memnav launch supports "
+                          f"{SUPPORTED_SUBSTITUTIONS}")
+    args = tuple(tokens[1:])
+    if not arity[0] <= len(args) <= arity[1]:
+        raise LaunchError(f"{where}: {source} takes {arity[0]}"
+                          f"{'' if arity[0] == arity[1] else f' or {arity[1]}'} argument(s)")
+    return _Sub(name, args, source)
 
 
 def find_package_share(package: str) -> Path:
@@ -360,19 +422,23 @@ def find_package_share(package: str) -> Path:
 
 
 def _substitute(text: str, where: str, variables: Mapping[str, str], env: Mapping[str, str]) -> str:
+    return _resolve(_parse_template(text, where), where, variables, env)
+
+
+def _resolve(template: Template, where: str, variables: Mapping[str, str], env: Mapping[str, str]) -> str:
     out = []
-    for part in _parse_template(text, where):
+    for part in template:
         if isinstance(part, str):
             out.append(part)
             continue
-        kind, args = part
-        if kind == "var":
+        args = [_resolve(arg, where, variables, env) for arg in part.args]
+        if part.kind == "var":
             if args[0] not in variables:
                 declared = ", ".join(sorted(variables)) or "none"
                 raise LaunchError(f"{where}: $(var {args[0]}) names no argument declared before it "
                                   f"(declared so far: {declared})")
             out.append(variables[args[0]])
-        elif kind == "env":
+        elif part.kind == "env":
             if args[0] in env:
                 out.append(env[args[0]])
             elif len(args) == 2:
@@ -380,12 +446,26 @@ def _substitute(text: str, where: str, variables: Mapping[str, str], env: Mappin
             else:
                 raise LaunchError(f"{where}: environment variable {args[0]} is not set "
                                   f"(give a default: $(env {args[0]} DEFAULT))")
+        elif part.kind == "equals":
+            out.append("true" if _launch_equal(*args) else "false")
         else:  # find-pkg-share
             try:
                 out.append(str(find_package_share(args[0])))
             except LaunchError as err:
                 raise LaunchError(f"{where}: {err}") from err
     return "".join(out)
+
+
+def _launch_equal(left: str, right: str) -> bool:
+    """`$(equals A B)` as ROS 2 launch compares: booleans by truth (true/false/1/0, any case), numbers within
+    floating-point closeness, anything else as text."""
+    truth = {"true": True, "1": True, "false": False, "0": False}
+    if left.lower() in truth and right.lower() in truth:
+        return truth[left.lower()] == truth[right.lower()]
+    try:
+        return math.isclose(float(left), float(right))
+    except ValueError:
+        return left == right
 
 
 # --------------------------------------------------------------------------------------------------------------

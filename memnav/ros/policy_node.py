@@ -83,6 +83,12 @@ class PolicyNodeConfig(ExploringTuning):
             saved map that contradicts every fit near the memory's pose retracts the relocalisation; one
             candidate's pose that the saved map fits well localises the memory without waiting for a second);
             this run's map then extends the saved one where it had no evidence.
+        odometry_restarts: every new goal photo comes with odometry restarted where the robot stands (the sim
+            bridge with sim.odometry_origin "start", which sim.launch.yaml passes on; a robot rebooted between
+            goals): with lifelong_dir the house's memory is reopened for each goal and relocalises from loop
+            closures, and the saved map is laid once it has, as after a boot (`memnav eval --lifelong
+            --odometry-restarts`); odometry_persists is then taken as false. Without lifelong_dir every goal
+            starts a fresh memory anyway, and this changes nothing.
         explore: memnav agents explore frontiers of their own occupancy map, check scan-matched goal
             candidates and drive to an RGB-D-localized goal (false: the learned policy searches alone).
         collision_fraction: a MOVE_FORWARD after which odometry moved less than this fraction of
@@ -150,6 +156,7 @@ class PolicyNodeConfig(ExploringTuning):
     lifelong_dir: str = ""
     memory_key: str = "default"
     odometry_persists: bool = False
+    odometry_restarts: bool = False
     torch_threads: int = 1
     explore: bool = True
     collision_fraction: float = 0.9
@@ -216,6 +223,7 @@ def build(node) -> Callable[[], None]:
                                calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
                                odometry_persists=cfg.odometry_persists,
+                               odometry_restarts=cfg.odometry_restarts,
                                explore=cfg.explore, collision_fraction=cfg.collision_fraction,
                                max_steps=cfg.max_steps, map_checks_in_background=not cfg.lockstep,
                                **ExploringTuning.values_of(cfg))
@@ -249,8 +257,18 @@ def build(node) -> Callable[[], None]:
             drop("goal image", err)
             return
         gate.goal_started(t_goal, rgb, depth, time.monotonic())
-        node.get_logger().info(f"new goal image ({'RGB-D' if depth is not None else 'RGB'}): episode started")
+        node.get_logger().info(f"new goal image ({'RGB-D' if depth is not None else 'RGB'}): episode started"
+                               + memory_note())
         maybe_act()
+
+    def memory_note() -> str:
+        """Where a lifelong memory stands at a goal's start: how much it holds and whether it is localised."""
+        memory = nav.memory
+        if not cfg.lifelong_dir or memory is None:
+            return ""
+        places = memory.stats().places
+        where = "localised" if memory.localised or not places else "relocalising"
+        return f"; memory {cfg.memory_key}: {places} places, {where}"
 
     def convert(what: str, convert_msg, msg):
         try:

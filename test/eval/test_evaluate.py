@@ -89,6 +89,8 @@ def test_eval_bad_inputs_exit_nonzero(tiny_dataset, tmp_path, capsys):
     assert "--odometry-restarts needs --lifelong" in capsys.readouterr().err
     assert main(base + ["--lifelong", "--map-checks-in-background"]) == 2
     assert "--map-checks-in-background needs --odometry-restarts" in capsys.readouterr().err
+    assert main(base + ["--lifelong", "--odometry-origin", "start"]) == 2
+    assert "--odometry-origin start with --lifelong needs --odometry-restarts" in capsys.readouterr().err
 
 
 def test_corrupt_episode_file_exits_2_and_names_it(tmp_path, capsys):

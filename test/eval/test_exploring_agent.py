@@ -260,6 +260,25 @@ def test_odometry_restarts_reopen_the_memory_in_a_new_frame_every_visit(two_room
         sim.close()
 
 
+def test_odometry_restarts_in_the_simulators_own_restarted_frame(two_room_scene, tmp_path):
+    """random_odometry_frame False (SimConfig.odometry_origin "start", as the sim bridge gives the policy node):
+    every visit still reopens the memory unlocalised, and act() takes odometry as the simulator gives it."""
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, odometry_origin="start"))
+    start, goal_pos = np.array([1.0, 0.0, 3.0]), np.array([7.0, 0.0, 3.0])
+    agent = LearnedAgent("memnav", LearnedAgentOptions(lifelong_dir=tmp_path, odometry_restarts=True,
+                                                       random_odometry_frame=False))
+    try:
+        _run(sim, agent, start, 0.0, goal_pos, 1.57, max_steps=20)
+        places = agent.navigator.memory.stats().places
+        goal = sim.render_at(goal_pos, 1.57)
+        agent.begin("two_rooms", goal.rgb, goal.depth)
+        assert agent.navigator.memory.stats().places == places > 0 and not agent.navigator.memory.localised
+        assert agent._odom_frame is None
+    finally:
+        agent.close()
+        sim.close()
+
+
 def test_when_the_search_runs_dry_the_agent_stops_at_its_best_view(two_room_scene):
     """A goal photo of no place in the scene (noise, no depth: no scan candidates): the robot explores both
     rooms, then goes back to its most goal-like view and stops there instead of wandering to the step limit."""

@@ -157,6 +157,27 @@ def test_substitutions_var_env_and_find_pkg_share(tmp_path, monkeypatch):
         plan_of(tmp_path, "launch:\n- arg: {name: a, default: $(find-pkg-share no_such_pkg)}\n")
 
 
+def test_nested_substitutions_and_equals(tmp_path):
+    """`$(equals A B)` compares as ROS 2 launch does (booleans by truth, numbers by value, else text) and takes
+    nested substitutions as arguments, so one argument can switch a parameter or a node on."""
+    plan = plan_of(tmp_path, """\
+        launch:
+        - arg: {name: origin, default: start}
+        - arg: {name: folder, default: "a b"}
+        - arg: {name: restarts, default: "$(equals $(var origin) start)"}
+        - arg: {name: house, default: "$(equals $(var origin) house)"}
+        - arg: {name: truth, default: "$(equals TRUE 1)"}
+        - arg: {name: number, default: "$(equals 0.10 .1)"}
+        - arg: {name: quoted, default: "$(equals '$(var folder)' \\"a b\\")"}
+        - node: {exec: x, if: "$(equals $(var origin) start)", param: [{name: r, value: "$(var restarts)"}]}
+        - node: {exec: y, unless: "$(equals $(var origin) start)"}
+        """)
+    assert (plan.args["restarts"], plan.args["house"]) == ("true", "false")
+    assert (plan.args["truth"], plan.args["number"], plan.args["quoted"]) == ("true", "true", "true")
+    assert [n.executable for n in plan.nodes] == ["x"]
+    assert plan_of(tmp_path, "launch:\n- arg: {name: a, default: \"$(equals 1 2)\"}\n").args["a"] == "false"
+
+
 @pytest.mark.parametrize("body, names", [
     ("- include: {file: other.launch.yaml}", ["unsupported action 'include'", "arg, group, node"]),
     ("- node: {exec: x, launch-prefix: gdb}", ["unsupported key(s) launch-prefix", "pkg, exec, name"]),
@@ -170,7 +191,9 @@ def test_substitutions_var_env_and_find_pkg_share(tmp_path, monkeypatch):
     ("- node: {name: x}", ["launch[0].node", "missing required key(s) exec"]),
     ("- arg: {name: a, default: \"$(command ls)\"}", ["$(command ls)", "$(var NAME)", "$(find-pkg-share"]),
     ("- arg: {name: a, default: \"$(var\"}", ["unterminated substitution"]),
-    ("- arg: {name: a, default: \"$(var $(var b))\"}", ["nested substitutions"]),
+    ("- arg: {name: a, default: \"$(equals a)\"}", ["$(equals a) takes 2 argument(s)"]),
+    ("- arg: {name: a, default: \"$(equals $(var b) 'c)\"}", ["unterminated quote"]),
+    ("- arg: {name: a, default: \"$(var $(nope b))\"}", ["unsupported substitution $(nope b)"]),
     ("- set_env: {name: A}", ["set_env", "missing required key(s) value"]),
     ("- group: {scoped: true, forwarding: false, children: []}", ["forwarding", "children, scoped"]),
     ("- let: {name: a, value: b}", ["unsupported action 'let'"]),

@@ -108,6 +108,48 @@ def test_sim_launch_lifelong_in_one_house_matches_in_process_eval(tmp_path):
         assert w["spl"] == pytest.approx(e["spl"], abs=1e-3)
     assert written["lifelong_spl_by_visit"] == pytest.approx(in_process["lifelong_spl_by_visit"], abs=1e-3)
 
+def test_sim_launch_lifelong_with_odometry_from_the_start_pose_relocalises_at_every_goal(tmp_path):
+    """odometry_origin:=start with lifelong_dir: /odom restarts at every episode's start pose, so the policy node
+    (odometry_restarts, which the launch file derives from odometry_origin) reopens the house's memory for every
+    goal and relocalises it, as a robot rebooted between goals; in lock-step it matches `memnav eval --lifelong
+    --odometry-restarts --odometry-origin start` episode for episode."""
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
+    torch.manual_seed(3)
+    save_policy(MemoryPolicy(PolicyConfig(memory_tokens=24)), tmp_path / "policy_memnav.pt",
+                extra={"variant": "memnav", "memory": "scene_graph"})
+    from memnav.sim.episodes import load_episodes
+
+    episodes = load_episodes(data, "test")
+    house = Path(episodes[-1].scene_id).stem
+    ids = [str(e.episode_id) for e in episodes if Path(e.scene_id).stem == house][:2]
+    env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 47) % 150)),
+               ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    memnav = [sys.executable, "-m", "memnav.cli"]
+    results = tmp_path / "ros" / "results.json"
+    run = subprocess.run([*memnav, "launch", str(ROOT / "launch" / "sim.launch.yaml"), "episodes:=2",
+                          "max_steps:=60", f"data:={data}", f"policy_dir:={tmp_path}", f"results_json:={results}",
+                          f"lifelong_dir:={tmp_path / 'life'}", f"scene:={house}", "odometry_origin:=start"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    # (the RGB-D line: a goal starts on its image and starts again when its depth follows before any action)
+    starts = re.findall(r"\(RGB-D\): episode started; memory (\S+): (\d+) places, (\w+)", out)
+    assert [(key, where) for key, _, where in starts] == [(house, "localised"), (house, "relocalising")], out[-3000:]
+    assert starts[0][1] == "0" and int(starts[1][1]) > 0
+    written = json.loads(results.read_text())
+
+    res_path = tmp_path / "eval.json"
+    subprocess.run([*memnav, "eval", "--agent", "memnav", "--data", str(data), "--episode-ids", ",".join(ids),
+                    "--lifelong", "--odometry-restarts", "--odometry-origin", "start", "--memory-dir",
+                    str(tmp_path / "eval_life"), "--max-steps", "60", "--policy-dir", str(tmp_path), "--json",
+                    str(res_path), "--no-progress"], check=True, timeout=300)
+    in_process = json.loads(res_path.read_text())
+    assert in_process["odometry_origin"] == "start" and in_process["odometry_restarts"] is True
+    for w, e in zip(written["per_episode"], in_process["per_episode"], strict=True):
+        assert (w["episode_id"], w["success"], w["steps"]) == (e["episode_id"], e["success"], e["steps"])
+        assert w["spl"] == pytest.approx(e["spl"], abs=1e-3) and w["ended_by"] == e["ended_by"]
+
+
 def test_sim_launch_in_real_time(tmp_path):
     """lockstep:=false: the bridge integrates /cmd_vel at 10 Hz and the policy acts on its timer, as on a robot.
     The episode runs to its end, every action counts as one step, and the robot moves by the velocities alone:
