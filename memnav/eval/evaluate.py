@@ -268,7 +268,7 @@ class StepLog:
     def __init__(self, trace_dir: Path, agent: str, episode, sim) -> None:
         folder = Path(trace_dir) / agent
         folder.mkdir(parents=True, exist_ok=True)
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{Path(episode.scene_id).stem}__"
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in f"{episode.scene_name}__"
                        f"{episode.episode_id}")
         self.path = folder / f"{safe}.jsonl"
         self._file = self.path.open("w")

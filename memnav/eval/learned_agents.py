@@ -224,7 +224,7 @@ class LearnedAgent:
 
     def reset(self, episode: Episode, goal: Observation, sim: Simulator) -> None:
         del sim  # not a privileged agent
-        self.begin(Path(episode.scene_id).stem, goal.rgb, goal.depth)
+        self.begin(episode.scene_name, goal.rgb, goal.depth)
 
     def begin(self, place_key: str, goal_rgb, goal_depth=None) -> None:
         """Start an episode towards a goal photo in the environment named `place_key` (lifelong: its database).

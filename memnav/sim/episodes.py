@@ -59,6 +59,11 @@ class Episode:
     def goal(self) -> NavGoal:
         return self.goals[0]
 
+    @property
+    def scene_name(self) -> str:
+        """The scene file's stem (e.g. house_020): the name a house goes by for `scene:=` and lifelong memory."""
+        return Path(self.scene_id).stem
+
     def goal_yaw_rad(self) -> float:
         """Heading of the goal camera: from the goal's rotation, else a fixed hash of the episode."""
         if self.goal.rotation is not None:

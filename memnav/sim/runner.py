@@ -43,8 +43,8 @@ class EpisodeRunner:
 
         episodes = load_episodes(Path(cfg.data), cfg.split, Path(cfg.scenes_dir) if cfg.scenes_dir else None)
         if cfg.scene:
-            stems = sorted({Path(e.scene_id).stem for e in episodes})
-            episodes = [e for e in episodes if Path(e.scene_id).stem == cfg.scene]
+            stems = sorted({e.scene_name for e in episodes})
+            episodes = [e for e in episodes if e.scene_name == cfg.scene]
             if not episodes:
                 raise ValueError(f"RunnerConfig.scene: no episode of split {cfg.split!r} in {cfg.data} is in scene "
                                  f"{cfg.scene!r}; its scenes: {', '.join(stems)}")

@@ -81,8 +81,8 @@ def test_sim_launch_lifelong_in_one_house_matches_in_process_eval(tmp_path):
     from memnav.sim.episodes import load_episodes
 
     episodes = load_episodes(data, "test")
-    house = Path(episodes[-1].scene_id).stem
-    ids = [str(e.episode_id) for e in episodes if Path(e.scene_id).stem == house][:2]
+    house = episodes[-1].scene_name
+    ids = [str(e.episode_id) for e in episodes if e.scene_name == house][:2]
     env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 43) % 150)),
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     memnav = [sys.executable, "-m", "memnav.cli"]
@@ -120,8 +120,8 @@ def test_sim_launch_lifelong_with_odometry_from_the_start_pose_relocalises_at_ev
     from memnav.sim.episodes import load_episodes
 
     episodes = load_episodes(data, "test")
-    house = Path(episodes[-1].scene_id).stem
-    ids = [str(e.episode_id) for e in episodes if Path(e.scene_id).stem == house][:2]
+    house = episodes[-1].scene_name
+    ids = [str(e.episode_id) for e in episodes if e.scene_name == house][:2]
     env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 47) % 150)),
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     memnav = [sys.executable, "-m", "memnav.cli"]

@@ -61,7 +61,6 @@ def test_a_lockstep_action_moves_the_robot(runner_cfg):
 
 
 def test_a_scene_serves_only_its_episodes_and_an_unknown_one_is_named(tmp_path):
-    from pathlib import Path
 
     from memnav.sim.base import SimConfig
     from memnav.sim.episodes import load_episodes
@@ -69,8 +68,8 @@ def test_a_scene_serves_only_its_episodes_and_an_unknown_one_is_named(tmp_path):
 
     data = make_tiny_dataset(tmp_path / "houses", houses=4, seed=4, train=2)
     episodes = load_episodes(data, "train")
-    house = Path(episodes[-1].scene_id).stem
-    theirs = [e.episode_id for e in episodes if Path(e.scene_id).stem == house]
+    house = episodes[-1].scene_name
+    theirs = [e.episode_id for e in episodes if e.scene_name == house]
     assert len(theirs) < len(episodes)              # the split holds other houses' episodes too
     runner = EpisodeRunner(RunnerConfig(data=str(data), split="train", scene=house), SimConfig())
     assert [e.episode_id for e in runner.episodes] == theirs
