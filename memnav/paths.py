@@ -48,3 +48,16 @@ def resolve_model_path(path: str, parameter: str) -> Path:
             return c
     raise FileNotFoundError(f"parameter {parameter!r}: model file {path!r} not found (looked at "
                             f"{', '.join(str(c) for c in candidates)})")
+
+
+def lifelong_memory_path(folder: str | Path, key: str) -> Path:
+    """The database a lifelong run keeps the environment `key`'s long-term memory in (e.g. house_020.db)."""
+    return Path(folder) / f"{key}.db"
+
+
+def earlier_memories(folder: str | Path | None, keys) -> list[str]:
+    """Those of `keys` whose lifelong memory database in `folder` already exists: a run continuing earlier
+    runs' memory, whose first visit to them is not their first."""
+    if folder is None:
+        return []
+    return sorted(k for k in set(keys) if lifelong_memory_path(folder, k).is_file())

@@ -32,6 +32,7 @@ from memnav.eval.exploring_defaults import (
     ExploringTuning,
 )
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
+from memnav.paths import earlier_memories
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, ODOMETRY_ORIGINS, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
@@ -40,6 +41,7 @@ from memnav.sim.metrics import (
     aggregate,
     lifelong_known_house_spl,
     lifelong_spl_by_visit,
+    lifelong_summary,
     results_document,
 )
 
@@ -513,6 +515,7 @@ def run(args: argparse.Namespace) -> int:
             memory_dir = None
             if args.lifelong:
                 memory_dir = (args.memory_dir or Path(tmp)) / name
+            earlier = earlier_memories(memory_dir, (e.scene_name for e in episodes))
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           odometry_restarts=args.odometry_restarts,
@@ -535,6 +538,7 @@ def run(args: argparse.Namespace) -> int:
                 lifelong[name] = lifelong_spl_by_visit(results)
                 summaries[name]["lifelong_spl_by_visit"] = lifelong[name]
                 summaries[name]["lifelong_spl_known_house"] = lifelong_known_house_spl(results)
+                summaries[name]["lifelong_earlier_memory"] = earlier
     print(format_table(summaries))
     for name, summary in summaries.items():
         if "ended_by" in summary:
@@ -543,16 +547,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name}: episodes ended by: {rows}")
     if args.lifelong:
         for name, curve in lifelong.items():
-            shown = ", ".join(f"{v:.2f}" for v in curve[:10])
-            known = summaries[name]["lifelong_spl_known_house"]
-            print(f"{name}: lifelong SPL by visit 1..{min(10, len(curve))}: {shown}; in known houses (every visit "
-                  f"after a house's first): {'n/a' if known is None else f'{known:.3f}'}")
+            print(f"{name}: {lifelong_summary(curve, summaries[name]['lifelong_spl_known_house'])}")
+            earlier = summaries[name]["lifelong_earlier_memory"]
+            if earlier:
+                print(f"{name}: continues earlier runs' memory of {', '.join(earlier)} (lifelong_earlier_memory): "
+                      "their visit 1 here is not their first")
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
-            "lifelong": bool(args.lifelong)}
+            "lifelong": bool(args.lifelong), "odometry_origin": args.odometry_origin}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True
-    if args.odometry_origin != "house":
-        meta["odometry_origin"] = args.odometry_origin
     if args.compare:
         out = dict(meta, agents={n: dict(summaries[n], per_episode=[r.to_json() for r in all_results[n]])
                                  for n in names})

@@ -35,7 +35,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_VERIFY_EVERY_STEPS,
     ExploringTuning,
 )
-from memnav.paths import MODELS
+from memnav.paths import MODELS, lifelong_memory_path
 
 if TYPE_CHECKING:
     from memnav.sim.base import Simulator
@@ -246,7 +246,7 @@ class LearnedAgent:
                     # odometry that keeps its frame from run to run (the simulator's house frame): the stored
                     # memory is localised from the start, and loop closures only refine it
                     persists = self.options.odometry_persists and not self.options.odometry_restarts
-                    nav.memory = SceneGraphMemory.open(Path(lifelong) / f"{place_key}.db",
+                    nav.memory = SceneGraphMemory.open(lifelong_memory_path(lifelong, place_key),
                                                        SceneGraphConfig(start_localised=persists))
                     last = nav.memory.stats().last_stamp_ns
                     if last is not None:  # a database from an earlier run: continue its clock

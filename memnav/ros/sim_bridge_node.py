@@ -44,10 +44,11 @@ from typing import Any
 
 from memnav.core.detections import detections_from_semantic, detections_to_dict
 from memnav.core.types import Action, Observation
+from memnav.paths import earlier_memories
 from memnav.sim.agent_states import RESULTS_WAIT_S, AgentStates, write_results
 from memnav.sim.base import SimConfig
 from memnav.sim.houses import read_semantic_classes
-from memnav.sim.metrics import aggregate
+from memnav.sim.metrics import aggregate, lifelong_known_house_spl, lifelong_spl_by_visit, lifelong_summary
 from memnav.sim.runner import EpisodeRunner, RunnerConfig
 
 # topic -> (message type, reliable, transient local, history depth): what the bridge offers, and records
@@ -170,11 +171,16 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("lifelong_dir needs scene: the agent keeps one long-term memory for all the episodes, "
                              "so they must be of one house (e.g. scene:=house_020)")
         runner = EpisodeRunner(run_cfg, sim_cfg)
+        # the memory the policy node will open: from an earlier launch, this launch's visit 1 is not the first
+        earlier = earlier_memories(cfg.lifelong_dir or None, [run_cfg.scene])
     except (ValueError, OSError) as err:
         node.get_logger().error(str(err))
         node.destroy_node()
         rclpy.shutdown()
         return 1
+    if earlier:
+        node.get_logger().info(f"lifelong: {run_cfg.scene}'s memory in {cfg.lifelong_dir} holds earlier runs: "
+                               "visits are counted from this launch's first episode")
     tf_class = tf_message_class()
     topics = TOPICS | (TF_TOPICS if tf_class is not None else {})
     pubs = {name: node.create_publisher(message_class(mtype), name, publisher_qos((qos_profile(rel, lat, depth),)))
@@ -285,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"summary over {summary['episodes']} episodes: success {summary['success']:.3f} "
                     f"spl {summary['spl']:.3f} soft_spl {summary['soft_spl']:.3f} "
                     f"mean_steps {summary['mean_steps']:.1f}")
+                if cfg.lifelong_dir:
+                    node.get_logger().info(lifelong_summary(lifelong_spl_by_visit(runner.results),
+                                                            lifelong_known_house_spl(runner.results)))
                 if cfg.results_json:   # written once the last decision's policy state is in (or after 2 s)
                     finishing["deadline"] = time.monotonic() + RESULTS_WAIT_S
                     return
@@ -336,8 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         if agent_states.waiting and time.monotonic() < finishing["deadline"]:
             return
         finishing["deadline"] = None
+        meta = {"odometry_origin": sim_cfg.odometry_origin}
+        if cfg.lifelong_dir:
+            meta["lifelong_earlier_memory"] = earlier
         path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg,
-                             lifelong=bool(cfg.lifelong_dir))
+                             lifelong=bool(cfg.lifelong_dir), **meta)
         node.get_logger().info(f"results written to {path} (`memnav eval-report {path} --out DIR`)")
         if cfg.exit_when_done:
             done["flag"] = True

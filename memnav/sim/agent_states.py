@@ -98,10 +98,12 @@ def _stop_of(body: dict, goal_stamp_ns: int, next_goal_stamp_ns: int | None = No
             and (next_goal_stamp_ns is None or stamp < next_goal_stamp_ns))
 
 
-def write_results(path: str, agent: str, results: list, run_cfg: RunnerConfig, lifelong: bool = False) -> Path:
+def write_results(path: str, agent: str, results: list, run_cfg: RunnerConfig, lifelong: bool = False,
+                  **meta) -> Path:
     """The bridge's episode results as a `memnav eval --json` file (written whole, then renamed into place);
     `lifelong`: the agent kept its long-term memory across them, so the file gives SPL by visit as well
-    (`lifelong_spl_by_visit`, `lifelong_spl_known_house`, as `memnav eval --lifelong`)."""
+    (`lifelong_spl_by_visit`, `lifelong_spl_known_house`, as `memnav eval --lifelong`). `meta`: more top-level
+    keys (e.g. `odometry_origin`, `lifelong_earlier_memory`)."""
     from memnav.sim.metrics import lifelong_known_house_spl, lifelong_spl_by_visit, results_document
 
     out = Path(path)
@@ -109,7 +111,7 @@ def write_results(path: str, agent: str, results: list, run_cfg: RunnerConfig, l
     extra = {"lifelong_spl_by_visit": lifelong_spl_by_visit(results),
              "lifelong_spl_known_house": lifelong_known_house_spl(results)} if lifelong else {}
     doc = results_document(agent, results, split=run_cfg.split, data=run_cfg.data, backend=run_cfg.backend,
-                           lifelong=lifelong, source="sim_bridge_node", **extra)
+                           lifelong=lifelong, source="sim_bridge_node", **extra, **meta)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     tmp.replace(out)

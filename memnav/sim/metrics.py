@@ -146,3 +146,12 @@ def lifelong_known_house_spl(results: list[EpisodeResult]) -> float | None:
             known.append(r.spl)
         seen.add(r.scene_id)
     return float(sum(known) / len(known)) if known else None
+
+
+def lifelong_summary(spl_by_visit: Sequence[float], known_house_spl: float | None, visits: int = 10) -> str:
+    """One line for a lifelong run's log: SPL of the first `visits` visits and over the visits after a house's
+    first."""
+    shown = ", ".join(f"{v:.2f}" for v in spl_by_visit[:visits])
+    known = "n/a" if known_house_spl is None else f"{known_house_spl:.3f}"
+    return (f"lifelong SPL by visit 1..{min(visits, len(spl_by_visit))}: {shown}; in known houses (every visit "
+            f"after a house's first): {known}")

@@ -34,8 +34,17 @@ def test_lifelong_with_odometry_restarts_reopens_the_memory_every_visit(setup, t
                  *MODELS_ARGS, "--json", str(out), "--no-progress"]) == 0
     res = json.loads(out.read_text())
     assert res["odometry_restarts"] is True and len(res["lifelong_spl_by_visit"]) == 3
+    assert res["lifelong_earlier_memory"] == [] and res["odometry_origin"] == "house"
     # no occupancy map is carried between reboots: only the visit that created the memory saved one
-    assert len(list((mem / "memnav").glob("*.db"))) == 1
+    dbs = list((mem / "memnav").glob("*.db"))
+    assert len(dbs) == 1
+    # a second run on the same --memory-dir continues that house's memory, and says so
+    capsys.readouterr()
+    assert main(["eval", "--agent", "memnav", "--lifelong", "--odometry-restarts", "--memory-dir", str(mem),
+                 "--data", str(data), "--episodes", "1", "--max-steps", "15", "--policy-dir", str(root),
+                 *MODELS_ARGS, "--json", str(out), "--no-progress"]) == 0
+    assert json.loads(out.read_text())["lifelong_earlier_memory"] == [dbs[0].stem]
+    assert f"continues earlier runs' memory of {dbs[0].stem}" in capsys.readouterr().out
     assert main(["eval", "--agent", "memnav", "--odometry-restarts", "--data", str(data), "--no-progress"]) == 2
     assert "--lifelong" in capsys.readouterr().err
 

@@ -136,7 +136,9 @@ def test_sim_launch_lifelong_with_odometry_from_the_start_pose_relocalises_at_ev
     starts = re.findall(r"\(RGB-D\): episode started; memory (\S+): (\d+) places, (\w+)", out)
     assert [(key, where) for key, _, where in starts] == [(house, "localised"), (house, "relocalising")], out[-3000:]
     assert starts[0][1] == "0" and int(starts[1][1]) > 0
+    assert "lifelong SPL by visit 1..2:" in out
     written = json.loads(results.read_text())
+    assert (written["odometry_origin"], written["lifelong_earlier_memory"]) == ("start", [])
 
     res_path = tmp_path / "eval.json"
     subprocess.run([*memnav, "eval", "--agent", "memnav", "--data", str(data), "--episode-ids", ",".join(ids),

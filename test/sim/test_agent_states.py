@@ -68,3 +68,24 @@ def test_agent_states_in_real_time_match_the_stop_of_each_goal():
     states.add({"stamp_ns": 410, "action": "TURN_LEFT", "mode": "explore", "belief": 0.1})  # out of order
     states.expect_real_time(2, 400)
     assert not states.waiting and (results[2].ended_by, results[2].stop_belief) == ("best_view", None)
+
+
+def test_write_results_of_a_lifelong_run_gives_spl_by_visit_and_the_run_settings(tmp_path):
+    import json
+
+    from memnav.core.types import EpisodeStatus
+    from memnav.sim.agent_states import write_results
+    from memnav.sim.metrics import EpisodeResult
+    from memnav.sim.runner import RunnerConfig
+
+    results = [EpisodeResult(episode_id=f"h_{i}", scene_id="scenes/h.glb", success=1.0, spl=spl, soft_spl=spl,
+                             distance_to_goal_m=0.1, geodesic_distance_m=2.0, path_length_m=2.0 / spl, steps=9,
+                             status=EpisodeStatus.STOPPED) for i, spl in enumerate((0.5, 0.9))]
+    path = write_results(str(tmp_path / "out" / "r.json"), "memnav", results, RunnerConfig(scene="h"), lifelong=True,
+                         odometry_origin="start", lifelong_earlier_memory=["h"])
+    doc = json.loads(path.read_text())
+    assert doc["lifelong"] is True and doc["lifelong_spl_by_visit"] == pytest.approx([0.5, 0.9])
+    assert doc["lifelong_spl_known_house"] == pytest.approx(0.9)
+    assert (doc["odometry_origin"], doc["lifelong_earlier_memory"]) == ("start", ["h"])
+    assert doc["source"] == "sim_bridge_node" and [e["episode_id"] for e in doc["per_episode"]] == ["h_0", "h_1"]
+    assert not path.with_name("r.json.tmp").exists()   # written whole, then renamed into place
