@@ -273,6 +273,15 @@ class LearnedAgent:
             self._odom_frame = Pose2D(*rng.uniform(-20.0, 20.0, 2).tolist(), float(rng.uniform(-np.pi, np.pi)))
         nav.reset(goal_rgb, goal_depth)
 
+    def set_goal(self, goal_rgb, goal_depth=None) -> None:
+        """Replace the goal photo of the episode under way (e.g. its depth arrived after it, before any step),
+        without starting a new visit: the memory, map and visit count stay as `begin` left them.
+
+        Raises:
+            ValueError: an empty or malformed goal image.
+        """
+        self.navigator.reset(goal_rgb, goal_depth)
+
     def relocalise(self, goal_rgb=None, goal_depth=None) -> None:
         """The robot was moved without its odometry knowing (carried, kidnapped): the long-term memory relocalises
         from agreeing loop closures (`SceneGraphMemory.relocalise`), the occupancy map, now out of register with

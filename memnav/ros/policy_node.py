@@ -249,16 +249,24 @@ def build(node) -> Callable[[], None]:
     def now_s() -> float:
         return node.get_clock().now().nanoseconds / 1e9
 
-    def begin() -> None:
+    def begin(depth_followed: bool = False) -> None:
+        """Start the newest goal; `depth_followed`: it started without depth and its depth came before any
+        decision, so the same episode goes on with an RGB-D goal (no new visit: the memory stays as it is)."""
         t_goal, rgb, depth = gate.goal_to_start()
         try:
-            agent.begin(cfg.memory_key, rgb, depth)
+            if depth_followed:
+                agent.set_goal(rgb, depth)
+            else:
+                agent.begin(cfg.memory_key, rgb, depth)
         except ValueError as err:
-            drop("goal image", err)
+            drop("goal depth" if depth_followed else "goal image", err)
             return
         gate.goal_started(t_goal, rgb, depth, time.monotonic())
-        node.get_logger().info(f"new goal image ({'RGB-D' if depth is not None else 'RGB'}): episode started"
-                               + memory_note())
+        if depth_followed:
+            node.get_logger().info("goal depth arrived before any decision: the episode goes on with an RGB-D goal")
+        else:
+            node.get_logger().info(f"new goal image ({'RGB-D' if depth is not None else 'RGB'}): episode started"
+                                   + memory_note())
         maybe_act()
 
     def memory_note() -> str:
@@ -286,7 +294,7 @@ def build(node) -> Callable[[], None]:
     def on_goal_depth(msg: Image) -> None:
         got = convert("goal depth", conv.image_to_depth, msg)
         if got is not None and gate.goal_depth(*got):
-            begin()   # the depth of the current goal arrived after its image and before any action
+            begin(depth_followed=True)   # the depth of the current goal arrived after its image, before any action
 
     def on_result(msg: String) -> None:
         try:

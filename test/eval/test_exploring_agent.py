@@ -279,6 +279,26 @@ def test_odometry_restarts_in_the_simulators_own_restarted_frame(two_room_scene,
         sim.close()
 
 
+def test_a_goal_depth_that_follows_its_image_goes_on_with_the_same_visit(two_room_scene, tmp_path):
+    """set_goal (the policy node, when a goal's depth arrives after its image and before any decision): the goal
+    becomes RGB-D, while the memory, the visit count and the odometry frame stay as begin left them."""
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
+    agent = LearnedAgent("memnav", LearnedAgentOptions(lifelong_dir=tmp_path, odometry_restarts=True))
+    try:
+        goal = sim.render_at(np.array([7.0, 0.0, 3.0]), 1.57)
+        agent.begin("two_rooms", goal.rgb)
+        memory, frame = agent.navigator.memory, agent._odom_frame
+        assert agent.navigator._goal_depth is None
+        agent.set_goal(goal.rgb, goal.depth)
+        assert agent.navigator._goal_depth is not None and agent.navigator._scan is not None
+        assert (agent.navigator.memory, agent._odom_frame, agent.visits) == (memory, frame, {"two_rooms": 1})
+        with pytest.raises(ValueError):
+            agent.set_goal(np.zeros((0, 0, 3), np.uint8))
+    finally:
+        agent.close()
+        sim.close()
+
+
 def test_when_the_search_runs_dry_the_agent_stops_at_its_best_view(two_room_scene):
     """A goal photo of no place in the scene (noise, no depth: no scan candidates): the robot explores both
     rooms, then goes back to its most goal-like view and stops there instead of wandering to the step limit."""

@@ -132,8 +132,8 @@ def test_sim_launch_lifelong_with_odometry_from_the_start_pose_relocalises_at_ev
                          env=env, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
-    # (the RGB-D line: a goal starts on its image and starts again when its depth follows before any action)
-    starts = re.findall(r"\(RGB-D\): episode started; memory (\S+): (\d+) places, (\w+)", out)
+    # one line per goal (a depth that follows its image before any decision goes on with the same episode)
+    starts = re.findall(r"episode started; memory (\S+): (\d+) places, (\w+)", out)
     assert [(key, where) for key, _, where in starts] == [(house, "localised"), (house, "relocalising")], out[-3000:]
     assert starts[0][1] == "0" and int(starts[1][1]) > 0
     assert "lifelong SPL by visit 1..2:" in out
