@@ -70,10 +70,9 @@ def test_sim_launch_matches_in_process_eval(tmp_path):
 
 
 
-def test_sim_launch_lifelong_in_one_house_matches_in_process_eval(tmp_path):
-    """scene:=H lifelong_dir:=D: the bridge serves one house's episodes, the policy node keeps that house's memory
-    in D across them (as `memnav eval --lifelong`, whose per-episode results it matches in lock-step), and the
-    results file gives SPL by visit. Without scene the bridge refuses lifelong_dir, naming it."""
+def _one_house(tmp_path, domain_offset: int):
+    """A tiny dataset and a policy of its own, the house of the last test episode and the ids of its first two
+    episodes, and an environment on an isolated DDS domain: the setting of the lifelong launch tests."""
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
     torch.manual_seed(3)
     save_policy(MemoryPolicy(PolicyConfig(memory_tokens=24)), tmp_path / "policy_memnav.pt",
@@ -83,8 +82,16 @@ def test_sim_launch_lifelong_in_one_house_matches_in_process_eval(tmp_path):
     episodes = load_episodes(data, "test")
     house = episodes[-1].scene_name
     ids = [str(e.episode_id) for e in episodes if e.scene_name == house][:2]
-    env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 43) % 150)),
+    env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + domain_offset) % 150)),
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    return data, house, ids, env
+
+
+def test_sim_launch_lifelong_in_one_house_matches_in_process_eval(tmp_path):
+    """scene:=H lifelong_dir:=D: the bridge serves one house's episodes, the policy node keeps that house's memory
+    in D across them (as `memnav eval --lifelong`, whose per-episode results it matches in lock-step), and the
+    results file gives SPL by visit. Without scene the bridge refuses lifelong_dir, naming it."""
+    data, house, ids, env = _one_house(tmp_path, domain_offset=43)
     memnav = [sys.executable, "-m", "memnav.cli"]
     results, life = tmp_path / "ros" / "results.json", tmp_path / "life"
     launch = [*memnav, "launch", str(ROOT / "launch" / "sim.launch.yaml"), "episodes:=2", "max_steps:=60",
@@ -108,22 +115,13 @@ def test_sim_launch_lifelong_in_one_house_matches_in_process_eval(tmp_path):
         assert w["spl"] == pytest.approx(e["spl"], abs=1e-3)
     assert written["lifelong_spl_by_visit"] == pytest.approx(in_process["lifelong_spl_by_visit"], abs=1e-3)
 
+
 def test_sim_launch_lifelong_with_odometry_from_the_start_pose_relocalises_at_every_goal(tmp_path):
     """odometry_origin:=start with lifelong_dir: /odom restarts at every episode's start pose, so the policy node
     (odometry_restarts, which the launch file derives from odometry_origin) reopens the house's memory for every
     goal and relocalises it, as a robot rebooted between goals; in lock-step it matches `memnav eval --lifelong
     --odometry-restarts --odometry-origin start` episode for episode."""
-    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
-    torch.manual_seed(3)
-    save_policy(MemoryPolicy(PolicyConfig(memory_tokens=24)), tmp_path / "policy_memnav.pt",
-                extra={"variant": "memnav", "memory": "scene_graph"})
-    from memnav.sim.episodes import load_episodes
-
-    episodes = load_episodes(data, "test")
-    house = episodes[-1].scene_name
-    ids = [str(e.episode_id) for e in episodes if e.scene_name == house][:2]
-    env = dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 47) % 150)),
-               ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    data, house, ids, env = _one_house(tmp_path, domain_offset=47)
     memnav = [sys.executable, "-m", "memnav.cli"]
     results = tmp_path / "ros" / "results.json"
     run = subprocess.run([*memnav, "launch", str(ROOT / "launch" / "sim.launch.yaml"), "episodes:=2",
