@@ -55,6 +55,11 @@ def lifelong_memory_path(folder: str | Path, key: str) -> Path:
     return Path(folder) / f"{key}.db"
 
 
+def lifelong_map_path(folder: str | Path, key: str) -> Path:
+    """The occupancy map a lifelong run keeps beside the environment `key`'s memory (e.g. house_020.map.npz)."""
+    return Path(folder) / f"{key}.map.npz"
+
+
 def earlier_memories(folder: str | Path | None, keys) -> list[str]:
     """Those of `keys` whose lifelong memory database in `folder` already exists: a run continuing earlier
     runs' memory, whose first visit to them is not their first."""

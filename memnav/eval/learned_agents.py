@@ -35,7 +35,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_VERIFY_EVERY_STEPS,
     ExploringTuning,
 )
-from memnav.paths import MODELS, lifelong_memory_path
+from memnav.paths import MODELS, lifelong_map_path, lifelong_memory_path
 
 if TYPE_CHECKING:
     from memnav.sim.base import Simulator
@@ -492,7 +492,7 @@ class LearnedAgent:
 
     def _map_path(self, place_key: str) -> Path:
         assert self.options.lifelong_dir is not None
-        return Path(self.options.lifelong_dir) / f"{place_key}.map.npz"
+        return lifelong_map_path(self.options.lifelong_dir, place_key)
 
     def _save_map(self) -> None:
         """Lifelong mode: write the current house's occupancy map beside its memory database, when this run's

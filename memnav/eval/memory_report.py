@@ -24,6 +24,7 @@ import numpy as np
 from memnav.cli import STDOUT_ONLY
 from memnav.core.memory.scene_graph import EdgeKind
 from memnav.core.memory.snapshot import MemorySnapshot, read_snapshot, read_thumbnails, summarize, to_networkx
+from memnav.paths import lifelong_map_path
 
 EXPORT_FORMATS = (".graphml", ".json")
 
@@ -201,7 +202,7 @@ def _show(args: argparse.Namespace) -> int:
     snap = read_snapshot(args.db)
     map_path = args.map
     if map_path is None and not args.no_map:
-        beside = args.db.with_name(args.db.stem + ".map.npz")
+        beside = lifelong_map_path(args.db.parent, args.db.stem)   # the map a lifelong run keeps beside it
         map_path = beside if beside.is_file() else None
     elif map_path is not None and not map_path.is_file():
         raise FileNotFoundError(f"--map {map_path}: no such file")

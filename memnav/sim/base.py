@@ -51,7 +51,8 @@ class SimConfig:
             house frame: odometry starts at the ground-truth pose, as for a robot localised in a fixed map, and
             keeps that frame from episode to episode) or "start" (zero at the start pose, as wheel odometry at
             boot: a robot carried to each episode's start and switched on there, whose long-term memory must
-            relocalise; pair it with a policy node started afresh per episode and `odometry_persists` false).
+            relocalise; the policy node's `odometry_restarts`, which sim.launch.yaml sets with it, reopens a
+            lifelong memory at every goal for that, as `memnav eval --odometry-restarts --odometry-origin start`).
     """
 
     width_px: int = 128
