@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("memnav.ros.replay_command", "publish a bag into the live graph with /clock (rate, loop, remaps)"),
     "eval-bag": ("memnav.eval.eval_bag",
                  "offline evaluation of a bag: place recognition, loop closures, memory growth, stop, latency"),
+    "goal-audit": ("memnav.eval.goal_audit",
+                   "find goal photos that another spot in the house reproduces; split eval results by them"),
     "memory": ("memnav.eval.memory_report",
                "inspect a stored long-term memory (read-only): info, a top-down figure, GraphML / JSON export"),
 }

@@ -8,6 +8,9 @@ Files written into the report folder (and nowhere else):
 - `by_distance.png`: success and SPL against the start's geodesic distance to the goal;
 - `by_goal_view.png`: the same against the goal photo's median depth (a close-up of a wall tells little about
   where it was taken);
+- `by_goal_ambiguity.png` (`memnav eval-report --goal-audit`): the same against the goal photo's look-alike
+  ratio (`memnav goal-audit`: below 1, a spot outside the success region reproduces the photo at least as well
+  as the goal spot nudged by a few centimetres);
 - `ended_by.png`: how episodes ended (the Navigator layer that chose the last action), successes and failures;
 - `lifelong.png` (`--lifelong` runs): SPL against visit index;
 - `stop_reliability.png`: the stop belief at each STOP against whether that STOP succeeded (reliability diagram);
@@ -35,6 +38,7 @@ from memnav.eval.report import _clean, _fmt, _plt, page_head
 
 DISTANCE_BINS_M = (0.0, 2.0, 4.0, 6.0, 8.0, math.inf)
 GOAL_DEPTH_BINS_M = (0.0, 1.0, 1.5, 2.0, 3.0, math.inf)
+LOOKALIKE_RATIO_BINS = (0.0, 0.5, 0.75, 1.0, 1.25, math.inf)   # `memnav goal-audit`'s lookalike_ratio
 Z95 = 1.959964
 
 
@@ -234,13 +238,13 @@ def paired_rows(agents: dict[str, dict], focus: str, by_house: bool = False) -> 
 
 
 def by_distance(episodes: list[dict], edges: tuple[float, ...] = DISTANCE_BINS_M,
-                key: str = "geodesic_distance_m") -> list[dict]:
-    """Success and SPL per bin of `key`: the start's geodesic distance to the goal, or another distance in meters
-    (episodes without it are left out)."""
+                key: str = "geodesic_distance_m", unit: str = " m") -> list[dict]:
+    """Success and SPL per bin of `key`: the start's geodesic distance to the goal, or another value (a distance
+    in meters unless `unit` says otherwise; episodes without it are left out)."""
     rows = []
     for lo, hi in zip(edges[:-1], edges[1:]):
         sel = [e for e in episodes if e.get(key) is not None and lo <= e[key] < hi]
-        label = f"{lo:g}-{hi:g} m" if math.isfinite(hi) else f">= {lo:g} m"
+        label = f"{lo:g}-{hi:g}{unit}" if math.isfinite(hi) else f">= {lo:g}{unit}"
         rows.append({"bin": label, "episodes": len(sel),
                      "success": float(np.mean([e["success"] for e in sel])) if sel else math.nan,
                      "spl": float(np.mean([e["spl"] for e in sel])) if sel else math.nan})
@@ -308,7 +312,8 @@ def plot_summary(rows: list[dict], path: Path) -> None:
 
 
 def plot_by_distance(agents: dict[str, dict], path: Path, key: str = "geodesic_distance_m",
-                     edges: tuple[float, ...] = DISTANCE_BINS_M, what: str = "geodesic start-goal distance") -> bool:
+                     edges: tuple[float, ...] = DISTANCE_BINS_M, what: str = "geodesic start-goal distance",
+                     unit: str = " m") -> bool:
     """Success and SPL per bin of `key` for each agent; False (nothing written) when no episode has `key`."""
     if not any(e.get(key) is not None for a in agents.values() for e in a["per_episode"]):
         return False
@@ -316,7 +321,7 @@ def plot_by_distance(agents: dict[str, dict], path: Path, key: str = "geodesic_d
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharex=True)
     labels = None
     for name, a in agents.items():
-        rows = by_distance(a["per_episode"], edges, key)
+        rows = by_distance(a["per_episode"], edges, key, unit)
         labels = [f"{r['bin']}\n({r['episodes']})" for r in rows]
         for ax, metric in zip(axes, ("success", "spl")):
             ax.plot(np.arange(len(rows)), [r[metric] for r in rows], "o-", label=name)
@@ -583,6 +588,10 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
     if plot_by_distance(agents, out_dir / "by_goal_view.png", "goal_view_depth_m", GOAL_DEPTH_BINS_M,
                         "goal photo's median depth"):
         figures.append(("By how far the goal photo looks (close-ups of a wall tell little)", "by_goal_view.png"))
+    if plot_by_distance(agents, out_dir / "by_goal_ambiguity.png", "goal_lookalike_ratio", LOOKALIKE_RATIO_BINS,
+                        "goal photo's look-alike ratio", unit=""):
+        figures.append(("By how well a spot elsewhere reproduces the goal photo (`memnav goal-audit`; "
+                        "below 1: ambiguous)", "by_goal_ambiguity.png"))
     if plot_ended_by(agents, out_dir / "ended_by.png"):
         figures.append(("How episodes ended", "ended_by.png"))
     if plot_lifelong(agents, out_dir / "lifelong.png"):
@@ -649,6 +658,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the agent the others are compared with episode by episode, and whose failures are "
                              "listed (default: memnav if it was run, else the first agent; with several files, "
                              "the first file's)")
+    parser.add_argument("--goal-audit", type=Path, default=None, metavar="AUDIT_JSON",
+                        help="a `memnav goal-audit --json` file of the same split: adds each episode's "
+                             "goal_lookalike_ratio and a figure of success and SPL against it")
 
 
 def _read_results(path: Path) -> dict:
@@ -669,6 +681,14 @@ def run(args: argparse.Namespace) -> int:
     if len(names) != len(paths):
         raise ValueError(f"--names: {len(names)} names for {len(paths)} files")
     results = merge_runs([(name, _read_results(p)) for name, p in zip(names, paths)])
+    if args.goal_audit is not None:
+        from memnav.eval.goal_audit import annotate_ratios, read_audit
+
+        ratios = read_audit(args.goal_audit)
+        for name, agent in agents_of(results).items():
+            if annotate_ratios(agent["per_episode"], ratios) == 0:
+                raise ValueError(f"--goal-audit {args.goal_audit}: none of {name}'s episodes is in the audit "
+                                 "(another split or dataset?)")
     focus = args.focus
     if focus is None and len(paths) > 1:
         focus = next(iter(results["agents"]))

@@ -46,8 +46,9 @@ from memnav.sim.metrics import (
 )
 
 
-def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every command that reads episodes."""
+def add_data_arguments(parser: argparse.ArgumentParser, run_options: bool = True) -> None:
+    """Options shared by every command that reads episodes (`run_options`: also the backend, step limit and
+    seed of commands that run agents in them)."""
     parser.add_argument("--data", type=Path, default=default_data_dir(), metavar="DIR",
                         help="dataset: memnav's generated set (DIR/episodes/{split}.json.gz), Habitat's split "
                              "layout (DIR/{split}/{split}.json.gz + content/*.json.gz) or one .json.gz file "
@@ -64,16 +65,18 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spread", action="store_true",
                         help="with --episodes N: take the N episodes round-robin over the split's houses "
                              "instead of the first N (a fair sample when N is small)")
-    parser.add_argument("--backend", choices=("embedded", "habitat"), default="embedded",
-                        help="simulator: the embedded CPU ray caster, or habitat-sim (installed with conda)")
+    if run_options:
+        parser.add_argument("--backend", choices=("embedded", "habitat"), default="embedded",
+                            help="simulator: the embedded CPU ray caster, or habitat-sim (installed with conda)")
     parser.add_argument("--renderer", choices=RENDERERS, default="auto",
                         help="embedded simulator's ray caster (SimConfig.renderer): auto = object-order up to "
                              f"{OBJECT_ORDER_MAX_TRIANGLES:,} triangles, open3d's Embree BVH above; bvh reproduces "
                              "the renders the shipped models were trained on and README's agent figures were "
                              "measured on")
-    parser.add_argument("--max-steps", type=int, default=500, metavar="STEPS",
-                        help="step limit per episode, actions (Habitat ImageNav uses 500)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")
+    if run_options:
+        parser.add_argument("--max-steps", type=int, default=500, metavar="STEPS",
+                            help="step limit per episode, actions (Habitat ImageNav uses 500)")
+        parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
