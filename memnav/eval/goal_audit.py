@@ -360,16 +360,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars on stderr")
 
 
-def _house_rows(sim, house: str, episodes: list, cfg: GoalAuditConfig, progress: bool,
-                done: Callable[[], None]) -> list[dict]:
-    """Audit one house's episodes in the embedded simulator `sim` (`done()` after each episode)."""
-    from tqdm import tqdm
-
-    from memnav.sim.metrics import view_median_depth
+def simulator_renderer(sim, cfg: GoalAuditConfig) -> RenderFn:
+    """A RenderFn over the embedded simulator's loaded scene: its camera's height, field of view and depth range,
+    at `cfg.image_px` pixels."""
     from memnav.sim.render import Camera
 
-    sim.reset(episodes[0])
-    grid_map, caster, sim_cfg = sim.grid, sim.scene.caster, sim.config
+    caster, sim_cfg = sim.scene.caster, sim.config
     camera = Camera(cfg.image_px, cfg.image_px, sim_cfg.hfov_deg)
     eye = np.array([0.0, sim_cfg.sensor_height_m, 0.0])
 
@@ -377,11 +373,29 @@ def _house_rows(sim, house: str, episodes: list, cfg: GoalAuditConfig, progress:
         frames = caster.render(np.asarray(positions) + eye, np.asarray(yaws), camera, max_depth_m=sim_cfg.max_depth_m)
         return view_stack(np.stack([f.rgb for f in frames]), np.stack([f.depth for f in frames]), cfg)
 
-    step = max(1, round(cfg.grid_m / grid_map.config.cell_m))
+    return render
+
+
+def grid_positions(grid_map, grid_m: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Navigable cells of a `NavGrid` about `grid_m` apart: (N, 3) floor positions and their (rows, cols)."""
+    step = max(1, round(grid_m / grid_map.config.cell_m))
     rr, cc = np.nonzero(grid_map.navigable)
     keep = (rr % step == 0) & (cc % step == 0)
     rr, cc = rr[keep], cc[keep]
-    positions = np.array([grid_map.cell_center(r, c) for r, c in zip(rr, cc)])
+    return np.array([grid_map.cell_center(r, c) for r, c in zip(rr, cc)]).reshape(-1, 3), rr, cc
+
+
+def _house_rows(sim, house: str, episodes: list, cfg: GoalAuditConfig, progress: bool,
+                done: Callable[[], None]) -> list[dict]:
+    """Audit one house's episodes in the embedded simulator `sim` (`done()` after each episode)."""
+    from tqdm import tqdm
+
+    from memnav.sim.metrics import view_median_depth
+
+    sim.reset(episodes[0])
+    grid_map = sim.grid
+    render = simulator_renderer(sim, cfg)
+    positions, rr, cc = grid_positions(grid_map, cfg.grid_m)
     with tqdm(total=len(positions) * len(cfg.headings_rad), desc=f"{house} views", unit="view", leave=False,
               mininterval=1.0, disable=not progress, file=sys.stderr) as views_bar:
         grid = ViewGrid.render(render, positions, cfg, progress=views_bar.update)

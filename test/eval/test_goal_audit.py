@@ -13,15 +13,16 @@ from memnav.eval.goal_audit import (
     annotate_ratios,
     audit_goal,
     distinct_candidates,
+    grid_positions,
     half_resolution,
     read_audit,
     rms_difference,
+    simulator_renderer,
     split_results,
     view_stack,
 )
 from memnav.sim.base import SimConfig
 from memnav.sim.embedded import EmbeddedSimulator
-from memnav.sim.render import Camera
 
 COARSE = GoalAuditConfig(grid_m=0.25, heading_deg=15.0, candidates=3)
 
@@ -69,19 +70,11 @@ def two_rooms(tmp_path_factory):
 
     path = write_two_room_scene(tmp_path_factory.mktemp("audit") / "scenes")
     sim = EmbeddedSimulator(path, SimConfig())
-    caster, eye = sim.scene.caster, np.array([0.0, sim.config.sensor_height_m, 0.0])
-    camera = Camera(COARSE.image_px, COARSE.image_px, sim.config.hfov_deg)
-
-    def render(positions, yaws):
-        frames = caster.render(np.asarray(positions) + eye, np.asarray(yaws), camera, max_depth_m=10.0)
-        return view_stack(np.stack([f.rgb for f in frames]), np.stack([f.depth for f in frames]), COARSE)
-
-    g = sim.grid
-    step = round(COARSE.grid_m / g.config.cell_m)
-    rr, cc = np.nonzero(g.navigable)
-    keep = (rr % step == 0) & (cc % step == 0)
-    positions = np.array([g.cell_center(r, c) for r, c in zip(rr[keep], cc[keep])])
+    render = simulator_renderer(sim, COARSE)
+    positions, rows, cols = grid_positions(sim.grid, COARSE.grid_m)
+    assert len(positions) == len(rows) == len(cols) > 100 and all(sim.grid.is_navigable(p) for p in positions)
     grid = ViewGrid.render(render, positions, COARSE)
+    assert grid.descriptors.shape == (len(positions) * len(COARSE.headings_rad), 32 * 32 * 4)
     return sim, render, grid, positions
 
 
