@@ -1,109 +1,11 @@
-"""`memnav goal-audit`: look-alikes of goal photos elsewhere in a house, and evaluation results split by them."""
+"""`memnav goal-audit`: a split's goal photos audited for look-alikes, and evaluation results split by them."""
 import json
-import math
 
-import numpy as np
 import pytest
 from conftest import make_tiny_dataset
 
 from memnav.cli import main
-from memnav.eval.goal_audit import (
-    GoalAuditConfig,
-    ViewGrid,
-    annotate_ratios,
-    audit_goal,
-    distinct_candidates,
-    grid_positions,
-    half_resolution,
-    read_audit,
-    rms_difference,
-    simulator_renderer,
-    split_results,
-    view_stack,
-)
-from memnav.sim.base import SimConfig
-from memnav.sim.embedded import EmbeddedSimulator
-
-COARSE = GoalAuditConfig(grid_m=0.25, heading_deg=15.0, candidates=3)
-
-
-def test_config_refuses_bad_values_by_name():
-    with pytest.raises(ValueError, match="grid_m"):
-        GoalAuditConfig(grid_m=0.0)
-    with pytest.raises(ValueError, match="nudge_deg"):
-        GoalAuditConfig(nudge_deg=float("nan"))
-    with pytest.raises(ValueError, match="image_px"):
-        GoalAuditConfig(image_px=33)
-    with pytest.raises(ValueError, match="candidates"):
-        GoalAuditConfig(candidates=0)
-
-
-def test_view_stack_scales_depth_like_a_colour_and_differences_are_rms():
-    cfg = GoalAuditConfig(depth_clip_m=5.0, depth_scale_m=2.0)
-    rgb = np.full((1, 4, 4, 3), 255, np.uint8)
-    depth = np.array([[[1.0, 9.0, 0.0, 2.0]] * 4], np.float32)
-    v = view_stack(rgb, depth, cfg)
-    assert v.shape == (1, 4, 4, 4) and np.allclose(v[..., :3], 1.0)
-    assert np.allclose(v[0, 0, :, 3], [0.5, 2.5, 0.0, 1.0])   # 9 m clipped to 5 m
-    other = v.copy()
-    other[..., 0] = 0.0                                        # red off everywhere: a quarter of the channels
-    assert rms_difference(v[0], np.concatenate([v, other]))[0] == 0.0
-    assert math.isclose(float(rms_difference(v[0], other)[0]), 0.5, rel_tol=1e-6)
-    assert half_resolution(v).shape == (1, 2 * 2 * 4)
-
-
-def test_distinct_candidates_keep_spacing_and_stay_outside():
-    cfg = GoalAuditConfig(heading_deg=180.0, candidates=3, candidate_spacing_m=0.5)   # two headings per spot
-    positions = np.array([[0.0, 0, 0], [0.1, 0, 0], [1.0, 0, 0], [1.2, 0, 0], [2.0, 0, 0]])
-    grid = ViewGrid(positions, cfg.headings_rad, np.zeros((10, 4), np.float32))
-    rank_of_spot = np.array([0.0, 1.0, 3.0, 2.0, 4.0])       # spot 0 best, then 1, 3, 2, 4
-    sq = np.repeat(rank_of_spot, 2)
-    outside = np.array([False, True, True, True, True])
-    spots = [i // 2 for i in distinct_candidates(grid, sq, outside, cfg)]
-    # spot 0 is inside the success region; spot 2 is 0.2 m from the better-ranked spot 3
-    assert spots == [1, 3, 4]
-
-
-@pytest.fixture(scope="module")
-def two_rooms(tmp_path_factory):
-    from conftest import write_two_room_scene
-
-    path = write_two_room_scene(tmp_path_factory.mktemp("audit") / "scenes")
-    sim = EmbeddedSimulator(path, SimConfig())
-    render = simulator_renderer(sim, COARSE)
-    positions, rows, cols = grid_positions(sim.grid, COARSE.grid_m)
-    assert len(positions) == len(rows) == len(cols) > 100 and all(sim.grid.is_navigable(p) for p in positions)
-    grid = ViewGrid.render(render, positions, COARSE)
-    assert grid.descriptors.shape == (len(positions) * len(COARSE.headings_rad), 32 * 32 * 4)
-    return sim, render, grid, positions
-
-
-def _audit(two_rooms, goal_xz, yaw):
-    sim, render, grid, positions = two_rooms
-    goal = np.array([goal_xz[0], sim.grid.floor_height_m, goal_xz[1]])
-    geo = np.array([sim.grid.geodesic_distance(p, goal) for p in positions])
-    photo = render(goal[None], np.array([yaw]))[0]
-    return audit_goal(render, grid, photo, goal, yaw, geo, lambda p: sim.grid.geodesic_distance(p, goal),
-                      sim.grid.is_navigable, COARSE)
-
-
-def test_a_bare_wall_is_reproduced_in_the_next_room(two_rooms):
-    # 0.6 m from the north wall, facing it (yaw 0 looks along -z): the view is that wall only, and the wall
-    # (one part, one colour) runs through both rooms
-    found = _audit(two_rooms, (2.0, 0.6), 0.0)
-    assert found.lookalike_geodesic_m is not None and found.lookalike_geodesic_m > 1.0
-    assert found.ratio <= COARSE.near_identical_ratio
-    row = found.to_json(COARSE)
-    assert row["near_identical"] and row["ambiguous"]
-
-
-def test_a_view_of_the_only_box_has_no_look_alike(two_rooms):
-    # facing west across the first room at its box, which nothing else in the scene resembles
-    found = _audit(two_rooms, (3.0, 2.0), math.pi / 2)
-    assert found.lookalike_geodesic_m is not None and found.lookalike_geodesic_m > 1.0
-    assert found.ratio > 1.0
-    row = found.to_json(COARSE)
-    assert not row["ambiguous"] and not row["near_identical"]
+from memnav.eval.goal_audit import annotate_ratios, read_audit, split_results
 
 
 def test_results_are_split_and_annotated_by_episode(tmp_path):
