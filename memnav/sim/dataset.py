@@ -13,13 +13,15 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from memnav.core.frames import quat_xyzw_from_yaw
+from memnav.core.frames import quat_xyzw_from_yaw, yaw_from_quat_xyzw
 from memnav.sim.base import SimConfig
+from memnav.sim.goal_lookalikes import GoalAuditConfig
 
 SPLITS = ("train", "val", "test")
 
@@ -40,6 +42,10 @@ class EpisodeSamplingConfig:
             `straight_keep_prob` (as Habitat's PointNav generator does, to avoid trivial episodes).
         straight_keep_prob: probability of keeping a near-straight episode.
         max_tries: attempts per episode before giving up on a house, count.
+        min_goal_lookalike_ratio: a goal whose photo a spot outside the success distance reproduces with a
+            look-alike ratio below this (`memnav.sim.goal_lookalikes`; 1 = at least as well as the goal spot
+            nudged by 5 cm) is drawn again, and kept goals record theirs in the episode's
+            info.goal_lookalike_ratio; 0 (the default) keeps every goal and draws exactly what it always did.
     """
 
     min_geodesic_m: float = 1.5
@@ -47,6 +53,12 @@ class EpisodeSamplingConfig:
     min_geodesic_to_euclid_ratio: float = 1.1
     straight_keep_prob: float = 0.3
     max_tries: int = 2000
+    min_goal_lookalike_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        r = self.min_goal_lookalike_ratio
+        if not (isinstance(r, (int, float)) and math.isfinite(r) and r >= 0):
+            raise ValueError(f"min_goal_lookalike_ratio must be a number >= 0 (0 = off), got {r!r}")
 
 
 def assign_splits(num_houses: int) -> list[str]:
@@ -64,9 +76,18 @@ def assign_splits(num_houses: int) -> list[str]:
 
 
 def sample_episodes(sim, scene_id: str, count: int, rng: np.random.Generator,
-                    cfg: EpisodeSamplingConfig, id_prefix: str) -> list:
-    """Draw `count` start/goal pairs in the simulator's current scene."""
+                    cfg: EpisodeSamplingConfig, id_prefix: str,
+                    goal_lookalike_ratio: Callable[[np.ndarray, float], float] | None = None) -> list:
+    """Draw `count` start/goal pairs in the simulator's current scene.
+
+    `goal_lookalike_ratio(goal_position, goal_yaw_rad)` (required when `cfg.min_goal_lookalike_ratio` > 0, for
+    example `HouseLookalikes(sim).audit(...).ratio`) rates each drawn goal photo; goals below the minimum are
+    drawn again.
+    """
     from memnav.sim.episodes import Episode, NavGoal
+
+    if cfg.min_goal_lookalike_ratio > 0 and goal_lookalike_ratio is None:
+        raise ValueError("min_goal_lookalike_ratio > 0 needs a goal_lookalike_ratio function to rate goals with")
 
     episodes = []
     tries = 0
@@ -87,6 +108,14 @@ def sample_episodes(sim, scene_id: str, count: int, rng: np.random.Generator,
             continue
         start_yaw = float(rng.uniform(-math.pi, math.pi))
         goal_yaw = float(rng.uniform(-math.pi, math.pi))
+        info = {"geodesic_distance": round(float(geo), 5), "euclidean_distance": round(euclid, 5)}
+        if cfg.min_goal_lookalike_ratio > 0:
+            # rated as saved (rounded position and quaternion), so `memnav goal-audit` finds the same ratio
+            ratio = goal_lookalike_ratio(np.round(goal, 5),
+                                         yaw_from_quat_xyzw(np.round(quat_xyzw_from_yaw(goal_yaw), 7)))
+            if not ratio >= cfg.min_goal_lookalike_ratio:
+                continue
+            info["goal_lookalike_ratio"] = round(float(ratio), 4) if math.isfinite(ratio) else None
         episodes.append(Episode(
             episode_id=f"{id_prefix}{len(episodes)}",
             scene_id=scene_id,
@@ -95,18 +124,24 @@ def sample_episodes(sim, scene_id: str, count: int, rng: np.random.Generator,
             goals=[NavGoal(position=np.round(goal, 5), radius=None,
                            rotation=np.round(quat_xyzw_from_yaw(goal_yaw), 7))],
             geodesic_distance=round(float(geo), 5),
-            info={"geodesic_distance": round(float(geo), 5), "euclidean_distance": round(euclid, 5)},
+            info=info,
         ))
     return episodes
 
 
 def generate_dataset(out: Path, houses: int, seed: int, per_split: dict[str, int],
-                     sampling: EpisodeSamplingConfig | None = None, progress: bool = True) -> dict:
-    """Write houses and episodes under `out`; returns a summary dict."""
+                     sampling: EpisodeSamplingConfig | None = None, progress: bool = True,
+                     lookalikes: GoalAuditConfig | None = None) -> dict:
+    """Write houses and episodes under `out`; returns a summary dict.
+
+    With `sampling.min_goal_lookalike_ratio` > 0 each house's goals are rated by a look-alike search
+    (`HouseLookalikes`, configured by `lookalikes`), which renders a grid of views of the house first.
+    """
     from tqdm import tqdm
 
     from memnav.sim.embedded import EmbeddedSimulator
     from memnav.sim.episodes import save_episodes
+    from memnav.sim.goal_lookalikes import HouseLookalikes
     from memnav.sim.houses import generate_house, write_house
 
     sampling = sampling or EpisodeSamplingConfig()
@@ -126,7 +161,14 @@ def generate_dataset(out: Path, houses: int, seed: int, per_split: dict[str, int
         sim.load_scene(glb)
         split = labels[i]
         rng = np.random.default_rng([seed, i, 7])
-        eps = sample_episodes(sim, f"scenes/{glb.name}", per_split[split], rng, sampling, f"{name}_")
+        rate = None
+        if sampling.min_goal_lookalike_ratio > 0 and per_split[split] > 0:
+            finder = HouseLookalikes(sim, lookalikes)
+
+            def rate(position: np.ndarray, yaw_rad: float, finder: HouseLookalikes = finder) -> float:
+                return finder.audit(position, yaw_rad).ratio
+
+        eps = sample_episodes(sim, f"scenes/{glb.name}", per_split[split], rng, sampling, f"{name}_", rate)
         by_split[split].extend(eps)
         split_of[name] = split
         sim.close()
@@ -135,9 +177,24 @@ def generate_dataset(out: Path, houses: int, seed: int, per_split: dict[str, int
         save_episodes(out / "episodes" / f"{split}.json.gz", by_split[split])
     summary = {"houses": houses, "seed": seed, "splits": split_of,
                "episodes": {s: len(by_split[s]) for s in SPLITS}}
+    if sampling.min_goal_lookalike_ratio > 0:
+        summary["min_goal_lookalike_ratio"] = sampling.min_goal_lookalike_ratio
     (out / "splits.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    marker.write_text(json.dumps({"houses": houses, "seed": seed}) + "\n")
+    marker.write_text(json.dumps(completion_marker(houses, seed, sampling, lookalikes)) + "\n")
     return summary
+
+
+def completion_marker(houses: int, seed: int, sampling: EpisodeSamplingConfig,
+                      lookalikes: GoalAuditConfig | None = None) -> dict:
+    """What `DIR/.complete` records: a dataset is reused only when asked for the same again (the goal filter and
+    its search grid are recorded only when the filter is on, so datasets written before it existed still count
+    as complete)."""
+    done: dict = {"houses": houses, "seed": seed}
+    if sampling.min_goal_lookalike_ratio > 0:
+        grid = lookalikes or GoalAuditConfig()
+        done.update(min_goal_lookalike_ratio=sampling.min_goal_lookalike_ratio, lookalike_grid_m=grid.grid_m,
+                    lookalike_heading_deg=grid.heading_deg)
+    return done
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,6 +207,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-episodes", type=int, default=50, metavar="N", help="episodes per val house")
     parser.add_argument("--test-episodes", type=int, default=125, metavar="N",
                         help="episodes per test house (4 test houses x 125 = 500 with the defaults)")
+    parser.add_argument("--min-goal-lookalike-ratio", type=float, default=0.0, metavar="R",
+                        help="draw again every goal whose photo a spot more than the success distance away "
+                             "reproduces with a look-alike ratio below R (`memnav goal-audit`; 1 = at least as well "
+                             "as the goal spot nudged by 5 cm), so that goal photos identify their place; renders "
+                             "a grid of views per house first (about a minute) and rates each goal in about half a "
+                             "second. 0 = off: every goal is kept, the same bytes as without the option")
+    parser.add_argument("--lookalike-grid-m", type=float, default=GoalAuditConfig.grid_m, metavar="M",
+                        help="with --min-goal-lookalike-ratio: spacing of the positions searched for look-alikes")
+    parser.add_argument("--lookalike-heading-deg", type=float, default=GoalAuditConfig.heading_deg, metavar="DEG",
+                        help="with --min-goal-lookalike-ratio: spacing of the headings searched for look-alikes")
     parser.add_argument("--force", action="store_true", help="regenerate even if DIR is complete")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -158,17 +225,20 @@ def run(args: argparse.Namespace) -> int:
     for name in ("houses", "train_episodes", "val_episodes", "test_episodes"):
         if getattr(args, name) < (1 if name == "houses" else 0):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    sampling = EpisodeSamplingConfig(min_goal_lookalike_ratio=args.min_goal_lookalike_ratio)
+    lookalikes = GoalAuditConfig(grid_m=args.lookalike_grid_m, heading_deg=args.lookalike_heading_deg)
     marker = args.out / ".complete"
     if marker.exists() and not args.force:
         try:
             done = json.loads(marker.read_text())
         except json.JSONDecodeError:
             done = {}
-        if done == {"houses": args.houses, "seed": args.seed}:
+        if done == completion_marker(args.houses, args.seed, sampling, lookalikes):
             print(f"{args.out}: already holds {args.houses} houses for seed {args.seed} (use --force to redo)")
             return 0
     per_split = {"train": args.train_episodes, "val": args.val_episodes, "test": args.test_episodes}
-    summary = generate_dataset(args.out, args.houses, args.seed, per_split, progress=not args.no_progress)
+    summary = generate_dataset(args.out, args.houses, args.seed, per_split, sampling, progress=not args.no_progress,
+                               lookalikes=lookalikes)
     print(f"wrote {args.houses} houses to {args.out / 'scenes'}; episodes: "
           + ", ".join(f"{s}={n}" for s, n in summary["episodes"].items()))
     return 0
