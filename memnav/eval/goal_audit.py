@@ -44,7 +44,11 @@ def read_audit(path: Path) -> dict[tuple[str, str], dict]:
         raise FileNotFoundError(f"{path}: no such goal audit file")
     try:
         doc = json.loads(Path(path).read_text())
-        return {episode_key(r["scene"], r["episode_id"]): r for r in doc["per_episode"]}
+        rows = doc["per_episode"]
+        for r in rows:
+            for key in ("lookalike_ratio", "ambiguous", "near_identical"):
+                r[key]   # noqa: B018 - every row must hold the labels the command and the report read
+        return {episode_key(r["scene"], r["episode_id"]): r for r in rows}
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a `memnav goal-audit --json` file ({err!r})") from err
 
@@ -168,8 +172,10 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def format_summary(doc: dict) -> str:
-    lines = [f"goal audit of {doc['episodes']} {doc.get('split', '')} episodes: {doc['ambiguous_episodes']} ambiguous "
-             f"(a spot more than {doc['config']['outside_m']:g} m away matches the photo at least as well as the "
+    outside_m = doc.get("config", {}).get("outside_m", GoalAuditConfig.outside_m)
+    split = f" {doc['split']}" if doc.get("split") else ""
+    lines = [f"goal audit of {doc['episodes']}{split} episodes: {doc['ambiguous_episodes']} ambiguous "
+             f"(a spot more than {outside_m:g} m away matches the photo at least as well as the "
              f"goal spot nudged), {doc['near_identical_episodes']} of them near-identical; "
              f"{doc['ambiguous_close_up_episodes']} of {doc['close_up_episodes']} close-ups ambiguous"]
     res = doc.get("results")
@@ -187,9 +193,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = GoalAuditConfig(grid_m=args.grid_m, heading_deg=args.heading_deg, candidates=args.candidates,
                           nudge_m=args.nudge_m, nudge_deg=args.nudge_deg)
     if args.audit is not None:
-        read_audit(args.audit)   # refuses a file that is not an audit, by name
-        doc = json.loads(args.audit.read_text())
-        rows = doc["per_episode"]
+        rows = list(read_audit(args.audit).values())   # refuses a file that is not an audit, by name
+        doc = {**json.loads(args.audit.read_text()), **summarize(rows)}
     else:
         rows = _episode_rows(args, cfg)
         doc = {"split": args.split, "data": str(args.data), "config": asdict(cfg), **summarize(rows),

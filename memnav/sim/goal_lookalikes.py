@@ -104,6 +104,10 @@ class GoalAudit:
 
     @property
     def ratio(self) -> float:
+        """lookalike_rms / nudge_rms: 0 for an exact copy elsewhere, inf when none was found (or when the photo
+        does not change when nudged, a blank view, and nothing elsewhere copies it exactly)."""
+        if self.lookalike_rms == 0.0:
+            return 0.0
         return self.lookalike_rms / self.nudge_rms if self.nudge_rms > 0 else math.inf
 
     def to_json(self, cfg: GoalAuditConfig) -> dict:

@@ -8,7 +8,7 @@ from memnav.cli import main
 from memnav.eval.goal_audit import annotate_ratios, read_audit, split_results
 
 
-def test_results_are_split_and_annotated_by_episode(tmp_path):
+def test_results_are_split_and_annotated_by_episode(tmp_path, capsys):
     audit_rows = [
         {"episode_id": "h_0", "scene": "h", "lookalike_ratio": 0.3, "ambiguous": True, "near_identical": True},
         {"episode_id": "h_1", "scene": "h", "lookalike_ratio": 0.9, "ambiguous": True, "near_identical": False},
@@ -32,11 +32,16 @@ def test_results_are_split_and_annotated_by_episode(tmp_path):
     with pytest.raises(ValueError, match="per_episode"):
         split_results(audit, {"agents": {}})
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"episodes": 3}))
-    with pytest.raises(ValueError, match="not a `memnav goal-audit --json` file"):
-        read_audit(bad)
+    for doc in ({"episodes": 3}, {"per_episode": [{"episode_id": "h_0", "scene": "h"}]}):
+        bad.write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match="not a `memnav goal-audit --json` file"):
+            read_audit(bad)
     with pytest.raises(FileNotFoundError, match="no such goal audit"):
         read_audit(tmp_path / "missing.json")
+    # an audit file without its summary (written by a script, say) is still read: the summary is recounted
+    capsys.readouterr()
+    assert main(["goal-audit", "--audit", str(path)]) == 0
+    assert "goal audit of 3 episodes: 2 ambiguous" in capsys.readouterr().out
 
 
 def test_cli_audits_a_split_and_the_report_plots_results_by_it(tmp_path, capsys):

@@ -30,6 +30,18 @@ def test_config_refuses_bad_values_by_name():
         GoalAuditConfig(candidates=0)
 
 
+def test_ratio_of_exact_copies_missing_look_alikes_and_blank_photos():
+    from memnav.sim.goal_lookalikes import GoalAudit
+
+    assert GoalAudit(0.1, 0.05, (0.0, 0.0, 0.0), 0.0, 2.0).ratio == pytest.approx(0.5)
+    assert GoalAudit(0.0, 0.0, (0.0, 0.0, 0.0), 0.0, 2.0).ratio == 0.0    # an exact copy, even of a blank view
+    assert GoalAudit(0.0, 0.2, (0.0, 0.0, 0.0), 0.0, 2.0).ratio == math.inf
+    missing = GoalAudit(0.1, math.inf, None, None, None)
+    assert missing.ratio == math.inf
+    row = missing.to_json(GoalAuditConfig())
+    assert row["lookalike_ratio"] is None and not row["ambiguous"] and row["lookalike_position"] is None
+
+
 def test_view_stack_scales_depth_like_a_colour_and_differences_are_rms():
     cfg = GoalAuditConfig(depth_clip_m=5.0, depth_scale_m=2.0)
     rgb = np.full((1, 4, 4, 3), 255, np.uint8)
