@@ -211,8 +211,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draw again every goal whose photo a spot more than the success distance away "
                              "reproduces with a look-alike ratio below R (`memnav goal-audit`; 1 = at least as well "
                              "as the goal spot nudged by 5 cm), so that goal photos identify their place; renders "
-                             "a grid of views per house first (about a minute) and rates each goal in about half a "
-                             "second. 0 = off: every goal is kept, the same bytes as without the option")
+                             "a grid of views per house first (40-70 s per default house on a 2-core machine) "
+                             "and rates each goal in a fraction of a second. 0 = off: every goal is kept, the same "
+                             "bytes as without the option")
     parser.add_argument("--lookalike-grid-m", type=float, default=GoalAuditConfig.grid_m, metavar="M",
                         help="with --min-goal-lookalike-ratio: spacing of the positions searched for look-alikes")
     parser.add_argument("--lookalike-heading-deg", type=float, default=GoalAuditConfig.heading_deg, metavar="DEG",
