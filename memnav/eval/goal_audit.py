@@ -33,8 +33,9 @@ def episode_key(scene: object, episode_id: object) -> tuple[str, str]:
     return Path(str(scene)).stem, str(episode_id)
 
 
-def read_audit(path: Path) -> dict[tuple[str, str], dict]:
-    """A `memnav goal-audit --json` file's episodes by `episode_key`.
+def load_audit(path: Path) -> dict:
+    """A `memnav goal-audit --json` document, its rows checked for the names and labels the command and the report
+    read.
 
     Raises:
         FileNotFoundError: no such file.
@@ -44,13 +45,22 @@ def read_audit(path: Path) -> dict[tuple[str, str], dict]:
         raise FileNotFoundError(f"{path}: no such goal audit file")
     try:
         doc = json.loads(Path(path).read_text())
-        rows = doc["per_episode"]
-        for r in rows:
-            for key in ("lookalike_ratio", "ambiguous", "near_identical"):
-                r[key]   # noqa: B018 - every row must hold the labels the command and the report read
-        return {episode_key(r["scene"], r["episode_id"]): r for r in rows}
+        for r in doc["per_episode"]:
+            for key in ("scene", "episode_id", "lookalike_ratio", "ambiguous", "near_identical"):
+                r[key]   # noqa: B018 - every row must hold the labels
+        return doc
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a `memnav goal-audit --json` file ({err!r})") from err
+
+
+def by_episode(rows: list[dict]) -> dict[tuple[str, str], dict]:
+    """An audit's rows by `episode_key`."""
+    return {episode_key(r["scene"], r["episode_id"]): r for r in rows}
+
+
+def read_audit(path: Path) -> dict[tuple[str, str], dict]:
+    """A `memnav goal-audit --json` file's episodes by `episode_key` (errors as `load_audit`)."""
+    return by_episode(load_audit(path)["per_episode"])
 
 
 def annotate_ratios(per_episode: list[dict], audit: dict[tuple[str, str], dict]) -> int:
@@ -120,18 +130,19 @@ def _house_rows(sim, house: str, episodes: list, cfg: GoalAuditConfig, progress:
     """Audit one house's episodes in the embedded simulator `sim` (`done()` after each episode)."""
     from tqdm import tqdm
 
+    from memnav.sim.episodes import require_scene
     from memnav.sim.metrics import view_median_depth
 
-    sim.reset(episodes[0])
+    sim.load_scene(require_scene(episodes[0]))
     with tqdm(total=HouseLookalikes.views_to_render(sim, cfg), desc=f"{house} views", unit="view", leave=False,
               mininterval=1.0, disable=not progress, file=sys.stderr) as views_bar:
         finder = HouseLookalikes(sim, cfg, progress=views_bar.update)
     rows = []
     for e in episodes:
-        sim.reset(e)   # renders the goal photo at the camera's resolution (goal_view_depth_m, as eval)
-        found = finder.audit(np.asarray(e.goal.position, dtype=np.float64), e.goal_yaw_rad())
-        goal_obs = sim.goal_observation
-        depth = view_median_depth(goal_obs.depth if goal_obs is not None else None)
+        goal, yaw = np.asarray(e.goal.position, dtype=np.float64), e.goal_yaw_rad()
+        found = finder.audit(goal, yaw)
+        # the goal photo at the camera's resolution, as an episode's reset renders it (goal_view_depth_m, as eval)
+        depth = view_median_depth(sim.render_at(goal, yaw).depth)
         rows.append({"episode_id": e.episode_id, "scene": house,
                      "goal_view_depth_m": None if depth is None else round(depth, 4), **found.to_json(cfg)})
         done()
@@ -193,8 +204,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = GoalAuditConfig(grid_m=args.grid_m, heading_deg=args.heading_deg, candidates=args.candidates,
                           nudge_m=args.nudge_m, nudge_deg=args.nudge_deg)
     if args.audit is not None:
-        rows = list(read_audit(args.audit).values())   # refuses a file that is not an audit, by name
-        doc = {**json.loads(args.audit.read_text()), **summarize(rows)}
+        doc = load_audit(args.audit)   # refuses a file that is not an audit, by name
+        rows = doc["per_episode"]
+        doc.update(summarize(rows))
     else:
         rows = _episode_rows(args, cfg)
         doc = {"split": args.split, "data": str(args.data), "config": asdict(cfg), **summarize(rows),
@@ -206,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
             results = json.loads(args.results.read_text())
         except ValueError as err:
             raise ValueError(f"--results {args.results}: not JSON ({err})") from err
-        doc["results"] = split_results({episode_key(r["scene"], r["episode_id"]): r for r in rows}, results)
+        doc["results"] = split_results(by_episode(rows), results)
     if args.json is not None:
         text = json.dumps(doc, indent=2)
         if args.json == STDOUT_ONLY:

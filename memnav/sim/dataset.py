@@ -108,11 +108,11 @@ def sample_episodes(sim, scene_id: str, count: int, rng: np.random.Generator,
             continue
         start_yaw = float(rng.uniform(-math.pi, math.pi))
         goal_yaw = float(rng.uniform(-math.pi, math.pi))
+        goal_position, goal_rotation = np.round(goal, 5), np.round(quat_xyzw_from_yaw(goal_yaw), 7)
         info = {"geodesic_distance": round(float(geo), 5), "euclidean_distance": round(euclid, 5)}
         if cfg.min_goal_lookalike_ratio > 0:
             # rated as saved (rounded position and quaternion), so `memnav goal-audit` finds the same ratio
-            ratio = goal_lookalike_ratio(np.round(goal, 5),
-                                         yaw_from_quat_xyzw(np.round(quat_xyzw_from_yaw(goal_yaw), 7)))
+            ratio = goal_lookalike_ratio(goal_position, yaw_from_quat_xyzw(goal_rotation))
             if not ratio >= cfg.min_goal_lookalike_ratio:
                 continue
             info["goal_lookalike_ratio"] = round(float(ratio), 4) if math.isfinite(ratio) else None
@@ -121,8 +121,7 @@ def sample_episodes(sim, scene_id: str, count: int, rng: np.random.Generator,
             scene_id=scene_id,
             start_position=np.round(start, 5),
             start_rotation=np.round(quat_xyzw_from_yaw(start_yaw), 7),
-            goals=[NavGoal(position=np.round(goal, 5), radius=None,
-                           rotation=np.round(quat_xyzw_from_yaw(goal_yaw), 7))],
+            goals=[NavGoal(position=goal_position, radius=None, rotation=goal_rotation)],
             geodesic_distance=round(float(geo), 5),
             info=info,
         ))
