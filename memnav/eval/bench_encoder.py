@@ -6,6 +6,11 @@ similarity, over all test houses together) lies in the same house within 1 m and
 such database view are left out. Baselines in the same run: downsampled raw pixels (16x16 RGB,
 zero-mean, unit norm) and an ORB bag of visual words (k-means vocabulary on train-house frames, tf-idf).
 
+With `--audit-queries`, each query's pose also goes through the look-alike search of `memnav goal-audit`
+(`memnav.sim.goal_lookalikes`): a query is ambiguous when some view more than 1 m (geodesic) away reproduces
+it at least as well as the query's own camera nudged by 5 cm and 2 deg (look-alike ratio <= 1), and recall@1
+is split by that label as well as by closeness.
+
 `recall_at_1_verified` re-ranks each query's `--verify-top` nearest views by embedding similarity plus
 `ScanVerifyConfig.weight` times their depth-and-colour scan fit (`memnav.core.scan_verification`), computed
 from the same 64x64 RGB-D input the encoder sees; `recall_at_1` stays the encoder's nearest view alone.
@@ -24,7 +29,8 @@ from memnav.core.encoder import Encoder, EncoderConfig
 from memnav.core.scan_verification import ScanVerifyConfig, ViewScan, scan_fit, verified_order, view_scan
 from memnav.core.verification import VerificationConfig, extract_features
 from memnav.sim.base import RENDERERS
-from memnav.sim.dataset import default_data_dir
+from memnav.sim.dataset import add_lookalike_grid_arguments, default_data_dir, lookalike_grid
+from memnav.sim.goal_lookalikes import GoalAuditConfig
 from memnav.train.encoder_train import embed
 from memnav.train.frame_bank import houses_of_split, recall_at_1, recall_at_k, render_set, same_place
 
@@ -49,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "percent of pixels, enough to move scan verification and the baselines slightly")
     parser.add_argument("--verify-top", type=int, default=10, metavar="K",
                         help="re-rank the K nearest views by scan verification for recall_at_1_verified (0 = skip)")
+    parser.add_argument("--audit-queries", action="store_true",
+                        help="also search each query's look-alikes (`memnav goal-audit`) and split recall@1 into "
+                             "ambiguous queries (another spot reproduces the view at least as well as the query's "
+                             "camera nudged by 5 cm) and the rest; renders a grid of views per house first, about "
+                             "5 min more on the default test houses")
+    add_lookalike_grid_arguments(parser, "--audit-queries")
 
 
 def frame_view_scan(frame: np.ndarray, enc_cfg: EncoderConfig, cfg: ScanVerifyConfig) -> ViewScan:
@@ -82,6 +94,35 @@ def verified_recall(db_frames: np.ndarray, q_frames: np.ndarray, db_emb: np.ndar
         best = top[row][verified_order(sims[row, top[row]], fits, cfg.weight)[0]]
         hits.append(bool(match[qi, best]))
     return (float(np.mean(hits)) if hits else math.nan), times
+
+
+def query_lookalike_ratios(houses: list[Path], poses: np.ndarray, house_of: np.ndarray, cfg: GoalAuditConfig,
+                           renderer: str, progress: bool = True) -> np.ndarray:
+    """The look-alike ratio (`memnav.sim.goal_lookalikes.GoalAudit.ratio`) of each query view: `poses` (N, 3)
+    map-frame (x, y, yaw) on the floor of house `houses[house_of[i]]`."""
+    from tqdm import tqdm
+
+    from memnav.core.frames import habitat_position_from_map
+    from memnav.eval.goal_audit import house_lookalikes
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    ratios = np.full(len(poses), math.nan)
+    sim = EmbeddedSimulator(config=SimConfig(renderer=renderer))
+    with tqdm(total=len(poses), desc="query look-alikes", unit="query", disable=not progress,
+              file=sys.stderr) as bar:
+        for h, scene in enumerate(houses):
+            queries = np.flatnonzero(house_of == h)
+            if not len(queries):
+                continue
+            sim.load_scene(scene)
+            finder = house_lookalikes(sim, cfg, scene.stem, progress)
+            for i in queries:
+                x, y, yaw = poses[i]
+                ratios[i] = finder.audit(habitat_position_from_map(x, y, sim.grid.floor_height_m), float(yaw)).ratio
+                bar.update(1)
+    sim.close()
+    return ratios
 
 
 def pixel_descriptors(rgb: np.ndarray, size: int = 16) -> np.ndarray:
@@ -138,6 +179,7 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--verify-top must be >= 0, got {args.verify_top}")
     if args.max_houses < 0:
         raise ValueError(f"--max-houses must be >= 0 (0 = all), got {args.max_houses}")
+    lookalikes = lookalike_grid(args)
     encoder = Encoder.from_checkpoint(args.checkpoint)
     torch.set_num_threads(2)
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
@@ -154,6 +196,16 @@ def run(args: argparse.Namespace) -> dict:
     close = qs.median_depth_m < CLOSE_UP_M
     r_close, n_close = recall_at_1(db_emb, q_emb, match & close[:, None])
     r_other, n_other = recall_at_1(db_emb, q_emb, match & ~close[:, None])
+    ambiguity: dict = {}
+    if args.audit_queries:
+        # the same queries split by whether another spot reproduces the view (memnav goal-audit's labels)
+        ratio = query_lookalike_ratios(houses, qs.poses, qs.house, lookalikes, args.renderer, not args.no_progress)
+        for name, label in (("ambiguous", ratio <= lookalikes.ambiguous_ratio),
+                            ("near_identical", ratio <= lookalikes.near_identical_ratio),
+                            ("unambiguous", ratio > lookalikes.ambiguous_ratio)):
+            r, n = recall_at_1(db_emb, q_emb, match & label[:, None])
+            ambiguity.update({f"recall_at_1_{name}_queries": round(r, 4) if n else None, f"{name}_queries": n})
+        ambiguity.update(lookalike_grid_m=lookalikes.grid_m, lookalike_heading_deg=lookalikes.heading_deg)
     verified: dict = {}
     if args.verify_top > 0:
         r_ver, fit_ms = verified_recall(db.frames, qs.frames, db_emb, q_emb, match, encoder.cfg, args.verify_top,
@@ -184,6 +236,7 @@ def run(args: argparse.Namespace) -> dict:
         "close_up_queries": n_close,
         "recall_at_1_other_queries": round(r_other, 4) if n_other else None,
         "other_queries": n_other,
+        **ambiguity,
         **verified,
         "baseline_pixels_recall_at_1": round(r_pix, 4),
         "baseline_orb_recall_at_1": round(r_orb, 4),

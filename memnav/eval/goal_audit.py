@@ -125,18 +125,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars on stderr")
 
 
+def house_lookalikes(sim, cfg: GoalAuditConfig, house: str, progress: bool) -> HouseLookalikes:
+    """The look-alike search over the house `sim` has loaded; its grid of views renders under a progress bar
+    (stderr, cleared when done) unless `progress` is False."""
+    from tqdm import tqdm
+
+    with tqdm(total=HouseLookalikes.views_to_render(sim, cfg), desc=f"{house} views", unit="view", leave=False,
+              mininterval=1.0, disable=not progress, file=sys.stderr) as views_bar:
+        return HouseLookalikes(sim, cfg, progress=views_bar.update)
+
+
 def _house_rows(sim, house: str, episodes: list, cfg: GoalAuditConfig, progress: bool,
                 done: Callable[[], None]) -> list[dict]:
     """Audit one house's episodes in the embedded simulator `sim` (`done()` after each episode)."""
-    from tqdm import tqdm
-
     from memnav.sim.episodes import require_scene
     from memnav.sim.metrics import view_median_depth
 
     sim.load_scene(require_scene(episodes[0]))
-    with tqdm(total=HouseLookalikes.views_to_render(sim, cfg), desc=f"{house} views", unit="view", leave=False,
-              mininterval=1.0, disable=not progress, file=sys.stderr) as views_bar:
-        finder = HouseLookalikes(sim, cfg, progress=views_bar.update)
+    finder = house_lookalikes(sim, cfg, house, progress)
     rows = []
     for e in episodes:
         goal, yaw = np.asarray(e.goal.position, dtype=np.float64), e.goal_yaw_rad()

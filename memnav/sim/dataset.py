@@ -196,6 +196,24 @@ def completion_marker(houses: int, seed: int, sampling: EpisodeSamplingConfig,
     return done
 
 
+def add_lookalike_grid_arguments(parser: argparse.ArgumentParser, used_with: str) -> None:
+    """--lookalike-grid-m / --lookalike-heading-deg: the grid of the look-alike search an option `used_with` runs."""
+    parser.add_argument("--lookalike-grid-m", type=float, default=GoalAuditConfig.grid_m, metavar="M",
+                        help=f"with {used_with}: spacing of the positions searched for look-alikes, meters")
+    parser.add_argument("--lookalike-heading-deg", type=float, default=GoalAuditConfig.heading_deg, metavar="DEG",
+                        help=f"with {used_with}: spacing of the headings searched for look-alikes, degrees")
+
+
+def lookalike_grid(args: argparse.Namespace) -> GoalAuditConfig:
+    """The look-alike search's settings from `add_lookalike_grid_arguments`' options (a bad value is refused
+    naming its option)."""
+    for name in ("lookalike_grid_m", "lookalike_heading_deg"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+    return GoalAuditConfig(grid_m=args.lookalike_grid_m, heading_deg=args.lookalike_heading_deg)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=default_data_dir(),
                         metavar="DIR", help="output folder (scenes/, episodes/)")
@@ -213,10 +231,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a grid of views per house first (40-70 s per default house on a 2-core machine) "
                              "and rates each goal in a fraction of a second. 0 = off: every goal is kept, the same "
                              "bytes as without the option")
-    parser.add_argument("--lookalike-grid-m", type=float, default=GoalAuditConfig.grid_m, metavar="M",
-                        help="with --min-goal-lookalike-ratio: spacing of the positions searched for look-alikes")
-    parser.add_argument("--lookalike-heading-deg", type=float, default=GoalAuditConfig.heading_deg, metavar="DEG",
-                        help="with --min-goal-lookalike-ratio: spacing of the headings searched for look-alikes")
+    add_lookalike_grid_arguments(parser, "--min-goal-lookalike-ratio")
     parser.add_argument("--force", action="store_true", help="regenerate even if DIR is complete")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -226,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < (1 if name == "houses" else 0):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     sampling = EpisodeSamplingConfig(min_goal_lookalike_ratio=args.min_goal_lookalike_ratio)
-    lookalikes = GoalAuditConfig(grid_m=args.lookalike_grid_m, heading_deg=args.lookalike_heading_deg)
+    lookalikes = lookalike_grid(args)
     marker = args.out / ".complete"
     if marker.exists() and not args.force:
         try:

@@ -55,13 +55,26 @@ def test_bench_encoder_keys(tiny_data, tmp_path, capsys):
     assert res["renderer"] == "auto" and res["split"] == "test"
     bars = capsys.readouterr().err
     assert "database: " in bars and "scan verification: " in bars and "%|" in bars     # tqdm bars
-    # the same on a train house, where an encoder can be compared with what it does on houses it saw; no bars
+    assert "ambiguous_queries" not in res             # the look-alike search runs only when asked for
+    # the same on a train house, where an encoder can be compared with what it does on houses it saw; no bars;
+    # the queries also split by memnav goal-audit's look-alike labels (a coarse search grid, to keep it short)
     assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--split", "train",
                  "--max-houses", "1", "--db-per-house", "30", "--queries-per-house", "10", "--vocab-words", "16",
-                 "--verify-top", "0", "--json", str(out), "--no-progress"]) == 0
+                 "--verify-top", "0", "--audit-queries", "--lookalike-grid-m", "0.5", "--lookalike-heading-deg", "30",
+                 "--json", str(out), "--no-progress"]) == 0
     assert "%|" not in capsys.readouterr().err      # the summary line only
     res = json.loads(out.read_text())
     assert res["split"] == "train" and res["test_houses"] == 1 and 0.0 <= res["recall_at_1"] <= 1.0
+    assert res["ambiguous_queries"] + res["unambiguous_queries"] == res["queries_evaluated"]
+    assert res["near_identical_queries"] <= res["ambiguous_queries"]
+    parts = [(res[f"recall_at_1_{k}_queries"], res[f"{k}_queries"]) for k in ("ambiguous", "unambiguous")]
+    assert sum(r * n for r, n in parts if n) == pytest.approx(res["recall_at_1"] * res["queries_evaluated"], abs=0.01)
+    assert (res["lookalike_grid_m"], res["lookalike_heading_deg"]) == (0.5, 30.0)
+
+
+def test_bench_encoder_bad_lookalike_grid_is_refused_by_name(capsys):
+    assert main(["bench", "encoder", "--audit-queries", "--lookalike-grid-m", "0"]) == 2
+    assert "--lookalike-grid-m" in capsys.readouterr().err
 
 
 def test_bench_encoder_negative_max_houses_is_a_clear_error(capsys):

@@ -65,6 +65,9 @@ def test_goal_filter_refuses_bad_settings(tmp_path, capsys):
                         EpisodeSamplingConfig(min_goal_lookalike_ratio=1.0), "x_")
     assert main(["scenes", "--out", str(tmp_path / "d"), *SMALL, "--min-goal-lookalike-ratio", "nan"]) == 2
     assert "min_goal_lookalike_ratio" in capsys.readouterr().err
+    assert main(["scenes", "--out", str(tmp_path / "d"), *SMALL, "--min-goal-lookalike-ratio", "1",
+                 "--lookalike-heading-deg", "-5"]) == 2
+    assert "--lookalike-heading-deg" in capsys.readouterr().err
     assert not (tmp_path / "d" / ".complete").exists()
     # the marker leaves the grid out when the filter is off, so datasets from before the filter stay complete
     assert completion_marker(3, 1, EpisodeSamplingConfig(), GoalAuditConfig(grid_m=0.5)) == {"houses": 3, "seed": 1}
