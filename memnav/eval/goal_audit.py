@@ -130,9 +130,9 @@ def house_lookalikes(sim, cfg: GoalAuditConfig, house: str, progress: bool) -> H
     (stderr, cleared when done) unless `progress` is False."""
     from tqdm import tqdm
 
-    with tqdm(total=HouseLookalikes.views_to_render(sim, cfg), desc=f"{house} views", unit="view", leave=False,
-              mininterval=1.0, disable=not progress, file=sys.stderr) as views_bar:
-        return HouseLookalikes(sim, cfg, progress=views_bar.update)
+    with tqdm(desc=f"{house} views", unit="view", leave=False, mininterval=1.0, disable=not progress,
+              file=sys.stderr) as views_bar:
+        return HouseLookalikes(sim, cfg, progress=views_bar.update, total=views_bar.reset)
 
 
 def _house_rows(sim, house: str, episodes: list, cfg: GoalAuditConfig, progress: bool,

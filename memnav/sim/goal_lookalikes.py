@@ -163,11 +163,15 @@ class ViewGrid:
 
     @classmethod
     def render(cls, render: RenderFn, positions: np.ndarray, cfg: GoalAuditConfig, batch: int = 512,
-               progress: Callable[[int], None] | None = None) -> ViewGrid:
-        """Render the grid's views in batches (`progress(n)` after each batch of n views)."""
+               progress: Callable[[int], None] | None = None,
+               total: Callable[[int], None] | None = None) -> ViewGrid:
+        """Render the grid's views in batches (`total(N)` once before the first, with the number of views;
+        `progress(n)` after each batch of n views)."""
         yaws = cfg.headings_rad
         all_pos = np.repeat(positions, len(yaws), axis=0)
         all_yaw = np.tile(yaws, len(positions))
+        if total is not None:
+            total(len(all_pos))
         half = cfg.image_px // 2
         desc = np.empty((len(all_pos), half * half * 4), dtype=np.float32)
         for s in range(0, len(all_pos), batch):
@@ -299,20 +303,16 @@ def grid_positions(grid_map, grid_m: float) -> tuple[np.ndarray, np.ndarray, np.
 
 class HouseLookalikes:
     """The look-alike search over the house an `EmbeddedSimulator` has loaded (its grid of views is rendered
-    once, in the constructor; `progress(n)` after each batch of n views)."""
+    once, in the constructor; `total(N)` first with the number of views, then `progress(n)` after each batch of
+    n views)."""
 
-    def __init__(self, sim, cfg: GoalAuditConfig | None = None,
-                 progress: Callable[[int], None] | None = None) -> None:
+    def __init__(self, sim, cfg: GoalAuditConfig | None = None, progress: Callable[[int], None] | None = None,
+                 total: Callable[[int], None] | None = None) -> None:
         self.cfg = cfg or GoalAuditConfig()
         self.grid_map = sim.grid
         self.render = simulator_renderer(sim, self.cfg)
         self.positions, self._rows, self._cols = grid_positions(self.grid_map, self.cfg.grid_m)
-        self.grid = ViewGrid.render(self.render, self.positions, self.cfg, progress=progress)
-
-    @staticmethod
-    def views_to_render(sim, cfg: GoalAuditConfig) -> int:
-        """How many grid views the constructor renders in the simulator's house (for a progress bar)."""
-        return len(grid_positions(sim.grid, cfg.grid_m)[0]) * len(cfg.headings_rad)
+        self.grid = ViewGrid.render(self.render, self.positions, self.cfg, progress=progress, total=total)
 
     def audit(self, goal_position: np.ndarray, goal_yaw_rad: float) -> GoalAudit:
         """The best look-alike of the photo taken at (goal_position, goal_yaw_rad) (Habitat floor position)."""

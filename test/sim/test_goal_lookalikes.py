@@ -74,9 +74,12 @@ def two_rooms(tmp_path_factory):
 
     path = write_two_room_scene(tmp_path_factory.mktemp("lookalikes") / "scenes")
     sim = EmbeddedSimulator(path, SimConfig())
-    finder = HouseLookalikes(sim, COARSE)
+    announced, rendered = [], []
+    finder = HouseLookalikes(sim, COARSE, progress=rendered.append, total=announced.append)
     assert len(finder.positions) > 100 and all(sim.grid.is_navigable(p) for p in finder.positions)
-    assert finder.grid.descriptors.shape == (HouseLookalikes.views_to_render(sim, COARSE), 32 * 32 * 4)
+    views = len(finder.positions) * len(COARSE.headings_rad)
+    assert finder.grid.descriptors.shape == (views, 32 * 32 * 4)
+    assert announced == [views] and sum(rendered) == views     # a progress bar's total, then its batches
     return sim, finder
 
 
