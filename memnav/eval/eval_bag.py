@@ -139,8 +139,9 @@ class EvalConfig:
 
 def stamp_ns(msg: Any, log_time_ns: int) -> int:
     """Header stamp in ns; the log time when the message carries none (stamp 0)."""
-    st = msg.header.stamp
-    ns = int(st.sec) * 1_000_000_000 + int(st.nanosec)
+    from memnav.ros.embedding_msgs import stamp_to_ns
+
+    ns = stamp_to_ns(msg.header.stamp)
     return ns if ns > 0 else int(log_time_ns)
 
 

@@ -161,6 +161,7 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from rosgraph_msgs.msg import Clock
 
+    from memnav.ros.embedding_msgs import ns_to_stamp
     from memnav.ros.record_command import message_class
 
     log = node.get_logger()
@@ -221,7 +222,7 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
         bag_now = st["t0_bag"] + int((now - st["t0_wall"]) * cfg.rate * 1e9)
         if clock_pub is not None:
             c = Clock()
-            c.clock.sec, c.clock.nanosec = divmod(bag_now, 1_000_000_000)
+            c.clock = ns_to_stamp(bag_now)
             clock_pub.publish(c)
         while st["next"] is not None and st["next"].log_time_ns <= bag_now:
             m = st["next"]
