@@ -400,6 +400,7 @@ class Navigator:
         self._target_yaw = 0.0
         self._route: list[Pose2D] = []
         self._failed: set[int] = set()
+        self._homing_dropped = 0  # remembered places that route homing gave up this episode
         self.mode = "policy"  # what chose the last move (see the module docstring's priority of layers)
         self.explorer = Explorer(ExplorerConfig(hfov_deg=cfg.hfov_deg, camera_height_m=cfg.camera_height_m,
                                                 forward_step_m=cfg.forward_step_m, max_range_m=cfg.map_range_m,
@@ -486,6 +487,7 @@ class Navigator:
         self._target = None
         self._route = []
         self._failed = set()
+        self._homing_dropped = 0
         self.mode = "policy"
         self._episodic.clear()
         if self.buffer is not None:
@@ -530,6 +532,13 @@ class Navigator:
                            self.prev_action, collided)
         self.last = StepInput(step, tokens, mask, sim, verification, belief, decision, collided)
         return self.last
+
+    @property
+    def spots_given_up(self) -> int:
+        """How many spots this episode's judging layers (candidate, approach, sweep, homing) gave up so far: judged
+        by a look-around and rejected, found unreachable, or (route homing) dropped. It only grows within an
+        episode, so an evaluation can tell which stretches of the path led to a spot that was not the goal."""
+        return len(self._rejected) + self._homing_dropped
 
     def search_view(self, margin_cells: int = 2) -> SearchView:
         """The occupancy map, this step's planned path, the goal estimate, the candidate and the best view so
@@ -1020,6 +1029,7 @@ class Navigator:
     def _drop_target(self) -> None:
         if self._target is not None:
             self._failed.add(self._target)
+            self._homing_dropped += 1
         self._target = None
         self._route = []
 

@@ -12,6 +12,8 @@ Files written into the report folder (and nowhere else):
   ratio (`memnav goal-audit`: below 1, a spot outside the success region reproduces the photo at least as well
   as the goal spot nudged by a few centimetres);
 - `ended_by.png`: how episodes ended (the Navigator layer that chose the last action), successes and failures;
+- `path_by_layer.png` (runs of `memnav eval` with a layered agent): where the path went, meters per episode under
+  each Navigator layer, the part driven towards spots the agent gave up, against the shortest path;
 - `lifelong.png` (`--lifelong` runs): SPL against visit index;
 - `stop_reliability.png`: the stop belief at each STOP against whether that STOP succeeded (reliability diagram);
 - `episodes.png` (live runs only, not from a JSON): top-down paths of the focus agent's worst episodes over the
@@ -262,6 +264,27 @@ def ended_by_counts(episodes: list[dict]) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in sorted(counts.items(), key=lambda kv: -sum(kv[1]))}
 
 
+def path_groups(episodes: list[dict]) -> dict[str, dict]:
+    """Where the path went, for the successful and the failed episodes that recorded it (`path_by_layer_m`):
+    {"successes" / "failures": {"episodes", "geodesic_m", "layers": {layer: (mean path m, mean m to spots given
+    up)}}}, layers with the most path first; groups without episodes are left out."""
+    out: dict[str, dict] = {}
+    for group, ok in (("successes", True), ("failures", False)):
+        sel = [e for e in episodes if e.get("path_by_layer_m") is not None and bool(e["success"]) == ok]
+        if not sel:
+            continue
+        layers: dict[str, list[float]] = {}
+        for e in sel:
+            for layer, m in e["path_by_layer_m"].items():
+                layers.setdefault(layer, [0.0, 0.0])[0] += m / len(sel)
+            for layer, m in (e.get("path_given_up_m") or {}).items():
+                layers.setdefault(layer, [0.0, 0.0])[1] += m / len(sel)
+        out[group] = {"episodes": len(sel), "geodesic_m": float(np.mean([e["geodesic_distance_m"] for e in sel])),
+                      "layers": {k: (v[0], v[1]) for k, v in sorted(layers.items(), key=lambda kv: -kv[1][0])
+                                 if v[0] > 0}}
+    return out
+
+
 def per_house(agents: dict[str, dict]) -> dict[str, dict[str, tuple[int, float, float]]]:
     """{house: {agent: (episodes, success, SPL)}}."""
     table: dict[str, dict[str, tuple[int, float, float]]] = {}
@@ -354,6 +377,47 @@ def plot_ended_by(agents: dict[str, dict], path: Path) -> bool:
         ax.set(xlabel="episodes", title=f"{name}: what ended each episode")
         ax.grid(alpha=0.3, axis="x")
         ax.legend(fontsize=8, loc="lower right")
+    _save(fig, path)
+    return True
+
+
+_LAYER_COLOURS = {"explore": "tab:blue", "candidate": "tab:orange", "approach": "tab:green", "sweep": "tab:purple",
+                  "best_view": "tab:brown", "homing": "tab:cyan", "policy": "tab:gray"}
+
+
+def plot_path_by_layer(agents: dict[str, dict], path: Path) -> bool:
+    """Per agent that recorded it, stacked bars of the mean path per episode by layer for its successful and its
+    failed episodes, the part towards spots given up hatched, the mean shortest path marked; False (nothing
+    written) when no agent recorded it."""
+    groups = {n: path_groups(a["per_episode"]) for n, a in agents.items()}
+    groups = {n: g for n, g in groups.items() if g}
+    if not groups:
+        return False
+    plt = _plt()
+    names = sorted({layer for g in groups.values() for row in g.values() for layer in row["layers"]})
+    spare = iter(["tab:olive", "tab:pink", "tab:red", "0.3"] * len(names))
+    colours = {layer: _LAYER_COLOURS.get(layer) or next(spare) for layer in names}
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 1.2 + 1.3 * len(groups)), squeeze=False)
+    for ax, (name, g) in zip(axes[:, 0], groups.items()):
+        labels = []
+        for y, (group, row) in enumerate(g.items()):
+            left = 0.0
+            for layer, (m, given_up) in row["layers"].items():
+                kept = m - given_up
+                ax.barh(y, kept, left=left, color=colours[layer], label=layer)
+                ax.barh(y, given_up, left=left + kept, color=colours[layer], hatch="//", edgecolor="white",
+                        label=f"{layer}: to spots given up" if given_up > 0 else None)
+                left += m
+            ax.plot([row["geodesic_m"]] * 2, [y - 0.45, y + 0.45], color="black", lw=2,
+                    label="shortest path" if y == 0 else None)
+            labels.append(f"{group}\n({row['episodes']})")
+        ax.set_yticks(np.arange(len(labels)), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set(xlabel="meters per episode (mean)", title=f"{name}: where the path went, by the layer that drove")
+        ax.grid(alpha=0.3, axis="x")
+        handles, texts = ax.get_legend_handles_labels()
+        seen = dict(zip(texts, handles))
+        ax.legend(seen.values(), seen.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     _save(fig, path)
     return True
 
@@ -516,6 +580,23 @@ def _html_table(head: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{th}</tr>{body}</table>"
 
 
+def _path_table(agents: dict[str, dict]) -> str:
+    """The path figure's numbers: per agent and group, meters per episode under each layer (to spots given up in
+    brackets) and the shortest path."""
+    rows = []
+    for name, g in agents.items():
+        for group, row in path_groups(g["per_episode"]).items():
+            layers = ", ".join(f"{layer} {m:.1f}" + (f" ({given_up:.1f} given up)" if given_up >= 0.05 else "")
+                               for layer, (m, given_up) in row["layers"].items())
+            total = sum(m for m, _ in row["layers"].values())
+            rows.append([html.escape(name), f"{group} ({row['episodes']})", total, row["geodesic_m"],
+                         html.escape(layers)])
+    return ("<p>Meters per episode (mean) travelled while each Navigator layer chose the moves; in brackets the "
+            "part driven towards spots the agent then gave up (judged and rejected, or unreachable). The path "
+            "beyond the shortest one is what SPL charges.</p>"
+            + _html_table(["agent", "episodes", "path (m)", "shortest path (m)", "by layer (m)"], rows))
+
+
 def render_html(results: dict, agents: dict[str, dict], focus: str, figures: list[tuple[str, str]],
                 reliabilities: dict[str, Reliability], command: str | None = None) -> str:
     meta = [("split", results.get("split")), ("data", results.get("data")), ("backend", results.get("backend")),
@@ -546,6 +627,8 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
                                for r in paired])]
     for name, src in figures:
         parts.append(f"<h2>{html.escape(name)}</h2><img src='{src}' alt='{html.escape(name)}'>")
+        if src == "path_by_layer.png":
+            parts.append(_path_table(agents))
         if src == "stop_reliability.png" and reliabilities:
             parts.append(_html_table(["agent", "STOPs with a belief", "ECE"],
                                      [[n, int(r.counts.sum()), r.ece] for n, r in reliabilities.items()]))
@@ -594,6 +677,8 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
                         "below 1: ambiguous)", "by_goal_ambiguity.png"))
     if plot_ended_by(agents, out_dir / "ended_by.png"):
         figures.append(("How episodes ended", "ended_by.png"))
+    if plot_path_by_layer(agents, out_dir / "path_by_layer.png"):
+        figures.append(("Where the path went", "path_by_layer.png"))
     if plot_lifelong(agents, out_dir / "lifelong.png"):
         figures.append(("Lifelong: SPL by visit", "lifelong.png"))
     rel = plot_reliability(agents, out_dir / "stop_reliability.png")

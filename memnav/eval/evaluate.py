@@ -38,10 +38,12 @@ from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
 from memnav.sim.metrics import (
     EpisodeResult,
+    PathByLayer,
     aggregate,
     lifelong_known_house_spl,
     lifelong_spl_by_visit,
     lifelong_summary,
+    path_summary,
     results_document,
 )
 
@@ -236,10 +238,16 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
             agent.reset(ep, goal, sim)
             path = [sim.agent_state.position] if traces is not None else None
             log = StepLog(trace_dir, desc, ep, sim) if trace_dir is not None else None
+            account = PathByLayer() if hasattr(agent, "mode") else None
             try:
                 while not env.done:
                     action = agent.act(obs)
+                    before = sim.agent_state.position
+                    if account is not None:
+                        account.given_up(getattr(agent, "spots_given_up", 0))
                     obs = env.step(action)
+                    if account is not None:
+                        account.moved(agent.mode, float(np.linalg.norm(sim.agent_state.position - before)))
                     if path is not None:
                         path.append(sim.agent_state.position)
                     if log is not None:
@@ -251,6 +259,8 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
             layer = getattr(agent, "mode", None)   # agents with decision layers say which one ended it
             if layer:
                 result = replace(result, ended_by=layer)
+            if account is not None:
+                result = replace(result, **account.result_fields())
             belief = getattr(agent, "stop_belief", None)   # agents with a calibrated goal belief
             if belief is not None and result.status is EpisodeStatus.STOPPED:
                 result = replace(result, stop_belief=float(belief))
@@ -548,6 +558,8 @@ def run(args: argparse.Namespace) -> int:
             rows = ", ".join(f"{layer} {r['episodes']} ({r['successes']} ok)"
                              for layer, r in summary["ended_by"].items())
             print(f"{name}: episodes ended by: {rows}")
+        if summary.get("path_by_layer"):
+            print(f"{name}: {path_summary(summary)}")
     if args.lifelong:
         for name, curve in lifelong.items():
             print(f"{name}: {lifelong_summary(curve, summaries[name]['lifelong_spl_known_house'])}")

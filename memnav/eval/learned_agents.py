@@ -464,6 +464,11 @@ class LearnedAgent:
         """The Navigator layer that chose the last action (`Navigator.mode`)."""
         return self.navigator.mode
 
+    @property
+    def spots_given_up(self) -> int:
+        """Spots the Navigator's judging layers gave up this episode (`Navigator.spots_given_up`)."""
+        return self.navigator.spots_given_up
+
     def step_info(self) -> dict:
         """What the last decision rested on, for `memnav eval --trace`: the layer, the view's similarity to the goal
         photo, its verification score and belief, the RGB-D goal estimate (odometry frame) and the candidate being

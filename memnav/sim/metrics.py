@@ -54,6 +54,10 @@ class EpisodeResult:
         goal_view_depth_m: median depth of the goal photo's pixels, meters (how far the surfaces it shows are:
             below about 1 m it is a close-up of a wall, which tells little about where it was taken); None
             when unknown.
+        path_by_layer_m: for agents with decision layers, in `memnav eval`: meters travelled under each layer
+            that chose the moves (`PathByLayer`); they add up to path_length_m. None otherwise.
+        path_given_up_m: the part of path_by_layer_m that a judging layer (JUDGING_LAYERS) drove towards a spot
+            the agent then gave up (judged and rejected, or found unreachable), per layer; None as above.
     """
 
     episode_id: str
@@ -69,11 +73,54 @@ class EpisodeResult:
     ended_by: str = ""
     stop_belief: float | None = None
     goal_view_depth_m: float | None = None
+    path_by_layer_m: dict[str, float] | None = None
+    path_given_up_m: dict[str, float] | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["status"] = self.status.value
         return d
+
+
+JUDGING_LAYERS = ("candidate", "approach", "sweep", "homing")
+"""The Navigator layers that drive to a spot and judge it there (a look-around), then stop or give it up."""
+
+
+class PathByLayer:
+    """Where an episode's path went: meters travelled under each decision layer that chose the moves, and how
+    much of the judging layers' path (JUDGING_LAYERS) led to spots the agent then gave up.
+
+    Per step: `given_up(count)` with the agent's running count of spots given up (`Navigator.spots_given_up`),
+    read after it chose its action, then `moved(layer, meters)` once the action was carried out. The path the
+    judging layers drove since the last spot was given up is charged to the give-up when the count next grows;
+    what is still pending when the episode ends led to where it ended. Turns move nothing and add no path.
+    """
+
+    def __init__(self) -> None:
+        self.by_layer: dict[str, float] = {}
+        self.given_up_by_layer: dict[str, float] = {}
+        self._pending: dict[str, float] = {}
+        self._count = 0
+
+    def given_up(self, count: int) -> None:
+        if count > self._count:
+            for layer, m in self._pending.items():
+                self.given_up_by_layer[layer] = self.given_up_by_layer.get(layer, 0.0) + m
+            self._pending = {}
+            self._count = count
+
+    def moved(self, layer: str, meters: float) -> None:
+        if not math.isfinite(meters) or meters < 0:
+            raise ValueError(f"moved: meters must be finite and >= 0, got {meters}")
+        self.by_layer[layer] = self.by_layer.get(layer, 0.0) + meters
+        if layer in JUDGING_LAYERS:
+            self._pending[layer] = self._pending.get(layer, 0.0) + meters
+
+    def result_fields(self) -> dict:
+        """`path_by_layer_m` and `path_given_up_m` for an EpisodeResult, in millimetres' precision."""
+        def rounded(d: dict[str, float]) -> dict[str, float]:   # layers that moved the robot, most path first
+            return {k: round(v, 3) for k, v in sorted(d.items(), key=lambda kv: -kv[1]) if v > 0}
+        return {"path_by_layer_m": rounded(self.by_layer), "path_given_up_m": rounded(self.given_up_by_layer)}
 
 
 def view_median_depth(depth: np.ndarray | None) -> float | None:
@@ -110,10 +157,40 @@ def aggregate(results: Sequence[EpisodeResult]) -> dict:
         "mean_steps": mean("steps"),
         "distance_to_goal": mean("distance_to_goal_m"),
         "path_length": mean("path_length_m"),
+        "geodesic_distance": mean("geodesic_distance_m"),
     }
     if any(r.ended_by for r in results):
         out["ended_by"] = ended_by_layer(results)
+    if any(r.path_by_layer_m is not None for r in results):
+        out["path_by_layer"] = path_by_layer(results)
     return out
+
+
+def path_by_layer(results: Sequence[EpisodeResult]) -> dict[str, dict[str, float]]:
+    """Mean meters per episode under each decision layer: {layer: {"path_m", "given_up_m"}} (given_up_m: the part
+    driven towards spots the agent then gave up), most path first. Means over all `results`; an episode without a
+    record (another agent's, or a live run's) counts as none: where every episode has one, the path_m add up to the
+    mean path length (`path_length`), and what is left beyond the mean shortest path (`geodesic_distance`) is the
+    detour that SPL charges."""
+    n = max(1, len(results))
+    table: dict[str, dict[str, float]] = {}
+    for r in results:
+        for key, record in (("path_m", r.path_by_layer_m), ("given_up_m", r.path_given_up_m)):
+            for layer, m in (record or {}).items():
+                table.setdefault(layer, {"path_m": 0.0, "given_up_m": 0.0})[key] += m / n
+    return dict(sorted(table.items(), key=lambda kv: -kv[1]["path_m"]))
+
+
+def path_summary(summary: dict) -> str:
+    """One line from an `aggregate` summary with `path_by_layer`: the mean path per episode against the mean
+    shortest path, each layer's share, and what went to spots given up."""
+    layers = summary["path_by_layer"]
+    given_up = sum(v["given_up_m"] for v in layers.values())
+    parts = ", ".join(f"{layer} {v['path_m']:.1f}" + (f" ({v['given_up_m']:.1f} to spots given up)"
+                                                      if v["given_up_m"] >= 0.05 else "")
+                      for layer, v in layers.items() if v["path_m"] >= 0.05)
+    return (f"path per episode {summary['path_length']:.1f} m (shortest {summary['geodesic_distance']:.1f} m): "
+            f"{parts or 'no movement'}; {given_up:.1f} m to spots given up")
 
 
 def ended_by_layer(results: Sequence[EpisodeResult]) -> dict[str, dict]:

@@ -1,5 +1,6 @@
 """`memnav eval --compare` / `--lifelong` with learned agents, and `memnav bench agent`, on a tiny dataset."""
 import json
+import math
 
 import pytest
 import torch
@@ -75,6 +76,15 @@ def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
         assert all(layers) and sum(r["episodes"] for r in res[name]["ended_by"].values()) == 2
         assert f"{name}: episodes ended by: " in table
     assert all(e["ended_by"] == "" for e in res["agents"]["oracle"]["per_episode"]) and "ended_by" not in res["oracle"]
+    # ... and how far each of their layers drove: the layers' meters add up to the path, the part towards spots
+    # given up is part of its layer's
+    for name in ("memnav", "memnav-fixed"):
+        for e in res["agents"][name]["per_episode"]:
+            assert sum(e["path_by_layer_m"].values()) == pytest.approx(e["path_length_m"], abs=0.01)
+            assert all(m <= e["path_by_layer_m"][layer] + 1e-9 for layer, m in e["path_given_up_m"].items())
+        assert f"{name}: path per episode " in table and res[name]["path_by_layer"]["explore"]["path_m"] > 0
+    assert all(e["path_by_layer_m"] is None for e in res["agents"]["oracle"]["per_episode"])
+    assert "path_by_layer" not in res["oracle"]
     # learned agents record their calibrated belief at a STOP; the others, and episodes without a STOP, do not
     for name in agents.split(","):
         for e in res["agents"][name]["per_episode"]:
@@ -87,7 +97,8 @@ def test_compare_writes_one_table_and_per_agent_keys(setup, tmp_path, capsys):
     page = (report / "report.html").read_text()
     for name in agents.split(","):
         assert f"<td>{name}</td>" in page
-    for png in ("summary.png", "by_distance.png", "by_goal_view.png", "ended_by.png", "episodes.png", "views.png"):
+    for png in ("summary.png", "by_distance.png", "by_goal_view.png", "ended_by.png", "path_by_layer.png",
+                "episodes.png", "views.png"):
         assert (report / png).stat().st_size > 1000 and f"src='{png}'" in page
     assert "memnav against each agent" in page and "lifelong.png" not in page
 
@@ -169,6 +180,12 @@ def test_episode_ids_and_step_traces(setup, tmp_path, capsys):
             if name == "memnav":   # the learned agent says what its decisions rested on
                 assert all(s["mode"] and 0.0 <= s["belief"] <= 1.0 for s in steps)
                 assert steps[-1]["mode"] == e["ended_by"]
+                # the per-layer path of the results is the trace's movement summed by the layer that chose it
+                xz = [lines[0]["episode"]["start_xz"]] + [[s["x_m"], s["z_m"]] for s in steps]
+                by_trace: dict[str, float] = {}
+                for s, a, b in zip(steps, xz, xz[1:]):
+                    by_trace[s["mode"]] = by_trace.get(s["mode"], 0.0) + math.dist(a, b)
+                assert e["path_by_layer_m"] == pytest.approx({k: v for k, v in by_trace.items() if v > 0}, abs=0.01)
             else:
                 assert "mode" not in steps[0]
     assert main(["eval", "--agent", "oracle", "--data", str(data), "--episode-ids", "nope"]) == 2

@@ -13,6 +13,7 @@ from memnav.eval.eval_report import (
     focus_agent,
     mean_interval,
     paired_difference,
+    path_groups,
     reliability,
     wilson_interval,
     write_eval_report,
@@ -80,6 +81,14 @@ def test_results_shapes_layers_and_distance_bins():
     with pytest.raises(ValueError, match="neither"):
         agents_of({"success": 1.0})
     assert ended_by_counts(eps) == {"stop": (2, 0), "candidate": (0, 1)}
+    assert path_groups(eps) == {}   # no episode recorded its path by layer
+    eps[0]["path_by_layer_m"], eps[0]["path_given_up_m"] = {"explore": 3.0, "candidate": 2.0}, {"candidate": 1.5}
+    eps[2]["path_by_layer_m"], eps[2]["path_given_up_m"] = {"explore": 1.0, "approach": 4.0}, {}
+    eps[1]["path_by_layer_m"], eps[1]["path_given_up_m"] = {"explore": 6.0, "look": 0.0}, {}
+    groups = path_groups(eps)
+    assert groups["successes"] == {"episodes": 2, "geodesic_m": 5.0,
+                                   "layers": {"explore": (2.0, 0.0), "approach": (2.0, 0.0), "candidate": (1.0, 0.75)}}
+    assert groups["failures"] == {"episodes": 1, "geodesic_m": 5.0, "layers": {"explore": (6.0, 0.0)}}
     rows = by_distance(eps)
     assert [r["episodes"] for r in rows] == [1, 0, 1, 0, 1] and rows[-1]["bin"] == ">= 8 m"
     assert rows[0]["success"] == 1.0 and rows[2]["success"] == 0.0 and math.isnan(rows[1]["spl"])
@@ -92,6 +101,8 @@ def test_results_shapes_layers_and_distance_bins():
 def test_report_files_from_a_saved_compare_json(tmp_path, capsys):
     a = [_episode(i, f"h{i % 2}", i % 3 != 0, 0.6 if i % 3 else 0.0, ended_by="stop", belief=0.5 + i / 40,
                   goal_depth=0.5 + i / 4) for i in range(12)]
+    for e in a:
+        e["path_by_layer_m"], e["path_given_up_m"] = {"explore": 3.0, "candidate": 2.0}, {"candidate": 1.0}
     b = [dict(e, success=1.0, spl=0.9, ended_by="", stop_belief=None, status="stopped") for e in a]
     results = {"split": "val", "episodes": 12, "lifelong": True,
                "agents": {"memnav": {"per_episode": a, "lifelong_spl_by_visit": [0.3, 0.5, 0.6, 0.7, 0.7, 0.8]},
@@ -102,9 +113,10 @@ def test_report_files_from_a_saved_compare_json(tmp_path, capsys):
     assert main(["eval-report", str(src), "--out", str(out)]) == 0
     assert "report.html" in capsys.readouterr().out
     page = (out / "report.html").read_text()
-    for png in ("summary.png", "by_distance.png", "by_goal_view.png", "ended_by.png", "lifelong.png",
-                "stop_reliability.png"):
+    for png in ("summary.png", "by_distance.png", "by_goal_view.png", "ended_by.png", "path_by_layer.png",
+                "lifelong.png", "stop_reliability.png"):
         assert (out / png).stat().st_size > 1000 and f"src='{png}'" in page
+    assert "candidate 2.0 (1.0 given up)" in page   # the path figure's numbers, as a table
     assert not (out / "episodes.png").exists()   # paths come only from a live run
     # memnav's success 8/12 with its Wilson interval, and memnav minus oracle on the same episodes
     lo, hi = wilson_interval(8, 12)

@@ -1,7 +1,9 @@
+import math
+
 import pytest
 
 from memnav.core.types import EpisodeStatus
-from memnav.sim.metrics import EpisodeResult, aggregate, is_success, soft_spl, spl
+from memnav.sim.metrics import EpisodeResult, PathByLayer, aggregate, is_success, path_summary, soft_spl, spl
 
 
 def test_success_needs_stop_and_strictly_inside_radius():
@@ -36,3 +38,47 @@ def test_aggregate_counts_episodes_and_successes_by_the_layer_that_ended_them():
     assert list(aggregate(res)["ended_by"]) == ["stop", "approach", "best_view"]   # most frequent first
     assert "ended_by" not in aggregate([r(1.0, ""), r(0.0, "")])
     assert r(1.0, "stop").to_json()["ended_by"] == "stop"
+
+
+def test_path_by_layer_charges_the_judging_layers_path_to_the_spot_given_up_next():
+    acc = PathByLayer()
+    for layer, m, given_up in (("look", 0.0, 0), ("explore", 1.0, 0), ("candidate", 0.5, 0), ("explore", 0.25, 0),
+                               ("candidate", 0.5, 0),    # explore in between: still the same trip's path
+                               ("candidate", 0.25, 1),   # the first spot was given up before this move
+                               ("approach", 0.75, 1), ("stop", 0.0, 1)):
+        acc.given_up(given_up)
+        acc.moved(layer, m)
+    fields = acc.result_fields()
+    # layers that moved the robot, most path first; turning layers add nothing
+    assert fields["path_by_layer_m"] == {"explore": 1.25, "candidate": 1.25, "approach": 0.75}
+    assert list(fields["path_by_layer_m"]) == ["explore", "candidate", "approach"]
+    # the 1.0 m of candidate path before the give-up led to a spot given up; what came after led to the end
+    assert fields["path_given_up_m"] == {"candidate": 1.0}
+    acc.given_up(1)   # the same count again charges nothing
+    assert acc.result_fields()["path_given_up_m"] == {"candidate": 1.0}
+    acc.given_up(2)
+    assert acc.result_fields()["path_given_up_m"] == {"candidate": 1.25, "approach": 0.75}
+    for bad in (-0.1, math.nan):
+        with pytest.raises(ValueError, match="meters"):
+            acc.moved("explore", bad)
+    assert acc.result_fields()["path_by_layer_m"]["explore"] == 1.25   # a refused move changes nothing
+
+
+def test_aggregate_means_the_path_by_layer_over_all_episodes():
+    def r(path, given_up=None, length=4.0):
+        return EpisodeResult(episode_id="x", scene_id="s", success=1.0, spl=0.5, soft_spl=0.5,
+                             distance_to_goal_m=0.5, geodesic_distance_m=2.0, path_length_m=length, steps=10,
+                             status=EpisodeStatus.STOPPED, ended_by="stop", path_by_layer_m=path,
+                             path_given_up_m=given_up)
+    res = [r({"explore": 3.0, "candidate": 1.0}, {"candidate": 1.0}), r({"explore": 2.0, "approach": 2.0})]
+    s = aggregate(res)
+    assert s["path_by_layer"] == {"explore": {"path_m": 2.5, "given_up_m": 0.0},
+                                  "candidate": {"path_m": 0.5, "given_up_m": 0.5},
+                                  "approach": {"path_m": 1.0, "given_up_m": 0.0}}
+    assert sum(v["path_m"] for v in s["path_by_layer"].values()) == pytest.approx(s["path_length"])
+    assert s["geodesic_distance"] == 2.0
+    line = path_summary(s)
+    assert line.startswith("path per episode 4.0 m (shortest 2.0 m): explore 2.5, approach 1.0, candidate 0.5 "
+                           "(0.5 to spots given up)") and line.endswith("; 0.5 m to spots given up")
+    assert "path_by_layer" not in aggregate([r(None)])   # agents without layers record none
+    assert r({"explore": 1.0}).to_json()["path_by_layer_m"] == {"explore": 1.0}
