@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from memnav.eval.report import _clean, _fmt, _plt, page_head
+from memnav.sim.metrics import mean_path_by_layer
 
 DISTANCE_BINS_M = (0.0, 2.0, 4.0, 6.0, 8.0, math.inf)
 GOAL_DEPTH_BINS_M = (0.0, 1.0, 1.5, 2.0, 3.0, math.inf)
@@ -273,15 +274,9 @@ def path_groups(episodes: list[dict]) -> dict[str, dict]:
         sel = [e for e in episodes if e.get("path_by_layer_m") is not None and bool(e["success"]) == ok]
         if not sel:
             continue
-        layers: dict[str, list[float]] = {}
-        for e in sel:
-            for layer, m in e["path_by_layer_m"].items():
-                layers.setdefault(layer, [0.0, 0.0])[0] += m / len(sel)
-            for layer, m in (e.get("path_given_up_m") or {}).items():
-                layers.setdefault(layer, [0.0, 0.0])[1] += m / len(sel)
+        layers = mean_path_by_layer([(e["path_by_layer_m"], e.get("path_given_up_m")) for e in sel])
         out[group] = {"episodes": len(sel), "geodesic_m": float(np.mean([e["geodesic_distance_m"] for e in sel])),
-                      "layers": {k: (v[0], v[1]) for k, v in sorted(layers.items(), key=lambda kv: -kv[1][0])
-                                 if v[0] > 0}}
+                      "layers": {k: (v["path_m"], v["given_up_m"]) for k, v in layers.items() if v["path_m"] > 0}}
     return out
 
 

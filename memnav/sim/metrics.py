@@ -172,10 +172,17 @@ def path_by_layer(results: Sequence[EpisodeResult]) -> dict[str, dict[str, float
     record (another agent's, or a live run's) counts as none: where every episode has one, the path_m add up to the
     mean path length (`path_length`), and what is left beyond the mean shortest path (`geodesic_distance`) is the
     detour that SPL charges."""
-    n = max(1, len(results))
+    return mean_path_by_layer([(r.path_by_layer_m, r.path_given_up_m) for r in results])
+
+
+def mean_path_by_layer(records: Sequence[tuple[dict[str, float] | None, dict[str, float] | None]]
+                       ) -> dict[str, dict[str, float]]:
+    """Means over episodes' (path_by_layer_m, path_given_up_m) records, None counting as none: {layer: {"path_m",
+    "given_up_m"}}, most path first (`path_by_layer`; the report reads the same fields from results JSON)."""
+    n = max(1, len(records))
     table: dict[str, dict[str, float]] = {}
-    for r in results:
-        for key, record in (("path_m", r.path_by_layer_m), ("given_up_m", r.path_given_up_m)):
+    for path, given_up in records:
+        for key, record in (("path_m", path), ("given_up_m", given_up)):
             for layer, m in (record or {}).items():
                 table.setdefault(layer, {"path_m": 0.0, "given_up_m": 0.0})[key] += m / n
     return dict(sorted(table.items(), key=lambda kv: -kv[1]["path_m"]))
