@@ -207,8 +207,14 @@ def format_summary(doc: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = GoalAuditConfig(grid_m=args.grid_m, heading_deg=args.heading_deg, candidates=args.candidates,
-                          nudge_m=args.nudge_m, nudge_deg=args.nudge_deg)
+    options = {name: getattr(args, name) for name in ("grid_m", "heading_deg", "candidates", "nudge_m", "nudge_deg")}
+    try:
+        cfg = GoalAuditConfig(**options)
+    except ValueError as err:   # the config names its field; the user typed the option
+        text = str(err)
+        for name in options:
+            text = text.replace(f"GoalAuditConfig.{name} ", f"--{name.replace('_', '-')} ")
+        raise ValueError(text) from None
     if args.audit is not None:
         doc = load_audit(args.audit)   # refuses a file that is not an audit, by name
         rows = doc["per_episode"]

@@ -75,3 +75,11 @@ def test_cli_audits_a_split_and_the_report_plots_results_by_it(tmp_path, capsys)
     assert "none of its episodes" in capsys.readouterr().err
     assert main(["eval-report", str(results), "--goal-audit", str(results), "--out", str(report)]) == 2
     assert "not a `memnav goal-audit --json` file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option,value", [("--grid-m", "0"), ("--heading-deg", "nan"), ("--candidates", "0"),
+                                          ("--nudge-m", "-1")])
+def test_a_bad_search_setting_is_refused_naming_its_option(tmp_path, capsys, option, value):
+    assert main(["goal-audit", "--data", str(tmp_path / "unused"), option, value, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert option in err and "GoalAuditConfig" not in err
