@@ -59,12 +59,33 @@ def _load(module_name: str):
     return importlib.import_module(module_name)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" to an option's help only where it says something: not for required options, not
+    where the default is None (the help says what leaving the option out does), and not where the help already
+    names its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.required or action.default is None or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
+
+def _os_error_text(err: OSError) -> str:
+    """An OSError as one line: what went wrong and the path, without the errno prefix."""
+    reason = err.strerror or str(err)
+    if err.filename is None:
+        return reason
+    return f"{err.filename}: {reason.lower()}" if err.filename2 is None else \
+        f"{err.filename} -> {err.filename2}: {reason.lower()}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memnav",
         description="memnav: ROS 2 memory stack for image-goal navigation. "
                     "Run `memnav COMMAND --help` for the options of each command.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"memnav {__version__}",
                         help="print the installed memnav version and exit")
@@ -72,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=_HelpFormatter)
         p.set_defaults(_module=module)
         _load(module).add_arguments(p)
 
@@ -83,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         gsub.required = True
         for tname, (module, thelp) in targets.items():
             tp = gsub.add_parser(tname, help=thelp, description=thelp,
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                 formatter_class=_HelpFormatter)
             tp.set_defaults(_module=module, _group=group)
             try:
                 mod = _load(module)
@@ -111,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = module.run(args)
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as err:
+        print(f"memnav {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:   # a path of the wrong kind (a directory for a file, ...), no permission, a full disk
+        print(f"memnav {args.command}: error: {_os_error_text(err)}", file=sys.stderr)
+        return 2
+    except ImportError as err:   # an optional dependency (habitat-sim) is missing: its message says how to install it
         print(f"memnav {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

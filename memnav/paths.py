@@ -66,3 +66,39 @@ def earlier_memories(folder: str | Path | None, keys) -> list[str]:
     if folder is None:
         return []
     return sorted(k for k in set(keys) if lifelong_memory_path(folder, k).is_file())
+
+
+def check_output_file(path: Path | None, option: str) -> None:
+    """Refuse an output file path that could not be written, before any work is done for it: an existing
+    directory, or a path below an existing file.
+
+    Raises:
+        ValueError: naming `option` and the path.
+    """
+    if path is None or str(path) == "-":
+        return
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: is a directory; give the path of a file to write")
+    _check_parents(path, option)
+
+
+def check_output_dir(path: Path | None, option: str) -> None:
+    """Refuse an output folder path that exists as something other than a folder, or lies below a file, before any
+    work is done for it.
+
+    Raises:
+        ValueError: naming `option` and the path.
+    """
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path}: exists and is not a directory; give a folder path")
+    _check_parents(path, option)
+
+
+def _check_parents(path: Path, option: str) -> None:
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{option} {path}: {parent} is a file, not a directory")
+            return

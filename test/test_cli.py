@@ -38,3 +38,45 @@ def test_version_matches_the_installed_package_and_package_xml(capsys):
     package_xml = (Path(__file__).resolve().parents[1] / "package.xml").read_text()
     assert f"<version>{version('memnav')}</version>" in package_xml
     assert re.fullmatch(r"memnav \d+\.\d+\.\d+", printed)
+
+
+def _help_of(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return " ".join(capsys.readouterr().out.split())   # argparse wraps lines
+
+
+def test_help_shows_defaults_only_where_they_say_something(capsys):
+    text = _help_of(["eval"], capsys)
+    assert "(default: 500)" in text            # --max-steps: a real default is shown
+    assert "(default: None)" not in text       # an option left out does what its help says
+    text = _help_of(["memory", "show"], capsys)
+    assert "(default: None)" not in text       # required --out and --map (help names its default)
+    for argv in (["scenes"], ["goal-audit"], ["eval-report"], ["bench", "memory"], ["train", "stop"]):
+        assert "(default: None)" not in _help_of(argv, capsys), argv
+
+
+def test_a_path_of_the_wrong_kind_is_one_line_naming_it_not_a_traceback(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    # --out names a file where a folder of houses belongs
+    assert main(["scenes", "--out", str(a_file / "sub"), "--houses", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and str(a_file) in err and "Traceback" not in err
+    assert a_file.read_text() == "x"
+
+
+def test_a_missing_optional_simulator_is_a_clear_error(tmp_path, capsys):
+    from conftest import make_tiny_dataset
+
+    try:
+        import habitat_sim  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("habitat-sim is installed here")
+    data = make_tiny_dataset(tmp_path / "houses")
+    assert main(["eval", "--agent", "forward", "--backend", "habitat", "--data", str(data), "--episodes", "1",
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "habitat-sim is not installed" in err and "Traceback" not in err

@@ -33,15 +33,27 @@ def save_model(model: nn.Module, path: Path | str, fmt: str, version: int, confi
     tmp.replace(path)
 
 
+def _torch_load_reason(err: Exception) -> str:
+    """What torch.load's error says went wrong, without the paragraph of unpickling advice it adds."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Weights only load failed"):
+        detail = next((line for line in lines[1:] if not line.startswith(("Please file", "Check the documentation"))),
+                      "")
+        return "not a file torch.load(weights_only=True) reads" + (f": {detail}" if detail else "")
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
 def read_payload(path: Path | str, fmt: str, version: int, what: str) -> dict:
     """The checked payload dict of a checkpoint of format `fmt` and `version` (`what` names it in errors)."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{what} checkpoint {path}: is a directory, not a checkpoint file")
     if not path.is_file():
         raise CheckpointError(f"{what} checkpoint not found: {path}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for foreign/corrupt files
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(err).__name__}: {err})") from err
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({_torch_load_reason(err)})") from err
     if not isinstance(payload, dict) or payload.get("format") != fmt:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointError(f"{path}: format is {found!r}, expected {fmt!r}")
@@ -75,3 +87,22 @@ def load_model(path: Path | str, fmt: str, version: int, build: Callable[[dict],
             raise CheckpointError(f"{path}: tensor {k} has shape {tuple(v.shape)}, expected {tuple(own[k].shape)}")
     model.load_state_dict(state)
     return model.eval(), dict(payload.get("extra") or {})
+
+
+def read_state(path: Path | str, keys: tuple[str, ...], what: str, start_over: str, *,
+               weights_only: bool = True) -> dict:
+    """A training job's resumable state saved with torch.save: a dict holding `keys`. Anything else is a ValueError
+    naming the file and `what` wrote such states, which says how to start over (`start_over`); the file is left
+    as it is.
+    """
+    cause: Exception | None = None
+    try:
+        st = torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as err:  # noqa: BLE001 - a damaged or foreign file fails in many ways inside unpickling
+        reason, cause = "torch.load cannot read it", err
+    else:
+        missing = [k for k in keys if k not in st] if isinstance(st, dict) else list(keys)
+        if not missing:
+            return st
+        reason = f"no {', '.join(missing)}"
+    raise ValueError(f"{path}: not a resumable state of `{what}` ({reason}); {start_over}") from cause

@@ -21,9 +21,11 @@ moving on. `FixedThresholdStop` (stop when p >= threshold) is the baseline it is
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 import numpy as np
 
@@ -189,3 +191,31 @@ class GoalBeliefCalibrator:
     @classmethod
     def from_dict(cls, d: dict) -> GoalBeliefCalibrator:
         return cls(np.asarray(d["weights"], float), tuple(d["feature_names"]))
+
+
+# the evidence the shipped stop belief reads: the encoder similarity and the geometric verification score
+STOP_FEATURES = ("similarity", "verification")
+
+
+def load_calibrator(path: Path | str, features: tuple[str, ...] = STOP_FEATURES) -> GoalBeliefCalibrator:
+    """The goal-belief calibrator `memnav train stop` wrote to `path`, checked to read `features`.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a folder, not a calibration JSON, or fitted on other features; the message names the file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, not a stop calibration JSON")
+    if not path.is_file():
+        raise FileNotFoundError(f"stop calibration {path} not found (make one with `memnav train stop`)")
+    try:
+        cal = GoalBeliefCalibrator.from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        what = f"no {err} field" if isinstance(err, KeyError) else str(err)
+        raise ValueError(f"{path}: not a stop calibration JSON (feature_names, weights) of `memnav train stop`: "
+                         f"{what}") from None
+    if cal.feature_names != tuple(features) or cal.weights.shape != (len(features) + 1,):
+        raise ValueError(f"{path}: calibrated on features {cal.feature_names} with {cal.weights.size} weights; "
+                         f"this stack computes {tuple(features)}")
+    return cal

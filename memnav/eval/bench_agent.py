@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> dict:
 
     if args.steps <= 0:
         raise ValueError(f"--steps must be positive, got {args.steps}")
+    for name in ("warmup", "prefill"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name} must be >= 0, got {getattr(args, name)}")
     set_inference_threads(args.threads)
     episodes = load_episodes(args.data, "test")
     agent = LearnedAgent(args.agent, LearnedAgentOptions(policy_dir=args.policy_dir))

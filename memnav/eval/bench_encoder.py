@@ -179,6 +179,9 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--verify-top must be >= 0, got {args.verify_top}")
     if args.max_houses < 0:
         raise ValueError(f"--max-houses must be >= 0 (0 = all), got {args.max_houses}")
+    for name in ("db_per_house", "queries_per_house"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     lookalikes = lookalike_grid(args)
     encoder = Encoder.from_checkpoint(args.checkpoint)
     torch.set_num_threads(2)

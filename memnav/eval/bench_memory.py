@@ -424,14 +424,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Run the memory benchmark; returns the JSON-ready results."""
+    if args.quick and args.sizes != DEFAULT_SIZES:
+        raise ValueError(f"--quick runs sizes {QUICK_SIZES}; leave --sizes out or drop --quick")
     if args.quick:
         args = argparse.Namespace(**{**vars(args), "sizes": QUICK_SIZES, "queries": min(args.queries, 50),
                                      "patrol_hours": min(args.patrol_hours, 10 / 60)})
     sizes = sorted({parse_size(s) for s in str(args.sizes).split(",") if s.strip()})
     if not sizes:
         raise ValueError("--sizes: give at least one size")
-    if args.queries < 1 or args.dim < 8 or args.patrol_hours <= 0:
-        raise ValueError("--queries must be >= 1, --dim >= 8, --patrol-hours > 0")
+    if args.queries < 1:
+        raise ValueError(f"--queries must be >= 1, got {args.queries}")
+    if args.dim < 8:
+        raise ValueError(f"--dim must be >= 8, got {args.dim}")
+    if not (math.isfinite(args.patrol_hours) and args.patrol_hours > 0):
+        raise ValueError(f"--patrol-hours must be a positive number, got {args.patrol_hours}")
+    if args.db not in (None, ":memory:") and Path(args.db).exists() and not Path(args.db).is_dir():
+        raise ValueError(f"--db {args.db}: exists and is not a directory (the benchmark databases go in a folder)")
     embedder = SmoothPlaceEmbedder(args.dim, seed=args.seed)
     cleanup = None
     if args.db == ":memory:":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -29,13 +30,18 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memnav.sim.dataset import default_data_dir
 
+if TYPE_CHECKING:   # rclpy is imported only when a mode runs
+    from rclpy.context import Context
+
 MODES = ("multiprocess", "fused")
 STACK_NODES = ("policy_node", "encoder_node", "memory_node", "stop_node")
+MAX_DOMAIN_ID = 232   # Fast DDS on Linux: higher ids give ports above 65535
 TARGETS_MS = {"latency_ms_p99_multiprocess": 50.0, "latency_ms_p99_fused": 20.0}
 
 
@@ -61,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--startup-timeout", type=float, default=180.0, metavar="SECONDS",
                         help="longest wait for the stack's first answer, seconds")
     parser.add_argument("--domain", type=int, default=None, metavar="ID",
-                        help="ROS_DOMAIN_ID of the first mode (the next mode uses ID+1); default from the pid")
+                        help=f"ROS_DOMAIN_ID of the first mode, 0 to {MAX_DOMAIN_ID} (the next mode uses ID+1); "
+                             "default from the pid")
     parser.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
                         help="where the nodes' output goes (default: a temporary folder, named on failure)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulator and of the rendered path")
@@ -139,11 +146,15 @@ class _Stack:
                    PYTHONUNBUFFERED="1")
         self.logs = {name: log_dir / f"{mode}_{name}.log" for name in commands}
         self.procs: dict[str, subprocess.Popen] = {}
-        for name, (module, *extra) in commands.items():
-            with open(self.logs[name], "w") as log:
-                self.procs[name] = subprocess.Popen(
-                    [sys.executable, "-m", module, "--ros-args", "--params-file", str(params), *extra],
-                    env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            for name, (module, *extra) in commands.items():
+                with open(self.logs[name], "w") as log:
+                    self.procs[name] = subprocess.Popen(
+                        [sys.executable, "-m", module, "--ros-args", "--params-file", str(params), *extra],
+                        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        except BaseException:   # no orphans: stop the ones already started
+            self.stop()
+            raise
 
     def dead(self) -> list[str]:
         return [name for name, p in self.procs.items() if p.poll() is not None]
@@ -176,20 +187,27 @@ def _percentiles(values_s: list[float]) -> dict[str, float | None]:
 
 def measure_mode(mode: str, frames: Frames, args: argparse.Namespace, params: Path, domain: int,
                  log_dir: Path, say) -> dict:
-    """Start the stack in `mode`, publish frames, time the answers; returns this mode's results (unsuffixed)."""
-    import rclpy
-    from nav_msgs.msg import Odometry
-    from rclpy.context import Context
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-    from sensor_msgs.msg import Image
-    from std_msgs.msg import String
+    """Start the stack in `mode`, publish frames, time the answers; returns this mode's results (unsuffixed).
 
-    from memnav.ros import conversions as conv
+    The stack's processes are stopped when this returns or raises.
+    """
+    from rclpy.context import Context
 
     stack = _Stack(mode, params, args.action_duration, domain, log_dir)
-    say(f"{mode}: started {', '.join(f'{n} (pid {p.pid})' for n, p in stack.procs.items())} on domain {domain}")
     context = Context()
+    try:   # whatever happens from here on (a ROS error, Ctrl-C), the stack's processes are stopped
+        say(f"{mode}: started {', '.join(f'{n} (pid {p.pid})' for n, p in stack.procs.items())} on domain {domain}")
+        _init_localhost(context, domain)
+        return _drive(stack, context, mode, frames, args, say)
+    finally:
+        context.try_shutdown()
+        stack.stop()
+
+
+def _init_localhost(context: Context, domain: int) -> None:
+    """rclpy.init of `context` on `domain` with discovery limited to this machine (as the stack's processes)."""
+    import rclpy
+
     saved = os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"   # read once, by init
     try:
@@ -199,6 +217,19 @@ def measure_mode(mode: str, frames: Frames, args: argparse.Namespace, params: Pa
             del os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"]
         else:
             os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = saved
+
+
+def _drive(stack: _Stack, context: Context, mode: str, frames: Frames, args: argparse.Namespace, say) -> dict:
+    """Play the robot against the running `stack` on `context`: publish frames, time the answers."""
+    import rclpy
+    from nav_msgs.msg import Odometry
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import String
+
+    from memnav.ros import conversions as conv
+
     node = rclpy.create_node("bench_pipeline", context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
@@ -299,8 +330,6 @@ def measure_mode(mode: str, frames: Frames, args: argparse.Namespace, params: Pa
     finally:
         node.destroy_node()
         executor.shutdown(timeout_sec=1.0)
-        rclpy.shutdown(context=context)
-        stack.stop()
     wall = wall1 - wall0
     cpu = {name: (cpu1[name] - cpu0[name]) / wall * 100.0 for name in cpu1}
     published = [v[0] for v in sent.values() if v[1]]
@@ -326,11 +355,22 @@ def measure_mode(mode: str, frames: Frames, args: argparse.Namespace, params: Pa
 def run(args: argparse.Namespace) -> dict:
     from memnav.ros.launcher import find_package_share
 
-    for name in ("duration", "rate_hz", "action_duration"):
-        if not getattr(args, name) > 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if args.warmup < 0 or args.frames < 1 or args.size_px < 8:
-        raise ValueError("--warmup must be >= 0, --frames >= 1 and --size-px >= 8")
+    for option, value in (("--duration", args.duration), ("--rate-hz", args.rate_hz),
+                          ("--action-duration", args.action_duration), ("--startup-timeout", args.startup_timeout)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{option} must be positive and finite, got {value:g}")
+    if not (math.isfinite(args.warmup) and args.warmup >= 0):
+        raise ValueError(f"--warmup must be >= 0 and finite, got {args.warmup:g}")
+    if args.frames < 1:
+        raise ValueError(f"--frames must be >= 1, got {args.frames}")
+    if args.size_px < 8:
+        raise ValueError(f"--size-px must be >= 8, got {args.size_px}")
+    modes = [m for m in MODES if m in args.modes]
+    last_id = MAX_DOMAIN_ID - (len(modes) - 1)   # mode i runs on domain ID+i
+    if args.domain is not None and not 0 <= args.domain <= last_id:
+        raise ValueError(f"--domain must be from 0 to {last_id}, got {args.domain} (ROS 2 domain ids 0-"
+                         f"{MAX_DOMAIN_ID} work with Fast DDS on Linux, 0-101 are recommended"
+                         f"{'; the second mode uses ID+1' if len(modes) > 1 else ''})")
     params = args.params or find_package_share("memnav") / "config" / "memnav.yaml"
     if not Path(params).is_file():
         raise FileNotFoundError(f"--params: parameter file not found: {params}")
@@ -354,7 +394,7 @@ def run(args: argparse.Namespace) -> dict:
     for mode in MODES:
         for key in ("latency_ms_p50", "latency_ms_p99", "cpu_percent"):
             result[f"{key}_{mode}"] = None
-    for i, mode in enumerate(m for m in MODES if m in args.modes):
+    for i, mode in enumerate(modes):
         try:
             measured = measure_mode(mode, frames, args, Path(params), domain + i, log_dir, say)
         except RuntimeError as err:

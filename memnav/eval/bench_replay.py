@@ -211,13 +211,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    if args.seconds <= 0 or args.rate <= 0 or args.repeats < 1:
-        raise ValueError("--seconds, --rate and --repeats must be positive")
+    for option, value in (("--seconds", args.seconds), ("--rate", args.rate)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{option} must be a finite number > 0, got {value:g}")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     from memnav.core.encoder import Encoder
     from memnav.eval.bench_sim import _house_scene
-    from memnav.eval.eval_bag import EvalConfig, evaluate_bag, load_calibrator
+    from memnav.eval.eval_bag import EvalConfig, config_from_options, evaluate_bag, load_calibrator
 
-    base = EvalConfig(batch_size=args.batch_size, threads=args.threads)
+    base = config_from_options(batch_size=args.batch_size, threads=args.threads)   # refuses by option name
     encoder = Encoder.from_checkpoint(base.checkpoint)
     calibrator = load_calibrator(Path(base.calibration))
     with tempfile.TemporaryDirectory(prefix="memnav_bench_replay_") as tmp:

@@ -117,8 +117,13 @@ def time_steps(scene: Path, config: SimConfig, steps: int, chunks: int, seed: in
 
 
 def run(args: argparse.Namespace) -> dict:
-    if args.steps <= 0 or args.chunks <= 0:
-        raise ValueError("--steps and --chunks must be positive")
+    for name in ("steps", "chunks", "heavy_triangles"):
+        if getattr(args, name) <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.render_threads < 0:
+        raise ValueError(f"--render-threads must be >= 0 (0 = one per core), got {args.render_threads}")
+    if args.data.exists() and not args.data.is_dir():
+        raise ValueError(f"--data {args.data}: not a dataset folder (memnav scenes --out DIR)")
     if args.scene is not None and not args.scene.is_file():
         raise FileNotFoundError(f"--scene: no mesh file at {args.scene}")
     from tqdm import tqdm

@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memnav.core.stop import STOP_FEATURES
+from memnav.core.stop import load_calibrator as _load_calibrator
 from memnav.core.types import Pose2D, wrap_angle
 from memnav.eval.bag_io import BagError, BagFile
 
@@ -57,7 +59,8 @@ IMAGE = "sensor_msgs/msg/Image"
 ODOMETRY = "nav_msgs/msg/Odometry"
 POSE_STAMPED = "geometry_msgs/msg/PoseStamped"
 POSE_TYPES = (ODOMETRY, POSE_STAMPED)
-FEATURES = ("similarity", "verification")
+FEATURES = STOP_FEATURES
+DISTROS = ("humble", "iron", "jazzy", "kilted")   # `--distro` choices
 
 
 class TopicError(BagError):
@@ -123,14 +126,20 @@ class EvalConfig:
     max_frames: int = 0
 
     def __post_init__(self) -> None:
-        if not self.rgb_topic or not self.odom_topic:
-            raise ValueError("EvalConfig: rgb_topic and odom_topic must be set")
+        for name in ("rgb_topic", "odom_topic"):
+            if not getattr(self, name):
+                raise ValueError(f"EvalConfig.{name} must name a topic, got ''")
         for name in ("sync_tolerance_s", "max_pose_gap_s", "place_distance_m", "place_angle_deg",
                      "loop_distance_m", "loop_angle_deg", "success_distance_m", "growth_interval_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"EvalConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        if self.batch_size < 1 or self.threads < 1 or self.max_frames < 0 or self.revisit_min_age_s < 0:
-            raise ValueError("EvalConfig: batch_size and threads must be >= 1, max_frames and revisit_min_age_s >= 0")
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"EvalConfig.{name} must be a finite number > 0, got {value!r}")
+        if not (math.isfinite(self.revisit_min_age_s) and self.revisit_min_age_s >= 0):
+            raise ValueError(f"EvalConfig.revisit_min_age_s must be a finite number >= 0, "
+                             f"got {self.revisit_min_age_s!r}")
+        for name, least in (("batch_size", 1), ("threads", 1), ("max_frames", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"EvalConfig.{name} must be >= {least}, got {getattr(self, name)!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -263,23 +272,13 @@ class EvalResult:
 
 
 def load_calibrator(path: Path):
-    """The goal-belief calibrator stored at `path` (fitted on similarity + verification).
+    """The goal-belief calibrator stored at `path`, fitted on eval-bag's features (similarity + verification).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not a calibration JSON, or fitted on other features.
+        ValueError: a folder, not a calibration JSON, or fitted on other features.
     """
-    from memnav.core.stop import GoalBeliefCalibrator
-
-    if not path.is_file():
-        raise FileNotFoundError(f"stop calibration {path} not found (run `memnav train stop`)")
-    try:
-        cal = GoalBeliefCalibrator.from_dict(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not a stop calibration JSON (feature_names, weights): {err}") from err
-    if cal.feature_names != FEATURES:
-        raise ValueError(f"{path}: calibrated on features {cal.feature_names}; eval-bag computes {FEATURES}")
-    return cal
+    return _load_calibrator(path, FEATURES)
 
 
 def _check_topics(bag: BagFile, cfg: EvalConfig) -> dict[str, str]:
@@ -826,7 +825,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     topics = parser.add_argument_group("topics")
     for name, what in (("rgb", "colour images"), ("depth", "depth images ('' = none)"), ("odom", "odometry"),
                        ("gt", "ground-truth pose, map frame ('' = none)"), ("goal", "goal images ('' = none)"),
-                       ("goal-depth", "goal depth images"), ("goal-pose", "goal pose annotations, map frame")):
+                       ("goal-depth", "goal depth images ('' = none: goal images are encoded without depth)"),
+                       ("goal-pose", "goal pose annotations, map frame ('' = none: stop decisions are made but "
+                                     "not scored)")):
         attr = f"{name.replace('-', '_')}_topic"
         topics.add_argument(f"--{name}-topic", default=getattr(d, attr), metavar="TOPIC", help=what)
     parser.add_argument("--checkpoint", type=Path, default=Path(d.checkpoint), help="encoder checkpoint")
@@ -846,21 +847,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop: at the goal within this distance of the goal pose, meters")
     parser.add_argument("--batch-size", type=int, default=d.batch_size, help="frames per encoder batch")
     parser.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads")
-    parser.add_argument("--distro", default="", choices=("", "humble", "iron", "jazzy", "kilted"),
-                        help="ROS distribution of the standard message definitions ('' = from the bag)")
+    parser.add_argument("--distro", default="", choices=("", *DISTROS), metavar="DISTRO",
+                        help=f"ROS distribution of the standard message definitions: {', '.join(DISTROS)} "
+                             "(default: from the bag's metadata: its ros_distro, else a guess from its version)")
     parser.add_argument("--max-frames", type=int, default=0, help="evaluate at most this many frames (0 = all)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+# EvalConfig field -> the `eval-bag` option that sets it (`bench replay` shares --batch-size and --threads)
+OPTIONS = {"rgb_topic": "--rgb-topic", "depth_topic": "--depth-topic", "odom_topic": "--odom-topic",
+           "gt_topic": "--gt-topic", "goal_topic": "--goal-topic", "goal_depth_topic": "--goal-depth-topic",
+           "goal_pose_topic": "--goal-pose-topic", "checkpoint": "--checkpoint", "calibration": "--calibration",
+           "sync_tolerance_s": "--sync-tolerance", "place_distance_m": "--place-distance",
+           "place_angle_deg": "--place-angle", "revisit_min_age_s": "--revisit-min-age",
+           "loop_distance_m": "--loop-distance", "success_distance_m": "--success-distance",
+           "batch_size": "--batch-size", "threads": "--threads", "distro": "--distro", "max_frames": "--max-frames"}
+
+
+def config_from_options(**fields: Any) -> EvalConfig:
+    """`EvalConfig(**fields)` for a command line: a bad value is refused naming its option as typed.
+
+    Raises:
+        ValueError: e.g. "--batch-size must be >= 1, got 0" (not the config's field name).
+    """
+    try:
+        return EvalConfig(**fields)
+    except ValueError as err:   # the config names its field; the user typed the option
+        text = str(err)
+        for name in fields:
+            text = text.replace(f"EvalConfig.{name} ", f"{OPTIONS.get(name, name)} ")
+        raise ValueError(text) from err
+
+
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
-    return EvalConfig(rgb_topic=args.rgb_topic, depth_topic=args.depth_topic, odom_topic=args.odom_topic,
-                      gt_topic=args.gt_topic, goal_topic=args.goal_topic, goal_depth_topic=args.goal_depth_topic,
-                      goal_pose_topic=args.goal_pose_topic, checkpoint=str(args.checkpoint),
-                      calibration=str(args.calibration), sync_tolerance_s=args.sync_tolerance,
-                      place_distance_m=args.place_distance, place_angle_deg=args.place_angle,
-                      revisit_min_age_s=args.revisit_min_age, loop_distance_m=args.loop_distance,
-                      success_distance_m=args.success_distance, batch_size=args.batch_size, threads=args.threads,
-                      distro=args.distro, max_frames=args.max_frames)
+    return config_from_options(
+        rgb_topic=args.rgb_topic, depth_topic=args.depth_topic, odom_topic=args.odom_topic, gt_topic=args.gt_topic,
+        goal_topic=args.goal_topic, goal_depth_topic=args.goal_depth_topic, goal_pose_topic=args.goal_pose_topic,
+        checkpoint=str(args.checkpoint), calibration=str(args.calibration), sync_tolerance_s=args.sync_tolerance,
+        place_distance_m=args.place_distance, place_angle_deg=args.place_angle,
+        revisit_min_age_s=args.revisit_min_age, loop_distance_m=args.loop_distance,
+        success_distance_m=args.success_distance, batch_size=args.batch_size, threads=args.threads,
+        distro=args.distro, max_frames=args.max_frames)
 
 
 def check_report_dir(bag: Path, report: Path) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from memnav.eval.report import _clean, _fmt, _plt, page_head
+from memnav.paths import check_output_dir
 from memnav.sim.metrics import mean_path_by_layer
 
 DISTANCE_BINS_M = (0.0, 2.0, 4.0, 6.0, 8.0, math.inf)
@@ -185,6 +186,12 @@ def agents_of(results: dict) -> dict[str, dict]:
     for name, a in agents.items():
         if not isinstance(a.get("per_episode"), list):
             raise ValueError(f"results: agent {name!r} has no 'per_episode' list")
+        for i, ep in enumerate(a["per_episode"]):
+            for key in ("success", "spl"):
+                value = ep.get(key) if isinstance(ep, dict) else None
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"results: agent {name!r} per_episode[{i}] has no number {key!r} "
+                                     f"(got {value!r})")
     return agents
 
 
@@ -744,6 +751,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read_results(path: Path) -> dict:
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, not a results file (memnav eval --json)")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such results file")
     try:
@@ -752,6 +761,10 @@ def _read_results(path: Path) -> dict:
         raise ValueError(f"{path}: not a JSON file ({err})") from err
     if not isinstance(results, dict):
         raise ValueError(f"{path}: expected a JSON object from `memnav eval --json`")
+    try:
+        agents_of(results)
+    except ValueError as err:
+        raise ValueError(f"{path}: {str(err).removeprefix('results: ')}") from None
     return results
 
 
@@ -760,6 +773,9 @@ def run(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.names.split(",")] if args.names else [p.stem for p in paths]
     if len(names) != len(paths):
         raise ValueError(f"--names: {len(names)} names for {len(paths)} files")
+    if not all(names):
+        raise ValueError(f"--names {args.names!r}: a run's name is empty")
+    check_output_dir(args.out, "--out")
     results = merge_runs([(name, _read_results(p)) for name, p in zip(names, paths)])
     if args.goal_audit is not None:
         from memnav.eval.goal_audit import annotate_ratios, read_audit

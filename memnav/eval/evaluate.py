@@ -32,7 +32,7 @@ from memnav.eval.exploring_defaults import (
     ExploringTuning,
 )
 from memnav.eval.learned_agents import MODELS, LearnedAgentOptions
-from memnav.paths import earlier_memories
+from memnav.paths import check_output_dir, check_output_file, earlier_memories
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, ODOMETRY_ORIGINS, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
 from memnav.sim.env import ImageNavEnv
@@ -82,8 +82,8 @@ def add_data_arguments(parser: argparse.ArgumentParser, run_options: bool = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agent", default="oracle", choices=AGENTS,
-                        help="agent to evaluate (learned agents read models/policy_<agent>.pt)")
+    parser.add_argument("--agent", default=None, choices=AGENTS,
+                        help="agent to evaluate (learned agents read models/policy_<agent>.pt; default: oracle)")
     parser.add_argument("--compare", default=None, metavar="A,B,...",
                         help="evaluate several agents on the same episodes and print one table, e.g. "
                              "random,gru,episodic,memnav,oracle (memnav-fixed = memnav with the fixed-threshold "
@@ -460,8 +460,12 @@ def load_split(args: argparse.Namespace) -> list:
     if args.episodes is not None and args.episodes <= 0:
         raise ValueError(f"--episodes must be positive, got {args.episodes}")
     spread = getattr(args, "spread", False) and args.episodes is not None
-    wanted = [s.strip() for s in args.episode_ids.split(",") if s.strip()] if getattr(args, "episode_ids", None) \
-        else None
+    wanted = [s.strip() for s in args.episode_ids.split(",") if s.strip()] \
+        if getattr(args, "episode_ids", None) is not None else None
+    if wanted == []:
+        raise ValueError(f"--episode-ids {args.episode_ids!r}: no episode id in it (ID,ID,...)")
+    if args.scenes_dir is not None and not args.scenes_dir.is_dir():
+        raise FileNotFoundError(f"--scenes-dir {args.scenes_dir}: no such directory")
     episodes = load_episodes(args.data, args.split, scenes_dir=args.scenes_dir,
                              limit=None if spread or wanted else args.episodes)
     if wanted:
@@ -494,7 +498,12 @@ def spread_over_scenes(episodes: list, n: int) -> list:
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    names = [a.strip() for a in args.compare.split(",") if a.strip()] if args.compare else [args.agent]
+    if args.compare is not None and args.agent is not None:
+        raise ValueError("--agent and --compare both name the agents to run: give one of them")
+    names = [a.strip() for a in args.compare.split(",") if a.strip()] if args.compare is not None \
+        else [args.agent or "oracle"]
+    if not names:
+        raise ValueError(f"--compare {args.compare!r}: no agent named (A,B,...)")
     unknown = [a for a in names if a not in AGENTS]
     if unknown:
         raise ValueError(f"--compare: unknown agent(s) {', '.join(unknown)}; available: {', '.join(AGENTS)}")
@@ -506,6 +515,18 @@ def run(args: argparse.Namespace) -> int:
     if args.map_checks_in_background and not args.odometry_restarts:
         raise ValueError("--map-checks-in-background needs --odometry-restarts (only a rebooted run checks its map "
                          "against a saved one)")
+    check_output_file(args.json, "--json")    # before the run, not after it
+    if args.max_steps < 1:
+        raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
+    for name, value in ExploringTuning.values_of(args).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not (math.isfinite(value)
+                                                                                  and value >= 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {value}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    check_output_dir(args.report, "--report")
+    check_output_dir(args.trace, "--trace")
+    check_output_dir(args.memory_dir, "--memory-dir")
     episodes = load_split(args)
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import STDOUT_ONLY
+from memnav.paths import check_output_file
 from memnav.sim.goal_lookalikes import GoalAuditConfig, HouseLookalikes
 
 
@@ -207,6 +208,7 @@ def format_summary(doc: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_file(args.json, "--json")
     options = {name: getattr(args, name) for name in ("grid_m", "heading_deg", "candidates", "nudge_m", "nudge_deg")}
     try:
         cfg = GoalAuditConfig(**options)

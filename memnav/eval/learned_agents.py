@@ -8,7 +8,6 @@ with exploration on it also keeps the house's occupancy map there (`<house>.map.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -23,7 +22,7 @@ from memnav.core.exploration import MapEvidence, OccupancyMap
 from memnav.core.memory.scene_graph import SceneGraphConfig, SceneGraphMemory
 from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig
 from memnav.core.policy import load_policy
-from memnav.core.stop import GoalBeliefCalibrator
+from memnav.core.stop import load_calibrator
 from memnav.core.types import Action, Observation, Pose2D
 from memnav.eval.exploring_defaults import (
     EXPLORING_BEST_VIEW_RESERVE,
@@ -174,9 +173,7 @@ class LearnedAgent:
             raise ValueError(f"{path}: trained with memory {extra.get('memory')!r}, agent {name!r} needs "
                              f"{kind.value!r}")
         self.encoder = encoder or Encoder.from_checkpoint(opts.encoder_checkpoint)
-        if not Path(opts.calibration).is_file():
-            raise FileNotFoundError(f"stop calibration not found: {opts.calibration}")
-        calibrator = GoalBeliefCalibrator.from_dict(json.loads(Path(opts.calibration).read_text()))
+        calibrator = load_calibrator(opts.calibration)
         graph = kind is MemoryKind.SCENE_GRAPH
         explore = graph and opts.explore
         colour = opts.colour_weight > 0 or opts.candidate_min_colour > 0

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.required = True
     p = sub.add_parser("info", help="counts, time span, rooms and objects of a memory database",
                        description="Print what a memory database holds (read-only).",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=parser.formatter_class)
     p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
     p.add_argument("--check", action="store_true",
                    help="also run SQLite's integrity check over the whole file (reads all of it)")
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        description="Draw a memory database from above (read-only): places coloured by room and "
                                    "sized by visits, traversability edges, objects, room labels, and the "
                                    "keyframes of the most visited places.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=parser.formatter_class)
     p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
     p.add_argument("--out", type=Path, required=True, metavar="PNG", help="figure to write (.png)")
     p.add_argument("--map", type=Path, default=None, metavar="NPZ",
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("export", help="write the scene graph as GraphML or node-link JSON",
                        description="Export a memory database's scene graph (read-only) for other tools: "
                                    "GraphML (.graphml: Gephi, yEd, networkx) or networkx node-link JSON (.json).",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=parser.formatter_class)
     p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
     p.add_argument("--out", type=Path, required=True, metavar="FILE",
                    help="output file; its suffix picks the format: " + ", ".join(EXPORT_FORMATS))
@@ -237,5 +237,21 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_writing_over(db: Path, out: Path | None, option: str) -> None:
+    """These commands only read DB: an output path that is DB itself (or one of its SQLite side files) is refused
+    before anything is written."""
+    if out is None or out == STDOUT_ONLY:
+        return
+    target = out.resolve()
+    if target in {db.resolve(), *(db.resolve().with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))} or (
+            out.exists() and db.exists() and out.samefile(db)):
+        raise ValueError(f"{option} {out} is the memory database DB itself; this command only reads DB, "
+                         "write the output to another file")
+
+
 def run(args: argparse.Namespace) -> int:
+    _refuse_writing_over(args.db, getattr(args, "out", None) or getattr(args, "json", None),
+                         "--out" if getattr(args, "out", None) is not None else "--json")
+    if args.action == "show" and args.map is not None and args.no_map:
+        raise ValueError("--map and --no-map contradict each other: give one of them")
     return {"info": _info, "show": _show, "export": _export}[args.action](args)

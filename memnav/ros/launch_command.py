@@ -6,6 +6,7 @@ runs them where launch_ros is unavailable (it is not on PyPI). See memnav.ros.la
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -50,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shutdown-timeout", type=float, default=5.0, metavar="SECONDS",
         help="on Ctrl-C, SIGTERM or the end of an on_exit: shutdown node, every node's process group gets SIGINT "
-             "and this long to exit, then SIGTERM and this long again, then SIGKILL; a second Ctrl-C skips the "
-             "waiting")
+             "and this long to exit, then SIGTERM and this long again, then SIGKILL (0: no waiting); a second "
+             "Ctrl-C skips the waiting")
 
 
 def show_args(launch: LaunchFile) -> str:
@@ -70,6 +71,9 @@ def show_args(launch: LaunchFile) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    timeout = args.shutdown_timeout
+    if not (math.isfinite(timeout) and timeout >= 0):   # NaN would never escalate to SIGTERM / SIGKILL
+        raise ValueError(f"--shutdown-timeout must be a finite number of seconds >= 0, got {timeout:g}")
     path = locate_launch_file(str(args.file))
     launch = load_launch_file(path)
     if args.show_args:

@@ -1051,8 +1051,12 @@ class Supervisor:
             tail_lines: output lines kept per node for crash reports.
 
         Raises:
+            ValueError: `shutdown_timeout_s` is negative or not finite (NaN would never escalate).
             LaunchError: an executable is not found.
         """
+        if not (math.isfinite(shutdown_timeout_s) and shutdown_timeout_s >= 0):
+            raise ValueError(f"Supervisor.shutdown_timeout_s must be a finite number of seconds >= 0, "
+                             f"got {shutdown_timeout_s!r}")
         self.shutdown_timeout_s = shutdown_timeout_s
         self._out = out
         self._log = log

@@ -14,14 +14,17 @@ warning. Messages are stored as received (CDR bytes), stamped with the node cloc
 -p use_sim_time:=true` records /clock time).
 
 Recording ends at Ctrl-C, SIGTERM or after `--duration` seconds; the bag is then finished (index and
-metadata written). The output folder must not exist: a bag is never overwritten.
+metadata written). The output folder must not exist: a bag is never overwritten. A recording that fails
+before its first message (a bad option, a ROS error) leaves no folder behind.
 For large images between processes over Fast DDS, see the FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA note in the
 README (set it for the publisher and the recorder alike).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -29,6 +32,7 @@ from typing import Any
 
 from memnav.eval.bag_io import STORAGES, BagError, BagWriter, UnknownTypeError
 
+MAX_TIMER_S = 9e9   # ROS timers count int64 nanoseconds (up to ~9.2e9 s)
 _ROS_QOS_TO_BAG = {"reliability": ("RELIABLE", "BEST_EFFORT"), "durability": ("TRANSIENT_LOCAL", "VOLATILE")}
 
 
@@ -85,9 +89,26 @@ def offered_qos(infos: list[Any]) -> list[Any]:
                         max(1, int(i.qos_profile.depth or 1))) for i in infos]
 
 
+def _abandon(writer: BagWriter) -> None:
+    """After a failure: keep a bag that holds messages (a partial recording is still a bag), remove an empty one.
+
+    The folder is always this run's own: `run` refuses an --out that exists.
+    """
+    if writer.counts:
+        writer.close()
+        return
+    with contextlib.suppress(Exception):   # the failure that brought us here is the one to report
+        writer.close()
+    shutil.rmtree(writer.path, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.duration < 0 or args.discovery_interval <= 0:
-        raise ValueError("--duration must be >= 0 and --discovery-interval > 0")
+    if not 0 <= args.duration <= MAX_TIMER_S:   # NaN fails every comparison
+        raise ValueError(f"--duration must be a number of seconds from 0 to {MAX_TIMER_S:g} "
+                         f"(0 = until Ctrl-C or SIGTERM), got {args.duration:g}")
+    if not 0 < args.discovery_interval <= MAX_TIMER_S:
+        raise ValueError(f"--discovery-interval must be a number of seconds above 0 and at most {MAX_TIMER_S:g}, "
+                         f"got {args.discovery_interval:g}")
     if args.out.exists():
         raise BagError(f"--out {args.out} exists already; a bag is never overwritten")
     import rclpy
@@ -96,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     rclpy.init(args=["memnav_record", "--ros-args", *args.ros_args] if args.ros_args else ["memnav_record"])
     node = rclpy.create_node("memnav_record")
     log = node.get_logger()
-    writer = BagWriter(args.out, args.storage)
+    writer: BagWriter | None = None
     wanted = set(args.topics)
     subs: dict[str, Any] = {}
     refused: set[str] = set()
@@ -130,19 +151,27 @@ def run(args: argparse.Namespace) -> int:
     def stop(*_: object) -> None:
         state["done"] = True
 
-    signal.signal(signal.SIGTERM, stop)
-    node.create_timer(args.discovery_interval, discover)
-    if args.duration > 0:
-        node.create_timer(args.duration, stop)
-    discover()
-    log.info(f"recording into {args.out} ({args.storage}); Ctrl-C to stop")
+    previous_sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        while rclpy.ok() and not state["done"]:
-            rclpy.spin_once(node, timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
+        signal.signal(signal.SIGTERM, stop)
+        node.create_timer(args.discovery_interval, discover)
+        if args.duration > 0:
+            node.create_timer(args.duration, stop)
+        writer = BagWriter(args.out, args.storage)   # last: whatever can refuse the options has run by now
+        discover()
+        log.info(f"recording into {args.out} ({args.storage}); Ctrl-C to stop")
+        try:
+            while rclpy.ok() and not state["done"]:
+                rclpy.spin_once(node, timeout_sec=0.1)
+        except (KeyboardInterrupt, ExternalShutdownException):
+            pass
         writer.close()
+    except BaseException:
+        if writer is not None:
+            _abandon(writer)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
         node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()

@@ -23,6 +23,7 @@ with `loop`), status 1 when the bag cannot be read.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections import Counter
@@ -62,8 +63,14 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         if not self.bag:
             raise ValueError("ReplayConfig.bag must name a bag")
-        if not self.rate > 0 or not self.clock_hz > 0 or self.delay_s < 0 or self.wait_timeout_s < 0:
-            raise ValueError("ReplayConfig: rate and clock_hz must be > 0, delay_s and wait_timeout_s >= 0")
+        for name in ("rate", "clock_hz"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"ReplayConfig.{name} must be a finite number > 0, got {value!r}")
+        for name in ("delay_s", "wait_timeout_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"ReplayConfig.{name} must be a finite number of seconds >= 0, got {value!r}")
 
     @property
     def topic_list(self) -> list[str]:
@@ -260,10 +267,30 @@ def _finish(node: Any, bag: BagFile) -> None:
         rclpy.shutdown()
 
 
+# ReplayConfig field -> the `memnav replay` option that sets it
+OPTIONS = {"bag": "BAG", "rate": "--rate", "clock_hz": "--clock-hz", "delay_s": "--delay",
+           "topics": "--topics", "wait_for": "--wait-for", "wait_timeout_s": "--wait-timeout"}
+
+
+def config_from_args(args: argparse.Namespace) -> ReplayConfig:
+    """The replay the command line asks for.
+
+    Raises:
+        ValueError: a bad value, naming the option as typed (e.g. "--rate must be ...").
+    """
+    try:
+        return ReplayConfig(bag=str(args.bag), rate=args.rate, loop=args.loop, clock=not args.no_clock,
+                            clock_hz=args.clock_hz, delay_s=args.delay, topics=" ".join(args.topics or []),
+                            wait_for=" ".join(args.wait_for), wait_timeout_s=args.wait_timeout)
+    except ValueError as err:   # the config names its field; the user typed the option
+        text = str(err)
+        for name, option in OPTIONS.items():
+            text = text.replace(f"ReplayConfig.{name} ", f"{option} ")
+        raise ValueError(text) from err
+
+
 def run(args: argparse.Namespace) -> int:
-    cfg = ReplayConfig(bag=str(args.bag), rate=args.rate, loop=args.loop, clock=not args.no_clock,
-                       clock_hz=args.clock_hz, delay_s=args.delay, topics=" ".join(args.topics or []),
-                       wait_for=" ".join(args.wait_for), wait_timeout_s=args.wait_timeout)
+    cfg = config_from_args(args)
     remaps = parse_remaps(args.remap)
     bag, selected = open_bag(cfg)
     for w in bag.warnings:

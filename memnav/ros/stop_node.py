@@ -28,10 +28,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memnav.core.stop import VoIStopConfig
+from memnav.core.stop import STOP_FEATURES, VoIStopConfig, load_calibrator
 from memnav.core.verification import VerificationConfig
 
-FEATURES = ("similarity", "verification")
+FEATURES = STOP_FEATURES
 
 
 @dataclass
@@ -59,24 +59,6 @@ class StopNodeConfig:
 PARAMETER_GROUPS = (("", StopNodeConfig), ("voi.", VoIStopConfig), ("verification.", VerificationConfig))
 
 
-def load_calibrator(path):
-    """The calibrator stored at `path`, checked to use this node's features.
-
-    Raises:
-        ValueError: the file is not a calibration JSON, or was fitted on other features.
-    """
-    from memnav.core.stop import GoalBeliefCalibrator
-
-    try:
-        cal = GoalBeliefCalibrator.from_dict(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not a stop calibration JSON (feature_names, weights): {err}") from err
-    if cal.feature_names != FEATURES or cal.weights.shape != (len(FEATURES) + 1,):
-        raise ValueError(f"{path}: calibrated on features {cal.feature_names} with {cal.weights.size} weights; "
-                         f"stop_node computes {FEATURES}")
-    return cal
-
-
 def main(argv: list[str] | None = None) -> int:
     from memnav.ros.stack_node import run_nodes
 
@@ -102,7 +84,7 @@ def build(node) -> Callable[[], None]:
     cfg = declare_dataclass(node, StopNodeConfig)
     voi_cfg = declare_dataclass(node, VoIStopConfig, prefix="voi.")
     ver_cfg = declare_dataclass(node, VerificationConfig, prefix="verification.")
-    calibrator = load_calibrator(resolve_model_path(cfg.calibration, "calibration"))
+    calibrator = load_calibrator(resolve_model_path(cfg.calibration, "calibration"), FEATURES)
     controller = VoIStopController.from_config(voi_cfg)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     pub = node.create_publisher(String, "/memnav/stop_decision", 10)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.frames import quat_xyzw_from_yaw, yaw_from_quat_xyzw
+from memnav.paths import check_output_dir
 from memnav.sim.base import SimConfig
 from memnav.sim.goal_lookalikes import GoalAuditConfig
 
@@ -240,7 +241,13 @@ def run(args: argparse.Namespace) -> int:
     for name in ("houses", "train_episodes", "val_episodes", "test_episodes"):
         if getattr(args, name) < (1 if name == "houses" else 0):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    sampling = EpisodeSamplingConfig(min_goal_lookalike_ratio=args.min_goal_lookalike_ratio)
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    check_output_dir(args.out, "--out")
+    try:
+        sampling = EpisodeSamplingConfig(min_goal_lookalike_ratio=args.min_goal_lookalike_ratio)
+    except ValueError as err:
+        raise ValueError(f"--min-goal-lookalike-ratio: {err}") from None
     lookalikes = lookalike_grid(args)
     marker = args.out / ".complete"
     if marker.exists() and not args.force:

@@ -23,12 +23,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from memnav.core.checkpoint import read_state
 from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
+from memnav.paths import check_output_dir, check_output_file
 from memnav.sim.dataset import default_data_dir
 from memnav.train.frame_bank import (
     NEAR_MISS_M,
     NEAR_MISS_TURN_DEG,
     FrameSet,
+    checked_houses,
     dataset_summary,
     houses_of_split,
     recall_at_1,
@@ -187,8 +190,8 @@ def resolve_device(name: str) -> torch.device:
 
 def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: int, pairs: bool,
           cache_dir: Path, near_miss: bool = False, jitter: tuple[float, float] = (0.5, 15.0),
-          near_miss_m: tuple[float, float] = NEAR_MISS_M, near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG
-          ) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+          near_miss_m: tuple[float, float] = NEAR_MISS_M, near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG,
+          progress: bool = True) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render (or load from the cache) a split's frames: anchors, their positives and near misses."""
     houses = houses_of_split(data, split)
     kind = (f"pairs{jitter[0]:g}m{jitter[1]:g}deg" if pairs else "single") + ("_nearmiss" if near_miss else "")
@@ -203,7 +206,7 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
     pair_jitter = (jitter[0], math.radians(jitter[1])) if pairs else None
     sets = render_set(houses, per_house, enc_cfg, seed, pair_jitter=pair_jitter, near_miss=near_miss,
                       near_miss_m=near_miss_m, near_miss_turn_deg=near_miss_turn_deg,
-                      desc=f"render {split}")
+                      desc=f"render {split}", progress=progress)
     cache_dir.mkdir(parents=True, exist_ok=True)
     arrays = {f"{p}{k}": getattr(fs, k) for p, fs in zip(("", "p", "n"), sets) if fs is not None
               for k in ("frames", "poses")}
@@ -223,6 +226,10 @@ def _architecture(args: argparse.Namespace, base: EncoderConfig) -> EncoderConfi
     """The network to train: `base` (the default, or --init's) with --input-px / --widths where given; with
     --init those must match the checkpoint, naming what differs."""
     input_px, widths = getattr(args, "input_px", None), getattr(args, "widths", None)   # None: not given
+    if input_px is not None and (input_px % 16 or input_px < 32):
+        raise ValueError(f"--input-px must be a multiple of 16 and >= 32 (pixels), got {input_px}")
+    if widths is not None and min(widths) < 1:
+        raise ValueError(f"--widths must be 4 channel counts >= 1, got {' '.join(map(str, widths))}")
     cfg = EncoderConfig(**{**base.to_dict(), **({"input_px": input_px} if input_px is not None else {}),
                            **({"widths": tuple(widths)} if widths is not None else {})})
     if args.init is not None and cfg != base:
@@ -241,6 +248,43 @@ def _init_tag(path: Path | None) -> str | None:
     import hashlib
 
     return f"{Path(path).name}:{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
+
+
+def _check_options(cfg: EncoderTrainConfig, args: argparse.Namespace) -> None:
+    """Refuse option values training cannot use, naming the option as typed (checks that need no files)."""
+    for name, value, least, what in (("--steps", cfg.steps, 1, "training steps"),
+                                     ("--batch", cfg.batch_pairs, 2, "positive pairs per batch"),
+                                     ("--pairs-per-house", cfg.pairs_per_house, 1, "rendered pairs per house"),
+                                     ("--eval-every", cfg.eval_every, 1, "steps between evaluations"),
+                                     ("--threads", args.threads, 1, "torch CPU threads"),
+                                     ("--seed", cfg.seed, 0, "random seed")):
+        if value < least:
+            raise ValueError(f"{name} must be >= {least} ({what}), got {value}")
+    for name, every in (("--mine-every", cfg.mine_every), ("--house-bank-every", cfg.house_bank_every)):
+        if every < 0:
+            raise ValueError(f"{name} must be >= 0 (0 = off), got {every}")
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {cfg.lr:g}")
+    for name, value in (("--positive-m", cfg.positive_m), ("--positive-deg", cfg.positive_deg)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value:g}")
+    if args.max_minutes is not None and not (args.max_minutes >= 0):
+        raise ValueError(f"--max-minutes must be >= 0 (leave it out for no limit), got {args.max_minutes:g}")
+    if not 0 <= cfg.colour_gain_std < 1:
+        raise ValueError(f"--colour-gain must be in [0, 1), got {cfg.colour_gain_std:g}")
+    for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
+        if not 0 <= lo < hi:
+            raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
+
+
+# what `run` reads back from `<out>.state` (the architecture and data settings are optional: older states)
+_STATE_KEYS = ("model", "opt", "sched", "gen", "rng", "curve", "step", "total_steps")
+
+
+def _read_state(state_path: Path) -> dict:
+    """The resumable state `run` saved in `state_path` (a ValueError naming the file otherwise)."""
+    return read_state(state_path, _STATE_KEYS, "memnav train encoder",
+                      "pass --restart to start over (it is then replaced) or move it away", weights_only=False)
 
 
 def _refuse_changed(state_path: Path, what: str, started: dict, now: dict) -> None:
@@ -276,26 +320,34 @@ def validation_recall(model: FrameEncoder, db: FrameSet, queries: FrameSet) -> f
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EncoderTrainConfig()
-    parser.add_argument("--out", type=Path, default=Path("models/encoder.pt"), help="checkpoint to write")
+    parser.add_argument("--out", type=Path, default=Path("models/encoder.pt"), metavar="PATH",
+                        help="encoder checkpoint to write; the resumable state goes to PATH.state and the "
+                             "training curves beside it (.curve.json, .curve.png)")
     parser.add_argument("--data", type=Path, default=default_data_dir(),
                         metavar="DIR", help="generated dataset whose train houses are trained on")
     parser.add_argument("--val-data", type=Path, default=None, metavar="DIR",
                         help="dataset whose val houses give the validation recall@1 (default: --data); lets a "
                              "run on a larger generated dataset be compared with runs on the default one")
-    parser.add_argument("--steps", type=int, default=d.steps, help="total training steps (resume continues to it)")
-    parser.add_argument("--batch", type=int, default=d.batch_pairs, help="positive pairs per batch")
-    parser.add_argument("--lr", type=float, default=d.lr, help="learning rate")
-    parser.add_argument("--pairs-per-house", type=int, default=d.pairs_per_house,
-                        help="rendered training pairs per train house")
-    parser.add_argument("--eval-every", type=int, default=d.eval_every, help="steps between val recall@1")
-    parser.add_argument("--max-minutes", type=float, default=None,
-                        help="stop cleanly after this many minutes (state saved; re-run to continue)")
+    parser.add_argument("--steps", type=int, default=d.steps, metavar="STEPS",
+                        help="total optimisation steps, one batch each (a resumed run continues up to STEPS)")
+    parser.add_argument("--batch", type=int, default=d.batch_pairs, metavar="PAIRS",
+                        help="positive pairs (two views of one place) per training batch, >= 2")
+    parser.add_argument("--lr", type=float, default=d.lr, metavar="LR",
+                        help="AdamW peak learning rate (linear warm-up, then cosine decay to 0 over --steps)")
+    parser.add_argument("--pairs-per-house", type=int, default=d.pairs_per_house, metavar="PAIRS",
+                        help="training pairs rendered per train house (rendered once, then read from the cache)")
+    parser.add_argument("--eval-every", type=int, default=d.eval_every, metavar="STEPS",
+                        help="training steps between validation recall@1 evaluations (each one also saves the "
+                             "checkpoint and state)")
+    parser.add_argument("--max-minutes", type=float, default=None, metavar="MIN",
+                        help="stop cleanly after this many minutes of training, wall clock (state saved; re-run "
+                             "to continue); default: no limit (0 stops after the first step)")
     parser.add_argument("--restart", action="store_true", help="ignore an existing <out>.state and start over")
     parser.add_argument("--init", type=Path, default=None, metavar="CHECKPOINT",
                         help="fine-tune: start from this encoder checkpoint's weights instead of a random "
                              "initialisation (its architecture is used; --input-px / --widths, when given, must "
                              "match it); the schedule (warm-up, cosine decay over --steps) starts afresh")
-    parser.add_argument("--cache-dir", type=Path, default=None,
+    parser.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                         help="where rendered frame banks are cached (unset: each dataset's own DIR/cache)")
     e = EncoderConfig()
     parser.add_argument("--input-px", type=int, default=argparse.SUPPRESS, metavar="PX",
@@ -327,12 +379,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--colour-gain", type=float, default=d.colour_gain_std, metavar="STD",
                         help="standard deviation of the augmentation's per-channel colour gain (white balance); "
                              "brightness and contrast jitter are separate")
-    parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--seed", type=int, default=d.seed, metavar="N",
+                        help="random seed (poses, batches, augmentation, initialisation), >= 0")
+    parser.add_argument("--threads", type=int, default=2, metavar="N", help="torch CPU threads, >= 1")
     parser.add_argument("--device", default="auto", metavar="DEV",
                         help="where the network trains: auto (a CUDA GPU when torch sees one, else the CPU), cpu "
                              "or cuda[:N]; frames are rendered and augmented on the CPU either way")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="hide the progress bars (frame rendering and training)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -344,56 +398,33 @@ def run(args: argparse.Namespace) -> int:
                              positive_deg=args.positive_deg, near_miss_m=tuple(args.near_miss_m),
                              near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every,
                              house_bank_every=args.house_bank_every, colour_gain_std=args.colour_gain)
-    if cfg.steps <= 0 or cfg.batch_pairs < 2:
-        raise ValueError("--steps must be > 0 and --batch >= 2")
-    for name, every in (("--mine-every", cfg.mine_every), ("--house-bank-every", cfg.house_bank_every)):
-        if every < 0:
-            raise ValueError(f"{name} must be >= 0 (0 = off), got {every}")
-    if not 0 <= cfg.colour_gain_std < 1:
-        raise ValueError(f"--colour-gain must be in [0, 1), got {cfg.colour_gain_std:g}")
-    for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
-        if not 0 <= lo < hi:
-            raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
-    torch.set_num_threads(args.threads)
+    # every option is checked before the first frame is rendered (minutes of work on a real dataset)
+    _check_options(cfg, args)
+    check_output_file(args.out, "--out")
+    if args.cache_dir is not None:
+        check_output_dir(args.cache_dir, "--cache-dir")
     device = resolve_device(args.device)
     if args.init is not None and Path(args.init).resolve() == Path(args.out).resolve():
         raise ValueError(f"--init {args.init} is also --out: write the fine-tuned encoder to another file (a "
                          f"resumed run checks that --init is unchanged)")
     init = load_checkpoint(args.init) if args.init is not None else None
     enc_cfg = _architecture(args, init.cfg if init is not None else EncoderConfig())
+    train_houses = len(checked_houses(args.data, "train", "--data"))
+    val_data = args.val_data or args.data
+    checked_houses(val_data, "val", "--val-data" if args.val_data else "--data")
+    batch_houses = min(cfg.houses_per_batch, train_houses)
+    if cfg.batch_pairs < batch_houses:
+        raise ValueError(f"--batch must be >= {batch_houses} (a batch takes pairs from {batch_houses} train "
+                         f"houses), got {cfg.batch_pairs}")
+    torch.set_num_threads(args.threads)
     data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
                    "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
                    "colour_gain_std": cfg.colour_gain_std,
                    "dataset": _dataset_tag(args.data), "init": _init_tag(args.init)}
-    val_data = args.val_data or args.data
-    train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
-                                      args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
-                                      jitter=(cfg.positive_m, cfg.positive_deg), near_miss_m=cfg.near_miss_m,
-                                      near_miss_turn_deg=cfg.near_miss_turn_deg)
-    val_cache = args.cache_dir or (val_data / "cache")
-    val_db = _bank(val_data, "val", 300, enc_cfg, cfg.seed + 1, False, val_cache)[0]
-    val_q = _bank(val_data, "val", 100, enc_cfg, cfg.seed + 2, False, val_cache)[0]
-    assert train_b is not None
-
-    torch.manual_seed(cfg.seed)
-    model = FrameEncoder(enc_cfg)
-    if init is not None:
-        model.load_state_dict(init.state_dict())
-        print(f"starting from the weights of {args.init}", file=sys.stderr)
-    model = model.to(device)
-    embed_batch = 2048 if device.type == "cuda" else 256
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    warmup = max(1, min(100, cfg.steps // 10))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
-        1.0 + math.cos(math.pi * min(1.0, s / cfg.steps))))
     state_path = args.out.with_name(args.out.name + ".state")
-    curve: dict = {"step": [], "loss": [], "val_step": [], "val_recall_at_1": []}
-    step = 0
-    gen = torch.Generator().manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    if state_path.is_file() and not args.restart:
-        st = torch.load(state_path, map_location="cpu", weights_only=False)
+    st = _read_state(state_path) if state_path.is_file() and not args.restart else None
+    if st is not None:
         if st["total_steps"] != cfg.steps:
             raise ValueError(f"{state_path}: was started for --steps {st['total_steps']}; pass the same "
                              f"--steps to resume or --restart to start over")
@@ -407,6 +438,32 @@ def run(args: argparse.Namespace) -> int:
                          "mine_every": 0, "house_bank_every": 0, "colour_gain_std": 0.1,
                          "dataset": data_config["dataset"], "init": None,
                          **st.get("data_config", {})}, data_config)
+    progress = not args.no_progress
+    train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
+                                      args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
+                                      jitter=(cfg.positive_m, cfg.positive_deg), near_miss_m=cfg.near_miss_m,
+                                      near_miss_turn_deg=cfg.near_miss_turn_deg, progress=progress)
+    val_cache = args.cache_dir or (val_data / "cache")
+    val_db = _bank(val_data, "val", 300, enc_cfg, cfg.seed + 1, False, val_cache, progress=progress)[0]
+    val_q = _bank(val_data, "val", 100, enc_cfg, cfg.seed + 2, False, val_cache, progress=progress)[0]
+    assert train_b is not None
+
+    torch.manual_seed(cfg.seed)
+    model = FrameEncoder(enc_cfg)
+    if init is not None:
+        model.load_state_dict(init.state_dict())
+        print(f"starting from the weights of {args.init}", file=sys.stderr)
+    model = model.to(device)
+    embed_batch = 2048 if device.type == "cuda" else 256
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warmup = max(1, min(100, cfg.steps // 10))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
+        1.0 + math.cos(math.pi * min(1.0, s / cfg.steps))))
+    curve: dict = {"step": [], "loss": [], "val_step": [], "val_recall_at_1": []}
+    step = 0
+    gen = torch.Generator().manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    if st is not None:
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])

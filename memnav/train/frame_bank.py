@@ -43,7 +43,13 @@ def dataset_summary(data: Path) -> dict:
     splits_file = Path(data) / "splits.json"
     if not splits_file.is_file():
         raise FileNotFoundError(f"{splits_file} not found: generate houses first (memnav scenes --out {data})")
-    return json.loads(splits_file.read_text())
+    try:
+        summary = json.loads(splits_file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{splits_file} is not JSON ({err}): not a generated dataset") from err
+    if not isinstance(summary, dict) or not isinstance(summary.get("splits"), dict):
+        raise ValueError(f"{splits_file} has no 'splits' mapping (house name -> split): not a generated dataset")
+    return summary
 
 
 def houses_of_split(data: Path, split: str) -> list[Path]:
@@ -53,6 +59,15 @@ def houses_of_split(data: Path, split: str) -> list[Path]:
     if not houses:
         raise ValueError(f"{data}: no houses in split {split!r}")
     return houses
+
+
+def checked_houses(data: Path, split: str, option: str) -> list[Path]:
+    """`houses_of_split` for a command-line option: a missing or malformed dataset, or one without houses in
+    `split`, is a ValueError naming `option` (as typed, e.g. "--val-data"); the message also names the path."""
+    try:
+        return houses_of_split(data, split)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{option}: {err}") from err
 
 
 def along_path(path: np.ndarray, spacing_m: float,

@@ -32,11 +32,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from memnav.core import stop
+from memnav.core.checkpoint import read_state
 from memnav.core.encoder import Encoder
 from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig, StepInput
 from memnav.core.policy import MOVES, MemoryPolicy, PolicyConfig, save_policy
 from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.types import Action
+from memnav.paths import check_output_file
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
 
@@ -191,33 +194,82 @@ def _stack(trs: list[Transition]) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = PolicyTrainConfig()
-    parser.add_argument("--out", type=Path, default=Path("models/policy_memnav.pt"), help="checkpoint to write")
+    parser.add_argument("--out", type=Path, default=Path("models/policy_memnav.pt"), metavar="PATH",
+                        help="policy checkpoint to write; the resumable state goes to PATH.state and the "
+                             "training curves beside it (.curve.json, .curve.png)")
     parser.add_argument("--variant", choices=sorted(VARIANTS), default=d.variant,
                         help="memory the policy reads: memnav (scene graph + working buffer), episodic, gru (none)")
-    parser.add_argument("--updates", type=int, default=d.updates, help="total updates (resumed runs continue)")
-    parser.add_argument("--bc-updates", type=int, default=d.bc_updates, help="DAgger updates before PPO")
-    parser.add_argument("--envs", type=int, default=d.envs, help="parallel environments")
-    parser.add_argument("--rollout-steps", type=int, default=d.rollout_steps, help="steps per env per update")
-    parser.add_argument("--max-episode-steps", type=int, default=d.max_episode_steps,
-                        help="step limit of training episodes, actions")
-    parser.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate")
-    parser.add_argument("--seed", type=int, default=d.seed, help="random seed")
-    parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
-    parser.add_argument("--calibration", type=Path, default=Path("models/stop_calibration.json"),
+    parser.add_argument("--updates", type=int, default=d.updates, metavar="N",
+                        help="total updates, each one rollout of --rollout-steps actions in every environment "
+                             "(a resumed run continues up to N), >= 1")
+    parser.add_argument("--bc-updates", type=int, default=d.bc_updates, metavar="N",
+                        help="the first N updates imitate the oracle (DAgger); PPO after them")
+    parser.add_argument("--envs", type=int, default=d.envs, metavar="N",
+                        help="parallel simulator environments, each with its own navigator (memory, stop rule)")
+    parser.add_argument("--rollout-steps", type=int, default=d.rollout_steps, metavar="STEPS",
+                        help="actions per environment per update (the recurrent chunk length)")
+    parser.add_argument("--max-episode-steps", type=int, default=d.max_episode_steps, metavar="STEPS",
+                        help="step limit of a training episode, actions")
+    parser.add_argument("--lr", type=float, default=d.lr, metavar="LR", help="Adam learning rate")
+    parser.add_argument("--seed", type=int, default=d.seed, metavar="N", help="random seed, >= 0")
+    parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), metavar="PATH",
+                        help="encoder checkpoint (memnav train encoder) whose embeddings the policy reads")
+    parser.add_argument("--calibration", type=Path, default=Path("models/stop_calibration.json"), metavar="PATH",
                         help="stop belief calibration JSON (memnav train stop)")
     parser.add_argument("--data", type=Path, default=default_data_dir(), metavar="DIR",
                         help="generated dataset; episodes of its train split are used")
-    parser.add_argument("--houses", type=int, default=0, help="use only the first N train houses (0 = all)")
-    parser.add_argument("--max-minutes", type=float, default=0.0,
-                        help="stop this chunk cleanly after this many minutes (0 = no limit); resume by re-running")
-    parser.add_argument("--save-every", type=int, default=10, help="updates between checkpoint/state saves")
+    parser.add_argument("--houses", type=int, default=0, metavar="N",
+                        help="use only the first N train houses (0 = all)")
+    parser.add_argument("--max-minutes", type=float, default=0.0, metavar="MIN",
+                        help="stop this chunk cleanly after this many minutes, wall clock (state saved; re-run "
+                             "to resume); default 0 = no limit")
+    parser.add_argument("--save-every", type=int, default=10, metavar="N",
+                        help="updates between saves of the checkpoint, state and curves (the last update is "
+                             "always saved)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def load_calibrator(path: Path) -> GoalBeliefCalibrator:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"stop calibration not found: {path} (make one with `memnav train stop`)")
-    return GoalBeliefCalibrator.from_dict(json.loads(Path(path).read_text()))
+    """The `--calibration` file (`memnav.core.stop.load_calibrator`); its errors name the option."""
+    try:
+        return stop.load_calibrator(path)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--calibration: {err}") from err
+    except ValueError as err:
+        raise ValueError(f"--calibration: {err}") from err
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse option values training cannot use, naming the option as typed (before anything is loaded)."""
+    for name, value, least, what in (("--updates", args.updates, 1, "total updates"),
+                                     ("--bc-updates", args.bc_updates, 0, "DAgger updates; 0 = PPO only"),
+                                     ("--envs", args.envs, 1, "parallel environments"),
+                                     ("--rollout-steps", args.rollout_steps, 1, "actions per environment per update"),
+                                     ("--max-episode-steps", args.max_episode_steps, 1, "actions per episode"),
+                                     ("--houses", args.houses, 0, "0 = all"),
+                                     ("--save-every", args.save_every, 1, "updates between saves"),
+                                     ("--seed", args.seed, 0, "random seed")):
+        if value < least:
+            raise ValueError(f"{name} must be >= {least} ({what}), got {value}")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {args.lr:g}")
+    if not args.max_minutes >= 0:
+        raise ValueError(f"--max-minutes must be >= 0 (0 = no limit), got {args.max_minutes:g}")
+    check_output_file(args.out, "--out")
+
+
+# what `run` reads back from `<out>.state`
+_STATE_KEYS = ("model", "optimizer", "update", "curve", "train_config")
+
+
+def _read_state(state_path: Path) -> dict:
+    """The resumable state `run` saved in `state_path` (a ValueError naming the file otherwise)."""
+    st = read_state(state_path, _STATE_KEYS, "memnav train policy",
+                    "it is left as it is: move it away, or pick another --out, to start over")
+    if not isinstance(st["train_config"], dict):
+        raise ValueError(f"{state_path}: not a resumable state of `memnav train policy` (train_config is not a "
+                         "mapping); it is left as it is: move it away, or pick another --out, to start over")
+    return st
 
 
 def run(args: argparse.Namespace) -> int:
@@ -225,15 +277,29 @@ def run(args: argparse.Namespace) -> int:
 
     from memnav.sim.episodes import load_episodes
 
-    torch.set_num_threads(1)
+    _check_options(args)
     cfg = PolicyTrainConfig(variant=args.variant, updates=args.updates, bc_updates=args.bc_updates, envs=args.envs,
                             rollout_steps=args.rollout_steps, max_episode_steps=args.max_episode_steps, lr=args.lr,
                             seed=args.seed, minibatch_envs=min(4, args.envs) if args.envs % 4 else 4)
-    episodes = load_episodes(args.data, "train")
+    state_path = args.out.with_name(args.out.name + ".state")
+    st = _read_state(state_path) if state_path.is_file() else None
+    if st is not None:
+        # `updates` may grow between chunks (train longer); every other setting must match
+        diff = {k: (st["train_config"].get(k), v) for k, v in asdict(cfg).items()
+                if k != "updates" and st["train_config"].get(k) != v}
+        if diff:
+            raise ValueError(f"{state_path}: resuming with other settings {diff}; use the same options or delete it")
+    torch.set_num_threads(1)
+    try:
+        episodes = load_episodes(args.data, "train")
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--data: {err}") from err
     by_house: dict[str, list] = {}
     for ep in episodes:
         by_house.setdefault(ep.scene_id, []).append(ep)
     houses = [by_house[k] for k in sorted(by_house)]
+    if not houses:
+        raise ValueError(f"--data {args.data}: no episodes in the train split")
     if args.houses > 0:
         houses = houses[: args.houses]
     encoder = Encoder.from_checkpoint(args.checkpoint)
@@ -243,15 +309,8 @@ def run(args: argparse.Namespace) -> int:
     torch.manual_seed(cfg.seed)
     model = MemoryPolicy(pcfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    state_path = args.out.with_name(args.out.name + ".state")
     update, curve = 0, []
-    if state_path.is_file():
-        st = torch.load(state_path, map_location="cpu", weights_only=True)
-        # `updates` may grow between chunks (train longer); every other setting must match
-        diff = {k: (st["train_config"].get(k), v) for k, v in asdict(cfg).items()
-                if k != "updates" and st["train_config"].get(k) != v}
-        if diff:
-            raise ValueError(f"{state_path}: resuming with other settings {diff}; use the same options or delete it")
+    if st is not None:
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["optimizer"])
         update, curve = st["update"], st["curve"]

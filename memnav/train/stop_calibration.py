@@ -17,25 +17,31 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.encoder import Encoder
-from memnav.core.stop import GoalBeliefCalibrator
+from memnav.core.stop import STOP_FEATURES, GoalBeliefCalibrator
 from memnav.core.verification import verify_pair
+from memnav.paths import check_output_file
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
-from memnav.train.frame_bank import houses_of_split
+from memnav.train.frame_bank import checked_houses
 
-FEATURES = ("similarity", "verification")
+FEATURES = STOP_FEATURES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("models/stop_calibration.json"),
-                        help="calibration JSON to write (a reliability diagram PNG goes beside it)")
-    parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), help="encoder checkpoint")
+    parser.add_argument("--out", type=Path, default=Path("models/stop_calibration.json"), metavar="PATH",
+                        help="calibration JSON to write (the reliability diagram goes beside it, as .png)")
+    parser.add_argument("--checkpoint", type=Path, default=Path("models/encoder.pt"), metavar="PATH",
+                        help="encoder checkpoint whose embedding similarity is one of the belief's features")
     parser.add_argument("--data", type=Path, default=default_data_dir(),
                         metavar="DIR", help="generated dataset (train houses fit, val houses check)")
-    parser.add_argument("--examples-per-house", type=int, default=150, help="examples per house")
-    parser.add_argument("--max-distance", type=float, default=4.0, help="farthest current view from the goal, m")
-    parser.add_argument("--success-distance", type=float, default=1.0, help="success radius, m")
-    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument("--examples-per-house", type=int, default=150, metavar="N",
+                        help="rendered goal/current view pairs per house (train and val houses alike), >= 1")
+    parser.add_argument("--max-distance", type=float, default=4.0, metavar="M",
+                        help="current views are placed up to this far from the goal position, meters")
+    parser.add_argument("--success-distance", type=float, default=1.0, metavar="M",
+                        help="success radius: a current view within this geodesic distance of the goal is a "
+                             "positive example, meters (below --max-distance)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="random seed, >= 0")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -96,15 +102,36 @@ def plot_reliability(rel: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse option values the fit cannot use, naming the option as typed (checks that need no files)."""
+    if args.examples_per_house < 1:
+        raise ValueError(f"--examples-per-house must be >= 1, got {args.examples_per_house}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    for name, value in (("--max-distance", args.max_distance), ("--success-distance", args.success_distance)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite distance > 0, meters, got {value:g}")
+    if args.success_distance >= args.max_distance:
+        raise ValueError(f"--success-distance ({args.success_distance:g} m) must be below --max-distance "
+                         f"({args.max_distance:g} m), or no example lies outside the success radius")
+    check_output_file(args.out, "--out")
+    if args.out.suffix.lower() == ".png":
+        raise ValueError(f"--out {args.out}: the reliability diagram is written to <out>.png; give the JSON "
+                         f"another suffix (e.g. .json)")
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    _check_options(args)
+    train_houses = checked_houses(args.data, "train", "--data")
+    val_houses = checked_houses(args.data, "val", "--data")
     torch.set_num_threads(2)
     encoder = Encoder.from_checkpoint(args.checkpoint)
-    train_x, train_y = make_examples(encoder, houses_of_split(args.data, "train"), args.examples_per_house,
+    train_x, train_y = make_examples(encoder, train_houses, args.examples_per_house,
                                      args.max_distance, args.success_distance, args.seed, "train examples",
                                      not args.no_progress)
-    val_x, val_y = make_examples(encoder, houses_of_split(args.data, "val"), args.examples_per_house,
+    val_x, val_y = make_examples(encoder, val_houses, args.examples_per_house,
                                  args.max_distance, args.success_distance, args.seed + 1, "val examples",
                                  not args.no_progress)
     cal = GoalBeliefCalibrator(feature_names=FEATURES).fit(train_x, train_y)

@@ -78,6 +78,13 @@ def test_checkpoint_round_trip_and_refusals(tmp_path, frame):
         load_checkpoint(tmp_path / "junk.pt")
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "missing.pt")
+    with pytest.raises(CheckpointError, match="is a directory"):
+        load_checkpoint(tmp_path)
+    # a JSON file given as a checkpoint: one line saying torch cannot read it, not torch's page of advice
+    (tmp_path / "cal.json").write_text('{"weights": [1.0]}')
+    with pytest.raises(CheckpointError, match=r"cal\.json: .*weights_only=True\) reads") as info:
+        load_checkpoint(tmp_path / "cal.json")
+    assert "\n" not in str(info.value) and "trusted source" not in str(info.value)
 
 
 def test_shipped_alternative_encoder_matches_its_documented_command(frame):

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -67,3 +69,24 @@ def test_calibrator_recovers_logistic_model_and_is_calibrated():
     assert np.allclose(again.predict(x[:5]), cal.predict(x[:5]))
     with pytest.raises(ValueError, match="features"):
         cal.predict(np.zeros((3, 5)))
+
+
+def test_load_calibrator_names_the_file_and_what_is_wrong(tmp_path):
+    from memnav.core.stop import STOP_FEATURES, load_calibrator
+
+    good = tmp_path / "cal.json"
+    good.write_text(json.dumps({"feature_names": list(STOP_FEATURES), "weights": [8.0, 2.0, -6.0]}))
+    assert load_calibrator(good).feature_names == STOP_FEATURES
+    cases = {"no_weights.json": json.dumps({"feature_names": list(STOP_FEATURES)}),
+             "text.json": "not json at all",
+             "list.json": "[1, 2]"}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=rf"{name}: not a stop calibration JSON"):
+            load_calibrator(tmp_path / name)
+    with pytest.raises(ValueError, match="no 'weights' field"):
+        load_calibrator(tmp_path / "no_weights.json")
+    with pytest.raises(ValueError, match="is a directory"):
+        load_calibrator(tmp_path)
+    with pytest.raises(FileNotFoundError, match="memnav train stop"):
+        load_calibrator(tmp_path / "none.json")

@@ -1,5 +1,6 @@
 """`memnav bench pipeline` through the CLI on a few seconds per mode: its keys and sane values (no timing targets:
 those are the bench's job, on a machine that is not running other tests)."""
+import argparse
 import json
 import os
 import subprocess
@@ -16,6 +17,96 @@ def test_bench_pipeline_refuses_bad_arguments(capsys):
     assert "--duration must be positive" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["bench", "pipeline", "--modes", "threads"])
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if the bench gets as far as rendering frames or starting a node process."""
+    from memnav.eval import bench_pipeline
+
+    def started(*_args, **_kwargs):
+        raise AssertionError("the bench started work despite a bad option")
+
+    monkeypatch.setattr(bench_pipeline, "render_frames", started)
+    monkeypatch.setattr(bench_pipeline, "_Stack", started)
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--domain", "-1"], "--domain"),
+    (["--domain", "999"], "--domain"),
+    (["--domain", "232"], "--domain"),             # the fused mode would run on 233
+    (["--duration", "nan"], "--duration"),
+    (["--duration", "inf"], "--duration"),
+    (["--warmup", "nan"], "--warmup"),
+    (["--rate-hz", "inf"], "--rate-hz"),
+    (["--action-duration", "nan"], "--action-duration"),
+    (["--startup-timeout", "nan"], "--startup-timeout"),
+    (["--startup-timeout", "0"], "--startup-timeout"),
+    (["--frames", "0"], "--frames"),
+    (["--size-px", "4"], "--size-px"),
+])
+def test_bench_pipeline_names_the_bad_option_before_starting_anything(capsys, no_work, options, named):
+    assert main(["bench", "pipeline", "--no-progress", *options]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"memnav bench: error: {named} ") and len(err.splitlines()) == 1
+
+
+def test_bench_pipeline_accepts_the_last_domain_for_one_mode(capsys, monkeypatch):
+    from memnav.eval import bench_pipeline
+
+    def rendered(*_args, **_kwargs):
+        raise RuntimeError("got past the option checks")
+
+    monkeypatch.setattr(bench_pipeline, "render_frames", rendered)
+    assert main(["bench", "pipeline", "--no-progress", "--modes", "fused", "--domain", "232"]) == 2
+    assert "got past the option checks" in capsys.readouterr().err
+
+
+def _sleepers(n: int) -> dict[str, subprocess.Popen]:
+    return {f"node{i}": subprocess.Popen(["sleep", "30"]) for i in range(n)}
+
+
+def test_stack_stops_the_processes_it_started_when_a_later_one_fails(tmp_path, monkeypatch):
+    from memnav.eval import bench_pipeline
+
+    real_popen, started = subprocess.Popen, []
+
+    def popen(*_args, **kwargs):
+        if len(started) == 2:
+            raise OSError("no third process")
+        started.append(real_popen(["sleep", "30"], stdout=kwargs.get("stdout")))
+        return started[-1]
+
+    monkeypatch.setattr(bench_pipeline.subprocess, "Popen", popen)
+    with pytest.raises(OSError, match="no third process"):
+        bench_pipeline._Stack("multiprocess", tmp_path / "params.yaml", 0.02, 0, tmp_path)
+    assert len(started) == 2 and all(p.poll() is not None for p in started)
+
+
+@pytest.mark.parametrize("failure", ["ros_init", "interrupt"])
+def test_measure_mode_stops_the_stack_whatever_ends_it(tmp_path, monkeypatch, failure):
+    """A ROS error after the nodes started (Fast DDS refusing a domain id) or a Ctrl-C: no node outlives the bench."""
+    pytest.importorskip("rclpy")
+    from memnav.eval import bench_pipeline
+
+    stacks = []
+
+    class SleepingStack(bench_pipeline._Stack):
+        def __init__(self, *_args) -> None:   # stand-ins for the nodes, cheap to start
+            self.logs, self.procs = {}, _sleepers(4)
+            stacks.append(self)
+
+    monkeypatch.setattr(bench_pipeline, "_Stack", SleepingStack)
+    if failure == "interrupt":
+        def interrupted(*_args):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(bench_pipeline, "_drive", interrupted)
+    frames = bench_pipeline.Frames(goal_rgb=None, goal_depth=None)
+    with pytest.raises(KeyboardInterrupt) if failure == "interrupt" else pytest.raises(RuntimeError, match="Domain id"):
+        bench_pipeline.measure_mode("multiprocess", frames, argparse.Namespace(action_duration=0.02),
+                                    tmp_path / "params.yaml", -1 if failure == "ros_init" else 0, tmp_path,
+                                    lambda _msg: None)
+    assert len(stacks) == 1 and all(p.poll() is not None for p in stacks[0].procs.values())
 
 
 @pytest.mark.ros

@@ -382,3 +382,61 @@ def test_backwards_odometry_and_log_times_out_of_order_are_skipped_and_counted(b
     stamps = [f.stamp_ns for f in result.frames]
     assert stamps == sorted(stamps) and len(set(stamps)) == 159
     assert max(abs(f.odom.x_m) for f in result.frames) < 9.0    # the bogus x = 50 m poses were never used
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--batch-size", "0"], "--batch-size"),
+    (["--threads", "0"], "--threads"),
+    (["--max-frames", "-1"], "--max-frames"),
+    (["--sync-tolerance", "-1"], "--sync-tolerance"),
+    (["--sync-tolerance", "nan"], "--sync-tolerance"),
+    (["--place-distance", "inf"], "--place-distance"),
+    (["--place-angle", "0"], "--place-angle"),
+    (["--revisit-min-age", "nan"], "--revisit-min-age"),
+    (["--loop-distance", "nan"], "--loop-distance"),
+    (["--success-distance=-inf"], "--success-distance"),
+    (["--rgb-topic", ""], "--rgb-topic"),
+    (["--odom-topic", ""], "--odom-topic"),
+])
+def test_cli_names_the_one_bad_option_and_writes_nothing(tmp_path, capsys, options, named):
+    from memnav.cli import main
+
+    report = tmp_path / "report"
+    assert main(["eval-bag", str(tmp_path / "no_bag"), "--report", str(report), "--no-progress", *options]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"memnav eval-bag: error: {named} ") and len(err.splitlines()) == 1
+    assert "EvalConfig" not in err and not report.exists()
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--rate", "nan"], "--rate"),
+    (["--rate", "0"], "--rate"),
+    (["--seconds", "inf"], "--seconds"),
+    (["--repeats", "0"], "--repeats"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--threads", "0"], "--threads"),
+])
+def test_bench_replay_names_the_one_bad_option(tmp_path, capsys, options, named):
+    from memnav.cli import main
+
+    assert main(["bench", "replay", "--data", str(tmp_path / "no_data"), *options]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"memnav bench: error: {named} ") and len(err.splitlines()) == 1
+    assert "EvalConfig" not in err and list(tmp_path.iterdir()) == []
+
+
+def test_eval_config_still_names_its_fields():
+    with pytest.raises(ValueError, match=r"EvalConfig.batch_size must be >= 1"):
+        EvalConfig(batch_size=0)
+    with pytest.raises(ValueError, match=r"EvalConfig.revisit_min_age_s must be a finite number"):
+        EvalConfig(revisit_min_age_s=float("nan"))
+
+
+def test_help_describes_empty_values_in_words(capsys):
+    from memnav.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval-bag", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "{," not in text and "--distro DISTRO" in text and "humble, iron, jazzy, kilted" in text
+    assert "goal depth images ('' = none" in text and "goal pose annotations, map frame ('' = none" in text

@@ -132,6 +132,18 @@ def test_report_files_from_a_saved_compare_json(tmp_path, capsys):
     bad.write_text("[1, 2]")
     assert main(["eval-report", str(bad), "--out", str(tmp_path / "y")]) == 2
     assert "JSON object" in capsys.readouterr().err
+    # an episode without a number for success or SPL is named with its file; so is a folder given as a run
+    broken = json.loads(src.read_text())   # a --compare run
+    for run in broken["agents"].values():
+        run["per_episode"][3]["spl"] = "abc"
+    bad.write_text(json.dumps(broken))
+    assert main(["eval-report", str(bad), "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "per_episode[3]" in err and "'spl'" in err
+    assert main(["eval-report", str(tmp_path), "--out", str(tmp_path / "y")]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main(["eval-report", str(src), "--out", str(bad)]) == 2     # --out names a file
+    assert "--out" in capsys.readouterr().err and not (tmp_path / "y").exists()
 
 
 def test_write_eval_report_single_agent_without_beliefs(tmp_path):

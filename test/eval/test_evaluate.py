@@ -101,9 +101,23 @@ def test_corrupt_episode_file_exits_2_and_names_it(tmp_path, capsys):
     assert bad.read_bytes() == b"\x1f\x8b\x08garbage"   # nothing touched
 
 
-def test_bad_config_value_exits_2(tiny_dataset, capsys):
-    assert main(["eval", "--data", str(tiny_dataset), "--max-steps", "0", "--no-progress"]) == 2
-    assert "max_episode_steps" in capsys.readouterr().err
+@pytest.mark.parametrize("option, value, message", [
+    ("--max-steps", "0", "--max-steps must be >= 1"), ("--seed", "-5", "--seed must be >= 0"),
+    ("--episode-ids", ",", "no episode id"), ("--scenes-dir", "{tmp}/none", "--scenes-dir"),
+    ("--json", "{tmp}", "--json"), ("--report", "{file}", "--report"), ("--trace", "{file}", "--trace"),
+    ("--memory-dir", "{file}", "--memory-dir"), ("--compare", "random", "--agent and --compare"),
+    ("--colour-weight", "nan", "--colour-weight must be a finite number")])
+def test_bad_option_exits_2_naming_it_before_any_episode_runs(tiny_dataset, tmp_path, capsys, option, value,
+                                                              message):
+    file = tmp_path / "a_file"
+    file.write_text("kept")
+    argv = ["eval", "--agent", "forward", "--data", str(tiny_dataset), "--no-progress",
+            option, value.format(tmp=tmp_path, file=file)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""    # refused before the evaluation: no table
+    assert file.read_text() == "kept"
 
 
 def test_eval_options_carry_every_exploring_tuning_field_with_its_default():

@@ -82,3 +82,18 @@ def test_bad_input_exits_2_naming_what_was_wrong(db, tmp_path, capsys, argv, mes
     assert main(["memory", *args]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "g.csv").exists() and not (tmp_path / "m.png").exists()
+
+
+def test_an_output_that_is_the_database_itself_is_refused_and_the_database_kept(db, tmp_path, capsys):
+    copy = tmp_path / "mem.json"     # a database whose name has an export suffix
+    copy.write_bytes(db.read_bytes())
+    before = copy.read_bytes()
+    assert main(["memory", "export", str(copy), "--out", str(copy)]) == 2
+    assert "only reads DB" in capsys.readouterr().err
+    assert main(["memory", "info", str(copy), "--json", str(copy)]) == 2
+    assert copy.read_bytes() == before
+    assert main(["memory", "show", str(db), "--out", str(tmp_path / "m.png"), "--map", str(db), "--no-map"]) == 2
+    assert "contradict" in capsys.readouterr().err
+    assert main(["memory", "info", str(tmp_path)]) == 2     # a directory, not a database file
+    err = capsys.readouterr().err
+    assert str(tmp_path) in err and "Traceback" not in err
