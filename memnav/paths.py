@@ -23,19 +23,23 @@ def _models_dir() -> Path:
 MODELS = _models_dir()
 
 
-def resolve_model_path(path: str, parameter: str) -> Path:
-    """The file a model parameter names: absolute as is, relative under the package root, the models
-    folder, then the working directory (a node started by a launch file runs in an arbitrary folder).
+def resolve_model_path(path: str, parameter: str, folder: bool = False) -> Path:
+    """The file (or with `folder`, the folder) a model parameter names: absolute as is, relative under the
+    package root, the models folder, then the working directory (a node started by a launch file runs in an
+    arbitrary folder).
 
     Args:
         path: the parameter value.
         parameter: the parameter name, for the error message.
+        folder: the parameter names a folder of models (policy_dir), not a file.
 
     Raises:
-        FileNotFoundError: naming the parameter and every place looked at.
+        FileNotFoundError: naming the parameter and every place looked at (a folder where a file belongs, or a
+            file where a folder belongs, is named as such).
     """
+    kind = "model folder" if folder else "model file"
     if not path:
-        raise FileNotFoundError(f"parameter {parameter!r} is empty; expected a model file path")
+        raise FileNotFoundError(f"parameter {parameter!r} is empty; expected a {kind} path")
     p = Path(path).expanduser()
     if p.is_absolute():
         candidates = [p]
@@ -44,9 +48,13 @@ def resolve_model_path(path: str, parameter: str) -> Path:
         if p.parts and p.parts[0] == "models" and MODELS != PACKAGE_ROOT / "models":
             candidates.insert(1, MODELS.joinpath(*p.parts[1:]))
     for c in candidates:
-        if c.is_file():
+        if (c.is_dir() if folder else c.is_file()):
             return c
-    raise FileNotFoundError(f"parameter {parameter!r}: model file {path!r} not found (looked at "
+    wrong = next((c for c in candidates if c.exists()), None)
+    if wrong is not None:
+        raise FileNotFoundError(f"parameter {parameter!r}: {wrong} is a {'file' if folder else 'directory'}, "
+                                f"not a {kind}")
+    raise FileNotFoundError(f"parameter {parameter!r}: {kind} {path!r} not found (looked at "
                             f"{', '.join(str(c) for c in candidates)})")
 
 

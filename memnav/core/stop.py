@@ -70,8 +70,13 @@ class VoIStopConfig:
     evidence_strength: float = 8.0
 
     def __post_init__(self) -> None:
-        if self.success_reward <= 0 or self.look_cost < 0 or self.evidence_strength <= 0:
-            raise ValueError("VoIStopConfig: success_reward and evidence_strength must be > 0, look_cost >= 0")
+        for name, strict in (("success_reward", True), ("evidence_strength", True), ("look_cost", False)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and (value > 0 if strict else value >= 0)):
+                raise ValueError(f"VoIStopConfig.{name} must be a finite number {'>' if strict else '>='} 0, "
+                                 f"got {value!r}")
+        if not math.isfinite(self.search_value):
+            raise ValueError(f"VoIStopConfig.search_value must be a finite number, got {self.search_value!r}")
 
 
 def expected_max_stop_or_search(p: float, success_reward: float, search_value: float, k: float) -> float:

@@ -5,6 +5,7 @@ where the learned encoder has never been trained.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,16 @@ class VerificationConfig:
     ransac_px: float = 1.0
     min_inliers: int = 15
     upscale_to_px: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("max_features", "min_inliers", "upscale_to_px"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"VerificationConfig.{name} must be an integer >= 1, got {value!r}")
+        if not (math.isfinite(self.ratio) and 0.0 < self.ratio <= 1.0):
+            raise ValueError(f"VerificationConfig.ratio must be in (0, 1], got {self.ratio!r}")
+        if not (math.isfinite(self.ransac_px) and self.ransac_px > 0):
+            raise ValueError(f"VerificationConfig.ransac_px must be a finite number > 0, got {self.ransac_px!r}")
 
 
 @dataclass

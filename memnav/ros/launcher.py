@@ -5,7 +5,10 @@ runs the subset of ROS 2's YAML launch format below itself; anything else raises
 the key and what is supported, so a file is never half-understood:
 
     launch:
-    - arg: {name: data, default: data/houses, description: "dataset folder", choices: [...]}
+    - arg: {name: data, default: data/houses, description: "dataset folder"}
+    - arg: {name: split, default: test, choice: [{value: train}, {value: val}, {value: test}]}
+                                                    # allowed values (ROS 2's spelling; `choices: [train, val,
+                                                    # test]` is memnav's shorthand, which `ros2 launch` refuses)
     - set_env: {name: ROS_DOMAIN_ID, value: "7"}
     - push_ros_namespace: {namespace: robot1}     # also spelled push-ros-namespace
     - group: {scoped: true, children: [...]}       # or `group: [...]`; scoped keeps env/args/namespace inside
@@ -20,9 +23,10 @@ the key and what is supported, so a file is never half-understood:
         remap: [{from: /odom, to: odom}]                        # -r /odom:=odom
         args: "--extra arguments"   # before --ros-args, split like a shell
         output: screen              # screen | log | both (default log, as in ROS 2)
-        respawn: true               # restart the node whenever it exits
+        respawn: true               # restart the node whenever it exits (never after CONFIG_ERROR_EXIT; given up
+                                    # after RespawnLimit quick exits in a row: see Supervisor)
         respawn_delay: 2.0          # seconds before a restart
-        on_exit: shutdown           # end the whole launch when this node exits
+        on_exit: shutdown           # end the whole launch when this node exits (any node's CONFIG_ERROR_EXIT does)
         if: "$(var fused)"          # on any action (arg, set_env, push_ros_namespace, group mapping, node):
                                     # keep it only when the text is true or 1 (false or 0 drops it);
                                     # `unless:` is the opposite; both on one action is an error, as in ROS 2
@@ -62,7 +66,7 @@ import yaml
 
 SUPPORTED_ACTIONS = ("arg", "group", "node", "push_ros_namespace", "set_env")
 SUPPORTED_SUBSTITUTIONS = "$(var NAME), $(env NAME [DEFAULT]), $(find-pkg-share PACKAGE), $(equals A B)"
-ARG_KEYS = ("name", "default", "description", "choices")
+ARG_KEYS = ("name", "default", "description", "choice", "choices")
 SET_ENV_KEYS = ("name", "value")
 GROUP_KEYS = ("children", "scoped")
 PUSH_NAMESPACE_KEYS = ("namespace",)
@@ -514,15 +518,16 @@ def _parse_actions(items: Any, path: Path, where: str) -> tuple[Action, ...]:
         body, condition = _split_condition(_mapping(body, path, loc), path, loc)
         if kind == "arg":
             _check_keys(body, ARG_KEYS, ("name",), path, loc)
-            choices = body.get("choices", [])
-            if not isinstance(choices, list):
-                raise LaunchError(f"{path}: {loc}.choices: expected a list of values")
             default = body.get("default")
+            default = None if default is None else _text(default, path, f"{loc}.default")
+            choices = _parse_choices(body, path, loc)
+            if choices and default is not None and "$(" not in default and default not in choices:
+                raise LaunchError(f"{path}: {loc}.default: {default!r} is not one of its choices "
+                                  f"{', '.join(choices)}")
             actions.append(LaunchArg(
-                name=_plain(body["name"], path, f"{loc}.name"),
-                default=None if default is None else _text(default, path, f"{loc}.default"),
+                name=_plain(body["name"], path, f"{loc}.name"), default=default,
                 description=_plain(body.get("description", ""), path, f"{loc}.description"),
-                choices=tuple(_plain(c, path, f"{loc}.choices") for c in choices), condition=condition))
+                choices=choices, condition=condition))
         elif kind == "set_env":
             _check_keys(body, SET_ENV_KEYS, SET_ENV_KEYS, path, loc)
             actions.append(SetEnv(_text(body["name"], path, f"{loc}.name"), _text(body["value"], path, f"{loc}.value"),
@@ -533,6 +538,27 @@ def _parse_actions(items: Any, path: Path, where: str) -> tuple[Action, ...]:
         else:
             actions.append(replace(_parse_node(body, path, loc), condition=condition))
     return tuple(actions)
+
+
+def _parse_choices(body: dict, path: Path, loc: str) -> tuple[str, ...]:
+    """An arg's allowed values: ROS 2's `choice: [{value: a}, {value: b}]`, or memnav's `choices: [a, b]`."""
+    if "choice" in body and "choices" in body:
+        raise LaunchError(f"{path}: {loc}: give `choice` or `choices`, not both")
+    if "choice" in body:
+        entries = body["choice"]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and set(e) == {"value"} for e in entries):
+            raise LaunchError(f"{path}: {loc}.choice: expected a list of `{{value: VALUE}}` mappings, as in ROS 2")
+        choices = tuple(_plain(e["value"], path, f"{loc}.choice[{i}].value") for i, e in enumerate(entries))
+    elif "choices" in body:
+        if not isinstance(body["choices"], list):
+            raise LaunchError(f"{path}: {loc}.choices: expected a list of values")
+        choices = tuple(_plain(c, path, f"{loc}.choices") for c in body["choices"])
+    else:
+        return ()
+    if not choices:
+        key = "choice" if "choice" in body else "choices"
+        raise LaunchError(f"{path}: {loc}.{key}: the list of allowed values is empty (leave the key out to allow any)")
+    return choices
 
 
 def _split_condition(body: dict, path: Path, loc: str) -> tuple[dict, Condition | None]:
@@ -979,6 +1005,42 @@ def default_log_dir() -> Path:
 # Supervision
 
 
+# A node that refuses its configuration (a bad or unknown parameter, a missing model file) logs one line and exits
+# with this status: the same value as the memnav nodes' own CONFIG_ERROR_EXIT convention (memnav.ros.stack_node).
+# Restarting it cannot help, so such a node is never respawned and its exit ends the launch, with this status.
+CONFIG_ERROR_EXIT = 2
+
+
+class NodeFailure(str, Enum):
+    """How a node failed the launch (`NodeReport.failure`)."""
+
+    CRASHED = "crashed"  # ended non-zero or by a signal (or could not start) and was not respawned
+    REFUSED_CONFIG = "refused_config"  # exited with CONFIG_ERROR_EXIT; the launch was shut down
+    GAVE_UP = "gave_up"  # a respawn node that kept exiting soon after its start; the launch was shut down
+
+
+@dataclass(frozen=True)
+class RespawnLimit:
+    """When a respawn node is given up on: it exited `exits` times in a row, each within `within_s` of its start.
+
+    A node that cannot stay up (a port taken, a device missing, a crash at start-up) would otherwise be restarted
+    forever while the rest of the launch runs without it.
+
+    Attributes:
+        exits: consecutive quick exits that end the launch (>= 1).
+        within_s: an exit this soon after the node's start counts as quick, seconds.
+    """
+
+    exits: int = 3
+    within_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.exits < 1:
+            raise ValueError(f"RespawnLimit.exits must be >= 1, got {self.exits}")
+        if not (math.isfinite(self.within_s) and self.within_s >= 0):
+            raise ValueError(f"RespawnLimit.within_s must be a finite number of seconds >= 0, got {self.within_s!r}")
+
+
 @dataclass
 class NodeReport:
     """What happened to one node during a launch.
@@ -988,21 +1050,28 @@ class NodeReport:
         starts: how many times it was started (restarts = starts - 1).
         pids: process id of each start.
         returncode: exit status of its last run (negative: killed by that signal), None if it never ended.
-        crashed: it ended with a non-zero status while the launch was running and was not respawned.
-        tail: its last output lines.
+        failure: how it failed the launch, None when it did not (see `NodeFailure`).
+        failed_runs: runs that ended non-zero while the launch was running, respawned ones included.
+        tail: the last output lines of its latest run.
     """
 
     label: str
     starts: int = 0
     pids: list[int] = field(default_factory=list)
     returncode: int | None = None
-    crashed: bool = False
+    failure: NodeFailure | None = None
+    failed_runs: int = 0
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=50))
 
     @property
     def restarts(self) -> int:
         """Respawns after the first start."""
         return max(0, self.starts - 1)
+
+    @property
+    def crashed(self) -> bool:
+        """It failed the launch: crashed without respawn, refused its configuration, or was given up on."""
+        return self.failure is not None
 
 
 @dataclass
@@ -1015,6 +1084,9 @@ class _Managed:
     reader: threading.Thread | None = None
     respawn_at: float | None = None
     groups: list[int] = field(default_factory=list)
+    started_at: float = 0.0  # time.monotonic() of the latest start
+    quick_exits: int = 0  # consecutive exits within RespawnLimit.within_s of the start
+    log_path: Path | None = None
 
 
 class Supervisor:
@@ -1022,23 +1094,33 @@ class Supervisor:
 
     Every node runs in its own session and process group (so a terminal's Ctrl-C reaches only the launcher,
     which then shuts the nodes down in order, and so a node's own children are found again). Shutdown, on
-    SIGINT/SIGTERM, `stop()`, the exit of an `on_exit: shutdown` node or the end of the last node: SIGINT to each
-    process group, up to `shutdown_timeout_s` to exit, then SIGTERM, again up to `shutdown_timeout_s`, then SIGKILL.
-    A second Ctrl-C skips the wait. Leftover processes of a node that exited (children it did not end) get
-    SIGTERM at once. No process of any group is left when `run` returns.
+    SIGINT/SIGTERM, `stop()`, the exit of an `on_exit: shutdown` node, a node refusing its configuration, a
+    respawn node given up on, or the end of the last node: SIGINT to each process group, up to
+    `shutdown_timeout_s` to exit, then SIGTERM, again up to `shutdown_timeout_s`, then SIGKILL. A second Ctrl-C
+    skips the wait. Leftover processes of a node that exited (children it did not end) get SIGTERM at once. No
+    process of any group is left when `run` returns.
 
-    Exit status of `run`: 0 when every node ended with status 0 or the launch was stopped (Ctrl-C), 1 when a
-    node crashed (ended non-zero, not respawned, outside shutdown). As in ROS 2, a crash of a node without
-    `on_exit: shutdown` is reported and the other nodes keep running.
+    A node that exits with CONFIG_ERROR_EXIT refused its configuration: whatever its `respawn` and `on_exit`, it
+    is not restarted and the launch shuts down. A respawn node that exits `respawn_limit.exits` times in a row,
+    each within `respawn_limit.within_s` of its start, is given up on and the launch shuts down. Any other
+    non-zero exit of a respawn node is reported with its run's last output lines and the node restarted; of a
+    node without respawn, reported as a crash while the other nodes keep running (as in ROS 2), unless it has
+    `on_exit: shutdown`.
+
+    Exit status of `run`: CONFIG_ERROR_EXIT (2) when a node refused its configuration; else 1 when any node
+    failed while the launch was running (ended non-zero or by a signal, respawned or not, or could not start),
+    however the launch ended (Ctrl-C included); else 0. A non-zero status ends with one summary line naming
+    the nodes and what happened to them.
 
     Attributes:
         reports: per node label, what happened to it (starts, pids, exit status, last output lines).
         interrupted: the launch was ended by SIGINT or SIGTERM.
+        respawn_limit: when a respawn node is given up on.
     """
 
     def __init__(self, nodes: Sequence[NodeSpec], *, exec_paths: Sequence[str | Path] = (),
                  shutdown_timeout_s: float = 5.0, out: TextIO | None = None, log: TextIO | None = None,
-                 log_dir: Path | None = None, tail_lines: int = 50) -> None:
+                 log_dir: Path | None = None, tail_lines: int = 50, respawn_limit: RespawnLimit | None = None) -> None:
         """Build every command line now, so a missing executable fails before anything starts.
 
         Args:
@@ -1048,7 +1130,9 @@ class Supervisor:
             out: where `screen` output goes, prefixed with `[label]` (default stdout).
             log: where the launcher's own messages and crash reports go (default stderr).
             log_dir: folder for `output: log` files (default: `default_log_dir()`, made only when needed).
-            tail_lines: output lines kept per node for crash reports.
+            tail_lines: output lines of a node's latest run kept for crash reports.
+            respawn_limit: when a respawn node that keeps exiting is given up on (default `RespawnLimit()`:
+                3 exits in a row, each within 5 s of its start).
 
         Raises:
             ValueError: `shutdown_timeout_s` is negative or not finite (NaN would never escalate).
@@ -1058,9 +1142,11 @@ class Supervisor:
             raise ValueError(f"Supervisor.shutdown_timeout_s must be a finite number of seconds >= 0, "
                              f"got {shutdown_timeout_s!r}")
         self.shutdown_timeout_s = shutdown_timeout_s
+        self.respawn_limit = respawn_limit or RespawnLimit()
         self._out = out
         self._log = log
         self._log_dir = log_dir
+        self._tail_lines = tail_lines
         self._lock = threading.Lock()
         self._events: queue.SimpleQueue[tuple] = queue.SimpleQueue()  # put() is safe inside signal handlers
         self._managed: list[_Managed] = []
@@ -1093,11 +1179,23 @@ class Supervisor:
         finally:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
-        return 1 if any(r.crashed for r in self.reports.values()) else 0
+        status = self.exit_status()
+        summary = self._summary()
+        if summary:
+            self._say(f"exit status {status}: {summary}")
+        return status
 
     def stop(self) -> None:
         """Ask `run` (possibly in another thread) to shut everything down."""
         self._events.put(("stop",))
+
+    def exit_status(self) -> int:
+        """CONFIG_ERROR_EXIT when a node refused its configuration, 1 when any node failed (respawned or not),
+        else 0."""
+        reports = self.reports.values()
+        if any(r.failure is NodeFailure.REFUSED_CONFIG for r in reports):
+            return CONFIG_ERROR_EXIT
+        return 1 if any(r.failure is not None or r.failed_runs for r in reports) else 0
 
     # -- internals -------------------------------------------------------------------------------------------
 
@@ -1116,34 +1214,39 @@ class Supervisor:
             if self._log_dir is None:
                 self._log_dir = default_log_dir()
             self._log_dir.mkdir(parents=True, exist_ok=True)
-            log_file = open(self._log_dir / f"{m.spec.label}.log", "a")  # closed by the reader thread
+            m.log_path = self._log_dir / f"{m.spec.label}.log"
+            log_file = open(m.log_path, "a")  # closed by the reader thread
         try:
             popen = subprocess.Popen(m.cmd, env=m.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as err:
             if log_file is not None:
                 log_file.close()
-            m.report.crashed = True
+            m.report.failure = NodeFailure.CRASHED
+            m.respawn_at = None
             self._say(f"{m.spec.label}: cannot start {m.cmd[0]}: {err}")
             return
         m.popen = popen
+        m.started_at = time.monotonic()
         m.groups.append(popen.pid)  # start_new_session: the group id is the pid
         m.report.starts += 1
         m.report.pids.append(popen.pid)
+        m.report.tail = collections.deque(maxlen=self._tail_lines)  # this run's lines only
         m.respawn_at = None
         self._say(f"{m.spec.label}: started, pid {popen.pid}" + (f", log {log_file.name}" if log_file else ""))
-        m.reader = threading.Thread(target=self._pump, args=(m, popen, log_file), daemon=True,
+        m.reader = threading.Thread(target=self._pump, args=(m, popen, log_file, m.report.tail), daemon=True,
                                     name=f"launch-out-{m.spec.label}")
         m.reader.start()
         threading.Thread(target=lambda: self._events.put(("exit", m, popen, popen.wait())), daemon=True,
                          name=f"launch-wait-{m.spec.label}").start()
 
-    def _pump(self, m: _Managed, popen: subprocess.Popen, log_file: TextIO | None) -> None:
+    def _pump(self, m: _Managed, popen: subprocess.Popen, log_file: TextIO | None,
+              tail: collections.deque[str]) -> None:
         assert popen.stdout is not None
         try:
             for raw in iter(popen.stdout.readline, b""):
                 line = raw.decode(errors="replace").rstrip("\r\n")
-                m.report.tail.append(line)
+                tail.append(line)
                 if m.spec.output in (Output.SCREEN, Output.BOTH):
                     with self._lock:
                         stream = self._out or sys.stdout
@@ -1194,20 +1297,57 @@ class Supervisor:
         if m.reader is not None:
             m.reader.join(timeout=2.0)  # the last lines, for the report
         how = _describe_exit(returncode)
+        label, pid = m.spec.label, m.report.pids[-1]
+        if returncode != 0:
+            m.report.failed_runs += 1
+        if returncode == CONFIG_ERROR_EXIT:
+            m.report.failure = NodeFailure.REFUSED_CONFIG
+            shown = m.spec.output is not Output.LOG  # its own error line is already on the screen
+            self._say(f"{label} refused its configuration ({how}, pid {pid}); it is not restarted, shutting down"
+                      + ("" if shown else ";" + self._tail_text(m)))
+            return True
+        limit = self.respawn_limit
+        m.quick_exits = m.quick_exits + 1 if time.monotonic() - m.started_at < limit.within_s else 0
         if m.spec.respawn and not m.spec.shutdown_on_exit:
+            if m.quick_exits >= limit.exits:
+                m.report.failure = NodeFailure.GAVE_UP
+                self._say(f"{label}: {how}; it exited within {limit.within_s:g} s of its start {m.quick_exits} "
+                          f"times in a row, giving up on it (no respawn), shutting down;" + self._tail_text(m))
+                return True
             m.respawn_at = time.monotonic() + m.spec.respawn_delay_s
-            self._say(f"{m.spec.label}: {how}; respawning in {m.spec.respawn_delay_s:g} s"
+            self._say(f"{label}: {how}; respawning in {m.spec.respawn_delay_s:g} s"
                       + (self._tail_text(m) if returncode != 0 else ""))
             return False
         if returncode != 0:
-            m.report.crashed = True
-            self._say(f"{m.spec.label} crashed: {how} (pid {m.report.pids[-1]}); {self._tail_text(m).lstrip()}")
+            m.report.failure = NodeFailure.CRASHED
+            self._say(f"{label} crashed: {how} (pid {pid}); {self._tail_text(m).lstrip()}")
         else:
-            self._say(f"{m.spec.label}: finished ({how})")
+            self._say(f"{label}: finished ({how})")
         if m.spec.shutdown_on_exit:
-            self._say(f"{m.spec.label} has on_exit: shutdown, shutting down")
+            self._say(f"{label} has on_exit: shutdown, shutting down")
             return True
         return False
+
+    def _summary(self) -> str:
+        """One line naming every node that failed the launch and how, the most serious first ("" if none)."""
+        parts: dict[NodeFailure | None, list[str]] = {f: [] for f in (*NodeFailure, None)}
+        for m in self._managed:
+            r = m.report
+            if r.failure is NodeFailure.REFUSED_CONFIG:
+                where = f"its error is in {m.log_path}" if m.spec.output is Output.LOG else "its error is above"
+                parts[r.failure].append(f"{r.label} refused its configuration (exit code {CONFIG_ERROR_EXIT}; "
+                                        f"{where})")
+            elif r.failure is NodeFailure.GAVE_UP:
+                parts[r.failure].append(
+                    f"{r.label} was given up on: it exited within {self.respawn_limit.within_s:g} s of its start "
+                    f"{m.quick_exits} times in a row (last: {_describe_exit(r.returncode or 0)})")
+            elif r.failure is NodeFailure.CRASHED:
+                parts[r.failure].append(f"{r.label} could not start" if r.returncode is None else
+                                        f"{r.label} crashed ({_describe_exit(r.returncode)})")
+            elif r.failed_runs:
+                parts[None].append(f"{r.label} failed {r.failed_runs} time(s) and was respawned")
+        order = (NodeFailure.REFUSED_CONFIG, NodeFailure.GAVE_UP, NodeFailure.CRASHED, None)
+        return "; ".join(text for key in order for text in parts[key])
 
     def _tail_text(self, m: _Managed) -> str:
         lines = list(m.report.tail)

@@ -50,6 +50,7 @@ Bad messages are dropped with a throttled warning and counted; the node never di
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -64,6 +65,12 @@ class SceneGraphParams(SceneGraphConfig):
     """SceneGraphConfig as ROS parameters: a parameter cannot be None, so db_path "" means RAM only."""
 
     db_path: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.db_path and Path(self.db_path).is_dir():
+            raise ValueError(f"SceneGraphParams.db_path {self.db_path!r} is a directory; give the database file's "
+                             "path (e.g. memory/house.db)")
 
     def to_config(self) -> SceneGraphConfig:
         values = {f.name: getattr(self, f.name) for f in fields(SceneGraphConfig)}
@@ -95,11 +102,15 @@ class MemoryNodeConfig:
     odom_max_age_s: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.retrieval_k < 1 or self.odom_queue_size < 1 or self.snapshot_max_places < 0:
-            raise ValueError("MemoryNodeConfig: retrieval_k and odom_queue_size must be >= 1, snapshot_max_places >= 0")
+        for name, least in (("retrieval_k", 1), ("odom_queue_size", 1), ("snapshot_max_places", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"MemoryNodeConfig.{name} must be >= {least}, got {getattr(self, name)!r}")
         for name in ("markers_period_s", "snapshot_period_s", "odom_wait_s", "odom_max_age_s"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"MemoryNodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"MemoryNodeConfig.{name} must be a finite number >= 0, got {value!r}")
+        if not self.frame_id:
+            raise ValueError("MemoryNodeConfig.frame_id must name the markers' frame (the memory frame), got ''")
 
 
 # (prefix, dataclass) of every parameter group this node declares, in declaration order

@@ -47,6 +47,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
 from memnav.core.types import Action
@@ -170,20 +171,29 @@ class PolicyNodeConfig(ExploringTuning):
     def __post_init__(self) -> None:
         if not 0.0 < self.collision_fraction <= 1.0:
             raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
-        if self.max_steps < 0:
-            raise ValueError(f"PolicyNodeConfig.max_steps must be >= 0 (0 = no step limit), got {self.max_steps!r}")
-        if self.action_duration_s <= 0 or self.sync_tolerance_s < 0 or self.torch_threads < 0:
-            raise ValueError("PolicyNodeConfig: action_duration_s must be > 0, sync_tolerance_s and torch_threads "
-                             f">= 0; got {self.action_duration_s!r}, {self.sync_tolerance_s!r}, {self.torch_threads!r}")
+        # one message per field: a negative step would drive MOVE_FORWARD backwards, a negative turn swap left and
+        # right, NaN or inf durations stall every action
+        for name, low, strict in (("action_duration_s", 0.0, True), ("forward_step_m", 0.0, True),
+                                  ("turn_angle_deg", 0.0, True), ("sync_tolerance_s", 0.0, False),
+                                  ("goal_depth_wait_s", 0.0, False), ("subscriber_wait_s", 0.0, False)):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value)
+                    and (value > low if strict else value >= low)):
+                raise ValueError(f"PolicyNodeConfig.{name} must be a finite number {'>' if strict else '>='} "
+                                 f"{low:g}, got {value!r}")
+        if self.turn_angle_deg >= 180.0:
+            raise ValueError(f"PolicyNodeConfig.turn_angle_deg must be below 180, got {self.turn_angle_deg!r}")
+        for name in ("max_steps", "torch_threads", "min_action_subscribers", "min_state_subscribers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PolicyNodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.lifelong_dir and not self.memory_key:
             raise ValueError("PolicyNodeConfig.memory_key must name the environment's memory when lifelong_dir is set "
                              "(sim.launch.yaml: pass scene:=house_NNN)")
+        if self.lifelong_dir and Path(self.lifelong_dir).exists() and not Path(self.lifelong_dir).is_dir():
+            raise ValueError(f"PolicyNodeConfig.lifelong_dir {self.lifelong_dir!r} is a file, not a folder for the "
+                             "memories")
         if not (math.isfinite(self.map_period_s) and self.map_period_s >= 0):
             raise ValueError(f"PolicyNodeConfig.map_period_s must be >= 0 (0 = off), got {self.map_period_s!r}")
-        if min(self.min_action_subscribers, self.min_state_subscribers) < 0 or self.subscriber_wait_s < 0:
-            raise ValueError("PolicyNodeConfig: min_action_subscribers, min_state_subscribers and subscriber_wait_s "
-                             f"must be >= 0; got {self.min_action_subscribers!r}, {self.min_state_subscribers!r}, "
-                             f"{self.subscriber_wait_s!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,8 +205,6 @@ def main(argv: list[str] | None = None) -> int:
 def build(node) -> Callable[[], None]:
     """Declare this node's parameters on `node` (an rclpy Node named policy_node) and create its publishers,
     subscriptions and timer; nothing spins here. Returns the clean-up (closes the agent's memory)."""
-    from pathlib import Path
-
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import OccupancyGrid, Odometry
     from nav_msgs.msg import Path as PathMsg
@@ -208,6 +216,7 @@ def build(node) -> Callable[[], None]:
 
     from memnav.core.memory import MemoryStoreError
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
+    from memnav.paths import resolve_model_path
     from memnav.ros import conversions as conv
     from memnav.ros import search_msgs
     from memnav.ros.embedding_msgs import stamp_to_ns
@@ -218,9 +227,13 @@ def build(node) -> Callable[[], None]:
         from memnav.threads import set_inference_threads
 
         set_inference_threads(cfg.torch_threads)
-    opts = LearnedAgentOptions(policy_dir=Path(cfg.policy_dir or MODELS),
-                               encoder_checkpoint=Path(cfg.encoder_checkpoint or MODELS / "encoder.pt"),
-                               calibration=Path(cfg.calibration or MODELS / "stop_calibration.json"),
+    # relative model paths resolve as encoder_node's and stop_node's do: package root, models/, working directory
+    opts = LearnedAgentOptions(policy_dir=resolve_model_path(cfg.policy_dir, "policy_dir", folder=True)
+                               if cfg.policy_dir else MODELS,
+                               encoder_checkpoint=resolve_model_path(cfg.encoder_checkpoint, "encoder_checkpoint")
+                               if cfg.encoder_checkpoint else MODELS / "encoder.pt",
+                               calibration=resolve_model_path(cfg.calibration, "calibration")
+                               if cfg.calibration else MODELS / "stop_calibration.json",
                                lifelong_dir=Path(cfg.lifelong_dir) if cfg.lifelong_dir else None,
                                odometry_persists=cfg.odometry_persists,
                                odometry_restarts=cfg.odometry_restarts,

@@ -43,8 +43,13 @@ class SafetyNodeConfig:
     status_period_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (self.rate_hz > 0 and self.status_period_s > 0):
-            raise ValueError("SafetyNodeConfig: rate_hz and status_period_s must be > 0")
+        # the base's command stream: inf would busy-loop the timer, a rate below 1 Hz would leave the base without
+        # a fresh /cmd_vel for seconds
+        if not (math.isfinite(self.rate_hz) and 1.0 <= self.rate_hz <= 1000.0):
+            raise ValueError(f"SafetyNodeConfig.rate_hz must be in [1, 1000] Hz, got {self.rate_hz!r}")
+        if not (math.isfinite(self.status_period_s) and self.status_period_s > 0):
+            raise ValueError(f"SafetyNodeConfig.status_period_s must be a finite number > 0, got "
+                             f"{self.status_period_s!r}")
 
 
 PARAMETER_GROUPS = (("", SafetyNodeConfig), ("guard.", VelocityGuardConfig))

@@ -33,18 +33,23 @@ rosbag2 bag (log time = the message's stamp; re-sent observations are not writte
 bridge offers, so the bag replays like the live topics and `memnav eval-bag` scores it against the ground
 truth and goal annotations. The bag is finished when the node exits (exit_when_done, Ctrl-C, SIGTERM).
 Bad messages are dropped with a throttled warning and counted; the node never dies on one.
+Start-up: a bad setting (a value out of range, a parameter it does not declare, missing data, a results_json or
+record.bag path that cannot be written) is refused before any episode, as one line on stderr, with exit status
+memnav.ros.stack_node.CONFIG_ERROR_EXIT (2).
 """
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memnav.core.detections import detections_from_semantic, detections_to_dict
 from memnav.core.types import Action, Observation
-from memnav.paths import earlier_memories
+from memnav.paths import check_output_file, earlier_memories
 from memnav.sim.agent_states import RESULTS_WAIT_S, AgentStates, write_results
 from memnav.sim.base import SimConfig
 from memnav.sim.houses import read_semantic_classes
@@ -105,6 +110,18 @@ class BridgeConfig:
     results_agent: str = "ros"
     lifelong_dir: str = ""
 
+    def __post_init__(self) -> None:
+        # rate_hz 0 would divide by zero, a negative one is refused by the timer; inf would busy-loop it
+        for name, least, strict in (("rate_hz", 0.0, True), ("cmd_timeout_s", 0.0, True),
+                                    ("republish_s", 0.0, False)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and (value > least if strict else value >= least)):
+                raise ValueError(f"BridgeConfig.{name} must be a finite number {'>' if strict else '>='} {least:g}, "
+                                 f"got {value!r}")
+        for name in ("camera_frame", "results_agent"):
+            if not getattr(self, name):
+                raise ValueError(f"BridgeConfig.{name} must not be empty")
+
 
 @dataclass
 class RecordConfig:
@@ -121,6 +138,18 @@ class RecordConfig:
     def __post_init__(self) -> None:
         if self.storage not in ("mcap", "sqlite3"):
             raise ValueError(f"RecordConfig.storage must be 'mcap' or 'sqlite3', got {self.storage!r}")
+
+
+def check_runner_config(cfg: RunnerConfig) -> None:
+    """The bridge's limits on which episodes it serves (EpisodeRunner would slice a negative index from the end).
+
+    Raises:
+        ValueError: naming the parameter.
+    """
+    if cfg.first_episode < 0:
+        raise ValueError(f"RunnerConfig.first_episode must be >= 0, got {cfg.first_episode}")
+    if cfg.episodes < 0:
+        raise ValueError(f"RunnerConfig.episodes must be >= 0 (0 = all from first_episode on), got {cfg.episodes}")
 
 
 def tf_message_class() -> Any:
@@ -156,28 +185,43 @@ def main(argv: list[str] | None = None) -> int:
     from memnav.eval.bag_io import BagError, BagWriter, qos_profile
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import stamp_to_ns
-    from memnav.ros.params import declare_dataclass
+    from memnav.ros.params import check_overrides, declare_dataclass, misnamed_sections
     from memnav.ros.record_command import message_class
     from memnav.ros.replay_command import publisher_qos
+    from memnav.ros.stack_node import config_errors, report_config_error
+    from memnav.sim.habitat import HabitatUnavailableError
+    from memnav.sim.mesh import SceneLoadError
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
+    args = list(argv if argv is not None else sys.argv)
+    rclpy.init(args=args)
     node = Node("sim_bridge_node")
-    run_cfg = declare_dataclass(node, RunnerConfig)
-    sim_cfg = declare_dataclass(node, SimConfig, prefix="sim.")
-    cfg = declare_dataclass(node, BridgeConfig)
-    rec_cfg = declare_dataclass(node, RecordConfig, prefix="record.")
     try:
+        run_cfg = declare_dataclass(node, RunnerConfig)
+        sim_cfg = declare_dataclass(node, SimConfig, prefix="sim.")
+        cfg = declare_dataclass(node, BridgeConfig)
+        rec_cfg = declare_dataclass(node, RecordConfig, prefix="record.")
+        check_overrides([node], args)
+        check_runner_config(run_cfg)
         if cfg.lifelong_dir and not run_cfg.scene:
             raise ValueError("lifelong_dir needs scene: the agent keeps one long-term memory for all the episodes, "
                              "so they must be of one house (e.g. scene:=house_020)")
+        if cfg.results_json:   # before the episodes, not after them
+            check_output_file(Path(cfg.results_json), "parameter 'results_json'")
         runner = EpisodeRunner(run_cfg, sim_cfg)
         # the memory the policy node will open: from an earlier launch, this launch's visit 1 is not the first
         earlier = earlier_memories(cfg.lifelong_dir or None, [run_cfg.scene])
-    except (ValueError, OSError) as err:
-        node.get_logger().error(str(err))
+        writer = None
+        if rec_cfg.bag:
+            try:
+                writer = BagWriter(rec_cfg.bag, rec_cfg.storage)
+            except BagError as err:
+                raise ValueError(f"record.bag: {err}") from err
+    except (*config_errors(), SceneLoadError, HabitatUnavailableError) as err:
         node.destroy_node()
         rclpy.shutdown()
-        return 1
+        return report_config_error("sim_bridge_node", err)
+    for warning in misnamed_sections([node], args):
+        node.get_logger().warning(warning)
     if earlier:
         node.get_logger().info(f"lifelong: {run_cfg.scene}'s memory in {cfg.lifelong_dir} holds earlier runs: "
                                "visits are counted from this launch's first episode")
@@ -185,15 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     topics = TOPICS | (TF_TOPICS if tf_class is not None else {})
     pubs = {name: node.create_publisher(message_class(mtype), name, publisher_qos((qos_profile(rel, lat, depth),)))
             for name, (mtype, rel, lat, depth) in topics.items()}
-    writer = None
-    if rec_cfg.bag:
-        try:
-            writer = BagWriter(rec_cfg.bag, rec_cfg.storage)
-        except BagError as err:
-            node.get_logger().error(f"record.bag: {err}")
-            node.destroy_node()
-            rclpy.shutdown()
-            return 1
+    if writer is not None:
         for name, (mtype, rel, lat, depth) in topics.items():
             writer.add_topic(name, mtype, [qos_profile(rel, lat, depth)])
         node.get_logger().info(f"recording episodes into {rec_cfg.bag} ({rec_cfg.storage})")

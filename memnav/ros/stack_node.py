@@ -9,14 +9,25 @@ path runs before the encoder, memory and stop work of the same frame.
 
 Subscribes / publishes: the union of the four nodes' topics (see their module docstrings).
 Parameters: each node's own, under its node name; a `-p name:=value` on the command line reaches every node
-that declares `name` (agent, policy_dir, lockstep, action_duration_s are declared by policy_node only).
+that declares `name` (agent, policy_dir, lockstep, action_duration_s are declared by policy_node only), and
+is refused when none of them does.
 Do not rename with `-r __node:=NAME`: that renames every node of the process.
+
+Start-up errors (here and in every node started through `run_nodes`): a bad configuration, i.e. a parameter
+the node refuses (a value its config dataclass rejects, a missing model file, a bad checkpoint, a value of the
+wrong type, an override the node does not declare: see memnav.ros.params), is reported as one line on stderr,
+`[NODE] error: bad configuration: MESSAGE`, and the process exits with status `CONFIG_ERROR_EXIT` (2), after
+rclpy is shut down. Restarting would fail the same way: memnav's launcher tells it from a crash by this status.
+Any other exception is a bug and keeps its traceback (exit status 1).
 """
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
+
+CONFIG_ERROR_EXIT = 2
+"""Exit status of a node that refused to start for a bad configuration (see the module docstring)."""
 
 # build(node) declares parameters and creates publishers/subscriptions/timers on `node`; returns its clean-up
 Builder = Callable[[Any], Callable[[], None]]
@@ -30,31 +41,72 @@ def stack_builders() -> list[tuple[str, Builder]]:
             ("memory_node", memory_node.build), ("stop_node", stop_node.build)]
 
 
-def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = None) -> int:
+def config_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a node's start-up raises for a bad configuration rather than a bug: invalid values
+    (ValueError: the config dataclasses, CheckpointError, memnav.ros.params), files that cannot be opened (OSError),
+    rclpy's refusals of a parameter or a name, and a memory database that cannot be used."""
+    from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, NameValidationException
+
+    from memnav.core.memory.store import MemoryStoreError
+
+    return (ValueError, OSError, InvalidParameterTypeException, InvalidParameterValueException,
+            NameValidationException, MemoryStoreError)
+
+
+def report_config_error(program: str, err: BaseException) -> int:
+    """Print the one-line report of a configuration error to stderr; returns CONFIG_ERROR_EXIT."""
+    message = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+    print(f"[{program}] error: bad configuration: {message}", file=sys.stderr, flush=True)
+    return CONFIG_ERROR_EXIT
+
+
+def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = None,
+              program: str | None = None) -> int:
     """rclpy.init, one Node per (name, build), spin them all on one SingleThreadedExecutor until Ctrl-C.
 
-    Every node's `main()` is `run_nodes([(its name, its build)], argv)`; this node passes all four.
+    Every node's `main()` is `run_nodes([(its name, its build)], argv)`; this node passes all four. Before
+    anything spins, the command line's parameter overrides are checked against what the nodes declared
+    (memnav.ros.params.check_overrides).
 
-    Raises:
-        ValueError: a node's parameters are invalid (raised by its build, before anything spins).
+    Args:
+        parts: (node name, build) in executor order.
+        argv: the command line (default sys.argv).
+        program: the name a process-wide configuration error is reported under (default: the first node's).
+
+    Returns:
+        0 after Ctrl-C or an external shutdown; CONFIG_ERROR_EXIT when a node refused its configuration (reported
+        as one line on stderr, naming the node).
     """
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.node import Node
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
+    from memnav.ros.params import check_overrides, misnamed_sections
+
+    args = list(argv if argv is not None else sys.argv)
+    program = program or (parts[0][0] if parts else "stack_node")
+    rclpy.init(args=args)
     executor = _ordered_executor(SingleThreadedExecutor)()
     built: list[tuple[Any, Callable[[], None]]] = []
     try:
-        for name, build in parts:
-            node = Node(name)
-            try:
-                close = build(node)
-            except BaseException:
-                node.destroy_node()
-                raise
-            built.append((node, close))
-            executor.add_node(node)
+        starting = program
+        try:
+            for name, build in parts:
+                starting = name
+                node = Node(name)
+                try:
+                    close = build(node)
+                except BaseException:
+                    node.destroy_node()
+                    raise
+                built.append((node, close))
+                executor.add_node(node)
+            starting = program
+            check_overrides([node for node, _ in built], args)
+        except config_errors() as err:
+            return report_config_error(starting, err)
+        for warning in misnamed_sections([node for node, _ in built], args):
+            built[0][0].get_logger().warning(warning)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
@@ -90,7 +142,7 @@ def _ordered_executor(base: type) -> type:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_nodes(stack_builders(), argv)
+    return run_nodes(stack_builders(), argv, program="stack_node")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from memnav.ros import encoder_node, memory_node, safety_node, stop_node
+from memnav.ros.params import flatten_parameters
 from memnav.ros.policy_node import PolicyNodeConfig
 from memnav.ros.sim_bridge_node import BridgeConfig, RecordConfig
 from memnav.sim.base import SimConfig
@@ -24,16 +25,6 @@ NODE_PARAMETERS = {
     "stop_node": stop_node.PARAMETER_GROUPS,
     "safety_node": safety_node.PARAMETER_GROUPS,
 }
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _ros_compatible(value: object, default: object) -> bool:
@@ -54,7 +45,7 @@ def build_node_configs(node: str, params: dict) -> list:
             (or the dataclass rejects).
     """
     groups = NODE_PARAMETERS[node]
-    flat = _flatten(params)
+    flat = flatten_parameters(params)
     known = {f"{prefix}{f.name}" for prefix, cls in groups for f in dataclasses.fields(cls)}
     unknown = sorted(set(flat) - known)
     if unknown:
@@ -103,7 +94,7 @@ def test_every_params_file_builds_its_dataclasses(path):
 def test_memnav_yaml_lists_every_field_of_the_new_nodes():
     doc = yaml.safe_load((CONFIG_DIR / "memnav.yaml").read_text())
     for node in ("encoder_node", "memory_node", "stop_node", "sim_bridge_node", "policy_node"):
-        flat = _flatten(doc[node]["ros__parameters"])
+        flat = flatten_parameters(doc[node]["ros__parameters"])
         fields = {f"{prefix}{f.name}" for prefix, cls in NODE_PARAMETERS[node] for f in dataclasses.fields(cls)}
         assert fields == set(flat), f"{node}: missing {sorted(fields - set(flat))}"
 
@@ -119,3 +110,25 @@ def test_bad_sections_fail_by_name():
         build_node_configs("stop_node", {"voi": {"evidence_strength": -1.0}})
     cfg, graph, _ = build_node_configs("memory_node", {"db_path": "", "buffer": {"capacity": 4}})
     assert graph.to_config().db_path is None and cfg.frame_id == "odom"
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: PolicyNodeConfig(forward_step_m=-0.25), "forward_step_m"),     # would drive MOVE_FORWARD backwards
+    (lambda: PolicyNodeConfig(turn_angle_deg=-30.0), "turn_angle_deg"),     # would swap left and right
+    (lambda: PolicyNodeConfig(turn_angle_deg=200.0), "turn_angle_deg"),
+    (lambda: PolicyNodeConfig(action_duration_s=float("inf")), "action_duration_s"),
+    (lambda: PolicyNodeConfig(action_duration_s=float("nan")), "action_duration_s"),
+    (lambda: PolicyNodeConfig(subscriber_wait_s=float("nan")), "subscriber_wait_s"),
+    (lambda: PolicyNodeConfig(lifelong_dir=__file__), "lifelong_dir"),      # a file, not a folder
+    (lambda: safety_node.SafetyNodeConfig(rate_hz=float("inf")), "rate_hz"),   # a 0 s timer: a busy loop
+    (lambda: safety_node.SafetyNodeConfig(rate_hz=1e-6), "rate_hz"),           # /cmd_vel every 11 days
+    (lambda: stop_node.VoIStopConfig(success_reward=float("nan")), "success_reward"),
+    (lambda: stop_node.VerificationConfig(ratio=float("nan")), "ratio"),
+    (lambda: stop_node.VerificationConfig(max_features=-5), "max_features"),
+    (lambda: memory_node.MemoryNodeConfig(markers_period_s=float("inf")), "markers_period_s"),
+    (lambda: memory_node.MemoryNodeConfig(frame_id=""), "frame_id"),
+    (lambda: memory_node.SceneGraphParams(db_path="/tmp"), "db_path"),         # a folder, not a database file
+])
+def test_nonsense_node_settings_are_refused_naming_the_field(make, field):
+    with pytest.raises(ValueError, match=rf"\.{field}\b"):
+        make()

@@ -4,21 +4,27 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 import memnav
+from memnav.cli import main
 from memnav.ros import launch_command
 from memnav.ros.launcher import (
+    CONFIG_ERROR_EXIT,
     LaunchError,
+    NodeFailure,
     NodeSpec,
     Output,
+    RespawnLimit,
     Supervisor,
     build_command,
     child_environment,
@@ -241,6 +247,76 @@ def test_argument_overrides_and_their_errors(tmp_path):
         parse_overrides(["a=1"])
 
 
+def test_choices_in_ros2_spelling_and_memnav_shorthand(tmp_path, capsys):
+    """ROS 2's YAML frontend reads an arg's allowed values from `choice: [{value: a}, ...]` (and refuses other
+    keys); memnav also reads its shorthand `choices: [a, ...]`. A value outside them is refused up front."""
+    text = """\
+        launch:
+        - arg: {name: agent, default: memnav, choice: [{value: memnav}, {value: memnav-fixed}, {value: gru}]}
+        - arg: {name: split, default: test, choices: [val, test]}
+        - node: {exec: policy, param: [{name: agent, value: "$(var agent)"}]}
+        """
+    launch = load_launch_file(write(tmp_path, "t.launch.yaml", text))
+    assert [a.choices for a in launch.args] == [("memnav", "memnav-fixed", "gru"), ("val", "test")]
+    assert plan_of(tmp_path, text, agent="gru").nodes[0].params[0].value == "gru"
+    with pytest.raises(LaunchError, match=r"launch argument agent:=foo is not one of memnav, memnav-fixed, gru"):
+        plan_of(tmp_path, text, agent="foo")
+    # through the command, before any node starts: one line, status 2
+    assert main(["launch", str(tmp_path / "t.launch.yaml"), "agent:=foo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "agent:=foo is not one of memnav, memnav-fixed, gru" in err
+
+    for body, named in [
+        ("{name: a, default: x, choice: [{value: y}]}", "arg.default: 'x' is not one of its choices y"),
+        ("{name: a, choice: []}", "arg.choice: the list of allowed values is empty"),
+        ("{name: a, choice: [y, z]}", "arg.choice: expected a list of `{value: VALUE}` mappings"),
+        ("{name: a, choice: [{value: y}], choices: [y]}", "give `choice` or `choices`, not both"),
+    ]:
+        with pytest.raises(LaunchError, match=re.escape(named)):
+            load_launch_file(write(tmp_path, "bad.launch.yaml", f"launch:\n- arg: {body}\n"))
+    # a default built from substitutions is checked once resolved
+    subst = "launch:\n- arg: {name: a, default: \"$(env MEMNAV_TEST_UNSET z)\", choice: [{value: y}]}\n"
+    with pytest.raises(LaunchError, match=r"a:=z is not one of y"):
+        plan_of(tmp_path, subst)
+
+
+@pytest.mark.parametrize("tail", [
+    ["--dry-run", "robot:=r2", "rate:=7"],
+    ["robot:=r2", "rate:=7", "--dry-run"],
+    ["robot:=r2", "--dry-run", "rate:=7"],
+    ["robot:=r2", "--shutdown-timeout", "1", "rate:=7", "--dry-run"],
+])
+def test_options_and_launch_arguments_mix_in_any_order(tmp_path, capsys, monkeypatch, tail):
+    """The README's `memnav launch launch/sim.launch.yaml --dry-run agent:=gru`: an option between FILE and the
+    NAME:=VALUE items (or among them) is an option, through the whole `memnav` command line."""
+    executable(tmp_path / "bin", "talker", "exit 0\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    path = write(tmp_path, "t.launch.yaml", """\
+        launch:
+        - arg: {name: rate, default: "5"}
+        - arg: {name: robot}
+        - node: {exec: talker, namespace: $(var robot), param: [{name: rate_hz, value: $(var rate)}]}
+        """)
+    for argv in (["launch", str(path), *tail], ["launch", "--dry-run", str(path), *tail]):
+        assert main(argv) == 0
+        printed = capsys.readouterr().out.splitlines()
+        assert printed == ["# talker (output=log)", f"{tmp_path / 'bin' / 'talker'} --ros-args -r __ns:=/r2 "
+                           "-p rate_hz:=7"], argv
+    with pytest.raises(SystemExit):
+        main(["launch", str(path), "robot:=r2", "--no-such-option"])
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+    assert main(["launch", str(path), "--dry-run", "robot=r2"]) == 2
+    assert "launch argument 'robot=r2': expected NAME:=VALUE" in capsys.readouterr().err
+
+
+def test_shipped_launch_files_declare_the_agents_the_policy_node_takes():
+    from memnav.eval.learned_agents import LEARNED
+
+    for name in ("sim.launch.yaml", "robot.launch.yaml"):
+        (agent,) = [a for a in load_launch_file(REPO / "launch" / name).args if a.name == "agent"]
+        assert set(agent.choices) == set(LEARNED) and agent.default in agent.choices, name
+
+
 def test_groups_scope_env_and_namespaces(tmp_path):
     plan = plan_of(tmp_path, """\
         launch:
@@ -357,11 +433,12 @@ def test_cli_show_args_and_dry_run(tmp_path, capsys, monkeypatch):
 # Supervision with real processes
 
 
-def supervise(tmp_path: Path, text: str, timeout_s: float = 5.0, **overrides: str):
+def supervise(tmp_path: Path, text: str, timeout_s: float = 5.0, respawn_limit: RespawnLimit | None = None,
+              **overrides: str):
     plan = plan_of(tmp_path, text, **overrides)
     out, log = io.StringIO(), io.StringIO()
     sup = Supervisor(plan.nodes, exec_paths=[tmp_path / "bin"], shutdown_timeout_s=timeout_s, out=out, log=log,
-                     log_dir=tmp_path / "logs")
+                     log_dir=tmp_path / "logs", respawn_limit=respawn_limit)
     start = time.monotonic()
     status = sup.run()
     return sup, status, out.getvalue(), log.getvalue(), time.monotonic() - start
@@ -409,19 +486,122 @@ def test_on_exit_shutdown_ends_the_launch_and_escalates_to_sigkill(tmp_path):
 
 
 def test_respawn_restarts_until_shutdown(tmp_path):
-    executable(tmp_path / "bin", "flaky", "echo up\nexit 1\n")
-    executable(tmp_path / "bin", "timer", "sleep 1.0\n")
+    # each run lasts longer than the quick-exit window, so the node is respawned every time
+    executable(tmp_path / "bin", "flaky", "echo up\nsleep 0.2\nexit 1\n")
+    executable(tmp_path / "bin", "timer", "sleep 1.5\n")
     sup, status, out, log, _ = supervise(tmp_path, """\
         launch:
-        - node: {exec: flaky, output: screen, respawn: true, respawn_delay: 0.2}
+        - node: {exec: flaky, output: screen, respawn: true, respawn_delay: 0.1}
         - node: {exec: timer, on_exit: shutdown, output: screen}
-        """)
+        """, respawn_limit=RespawnLimit(exits=2, within_s=0.1))
     flaky = sup.reports["flaky"]
-    assert status == 0 and not flaky.crashed  # a respawning node's exit is no crash
-    assert 2 <= flaky.restarts <= 6, flaky.restarts  # ~1 s at one restart per 0.2 s
+    assert not flaky.crashed and flaky.failure is None  # a respawned node's exit is no crash ...
+    assert 2 <= flaky.restarts <= 6, flaky.restarts  # ~1.5 s at one restart per 0.3 s
+    assert flaky.restarts <= flaky.failed_runs <= flaky.starts
+    assert status == 1  # ... but a failure all the same: the launch's status says so
     assert out.count("[flaky] up") == flaky.starts
     assert len(set(flaky.pids)) == flaky.starts
-    assert log.count("flaky: exit code 1; respawning in 0.2 s") >= flaky.restarts
+    assert log.count("flaky: exit code 1; respawning in 0.1 s") >= flaky.restarts
+    # each respawn shows the last run's output only, not every earlier run's
+    assert log.count("last 1 output line(s):\n    [flaky] up\n") >= flaky.restarts
+    assert "last 2 output line(s)" not in log
+    assert log.rstrip().splitlines()[-1] == f"[launch] exit status 1: flaky failed {flaky.failed_runs} time(s) and " \
+                                           "was respawned"
+
+
+REFUSER = """\
+    import sys
+    print("refuser: parameter rate_hz: expected a rate > 0 Hz, got -5.0", file=sys.stderr)
+    sys.exit(2)
+    """
+
+
+def test_a_node_refusing_its_configuration_is_not_respawned_and_ends_the_launch(tmp_path, capsys, monkeypatch):
+    """`memnav launch` as the user runs it: a respawn node exiting with CONFIG_ERROR_EXIT starts once, the other
+    nodes are stopped, and the command exits 2 with a last line naming the node."""
+    assert CONFIG_ERROR_EXIT == 2  # the nodes' convention (memnav.ros.stack_node)
+    executable(tmp_path / "bin", "refuser", REFUSER, interpreter=sys.executable)
+    executable(tmp_path / "bin", "worker", "echo working\nexec sleep 30\n")
+    path = write(tmp_path, "t.launch.yaml", """\
+        launch:
+        - node: {exec: worker, output: screen}
+        - node: {exec: refuser, name: safety_node, output: screen, respawn: true, respawn_delay: 0.0}
+        """)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ROS_LOG_DIR", str(tmp_path / "logs"))
+    start = time.monotonic()
+    status = main(["launch", str(path), "--shutdown-timeout", "2"])
+    elapsed = time.monotonic() - start
+    captured = capsys.readouterr()
+    assert status == 2, captured.err
+    assert elapsed < 5.0
+    assert captured.err.count("safety_node: started") == 1 and "respawning" not in captured.err
+    assert captured.out.count("[safety_node] refuser: parameter rate_hz") == 1
+    assert "safety_node refused its configuration (exit code 2" in captured.err
+    assert "worker: stopped" in captured.err   # the rest of the launch is shut down, not left running
+    last = captured.err.rstrip().splitlines()[-1]
+    assert last.startswith("[launch] exit status 2: safety_node refused its configuration"), last
+
+
+def test_a_refusal_ends_the_launch_whatever_its_on_exit(tmp_path):
+    """Without respawn and without on_exit: shutdown the launch would carry on without the node (a sim run with
+    no stop node, a lock-step bridge waiting forever for the policy); a refusal shuts it all down."""
+    executable(tmp_path / "bin", "refuser", REFUSER, interpreter=sys.executable)
+    executable(tmp_path / "bin", "bridge", "exec sleep 30\n")
+    sup, status, out, log, elapsed = supervise(tmp_path, """\
+        launch:
+        - node: {exec: bridge, output: screen, on_exit: shutdown}
+        - node: {exec: refuser, name: stop_node, output: log}
+        """, timeout_s=2.0)
+    assert status == 2 and elapsed < 5.0
+    stop, bridge = sup.reports["stop_node"], sup.reports["bridge"]
+    assert stop.failure is NodeFailure.REFUSED_CONFIG and stop.starts == 1 and stop.returncode == 2
+    assert bridge.failure is None and bridge.returncode == -signal.SIGINT and not running(bridge.pids[0])
+    # output: log: the node's own error line is shown with the refusal and its log file named in the summary
+    assert "[stop_node] refuser: parameter rate_hz" in log[log.index("stop_node refused its configuration"):]
+    assert log.rstrip().splitlines()[-1] == ("[launch] exit status 2: stop_node refused its configuration "
+                                             f"(exit code 2; its error is in {tmp_path / 'logs' / 'stop_node.log'})")
+
+
+def test_a_respawn_node_that_keeps_failing_at_start_is_given_up_on(tmp_path):
+    runs = tmp_path / "runs"
+    executable(tmp_path / "bin", "flaky", f"echo run >> {runs}\necho 'cannot open /dev/ttyUSB0'\nexit 1\n")
+    executable(tmp_path / "bin", "worker", "exec sleep 30\n")
+    sup, status, out, log, elapsed = supervise(tmp_path, """\
+        launch:
+        - node: {exec: flaky, output: screen, respawn: true, respawn_delay: 0.05}
+        - node: {exec: worker, output: screen}
+        """, timeout_s=2.0, respawn_limit=RespawnLimit(exits=3, within_s=5.0))
+    flaky = sup.reports["flaky"]
+    assert status == 1 and elapsed < 8.0
+    assert flaky.starts == 3 == len(runs.read_text().split()) and flaky.failure is NodeFailure.GAVE_UP
+    assert log.count("respawning in 0.05 s") == 2
+    assert log.count("[launch] flaky: exit code 1; it exited within 5 s of its start 3 times in a row, giving up") == 1
+    assert "last 2 output line(s)" not in log  # each report shows that run's line only
+    assert sup.reports["worker"].returncode == -signal.SIGINT  # shut down, not left running
+    assert log.rstrip().splitlines()[-1] == ("[launch] exit status 1: flaky was given up on: it exited within 5 s "
+                                             "of its start 3 times in a row (last: exit code 1)")
+
+
+def test_ctrl_c_after_a_node_failure_exits_non_zero(tmp_path):
+    executable(tmp_path / "bin", "flaky", "sleep 0.3\nexit 1\n")
+    executable(tmp_path / "bin", "worker", "exec sleep 30\n")
+    plan = plan_of(tmp_path, """\
+        launch:
+        - node: {exec: flaky, respawn: true, respawn_delay: 0.0}
+        - node: {exec: worker}
+        """)
+    log = io.StringIO()
+    sup = Supervisor(plan.nodes, exec_paths=[tmp_path / "bin"], shutdown_timeout_s=2.0, out=io.StringIO(), log=log,
+                     log_dir=tmp_path / "logs", respawn_limit=RespawnLimit(exits=3, within_s=0.1))
+    # Ctrl-C once the node has failed (the launch runs until then: the worker sleeps 30 s)
+    interrupt = threading.Thread(target=lambda: wait_for(lambda: sup.reports["flaky"].failed_runs >= 1)
+                                 and os.kill(os.getpid(), signal.SIGINT))
+    interrupt.start()
+    status = sup.run()
+    interrupt.join()
+    assert sup.interrupted and status == 1, log.getvalue()
+    assert sup.reports["flaky"].failure is None and "flaky failed" in log.getvalue().splitlines()[-1]
 
 
 def test_ctrl_c_shuts_down_cleanly_through_the_cli(tmp_path):
@@ -501,11 +681,13 @@ def test_launches_the_real_sim_bridge_node(tmp_path, tiny_data, monkeypatch):
     env = {**os.environ, "ROS_DOMAIN_ID": str((domain + 1) % 230), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
-    # A bad dataset: the node's crash is reported with its name and its own error output.
+    # A bad dataset: the node refuses its configuration (CONFIG_ERROR_EXIT) with its own one-line error, and the
+    # launch reports it by name and exits with the same status.
     bad = subprocess.run([sys.executable, "-m", "memnav.cli", "launch", str(path), f"data:={tmp_path / 'none'}",
                           f"domain:={domain}"], env=env, capture_output=True, text=True, timeout=30)
-    assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "bridge crashed: exit code 1" in bad.stderr and "dataset not found" in bad.stderr
+    assert bad.returncode == CONFIG_ERROR_EXIT, bad.stdout + bad.stderr
+    assert "bridge refused its configuration (exit code 2" in bad.stderr and "dataset not found" in bad.stdout
+    assert bad.stderr.rstrip().splitlines()[-1].startswith("[launch] exit status 2: bridge refused its configuration")
 
     proc = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(path), f"data:={tiny_data}",
                              f"domain:={domain}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -19,3 +19,12 @@ def test_missing_files_name_the_parameter_and_the_places_looked_at(tmp_path, mon
         resolve_model_path("nothing.pt", "checkpoint")
     with pytest.raises(FileNotFoundError, match="empty"):
         resolve_model_path("", "calibration")
+
+
+def test_a_folder_for_a_file_and_a_file_for_a_folder_are_named_as_such(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"'calibration'.*is a directory, not a model file"):
+        resolve_model_path(str(tmp_path), "calibration")
+    assert resolve_model_path("models", "policy_dir", folder=True) == PACKAGE_ROOT / "models"
+    with pytest.raises(FileNotFoundError, match=r"'policy_dir'.*is a file, not a model folder"):
+        resolve_model_path("models/encoder.pt", "policy_dir", folder=True)

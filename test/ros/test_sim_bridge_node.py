@@ -198,7 +198,7 @@ def test_bridge_records_an_episode_that_eval_bag_scores_against_ground_truth(dat
 
     # a bag is never overwritten: a second bridge on the same path refuses to start
     again = subprocess.run(bridge, capture_output=True, text=True, timeout=60)
-    assert again.returncode == 1 and "exists already" in again.stdout + again.stderr
+    assert again.returncode == 2 and "exists already" in again.stderr and "Traceback" not in again.stderr
     assert _digest(bag) == before
 
 

@@ -1,0 +1,267 @@
+"""Nodes refuse a bad configuration at start-up with one line on stderr and exit status CONFIG_ERROR_EXIT (2):
+values out of range, missing files, values of the wrong type, parameters they do not declare. An integer is
+taken for a float parameter. Bugs keep their traceback."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from conftest import stop_processes  # noqa: E402
+
+from memnav.ros.params import (  # noqa: E402
+    ParameterTypeError,
+    UnknownParameterError,
+    check_overrides,
+    coerce_parameter,
+    declare_dataclass,
+    misnamed_sections,
+)
+from memnav.ros.sim_bridge_node import BridgeConfig, check_runner_config  # noqa: E402
+from memnav.ros.stack_node import CONFIG_ERROR_EXIT, run_nodes  # noqa: E402
+from memnav.ros.stop_node import StopNodeConfig  # noqa: E402
+from memnav.sim.runner import RunnerConfig  # noqa: E402
+
+pytestmark = pytest.mark.ros
+
+
+@pytest.fixture
+def ros_env(monkeypatch):
+    domain = 40 + ((os.getpid() + 127) % 150)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    return domain
+
+
+@pytest.fixture
+def make_node(ros_env):
+    """Nodes on a private context (nothing spins), destroyed afterwards."""
+    from rclpy.context import Context
+    from rclpy.node import Node
+
+    context = Context()
+    rclpy.init(context=context, domain_id=ros_env)
+    nodes = []
+
+    def make(name: str, **overrides):
+        from rclpy.parameter import Parameter
+
+        nodes.append(Node(name, context=context,
+                          parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()]))
+        return nodes[-1]
+
+    yield make
+    for node in nodes:
+        node.destroy_node()
+    rclpy.shutdown(context=context)
+
+
+# --- types: an integer for a float is taken, other mismatches are refused by name ---
+
+def test_coerce_takes_an_integer_for_a_float_and_refuses_other_types():
+    assert coerce_parameter("rate", 2, 1.0) == 2.0 and isinstance(coerce_parameter("rate", 2, 1.0), float)
+    assert coerce_parameter("xs", [1, 2.5], [0.0]) == [1.0, 2.5]
+    assert coerce_parameter("n", 3, 1) == 3 and coerce_parameter("on", False, True) is False
+    cases = [("rate", "abc", 1.0, "parameter 'rate' expects a double, got string 'abc'"),
+             ("rate", True, 1.0, "expects a double, got bool True"),
+             ("n", 2.5, 1, "parameter 'n' expects an integer, got double 2.5"),
+             ("on", 1, True, "expects a bool, got integer 1"),
+             ("split", 1, "test", "expects a string, got integer 1"),
+             ("xs", ["a"], [0.0], "parameter 'xs' expects a double array, got string array ['a']")]
+    for name, value, default, message in cases:
+        with pytest.raises(ParameterTypeError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            coerce_parameter(name, value, default)
+
+
+def test_declare_dataclass_declares_an_integer_override_of_a_float_as_double(make_node):
+    from rclpy.parameter import Parameter
+
+    node = make_node("stop_node", verify_min_similarity=1, image_queue_size=5)
+    cfg = declare_dataclass(node, StopNodeConfig)
+    assert cfg.verify_min_similarity == 1.0 and isinstance(cfg.verify_min_similarity, float)
+    assert cfg.image_queue_size == 5
+    param = node.get_parameter("verify_min_similarity")
+    assert param.type_ == Parameter.Type.DOUBLE and param.value == 1.0
+    node.set_parameters([Parameter("verify_min_similarity", value=0.5)])   # stays a double parameter
+    assert node.get_parameter("verify_min_similarity").value == 0.5
+
+
+def test_declare_dataclass_refuses_a_string_for_a_float_by_name(make_node):
+    node = make_node("stop_node", verify_min_similarity="high")
+    with pytest.raises(ParameterTypeError, match="parameter 'verify_min_similarity' expects a double, got string"):
+        declare_dataclass(node, StopNodeConfig)
+
+
+# --- unknown parameters: refused when addressed to the node, with the closest declared name ---
+
+def _ros(*options: str) -> list[str]:
+    return ["stop_node", "--ros-args", *options]
+
+
+def test_unknown_command_line_parameter_is_refused_with_a_suggestion(make_node):
+    node = make_node("stop_node")
+    declare_dataclass(node, StopNodeConfig)
+    check_overrides([node], _ros("-p", "verify_min_similarity:=0.5", "-p", "use_sim_time:=true",
+                                 "-p", "other_node:anything:=1", "-r", "-p:=/x"))   # the remap is not a -p
+    with pytest.raises(UnknownParameterError,
+                       match="unknown parameter 'verify_min_similaity' for stop_node .*did you mean "
+                             "'verify_min_similarity'"):
+        check_overrides([node], _ros("-p", "verify_min_similaity:=0.5"))
+    with pytest.raises(UnknownParameterError, match="'calibraton'.*did you mean 'calibration'"):
+        check_overrides([node], _ros("-p", "stop_node:calibraton:=x"))
+
+
+def test_process_wide_parameter_needs_one_node_that_declares_it(make_node):
+    stop, other = make_node("stop_node"), make_node("encoder_node")
+    declare_dataclass(stop, StopNodeConfig)
+    check_overrides([stop, other], _ros("-p", "image_queue_size:=3"))   # declared by stop_node only: fine
+    with pytest.raises(UnknownParameterError, match="'image_queue_sise' for stop_node, encoder_node"):
+        check_overrides([stop, other], _ros("-p", "image_queue_sise:=3"))
+    with pytest.raises(UnknownParameterError, match="'image_queue_size' for encoder_node"):
+        check_overrides([stop, other], _ros("-p", "encoder_node:image_queue_size:=3"))
+
+
+def test_params_file_sections_by_name_are_checked_wildcards_are_not(make_node, tmp_path):
+    node = make_node("safety_node")
+    from memnav.ros.safety_node import PARAMETER_GROUPS
+
+    for prefix, cls in PARAMETER_GROUPS:
+        declare_dataclass(node, cls, prefix=prefix)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("/**:\n  ros__parameters:\n    frame_id: map\n"
+                      "policy_node:\n  ros__parameters:\n    agent: memnav\n"
+                      "/safety_node:\n  ros__parameters:\n    rate_hz: 20\n    guard:\n      max_linear_mps: 0.3\n")
+    check_overrides([node], _ros("--params-file", str(shared)))
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("safety_node:\n  ros__parameters:\n    max_linear_mp: 0.2\n")
+    with pytest.raises(UnknownParameterError, match=f"'max_linear_mp' for safety_node \\(from {typo}\\); did you "
+                                                    "mean 'guard.max_linear_mps'"):
+        check_overrides([node], _ros("--params-file", str(typo)))
+    nested = tmp_path / "nested.yaml"   # a section under a namespace key that is not this node's: not addressed
+    nested.write_text("/robot2:\n  safety_node:\n    ros__parameters:\n      bogus: 1\n")
+    check_overrides([node], _ros("--params-file", str(nested)))
+    misnamed = tmp_path / "misnamed.yaml"
+    misnamed.write_text("safty_node:\n  ros__parameters:\n    rate_hz: 20.0\n")
+    assert misnamed_sections([node], _ros("--params-file", str(shared))) == []
+    [warning] = misnamed_sections([node], _ros("--params-file", str(misnamed)))
+    assert "'safty_node'" in warning and "did you mean 'safety_node'" in warning
+
+
+# --- run_nodes: one line, exit status 2, rclpy shut down; bugs keep their traceback ---
+
+def test_run_nodes_reports_a_configuration_error_in_one_line_and_shuts_rclpy_down(ros_env, capsys):
+    closed = []
+
+    def build(node):
+        declare_dataclass(node, StopNodeConfig)
+        return lambda: closed.append(node.get_name())
+
+    assert run_nodes([("stop_node", build)], _ros("-p", "image_queue_size:=0")) == CONFIG_ERROR_EXIT
+    err = capsys.readouterr().err
+    assert err.startswith("[stop_node] error: bad configuration: StopNodeConfig:") and len(err.splitlines()) == 1
+    assert not rclpy.ok() and closed == []
+    assert run_nodes([("stop_node", build)], _ros("-p", "image_queue_sise:=2")) == CONFIG_ERROR_EXIT
+    assert "did you mean 'image_queue_size'" in capsys.readouterr().err
+    assert not rclpy.ok() and closed == ["stop_node"]   # built, then refused: its clean-up ran
+
+
+def test_run_nodes_lets_a_bug_through_and_still_shuts_rclpy_down(ros_env):
+    def build(node):
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_nodes([("stop_node", build)], _ros())
+    assert not rclpy.ok()
+
+
+# --- sim_bridge_node's own settings ---
+
+@pytest.mark.parametrize("field, value", [("rate_hz", 0.0), ("rate_hz", -1.0), ("rate_hz", math.inf),
+                                          ("cmd_timeout_s", -0.5), ("cmd_timeout_s", math.nan),
+                                          ("republish_s", -1.0), ("camera_frame", "")])
+def test_bridge_config_names_its_field(field, value):
+    with pytest.raises(ValueError, match=f"BridgeConfig.{field} "):
+        BridgeConfig(**{field: value})
+
+
+def test_bridge_refuses_negative_episode_counts():
+    check_runner_config(RunnerConfig(first_episode=2, episodes=0))
+    for field in ("first_episode", "episodes"):
+        with pytest.raises(ValueError, match=f"RunnerConfig.{field} must be >= 0"):
+            check_runner_config(RunnerConfig(**{field: -1}))
+
+
+# --- real processes ---
+
+def _start(module: str, *ros_args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"memnav.ros.{module}", "--ros-args", *ros_args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("module, ros_args, named", [
+    ("stop_node", ["-p", "calibration:=/nonexistent/stop.json"], "parameter 'calibration': model file"),
+    ("stop_node", ["-p", "verify_min_similarity:=abc"], "parameter 'verify_min_similarity' expects a double"),
+    ("safety_node", ["-p", "max_linear_mps:=0.2"], "unknown parameter 'max_linear_mps' for safety_node (from -p); "
+                                                    "did you mean 'guard.max_linear_mps'?"),
+    ("sim_bridge_node", ["-p", "sim.width_px:=0"], "SimConfig.width_px"),
+    ("sim_bridge_node", ["-p", "rate_hz:=0"], "BridgeConfig.rate_hz"),
+    ("sim_bridge_node", ["-p", "episodes:=-1"], "RunnerConfig.episodes"),
+])
+def test_node_refuses_bad_configuration_in_one_line(ros_env, module, ros_args, named):
+    run = _start(module, *ros_args)
+    assert run.returncode == CONFIG_ERROR_EXIT, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr + run.stdout
+    [line] = run.stderr.splitlines()
+    assert line.startswith(f"[{module}] error: bad configuration: ") and named in line
+
+
+def test_bridge_refuses_a_results_json_directory_before_any_episode(ros_env, tmp_path):
+    run = _start("sim_bridge_node", "-p", f"results_json:={tmp_path}", "-p", "data:=/nonexistent/houses")
+    assert run.returncode == CONFIG_ERROR_EXIT and "Traceback" not in run.stderr
+    [line] = run.stderr.splitlines()
+    assert f"parameter 'results_json' {tmp_path}: is a directory" in line
+    assert not tmp_path.with_name(tmp_path.name + ".tmp").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_params_file_typo_stops_the_safety_node(ros_env, tmp_path):
+    params = tmp_path / "robot.yaml"
+    params.write_text("safety_node:\n  ros__parameters:\n    max_linear_mp: 0.2\n")
+    run = _start("safety_node", "--params-file", str(params))
+    assert run.returncode == CONFIG_ERROR_EXIT and "Traceback" not in run.stderr
+    [line] = run.stderr.splitlines()
+    assert "'max_linear_mp'" in line and "did you mean 'guard.max_linear_mps'" in line
+
+
+def test_safety_node_takes_integers_for_its_float_limits(ros_env, tmp_path):
+    """`-p guard.max_linear_mps:=1` and `rate_hz: 20` (integers) start the node with double parameters."""
+    from rcl_interfaces.msg import ParameterType
+    from rcl_interfaces.srv import GetParameters
+
+    params = tmp_path / "safety.yaml"
+    params.write_text("safety_node:\n  ros__parameters:\n    rate_hz: 20\n")
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args", "--params-file",
+                             str(params), "-p", "guard.max_linear_mps:=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_startup_client")
+    try:
+        client = node.create_client(GetParameters, "/safety_node/get_parameters")
+        assert client.wait_for_service(timeout_sec=20.0), "safety_node did not come up"
+        future = client.call_async(GetParameters.Request(names=["guard.max_linear_mps", "rate_hz"]))
+        end = time.monotonic() + 10.0
+        while not future.done() and time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.1)
+        values = future.result().values
+        assert [(v.type, v.double_value) for v in values] == [(ParameterType.PARAMETER_DOUBLE, 1.0),
+                                                              (ParameterType.PARAMETER_DOUBLE, 20.0)]
+        assert proc.poll() is None
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])
