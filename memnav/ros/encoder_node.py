@@ -90,7 +90,10 @@ def build(node) -> Callable[[], None]:
 
         set_inference_threads(cfg.torch_threads)
     checkpoint = resolve_model_path(cfg.checkpoint, "checkpoint")
-    encoder = Encoder.from_checkpoint(checkpoint)
+    try:
+        encoder = Encoder.from_checkpoint(checkpoint)
+    except ValueError as err:    # CheckpointError: another format, version or architecture, or not a checkpoint
+        raise ValueError(f"parameter 'checkpoint': {err}") from None
     needs_depth = encoder.cfg.use_depth
     node.get_logger().info(f"encoder {checkpoint} (D={encoder.embedding_dim}, "
                            f"{'RGB-D: waits for depth' if needs_depth else 'RGB only'})")

@@ -319,19 +319,21 @@ def main_node(argv: list[str] | None = None) -> int:
     from rclpy.node import Node
 
     from memnav.eval.bag_io import BagError
-    from memnav.ros.params import declare_dataclass
+    from memnav.ros.params import check_overrides, declare_dataclass
+    from memnav.ros.stack_node import config_errors, report_config_error
 
-    rclpy.init(args=argv if argv is not None else sys.argv)
+    args = list(argv if argv is not None else sys.argv)
+    rclpy.init(args=args)
     node = Node("memnav_replay")
-    log = node.get_logger()
     try:
         cfg = declare_dataclass(node, ReplayConfig)
+        check_overrides([node], args)
         bag, selected = open_bag(cfg)
-    except (ValueError, FileNotFoundError, BagError) as err:
-        log.error(str(err))
+    except (*config_errors(), BagError) as err:   # a bad parameter or bag: one line, never worth a restart
         node.destroy_node()
         rclpy.shutdown()
-        return 1
+        return report_config_error("memnav_replay", err)
+    log = node.get_logger()
     for w in bag.warnings:
         log.warning(w)
     published: Counter = Counter()

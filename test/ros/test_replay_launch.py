@@ -96,4 +96,5 @@ def test_replay_node_refuses_a_missing_bag_by_name(tmp_path):
                          capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + 71) % 150)),
                                   ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST"))
-    assert run.returncode == 1 and f"bag {missing} does not exist" in run.stdout + run.stderr
+    assert run.returncode == 2 and f"bag {missing} does not exist" in run.stderr   # CONFIG_ERROR_EXIT, one line
+    assert "Traceback" not in run.stderr
