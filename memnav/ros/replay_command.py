@@ -320,10 +320,12 @@ def main_node(argv: list[str] | None = None) -> int:
 
     from memnav.eval.bag_io import BagError
     from memnav.ros.params import check_overrides, declare_dataclass
-    from memnav.ros.stack_node import config_errors, report_config_error
+    from memnav.ros.stack_node import config_errors, init_rclpy, report_config_error
 
     args = list(argv if argv is not None else sys.argv)
-    rclpy.init(args=args)
+    status = init_rclpy("memnav_replay", args)
+    if status is not None:
+        return status
     node = Node("memnav_replay")
     try:
         cfg = declare_dataclass(node, ReplayConfig)

@@ -188,12 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     from memnav.ros.params import check_overrides, declare_dataclass, misnamed_sections
     from memnav.ros.record_command import message_class
     from memnav.ros.replay_command import publisher_qos
-    from memnav.ros.stack_node import config_errors, report_config_error
+    from memnav.ros.stack_node import config_errors, init_rclpy, report_config_error
     from memnav.sim.habitat import HabitatUnavailableError
     from memnav.sim.mesh import SceneLoadError
 
     args = list(argv if argv is not None else sys.argv)
-    rclpy.init(args=args)
+    status = init_rclpy("sim_bridge_node", args)
+    if status is not None:
+        return status
     node = Node("sim_bridge_node")
     try:
         run_cfg = declare_dataclass(node, RunnerConfig)

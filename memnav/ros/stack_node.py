@@ -53,6 +53,20 @@ def config_errors() -> tuple[type[BaseException], ...]:
             NameValidationException, MemoryStoreError)
 
 
+def init_rclpy(program: str, args: Sequence[str]) -> int | None:
+    """rclpy.init(args); None when it started, else the status of a configuration error it reported: a ROS
+    argument rcl cannot parse (`--ros-args -p a`, no `:=value`) is one line, not rcl's traceback."""
+    import rclpy
+    from rclpy.impl.implementation_singleton import rclpy_implementation
+
+    try:
+        rclpy.init(args=list(args))
+    except rclpy_implementation.RCLError as err:
+        text = str(err).split(", at /")[0]   # drop rcl's source locations
+        return report_config_error(program, ValueError(f"ROS arguments {' '.join(args[1:])!r}: {text}"))
+    return None
+
+
 def report_config_error(program: str, err: BaseException) -> int:
     """Print the one-line report of a configuration error to stderr; returns CONFIG_ERROR_EXIT."""
     message = " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
@@ -85,7 +99,9 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
 
     args = list(argv if argv is not None else sys.argv)
     program = program or (parts[0][0] if parts else "stack_node")
-    rclpy.init(args=args)
+    status = init_rclpy(program, args)
+    if status is not None:
+        return status
     executor = _ordered_executor(SingleThreadedExecutor)()
     built: list[tuple[Any, Callable[[], None]]] = []
     try:

@@ -221,6 +221,15 @@ def test_node_refuses_bad_configuration_in_one_line(ros_env, module, ros_args, n
     assert line.startswith(f"[{module}] error: bad configuration: ") and named in line
 
 
+@pytest.mark.parametrize("module, program", [("stop_node", "stop_node"), ("sim_bridge_node", "sim_bridge_node"),
+                                             ("replay_command", "memnav_replay")])
+def test_a_ros_argument_rcl_cannot_parse_is_one_line_not_a_traceback(ros_env, module, program):
+    run = _start(module, "-p", "a")     # no :=value
+    assert run.returncode == CONFIG_ERROR_EXIT and "Traceback" not in run.stderr + run.stdout
+    ours = [line for line in run.stderr.splitlines() if line.startswith(f"[{program}] error: bad configuration: ")]
+    assert len(ours) == 1 and "'-p a'" in ours[0]
+
+
 def test_bridge_refuses_a_results_json_directory_before_any_episode(ros_env, tmp_path):
     run = _start("sim_bridge_node", "-p", f"results_json:={tmp_path}", "-p", "data:=/nonexistent/houses")
     assert run.returncode == CONFIG_ERROR_EXIT and "Traceback" not in run.stderr
