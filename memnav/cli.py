@@ -10,9 +10,13 @@ import argparse
 import importlib
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from memnav import __version__
+
+T = TypeVar("T")
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -34,6 +38,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # bench target -> (module, one-line help); each module has add_arguments(parser) and run(args) -> dict
 STDOUT_ONLY = Path("-")   # `memnav bench X --json` with no PATH: the JSON goes to stdout only
+
+
+def config_from_options(cls: type[T], options: Mapping[str, str], **fields: Any) -> T:
+    """`cls(**fields)` for a command line: a ValueError the config raises naming its field (`Cls.field ...`)
+    names the option the user typed instead (`options`: field -> option, e.g. "--batch-size")."""
+    try:
+        return cls(**fields)
+    except ValueError as err:
+        text = str(err)
+        for name, option in options.items():
+            text = text.replace(f"{cls.__name__}.{name} ", f"{option} ")
+        raise ValueError(text) from None
 
 BENCH_TARGETS: dict[str, tuple[str, str]] = {
     "sim": ("memnav.eval.bench_sim", "simulator RGB-D steps/s at 128x128, 256x256 and on a >=1M-triangle mesh"),

@@ -46,6 +46,7 @@ from memnav.core.memory.scene_graph import (
     SceneGraphMemory,
 )
 from memnav.core.types import Pose2D, wrap_angle
+from memnav.paths import check_output_dir
 
 DEFAULT_SIZES = "1k,10k,100k,1m"
 QUICK_SIZES = "1k,5k"
@@ -438,8 +439,8 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--dim must be >= 8, got {args.dim}")
     if not (math.isfinite(args.patrol_hours) and args.patrol_hours > 0):
         raise ValueError(f"--patrol-hours must be a positive number, got {args.patrol_hours}")
-    if args.db not in (None, ":memory:") and Path(args.db).exists() and not Path(args.db).is_dir():
-        raise ValueError(f"--db {args.db}: exists and is not a directory (the benchmark databases go in a folder)")
+    if args.db not in (None, ":memory:"):
+        check_output_dir(Path(args.db), "--db")   # the benchmark databases go in a folder
     embedder = SmoothPlaceEmbedder(args.dim, seed=args.seed)
     cleanup = None
     if args.db == ":memory:":

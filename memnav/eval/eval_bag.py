@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memnav.cli import config_from_options as cli_config
 from memnav.core.stop import STOP_FEATURES
 from memnav.core.stop import load_calibrator as _load_calibrator
 from memnav.core.types import Pose2D, wrap_angle
@@ -870,13 +871,7 @@ def config_from_options(**fields: Any) -> EvalConfig:
     Raises:
         ValueError: e.g. "--batch-size must be >= 1, got 0" (not the config's field name).
     """
-    try:
-        return EvalConfig(**fields)
-    except ValueError as err:   # the config names its field; the user typed the option
-        text = str(err)
-        for name in fields:
-            text = text.replace(f"EvalConfig.{name} ", f"{OPTIONS.get(name, name)} ")
-        raise ValueError(text) from err
+    return cli_config(EvalConfig, OPTIONS, **fields)
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memnav.cli import STDOUT_ONLY
+from memnav.cli import STDOUT_ONLY, config_from_options
 from memnav.paths import check_output_file
 from memnav.sim.goal_lookalikes import GoalAuditConfig, HouseLookalikes
 
@@ -209,14 +209,9 @@ def format_summary(doc: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_output_file(args.json, "--json")
-    options = {name: getattr(args, name) for name in ("grid_m", "heading_deg", "candidates", "nudge_m", "nudge_deg")}
-    try:
-        cfg = GoalAuditConfig(**options)
-    except ValueError as err:   # the config names its field; the user typed the option
-        text = str(err)
-        for name in options:
-            text = text.replace(f"GoalAuditConfig.{name} ", f"--{name.replace('_', '-')} ")
-        raise ValueError(text) from None
+    names = ("grid_m", "heading_deg", "candidates", "nudge_m", "nudge_deg")
+    cfg = config_from_options(GoalAuditConfig, {n: f"--{n.replace('_', '-')}" for n in names},
+                              **{n: getattr(args, n) for n in names})
     if args.audit is not None:
         doc = load_audit(args.audit)   # refuses a file that is not an audit, by name
         rows = doc["per_episode"]

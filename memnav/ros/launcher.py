@@ -64,6 +64,11 @@ from typing import Any, NoReturn, TextIO
 
 import yaml
 
+# A node that refuses its configuration (a bad or unknown parameter, a missing model file) logs one line and exits
+# with the memnav nodes' CONFIG_ERROR_EXIT. Restarting it cannot help, so such a node is never respawned and its
+# exit ends the launch, with this status.
+from memnav.ros.stack_node import CONFIG_ERROR_EXIT
+
 SUPPORTED_ACTIONS = ("arg", "group", "node", "push_ros_namespace", "set_env")
 SUPPORTED_SUBSTITUTIONS = "$(var NAME), $(env NAME [DEFAULT]), $(find-pkg-share PACKAGE), $(equals A B)"
 ARG_KEYS = ("name", "default", "description", "choice", "choices")
@@ -1005,10 +1010,6 @@ def default_log_dir() -> Path:
 # Supervision
 
 
-# A node that refuses its configuration (a bad or unknown parameter, a missing model file) logs one line and exits
-# with this status: the same value as the memnav nodes' own CONFIG_ERROR_EXIT convention (memnav.ros.stack_node).
-# Restarting it cannot help, so such a node is never respawned and its exit ends the launch, with this status.
-CONFIG_ERROR_EXIT = 2
 
 
 class NodeFailure(str, Enum):

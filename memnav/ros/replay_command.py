@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memnav.cli import config_from_options
 from memnav.eval.bag_io import BagFile
 
 
@@ -278,15 +279,10 @@ def config_from_args(args: argparse.Namespace) -> ReplayConfig:
     Raises:
         ValueError: a bad value, naming the option as typed (e.g. "--rate must be ...").
     """
-    try:
-        return ReplayConfig(bag=str(args.bag), rate=args.rate, loop=args.loop, clock=not args.no_clock,
-                            clock_hz=args.clock_hz, delay_s=args.delay, topics=" ".join(args.topics or []),
-                            wait_for=" ".join(args.wait_for), wait_timeout_s=args.wait_timeout)
-    except ValueError as err:   # the config names its field; the user typed the option
-        text = str(err)
-        for name, option in OPTIONS.items():
-            text = text.replace(f"ReplayConfig.{name} ", f"{option} ")
-        raise ValueError(text) from err
+    return config_from_options(ReplayConfig, OPTIONS, bag=str(args.bag), rate=args.rate, loop=args.loop,
+                               clock=not args.no_clock, clock_hz=args.clock_hz, delay_s=args.delay,
+                               topics=" ".join(args.topics or []), wait_for=" ".join(args.wait_for),
+                               wait_timeout_s=args.wait_timeout)
 
 
 def run(args: argparse.Namespace) -> int:
