@@ -95,17 +95,26 @@ class EncoderTrainConfig:
 
 def augment(x: torch.Tensor, gen: torch.Generator,
             colour_gain_std: float = EncoderTrainConfig.colour_gain_std) -> torch.Tensor:
-    """Photometric + sensor-noise augmentation of a (B, 4, P, P) batch."""
+    """Photometric + sensor-noise augmentation of a (B, 4, P, P) batch.
+
+    `gen` is a CPU generator. A batch on a GPU draws its noise there, from a generator seeded by one draw
+    of `gen` (so a resumed run draws the same), instead of drawing it on the CPU and copying it over.
+    """
     b = x.shape[0]
     rgb, depth = x[:, :3], x[:, 3:]
-    gain = 1.0 + colour_gain_std * torch.randn(b, 3, 1, 1, generator=gen)
-    bright = 0.7 + 0.6 * torch.rand(b, 1, 1, 1, generator=gen)
+    if x.device.type == "cpu":
+        draw, on = gen, {}
+    else:
+        draw = torch.Generator(device=x.device).manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        on = {"device": x.device}
+    gain = 1.0 + colour_gain_std * torch.randn(b, 3, 1, 1, generator=draw, **on)
+    bright = 0.7 + 0.6 * torch.rand(b, 1, 1, 1, generator=draw, **on)
     mean = rgb.mean(dim=(1, 2, 3), keepdim=True)
-    contrast = 0.7 + 0.6 * torch.rand(b, 1, 1, 1, generator=gen)
+    contrast = 0.7 + 0.6 * torch.rand(b, 1, 1, 1, generator=draw, **on)
     rgb = ((rgb - mean) * contrast + mean) * bright * gain
-    rgb = rgb + 0.03 * torch.randn(rgb.shape, generator=gen)
-    depth = depth * (1.0 + 0.02 * torch.randn(depth.shape, generator=gen))
-    depth = depth * (torch.rand(depth.shape, generator=gen) > 0.05)
+    rgb = rgb + 0.03 * torch.randn(rgb.shape, generator=draw, **on)
+    depth = depth * (1.0 + 0.02 * torch.randn(depth.shape, generator=draw, **on))
+    depth = depth * (torch.rand(depth.shape, generator=draw, **on) > 0.05)
     out = torch.cat([rgb.clamp(0, 1), depth.clamp(0, 1)], dim=1)
     # small translations (up to 3 px) stand in for small pose differences
     dx, dy = (int(v) for v in torch.randint(-3, 4, (2,), generator=gen))
@@ -167,7 +176,7 @@ def embed(model: FrameEncoder, frames: np.ndarray, batch: int = 256) -> np.ndarr
     out = []
     with torch.inference_mode():
         for i in range(0, len(frames), batch):
-            x = torch.from_numpy(frames[i:i + batch].astype(np.float32)).to(device)
+            x = torch.from_numpy(frames[i:i + batch]).to(device).float()   # float16 frames cross as such
             out.append(model(x).cpu().numpy())
     return np.concatenate(out)
 
@@ -191,13 +200,19 @@ def resolve_device(name: str) -> torch.device:
 def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: int, pairs: bool,
           cache_dir: Path, near_miss: bool = False, jitter: tuple[float, float] = (0.5, 15.0),
           near_miss_m: tuple[float, float] = NEAR_MISS_M, near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG,
-          progress: bool = True) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
-    """Render (or load from the cache) a split's frames: anchors, their positives and near misses."""
+          progress: bool = True, workers: int = 0) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+    """Render (or load from the cache) a split's frames: anchors, their positives and near misses.
+
+    workers: `render_set`'s; banks drawn with a stream per house (workers >= 1) are cached under their own
+    name, the same for any number of workers.
+    """
     houses = houses_of_split(data, split)
     kind = (f"pairs{jitter[0]:g}m{jitter[1]:g}deg" if pairs else "single") + ("_nearmiss" if near_miss else "")
     if near_miss and (tuple(near_miss_m), tuple(near_miss_turn_deg)) != (NEAR_MISS_M, NEAR_MISS_TURN_DEG):
         kind += f"{near_miss_m[0]:g}-{near_miss_m[1]:g}m{near_miss_turn_deg[0]:g}-{near_miss_turn_deg[1]:g}deg"
     key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{kind}_{_dataset_tag(data)}"
+    if workers > 0:
+        key += "_perhouse"
     path = cache_dir / f"encoder_bank_{key}.npz"
     if path.is_file():
         z = np.load(path)
@@ -206,7 +221,7 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
     pair_jitter = (jitter[0], math.radians(jitter[1])) if pairs else None
     sets = render_set(houses, per_house, enc_cfg, seed, pair_jitter=pair_jitter, near_miss=near_miss,
                       near_miss_m=near_miss_m, near_miss_turn_deg=near_miss_turn_deg,
-                      desc=f"render {split}", progress=progress)
+                      desc=f"render {split}", progress=progress, workers=workers)
     cache_dir.mkdir(parents=True, exist_ok=True)
     arrays = {f"{p}{k}": getattr(fs, k) for p, fs in zip(("", "p", "n"), sets) if fs is not None
               for k in ("frames", "poses")}
@@ -257,6 +272,7 @@ def _check_options(cfg: EncoderTrainConfig, args: argparse.Namespace) -> None:
                                      ("--pairs-per-house", cfg.pairs_per_house, 1, "rendered pairs per house"),
                                      ("--eval-every", cfg.eval_every, 1, "steps between evaluations"),
                                      ("--threads", args.threads, 1, "torch CPU threads"),
+                                     ("--render-workers", getattr(args, "render_workers", 0), 0, "rendering processes"),
                                      ("--seed", cfg.seed, 0, "random seed")):
         if value < least:
             raise ValueError(f"{name} must be >= {least} ({what}), got {value}")
@@ -385,6 +401,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", metavar="DEV",
                         help="where the network trains: auto (a CUDA GPU when torch sees one, else the CPU), cpu "
                              "or cuda[:N]; frames are rendered and augmented on the CPU either way")
+    parser.add_argument("--render-workers", type=int, default=0, metavar="N",
+                        help="render the training houses in N worker processes, each house from a random stream "
+                             "of its own (the same frames for any N >= 1, cached apart from N = 0's); 0 (the "
+                             "default) renders them in this process from one stream, as every run in the README "
+                             "before this option")
     parser.add_argument("--no-progress", action="store_true",
                         help="hide the progress bars (frame rendering and training)")
 
@@ -421,7 +442,8 @@ def run(args: argparse.Namespace) -> int:
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
                    "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
                    "colour_gain_std": cfg.colour_gain_std,
-                   "dataset": _dataset_tag(args.data), "init": _init_tag(args.init)}
+                   "dataset": _dataset_tag(args.data), "init": _init_tag(args.init),
+                   "house_streams": getattr(args, "render_workers", 0) > 0}
     state_path = args.out.with_name(args.out.name + ".state")
     st = _read_state(state_path) if state_path.is_file() and not args.restart else None
     if st is not None:
@@ -436,13 +458,14 @@ def run(args: argparse.Namespace) -> int:
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
                          "mine_every": 0, "house_bank_every": 0, "colour_gain_std": 0.1,
-                         "dataset": data_config["dataset"], "init": None,
+                         "dataset": data_config["dataset"], "init": None, "house_streams": False,
                          **st.get("data_config", {})}, data_config)
     progress = not args.no_progress
     train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
                                       args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
                                       jitter=(cfg.positive_m, cfg.positive_deg), near_miss_m=cfg.near_miss_m,
-                                      near_miss_turn_deg=cfg.near_miss_turn_deg, progress=progress)
+                                      near_miss_turn_deg=cfg.near_miss_turn_deg, progress=progress,
+                                      workers=getattr(args, "render_workers", 0))
     val_cache = args.cache_dir or (val_data / "cache")
     val_db = _bank(val_data, "val", 300, enc_cfg, cfg.seed + 1, False, val_cache, progress=progress)[0]
     val_q = _bank(val_data, "val", 100, enc_cfg, cfg.seed + 2, False, val_cache, progress=progress)[0]
@@ -454,6 +477,8 @@ def run(args: argparse.Namespace) -> int:
         model.load_state_dict(init.state_dict())
         print(f"starting from the weights of {args.init}", file=sys.stderr)
     model = model.to(device)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True   # fixed batch shapes: let cuDNN pick its fastest kernels
     embed_batch = 2048 if device.type == "cuda" else 256
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = max(1, min(100, cfg.steps // 10))
@@ -501,8 +526,11 @@ def run(args: argparse.Namespace) -> int:
         return table
 
     def view(frames: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-        """Augmented network inputs of frames[rows] on the training device (augmentation draws from `gen`)."""
-        return augment(torch.from_numpy(frames[rows].astype(np.float32)), gen, cfg.colour_gain_std).to(device)
+        """Augmented network inputs of frames[rows] on the training device (augmentation draws from `gen`;
+        on a GPU the frames cross as float16 and are augmented there)."""
+        if device.type == "cpu":
+            return augment(torch.from_numpy(frames[rows].astype(np.float32)), gen, cfg.colour_gain_std)
+        return augment(torch.from_numpy(frames[rows]).to(device).float(), gen, cfg.colour_gain_std)
 
     def same_mask(poses_a: np.ndarray, poses_b: np.ndarray, house: np.ndarray) -> torch.Tensor:
         """`same_place` of two pose arrays of the batch's houses, on the training device."""

@@ -141,57 +141,117 @@ def near_miss_pose(sim, pos: np.ndarray, yaw: float, rng: np.random.Generator, m
     return pos.copy(), yaw + rng.choice([-1.0, 1.0]) * turn_rad[1]
 
 
-def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed: int, keep_rgb: bool = False,
-               pair_jitter: tuple[float, float] | None = None, progress: bool = True,
-               desc: str = "render", near_miss: bool = False, near_miss_m: tuple[float, float] = NEAR_MISS_M,
-               near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG, renderer: str = "auto"
-               ) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
-    """Render frames at sampled poses in each house; optionally a positive and a near-miss view of each.
+def _render_house_views(sim, scene: Path, per_house: int, enc_cfg: EncoderConfig, rng: np.random.Generator,
+                        keep_rgb: bool, pair_jitter: tuple[float, float] | None, near_miss: bool,
+                        near_miss_m: tuple[float, float], near_miss_turn_deg: tuple[float, float],
+                        on_pose: Callable[[], None] | None = None) -> dict:
+    """One house's views: {"main" / "pos" / "neg": (frames, poses, rgbs)} and "median_depth" (main views).
 
-    Returns (frames, positives or None, near misses or None). Positives lie within pair_jitter =
-    (meters, radians); near misses come from `near_miss_pose` (with near_miss=True), near_miss_m and
-    near_miss_turn_deg giving its distance and turn bands. `renderer` is SimConfig.renderer.
+    Draws poses and pairs from `rng`; `on_pose` is called after each anchor (a progress bar's tick).
     """
-    from tqdm import tqdm
-
     from memnav.core.frames import pose2d_from_habitat
-    from memnav.sim.embedded import EmbeddedSimulator
 
-    rng = np.random.default_rng(seed)
-    sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
     samplers = {}
     if pair_jitter is not None:
         samplers["pos"] = lambda pos, yaw: jitter_pose(sim, pos, yaw, rng, *pair_jitter)
     if near_miss:
         turn = (math.radians(near_miss_turn_deg[0]), math.radians(near_miss_turn_deg[1]))
         samplers["neg"] = lambda pos, yaw: near_miss_pose(sim, pos, yaw, rng, *near_miss_m, turn_rad=turn)
-    views: dict[str, tuple[list, list, list]] = {k: ([], [], []) for k in ("main", *samplers)}
+    views: dict = {k: ([], [], []) for k in ("main", *samplers)}
     median_depth: list[float] = []
+    sim.load_scene(scene)
+    for pos, yaw in sample_poses(sim, per_house, rng):
+        for name in list(views):
+            q, qyaw = (pos, yaw) if name == "main" else samplers[name](pos, yaw)
+            obs = sim.render_at(q, qyaw)
+            frames, poses, rgbs = views[name]
+            frames.append(frames_to_array(obs.rgb, obs.depth, enc_cfg)[0].astype(np.float16))
+            poses.append(pose2d_from_habitat(q, qyaw))
+            if keep_rgb and name == "main":
+                rgbs.append(obs.rgb)
+            if name == "main":
+                median_depth.append(view_median_depth(obs.depth) or 0.0)
+        if on_pose is not None:
+            on_pose()
+    sim.close()
+    views["median_depth"] = median_depth
+    return views
+
+
+def house_rng(seed: int, house_index: int) -> np.random.Generator:
+    """The random stream of one house when houses are rendered independently (`render_set`'s workers >= 1):
+    the same for a house whatever the number of workers."""
+    return np.random.default_rng([seed, house_index])
+
+
+def _render_one_house(job: tuple) -> dict:
+    """Worker-process entry of `render_set`: one house with its own stream (`house_rng`)."""
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    scene, index, per_house, enc_cfg, seed, renderer, options = job
+    sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
+    return _render_house_views(sim, scene, per_house, enc_cfg, house_rng(seed, index), **options)
+
+
+def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed: int, keep_rgb: bool = False,
+               pair_jitter: tuple[float, float] | None = None, progress: bool = True,
+               desc: str = "render", near_miss: bool = False, near_miss_m: tuple[float, float] = NEAR_MISS_M,
+               near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG, renderer: str = "auto",
+               workers: int = 0) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+    """Render frames at sampled poses in each house; optionally a positive and a near-miss view of each.
+
+    Returns (frames, positives or None, near misses or None). Positives lie within pair_jitter =
+    (meters, radians); near misses come from `near_miss_pose` (with near_miss=True), near_miss_m and
+    near_miss_turn_deg giving its distance and turn bands. `renderer` is SimConfig.renderer.
+
+    workers = 0 (the default) renders every house in this process from one random stream seeded by `seed`.
+    workers >= 1 gives each house a stream of its own (`house_rng`) and renders that many houses at once in
+    worker processes (1: in this process): the frames then depend on the seed and the houses alone, not on
+    the number of workers, but differ from the workers = 0 frames of the same seed.
+    """
+    from tqdm import tqdm
+
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0 (0 = one stream in this process), got {workers!r}")
+    options = {"keep_rgb": keep_rgb, "pair_jitter": pair_jitter, "near_miss": near_miss,
+               "near_miss_m": tuple(near_miss_m), "near_miss_turn_deg": tuple(near_miss_turn_deg)}
     bar = tqdm(total=len(houses) * per_house, desc=desc, unit="frame", disable=not progress, file=sys.stderr)
-    for scene in houses:
-        sim.load_scene(scene)
-        for pos, yaw in sample_poses(sim, per_house, rng):
-            for name in views:
-                q, qyaw = (pos, yaw) if name == "main" else samplers[name](pos, yaw)
-                obs = sim.render_at(q, qyaw)
-                frames, poses, rgbs = views[name]
-                frames.append(frames_to_array(obs.rgb, obs.depth, enc_cfg)[0].astype(np.float16))
-                poses.append(pose2d_from_habitat(q, qyaw))
-                if keep_rgb and name == "main":
-                    rgbs.append(obs.rgb)
-                if name == "main":
-                    median_depth.append(view_median_depth(obs.depth) or 0.0)
-            bar.update(1)
-        sim.close()
+    if workers == 0:
+        rng = np.random.default_rng(seed)
+        sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
+        per = [_render_house_views(sim, scene, per_house, enc_cfg, rng, on_pose=lambda: bar.update(1), **options)
+               for scene in houses]
+    elif workers == 1 or len(houses) == 1:
+        per = []
+        for i, scene in enumerate(houses):
+            sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
+            per.append(_render_house_views(sim, scene, per_house, enc_cfg, house_rng(seed, i),
+                                           on_pose=lambda: bar.update(1), **options))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        jobs = [(scene, i, per_house, enc_cfg, seed, renderer, options) for i, scene in enumerate(houses)]
+        # spawn, not fork: the parent may hold torch's and numba's threads
+        with ProcessPoolExecutor(min(workers, len(houses)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            per = []
+            for views in pool.map(_render_one_house, jobs):
+                per.append(views)
+                bar.update(per_house)
     bar.close()
     idx = np.repeat(np.arange(len(houses)), per_house)
+    median_depth = np.asarray([d for views in per for d in views["median_depth"]])
 
     def frame_set(name: str) -> FrameSet | None:
-        if name not in views:
+        if name not in per[0]:
             return None
-        frames, poses, rgbs = views[name]
+        frames = [f for views in per for f in views[name][0]]
+        poses = [q for views in per for q in views[name][1]]
+        rgbs = [r for views in per for r in views[name][2]]
         return FrameSet(np.stack(frames), np.asarray(poses), idx, np.stack(rgbs) if rgbs else None,
-                        np.asarray(median_depth) if name == "main" else None)
+                        median_depth if name == "main" else None)
 
     return frame_set("main"), frame_set("pos"), frame_set("neg")
 

@@ -94,6 +94,38 @@ def test_train_on_one_dataset_validates_on_another_and_refuses_changed_data_on_r
     assert "splits.json not found" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_render_workers_cache_their_bank_apart_and_a_resume_must_keep_them(tiny_data, tmp_path, capsys):
+    """--render-workers N renders a bank with a stream per house, cached under its own name (the same for
+    any N); resuming a run with or without it, against how it started, is refused by name."""
+    out = tmp_path / "encoder.pt"
+    args = ["train", "encoder", "--out", str(out), "--data", str(tiny_data), "--steps", "2", "--batch", "8",
+            "--pairs-per-house", "12", "--eval-every", "2", "--no-progress", "--no-near-miss",
+            "--cache-dir", str(tmp_path / "cache"), "--max-minutes", "0"]
+    assert main([*args, "--render-workers", "-1"]) == 2
+    assert "--render-workers must be >= 0 (rendering processes), got -1" in capsys.readouterr().err
+    assert main([*args, "--render-workers", "2"]) == 0
+    banks = sorted(f.name for f in (tmp_path / "cache").iterdir() if f.name.startswith("encoder_bank_train"))
+    assert banks == ["encoder_bank_train_1h_12_64px_s0_pairs0.5m15deg_d2n3_perhouse.npz"]
+    assert main(args[:-2]) == 2       # resumed without it: another bank, refused
+    assert "house_streams True (now False)" in capsys.readouterr().err
+    assert main([*args[:-2], "--render-workers", "1"]) == 0   # any N >= 1 reads the same bank and resumes
+    assert json.loads(out.with_suffix(".curve.json").read_text())["step"] == [1, 2]
+    assert len([f for f in (tmp_path / "cache").iterdir() if f.name.startswith("encoder_bank_train")]) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_augment_on_a_gpu_draws_there_and_repeats_from_the_same_cpu_generator():
+    x = (torch.rand(32, 4, 16, 16) * 0.5 + 0.25).cuda()
+    a = augment(x, torch.Generator().manual_seed(3))
+    b = augment(x, torch.Generator().manual_seed(3))
+    c = augment(x, torch.Generator().manual_seed(4))
+    assert a.device.type == "cuda" and a.shape == x.shape
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert float(a.min()) >= 0.0 and float(a.max()) <= 1.0
+    assert 0.0 < float((a[:, 3] == 0).float().mean()) < 0.2      # depth dropout, about 5% of pixels
+
+
 def test_colour_gain_scales_the_channels_apart_only_when_asked():
     x = torch.rand(64, 4, 16, 16) * 0.5 + 0.25
     ratios = []
