@@ -24,12 +24,16 @@ written to the input: sqlite3 files are opened immutable, mcap files read-only.
 
 `BagWriter` writes rosbag2 folders (metadata version 8, which the `ros2 bag` tools of Humble, Jazzy
 and Kilted all read; version 9 stores QoS profiles in a layout Humble does not parse) with mcap or
-sqlite3 storage.
+sqlite3 storage. A writer that fails before it finishes removes the folder it created when no message is in
+it yet; a bag that holds messages is kept (a partial recording is still a bag). A folder that existed before
+is never written to or removed.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import shutil
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -552,13 +556,19 @@ _TYPE_RE = re.compile(r"^[A-Za-z][\w]*/msg/[A-Za-z][\w]*$")
 class BagWriter:
     """Writes a rosbag2 folder (metadata version 8) with mcap or sqlite3 storage.
 
+    The folder is the writer's own: when opening it, writing the first message or finishing an empty bag fails,
+    it is removed and the error re-raised. Leaving a `with` block by an exception, or `abandon()`, finishes a
+    bag that holds messages and removes one that holds none.
+
     Args:
         path: the bag folder to create; it must not exist.
         storage: "mcap" (default) or "sqlite3".
         typestore: where message definitions come from (default: Kilted's standard messages).
 
     Raises:
-        BagError: the folder exists or the storage is unknown.
+        BagError: the folder exists, the storage is unknown, or the storage cannot be opened (the folder is then
+            gone again).
+        OSError: the folder or its storage file cannot be created (a folder made is then gone again).
     """
 
     def __init__(self, path: Path | str, storage: str = "mcap", typestore: Any = None) -> None:
@@ -570,14 +580,30 @@ class BagWriter:
         if self.path.exists():
             raise BagError(f"{self.path} exists already; a bag is never overwritten")
         self.typestore = typestore if typestore is not None else typestore_for_distro(DEFAULT_DISTRO)
-        plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
-        self._writer = Writer(self.path, version=WRITER_METADATA_VERSION, storage_plugin=plugin)
-        try:
-            self._writer.open()
-        except WriterError as err:
-            raise BagError(f"{self.path}: cannot create bag: {err}") from err
         self._conns: dict[str, Any] = {}
         self.counts: Counter = Counter()
+        plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+        try:
+            self._writer = Writer(self.path, version=WRITER_METADATA_VERSION, storage_plugin=plugin)
+        except WriterError as err:   # created by someone else since the check above: not ours to remove
+            raise BagError(f"{self.path}: cannot create bag: {err}") from err
+        try:
+            self._writer.open()
+        except WriterError as err:   # rosbags' open raises it only for a folder that exists already
+            raise BagError(f"{self.path}: cannot create bag: {err}") from err
+        except BaseException as err:
+            if not self._failed_creating_folder(err):   # the folder is ours: its storage file failed
+                shutil.rmtree(self.path, ignore_errors=True)
+            if isinstance(err, OSError) or not isinstance(err, Exception):   # an OSError names its file already
+                raise
+            raise BagError(f"{self.path}: cannot create bag: {err}") from err   # e.g. sqlite3 cannot open it
+
+    def _failed_creating_folder(self, err: BaseException) -> bool:
+        """Whether rosbags' `Writer.open` failed creating the bag folder itself (an OSError naming the folder or a
+        parent of it), as opposed to failing after it made the folder (its storage file)."""
+        if not isinstance(err, OSError) or err.filename is None:
+            return False
+        return Path(err.filename) in (self.path, *self.path.parents)
 
     def add_topic(self, topic: str, msgtype: str, qos: Iterable = ()) -> None:
         """Declare a topic (once). Raises UnknownTypeError when the typestore lacks `msgtype`."""
@@ -607,10 +633,37 @@ class BagWriter:
         self.write_raw(topic, log_time_ns, bytes(self.typestore.serialize_cdr(msg, msgtype)))
 
     def close(self) -> None:
-        """Finish the storage file and write metadata.yaml."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        """Finish the storage file and write metadata.yaml. If that fails, a bag without messages is removed; one
+        with messages is kept (its storage file reads without the metadata). The error is re-raised either way."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            writer.close()
+        except BaseException:
+            if not self.counts:
+                self._remove(writer)
+            raise
+
+    def abandon(self) -> None:
+        """After a failure elsewhere: finish a bag that holds messages (a partial recording is still a bag) and
+        remove one that holds none. Never raises (the failure that led here is the one to report); does nothing
+        once the bag is closed."""
+        if self._writer is None:
+            return
+        if self.counts:
+            with contextlib.suppress(Exception):
+                self.close()
+            return
+        writer, self._writer = self._writer, None
+        self._remove(writer)
+
+    def _remove(self, writer: Any) -> None:
+        """Close `writer`'s storage without finishing it and delete the bag folder (always this writer's own: the
+        constructor refuses a folder that exists)."""
+        with contextlib.suppress(Exception):
+            writer.abort()
+        shutil.rmtree(self.path, ignore_errors=True)
 
     def __enter__(self) -> BagWriter:
         return self
@@ -618,6 +671,5 @@ class BagWriter:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is None:
             self.close()
-        elif self._writer is not None:
-            self._writer.close()   # keep what was written: a partial recording is still a bag
-            self._writer = None
+        else:
+            self.abandon()

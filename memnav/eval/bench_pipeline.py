@@ -42,6 +42,7 @@ if TYPE_CHECKING:   # rclpy is imported only when a mode runs
 MODES = ("multiprocess", "fused")
 STACK_NODES = ("policy_node", "encoder_node", "memory_node", "stop_node")
 MAX_DOMAIN_ID = 232   # Fast DDS on Linux: higher ids give ports above 65535
+RECOMMENDED_MAX_DOMAIN_ID = 101   # ROS 2 recommends 0-101: higher ids can collide with ephemeral ports
 TARGETS_MS = {"latency_ms_p99_multiprocess": 50.0, "latency_ms_p99_fused": 20.0}
 
 
@@ -68,12 +69,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="longest wait for the stack's first answer, seconds")
     parser.add_argument("--domain", type=int, default=None, metavar="ID",
                         help=f"ROS_DOMAIN_ID of the first mode, 0 to {MAX_DOMAIN_ID} (the next mode uses ID+1); "
-                             "default from the pid")
+                             f"default: from the pid, so that every mode's id is within 1 to "
+                             f"{RECOMMENDED_MAX_DOMAIN_ID} (ROS 2's recommended range, without the domain 0 that "
+                             "a ROS graph uses when ROS_DOMAIN_ID is unset)")
     parser.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
                         help="where the nodes' output goes (default: a temporary folder, named on failure)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulator and of the rendered path")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="progress lines on stderr")
+
+
+def default_domain(pid: int, modes: int) -> int:
+    """The ROS_DOMAIN_ID of the first of `modes` runs (run i uses the id + i) when --domain is not given.
+
+    Spread by `pid` so that concurrent benches rarely share a domain, and kept within 1 to
+    RECOMMENDED_MAX_DOMAIN_ID for every run: domain 0 is where a ROS graph without ROS_DOMAIN_ID lives, and ids
+    above 101 can collide with the operating system's ephemeral ports.
+    """
+    if modes < 1:
+        raise ValueError(f"modes must be >= 1, got {modes}")
+    return 1 + pid % (RECOMMENDED_MAX_DOMAIN_ID - modes + 1)
 
 
 @dataclass
@@ -381,7 +396,7 @@ def run(args: argparse.Namespace) -> dict:
 
     frames = render_frames(args.data, args.split, args.frames, args.size_px, args.seed)
     say(f"rendered {len(frames.rgb)} frames of {args.size_px}x{args.size_px} px from {args.data} ({args.split})")
-    domain = args.domain if args.domain is not None else 100 + os.getpid() % 100
+    domain = args.domain if args.domain is not None else default_domain(os.getpid(), len(modes))
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="memnav_bench_pipeline_"))
     log_dir.mkdir(parents=True, exist_ok=True)
     result: dict = {

@@ -11,7 +11,8 @@ goal camera itself is nudged:
 
 The search can miss a look-alike that its grid does not come near, so the counts are lower bounds.
 `--results EVAL.json` splits an evaluation's success and SPL by the audit's labels; `memnav eval-report
---goal-audit` plots them (`annotate_ratios`).
+--goal-audit` plots them (`annotate_ratios`). `--audit FILE` reads an earlier audit instead of searching: the
+options that only steer the search (`SEARCH_OPTIONS`) are then refused by name, not ignored.
 """
 from __future__ import annotations
 
@@ -27,6 +28,35 @@ import numpy as np
 from memnav.cli import STDOUT_ONLY, config_from_options
 from memnav.paths import check_output_file
 from memnav.sim.goal_lookalikes import GoalAuditConfig, HouseLookalikes
+
+# what `memnav goal-audit` reads and searches (args dests): meaningless with --audit FILE, which reads an audit
+SEARCH_OPTIONS = ("data", "scenes_dir", "split", "episodes", "episode_ids", "spread", "renderer",
+                  "grid_m", "heading_deg", "candidates", "nudge_m", "nudge_deg")
+
+
+class _Default:
+    """A search option's default as parsed when the option is left out, so that `run` can tell it from the same
+    value typed; prints as the value, so --help shows the default as before."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def _given_search_options(args: argparse.Namespace) -> list[str]:
+    """The SEARCH_OPTIONS typed on the command line, as options ("--grid-m"), in the order of SEARCH_OPTIONS."""
+    return [f"--{name.replace('_', '-')}" for name in SEARCH_OPTIONS
+            if getattr(args, name, None) is not None and not isinstance(getattr(args, name), _Default)]
+
+
+def _search_settings(args: argparse.Namespace) -> None:
+    """Replace the marked defaults of the options left out by their values."""
+    for name in SEARCH_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, _Default):
+            setattr(args, name, value.value)
 
 
 def episode_key(scene: object, episode_id: object) -> tuple[str, str]:
@@ -109,7 +139,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a `memnav eval --json` file of one agent on the same episodes: its success and SPL "
                              "split by the audit's labels (key `results`)")
     parser.add_argument("--audit", type=Path, default=None, metavar="AUDIT_JSON",
-                        help="reuse an earlier audit's JSON instead of searching again (with --results)")
+                        help="reuse an earlier audit's JSON instead of searching again (with --results; the "
+                             "search's options are then refused)")
     parser.add_argument("--json", type=Path, nargs="?", const=STDOUT_ONLY, default=None, metavar="PATH",
                         help="write the audit as JSON to PATH (without PATH: on stdout instead of the table)")
     defaults = GoalAuditConfig()
@@ -124,6 +155,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nudge-deg", type=float, default=defaults.nudge_deg,
                         help="the reference: how far the goal camera is turned, degrees")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars on stderr")
+    # a default stays recognisable as such, so that --audit can refuse the search options actually typed
+    parser.set_defaults(**{name: _Default(parser.get_default(name)) for name in SEARCH_OPTIONS
+                           if parser.get_default(name) is not None})
 
 
 def house_lookalikes(sim, cfg: GoalAuditConfig, house: str, progress: bool) -> HouseLookalikes:
@@ -208,6 +242,12 @@ def format_summary(doc: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.audit is not None:
+        given = _given_search_options(args)
+        if given:
+            raise ValueError(f"{', '.join(given)}: {'has' if len(given) == 1 else 'have'} no effect with --audit "
+                             f"{args.audit} (the audit is read, not searched)")
+    _search_settings(args)
     check_output_file(args.json, "--json")
     names = ("grid_m", "heading_deg", "candidates", "nudge_m", "nudge_deg")
     cfg = config_from_options(GoalAuditConfig, {n: f"--{n.replace('_', '-')}" for n in names},

@@ -22,9 +22,7 @@ README (set it for the publisher and the recorder alike).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -87,19 +85,6 @@ def offered_qos(infos: list[Any]) -> list[Any]:
     return [qos_profile(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE,
                         i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL,
                         max(1, int(i.qos_profile.depth or 1))) for i in infos]
-
-
-def _abandon(writer: BagWriter) -> None:
-    """After a failure: keep a bag that holds messages (a partial recording is still a bag), remove an empty one.
-
-    The folder is always this run's own: `run` refuses an --out that exists.
-    """
-    if writer.counts:
-        writer.close()
-        return
-    with contextlib.suppress(Exception):   # the failure that brought us here is the one to report
-        writer.close()
-    shutil.rmtree(writer.path, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,8 +152,8 @@ def run(args: argparse.Namespace) -> int:
             pass
         writer.close()
     except BaseException:
-        if writer is not None:
-            _abandon(writer)
+        if writer is not None:   # keeps a bag that holds messages, removes an empty one (run refused an existing --out)
+            writer.abandon()
         raise
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from memnav.eval.bag_io import BagError, BagFile, BagWriter, qos_profile, typestore_for_distro
+from memnav.eval.bag_io import BagError, BagFile, BagWriter, UnknownTypeError, qos_profile, typestore_for_distro
 
 STORE = typestore_for_distro("kilted")
 T = STORE.types
@@ -88,6 +88,65 @@ def test_writer_round_trip_keeps_bytes_types_and_qos(tmp_path, storage):
     assert bag.describe()["format"] == "rosbag2" and bag.storage == storage
     with pytest.raises(BagError, match="exists already"):
         BagWriter(tmp_path / "bag")
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_writer_that_fails_before_its_first_message_removes_its_folder(tmp_path, storage):
+    (tmp_path / "sibling.txt").write_text("kept")
+    # opening: the folder is made, then its storage file's name is too long for the file system
+    long_name = tmp_path / ("n" * 253)
+    with pytest.raises(OSError if storage == "mcap" else BagError, match="too long|unable to open"):
+        BagWriter(long_name, storage)
+    assert not long_name.exists()
+    # the first message: of a type no definition is known for, or not the type it is written as
+    with pytest.raises(UnknownTypeError, match="nope_msgs/msg/Nope"), BagWriter(tmp_path / "unknown", storage) as w:
+        w.write("/x", T["std_msgs/msg/String"](data="x"), 1, msgtype="nope_msgs/msg/Nope")
+    assert not (tmp_path / "unknown").exists()
+    with pytest.raises(AttributeError), BagWriter(tmp_path / "mistyped", storage) as w:
+        w.write("/image", T["std_msgs/msg/String"](data="x"), 1, msgtype="sensor_msgs/msg/Image")
+    assert not (tmp_path / "mistyped").exists()
+    # the metadata of an empty bag (its temporary file's name taken by a folder)
+    w = BagWriter(tmp_path / "empty", storage)
+    w.add_topic("/chatter", "std_msgs/msg/String")
+    (tmp_path / "empty" / "metadata.yaml.tmp").mkdir()
+    with pytest.raises(IsADirectoryError):
+        w.close()
+    assert not (tmp_path / "empty").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sibling.txt"]
+    assert (tmp_path / "sibling.txt").read_text() == "kept"
+
+
+def test_a_failed_writer_keeps_messages_and_never_removes_a_folder_it_did_not_make(tmp_path):
+    # a bag holding messages outlives a failure while writing it, and one while writing its metadata
+    with pytest.raises(AttributeError), BagWriter(tmp_path / "partial") as w:
+        w.write("/chatter", T["std_msgs/msg/String"](data="hello"), 1_000)
+        w.write("/image", T["std_msgs/msg/String"](data="x"), 2_000, msgtype="sensor_msgs/msg/Image")
+    with BagFile(tmp_path / "partial") as bag:
+        assert [m.msg.data for m in bag.messages()] == ["hello"]
+    w = BagWriter(tmp_path / "no_metadata")
+    w.write("/chatter", T["std_msgs/msg/String"](data="hi"), 5)
+    (tmp_path / "no_metadata" / "metadata.yaml.tmp").mkdir()
+    with pytest.raises(IsADirectoryError):
+        w.close()
+    with BagFile(tmp_path / "no_metadata") as bag:
+        assert [m.msg.data for m in bag.messages()] == ["hi"] and "no metadata.yaml" in bag.warnings[0]
+    # abandon(): finishes a bag with messages, removes an empty one, and leaves a finished bag alone
+    empty = BagWriter(tmp_path / "empty")
+    empty.add_topic("/chatter", "std_msgs/msg/String")
+    empty.abandon()
+    assert not (tmp_path / "empty").exists()
+    finished = BagWriter(tmp_path / "finished")
+    finished.add_topic("/chatter", "std_msgs/msg/String")
+    finished.close()
+    finished.abandon()
+    assert (tmp_path / "finished" / "metadata.yaml").is_file()
+    # a folder that exists is refused before anything is written, and survives whatever fails next
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    with pytest.raises(BagError, match="exists already"), BagWriter(existing) as w:
+        w.write("/x", T["std_msgs/msg/String"](data="x"), 1, msgtype="nope_msgs/msg/Nope")
+    assert [p.name for p in existing.iterdir()] == ["notes.txt"] and (existing / "notes.txt").read_text() == "mine"
 
 
 def _humble_db3(path: Path, msgs, with_schema_table: bool, types: dict[str, str] | None = None) -> None:

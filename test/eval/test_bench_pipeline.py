@@ -35,6 +35,7 @@ def no_work(monkeypatch):
     (["--domain", "-1"], "--domain"),
     (["--domain", "999"], "--domain"),
     (["--domain", "232"], "--domain"),             # the fused mode would run on 233
+    (["--modes", "fused", "--domain", "233"], "--domain"),   # above Fast DDS's last usable id on Linux
     (["--duration", "nan"], "--duration"),
     (["--duration", "inf"], "--duration"),
     (["--warmup", "nan"], "--warmup"),
@@ -60,6 +61,24 @@ def test_bench_pipeline_accepts_the_last_domain_for_one_mode(capsys, monkeypatch
     monkeypatch.setattr(bench_pipeline, "render_frames", rendered)
     assert main(["bench", "pipeline", "--no-progress", "--modes", "fused", "--domain", "232"]) == 2
     assert "got past the option checks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("modes", [1, 2])
+def test_default_domain_keeps_every_mode_within_the_recommended_ids(modes):
+    from memnav.eval.bench_pipeline import RECOMMENDED_MAX_DOMAIN_ID, default_domain
+
+    firsts = {default_domain(pid, modes) for pid in range(4_194_304 - 1000, 4_194_304 + 1)}   # Linux's pid_max
+    last = RECOMMENDED_MAX_DOMAIN_ID - modes + 1
+    assert firsts == set(range(1, last + 1))   # never 0 (a ROS graph without ROS_DOMAIN_ID), all of 1-101 used
+    assert max(firsts) + modes - 1 == RECOMMENDED_MAX_DOMAIN_ID == 101
+    with pytest.raises(ValueError, match="modes"):
+        default_domain(4242, 0)
+
+
+def test_domain_help_names_the_default_range(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "pipeline", "--help"])
+    assert "within 1 to 101" in " ".join(capsys.readouterr().out.split())
 
 
 def _sleepers(n: int) -> dict[str, subprocess.Popen]:

@@ -83,3 +83,35 @@ def test_a_bad_search_setting_is_refused_naming_its_option(tmp_path, capsys, opt
     assert main(["goal-audit", "--data", str(tmp_path / "unused"), option, value, "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert option in err and "GoalAuditConfig" not in err
+
+
+AUDIT_ROWS = [{"episode_id": "h_0", "scene": "h", "lookalike_ratio": 0.3, "ambiguous": True, "near_identical": True}]
+
+
+@pytest.mark.parametrize("typed", [["--split", "val"], ["--split", "test"], ["--data", "elsewhere"],
+                                   ["--scenes-dir", "scenes"], ["--episodes", "3"], ["--episode-ids", "h_0"],
+                                   ["--spread"], ["--renderer", "bvh"], ["--grid-m", "0.5"], ["--heading-deg", "30"],
+                                   ["--candidates", "2"], ["--nudge-m", "0.1"], ["--nudge-deg", "5"]])
+def test_an_audit_file_refuses_the_search_options_typed(tmp_path, capsys, typed):
+    """--split test is the default value, typed: refused all the same (what was typed counts, not the value)."""
+    audit, out = tmp_path / "audit.json", tmp_path / "out.json"
+    audit.write_text(json.dumps({"per_episode": AUDIT_ROWS}))
+    assert main(["goal-audit", "--audit", str(audit), *typed, "--json", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"memnav goal-audit: error: {typed[0]}: has no effect with --audit {audit} "
+                   "(the audit is read, not searched)\n")
+    assert not out.exists()
+
+
+def test_an_audit_file_is_read_with_the_options_that_matter_and_refused_before_it_is_read(tmp_path, capsys):
+    audit, out = tmp_path / "audit.json", tmp_path / "out.json"
+    audit.write_text(json.dumps({"per_episode": AUDIT_ROWS}))
+    # --json and --no-progress are not search options: the audit is read and written out
+    assert main(["goal-audit", "--audit", str(audit), "--json", str(out), "--no-progress"]) == 0
+    assert json.loads(out.read_text())["ambiguous_episodes"] == 1
+    # several search options: all named, on one line; the check comes before the file is read
+    missing = tmp_path / "missing.json"
+    assert main(["goal-audit", "--audit", str(missing), "--grid-m", "0.5", "--split", "val"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"memnav goal-audit: error: --split, --grid-m: have no effect with --audit {missing} "
+                   "(the audit is read, not searched)\n")

@@ -76,23 +76,6 @@ def test_record_failing_before_any_message_removes_the_bag_it_created(tmp_path, 
     assert signal.getsignal(signal.SIGTERM) is sigterm   # the recorder's SIGTERM handler is gone too
 
 
-def test_record_abandon_keeps_a_bag_with_messages_and_removes_an_empty_one(tmp_path):
-    from memnav.eval.bag_io import BagFile, BagWriter
-    from memnav.ros.record_command import _abandon
-
-    empty = BagWriter(tmp_path / "empty")
-    empty.add_topic("/chatter", "std_msgs/msg/String")
-    _abandon(empty)
-    assert not (tmp_path / "empty").exists()
-
-    partial = BagWriter(tmp_path / "partial")
-    msg = partial.typestore.types["std_msgs/msg/String"](data="hello")
-    partial.write("/chatter", msg, 1_000)
-    _abandon(partial)
-    with BagFile(tmp_path / "partial") as bag:
-        assert [m.msg.data for m in bag.messages(["/chatter"])] == ["hello"]
-
-
 @pytest.mark.parametrize("options, named", [
     (["--rate", "0"], "--rate"),
     (["--rate", NAN], "--rate"),
