@@ -18,7 +18,8 @@ definition for (counted).
 As a node (`replay_node`, console script; what launch/replay.launch.yaml starts): the same replay, configured
 by the ROS parameters of `ReplayConfig` (bag, rate, loop, ...); topics are renamed with ordinary ROS remapping
 (`--ros-args -r /odom:=/robot/odom`, a launch file's `remap:`). It exits when the bag has been played (never
-with `loop`), status 1 when the bag cannot be read.
+with `loop`); a bag that cannot be read, like any bad parameter, is one line and status 2
+(`stack_node.CONFIG_ERROR_EXIT`), which memnav's launcher never respawns.
 """
 from __future__ import annotations
 
@@ -310,27 +311,19 @@ def run(args: argparse.Namespace) -> int:
 
 def main_node(argv: list[str] | None = None) -> int:
     """`replay_node`: the replay as a ROS node configured by parameters (see the module docstring)."""
-    import rclpy
     from rclpy.executors import ExternalShutdownException
-    from rclpy.node import Node
 
     from memnav.eval.bag_io import BagError
-    from memnav.ros.params import check_overrides, declare_dataclass
-    from memnav.ros.stack_node import config_errors, init_rclpy, report_config_error
+    from memnav.ros.params import declare_dataclass
+    from memnav.ros.stack_node import start_nodes
 
-    args = list(argv if argv is not None else sys.argv)
-    status = init_rclpy("memnav_replay", args)
-    if status is not None:
-        return status
-    node = Node("memnav_replay")
-    try:
-        cfg = declare_dataclass(node, ReplayConfig)
-        check_overrides([node], args)
-        bag, selected = open_bag(cfg)
-    except (*config_errors(), BagError) as err:   # a bad parameter or bag: one line, never worth a restart
-        node.destroy_node()
-        rclpy.shutdown()
-        return report_config_error("memnav_replay", err)
+    # a bad parameter or bag: one line, never worth a restart
+    started = start_nodes("memnav_replay", [("memnav_replay", lambda node: declare_dataclass(node, ReplayConfig))],
+                          list(argv if argv is not None else sys.argv), errors=(BagError,),
+                          then=lambda configs: open_bag(configs[0]))
+    if isinstance(started, int):
+        return started
+    [(node, cfg)], (bag, selected) = started
     log = node.get_logger()
     for w in bag.warnings:
         log.warning(w)

@@ -176,7 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     import rclpy
     from geometry_msgs.msg import PoseStamped, Twist
     from rclpy.executors import ExternalShutdownException
-    from rclpy.node import Node
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import CameraInfo
     from std_msgs.msg import String
@@ -185,24 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     from memnav.eval.bag_io import BagError, BagWriter, qos_profile
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import stamp_to_ns
-    from memnav.ros.params import check_overrides, declare_dataclass, misnamed_sections
+    from memnav.ros.params import declare_dataclass
     from memnav.ros.record_command import message_class
     from memnav.ros.replay_command import publisher_qos
-    from memnav.ros.stack_node import config_errors, init_rclpy, report_config_error
+    from memnav.ros.stack_node import start_nodes
     from memnav.sim.habitat import HabitatUnavailableError
     from memnav.sim.mesh import SceneLoadError
 
-    args = list(argv if argv is not None else sys.argv)
-    status = init_rclpy("sim_bridge_node", args)
-    if status is not None:
-        return status
-    node = Node("sim_bridge_node")
-    try:
-        run_cfg = declare_dataclass(node, RunnerConfig)
-        sim_cfg = declare_dataclass(node, SimConfig, prefix="sim.")
-        cfg = declare_dataclass(node, BridgeConfig)
-        rec_cfg = declare_dataclass(node, RecordConfig, prefix="record.")
-        check_overrides([node], args)
+    def declare(node: Any) -> tuple[RunnerConfig, SimConfig, BridgeConfig, RecordConfig]:
+        return (declare_dataclass(node, RunnerConfig), declare_dataclass(node, SimConfig, prefix="sim."),
+                declare_dataclass(node, BridgeConfig), declare_dataclass(node, RecordConfig, prefix="record."))
+
+    def prepare(configs: list[tuple[RunnerConfig, SimConfig, BridgeConfig, RecordConfig]]) -> tuple:
+        [(run_cfg, sim_cfg, cfg, rec_cfg)] = configs
         check_runner_config(run_cfg)
         if cfg.lifelong_dir and not run_cfg.scene:
             raise ValueError("lifelong_dir needs scene: the agent keeps one long-term memory for all the episodes, "
@@ -218,12 +212,14 @@ def main(argv: list[str] | None = None) -> int:
                 writer = BagWriter(rec_cfg.bag, rec_cfg.storage)
             except BagError as err:
                 raise ValueError(f"record.bag: {err}") from err
-    except (*config_errors(), SceneLoadError, HabitatUnavailableError) as err:
-        node.destroy_node()
-        rclpy.shutdown()
-        return report_config_error("sim_bridge_node", err)
-    for warning in misnamed_sections([node], args):
-        node.get_logger().warning(warning)
+        return runner, earlier, writer
+
+    started = start_nodes("sim_bridge_node", [("sim_bridge_node", declare)],
+                          list(argv if argv is not None else sys.argv),
+                          errors=(SceneLoadError, HabitatUnavailableError), then=prepare)
+    if isinstance(started, int):
+        return started
+    [(node, (run_cfg, sim_cfg, cfg, rec_cfg))], (runner, earlier, writer) = started
     if earlier:
         node.get_logger().info(f"lifelong: {run_cfg.scene}'s memory in {cfg.lifelong_dir} holds earlier runs: "
                                "visits are counted from this launch's first episode")

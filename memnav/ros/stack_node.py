@@ -13,21 +13,25 @@ that declares `name` (agent, policy_dir, lockstep, action_duration_s are declare
 is refused when none of them does.
 Do not rename with `-r __node:=NAME`: that renames every node of the process.
 
-Start-up errors (here and in every node started through `run_nodes`): a bad configuration, i.e. a parameter
-the node refuses (a value its config dataclass rejects, a missing model file, a bad checkpoint, a value of the
-wrong type, an override the node does not declare: see memnav.ros.params), is reported as one line on stderr,
-`[NODE] error: bad configuration: MESSAGE`, and the process exits with status `CONFIG_ERROR_EXIT` (2), after
-rclpy is shut down. Restarting would fail the same way: memnav's launcher tells it from a crash by this status.
+Start-up errors (here and in every node started through `start_nodes`: those of `run_nodes`, sim_bridge_node
+and replay_node): a bad configuration, i.e. a parameter the node refuses (a value its config dataclass rejects, a
+missing model file, a bad checkpoint, a value of the wrong type, an override the node does not declare: see
+memnav.ros.params), is reported as one line on stderr, `[NODE] error: bad configuration: MESSAGE`, and the process
+exits with status `CONFIG_ERROR_EXIT` (2), after rclpy is shut down. Restarting would fail the same way: memnav's
+launcher tells it from a crash by this status. A params-file section one typo from a node's name only gets a warning.
 Any other exception is a bug and keeps its traceback (exit status 1).
 """
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 CONFIG_ERROR_EXIT = 2
 """Exit status of a node that refused to start for a bad configuration (see the module docstring)."""
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 # build(node) declares parameters and creates publishers/subscriptions/timers on `node`; returns its clean-up
 Builder = Callable[[Any], Callable[[], None]]
@@ -74,13 +78,78 @@ def report_config_error(program: str, err: BaseException) -> int:
     return CONFIG_ERROR_EXIT
 
 
+def start_nodes(program: str, parts: Sequence[tuple[str, Callable[[Any], T]]], args: Sequence[str], *,
+                errors: tuple[type[BaseException], ...] = (), then: Callable[[list[T]], U] | None = None,
+                close: Callable[[T], None] | None = None) -> tuple[list[tuple[Any, T]], U | None] | int:
+    """The start-up every memnav node process shares (run_nodes, sim_bridge_node, replay_node).
+
+    rclpy.init(args) (init_rclpy); one rclpy Node per (name, build), `build(node)` declaring its parameters; the
+    command line's parameter overrides checked against what the nodes declared (memnav.ros.params.check_overrides);
+    `then`, for what needs the checked configuration; last, a warning logged by the first node for each params-file
+    section one typo from a node's name (memnav.ros.params.misnamed_sections).
+
+    Args:
+        program: the name a process-wide configuration error (ROS arguments, overrides, `then`) is reported under;
+            a build's is reported under its node's name.
+        parts: (node name, build) in order.
+        args: the command line, as given to rclpy.init.
+        errors: exceptions meaning a bad configuration besides config_errors().
+        then: called with the builds' results, in order, after the check; its result is returned.
+        close: undoes a build's result when the start-up fails after that build (before its node is destroyed).
+
+    Returns:
+        ([(node, build's result)], then's result or None) once started; the caller then owns the nodes and rclpy.
+        Else CONFIG_ERROR_EXIT, after reporting the bad configuration in one line on stderr (report_config_error),
+        closing and destroying the nodes built and shutting rclpy down. Any other exception (a bug, Ctrl-C) is
+        raised after the same clean-up.
+    """
+    import rclpy
+    from rclpy.node import Node
+
+    from memnav.ros.params import check_overrides, misnamed_sections
+
+    status = init_rclpy(program, args)
+    if status is not None:
+        return status
+    built: list[tuple[Any, T]] = []
+    started = False
+    try:
+        starting = program
+        try:
+            for name, build in parts:
+                starting = name
+                node = Node(name)
+                try:
+                    built.append((node, build(node)))
+                except BaseException:
+                    node.destroy_node()
+                    raise
+            starting = program
+            check_overrides([node for node, _ in built], args)
+            after = then([value for _, value in built]) if then is not None else None
+        except (*config_errors(), *errors) as err:
+            return report_config_error(starting, err)
+        started = True
+    finally:
+        if not started:
+            for node, value in reversed(built):
+                if close is not None:
+                    close(value)
+                node.destroy_node()
+            if rclpy.ok():
+                rclpy.shutdown()
+    for warning in misnamed_sections([node for node, _ in built], args):
+        built[0][0].get_logger().warning(warning)
+    return built, after
+
+
 def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = None,
               program: str | None = None) -> int:
     """rclpy.init, one Node per (name, build), spin them all on one SingleThreadedExecutor until Ctrl-C.
 
-    Every node's `main()` is `run_nodes([(its name, its build)], argv)`; this node passes all four. Before
-    anything spins, the command line's parameter overrides are checked against what the nodes declared
-    (memnav.ros.params.check_overrides).
+    Every node's `main()` is `run_nodes([(its name, its build)], argv)`; this node passes all four. The start-up,
+    the check of the command line's parameter overrides against what the nodes declared included, is
+    `start_nodes`.
 
     Args:
         parts: (node name, build) in executor order.
@@ -93,36 +162,19 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
     """
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-    from rclpy.node import Node
-
-    from memnav.ros.params import check_overrides, misnamed_sections
 
     args = list(argv if argv is not None else sys.argv)
-    program = program or (parts[0][0] if parts else "stack_node")
-    status = init_rclpy(program, args)
-    if status is not None:
-        return status
-    executor = _ordered_executor(SingleThreadedExecutor)()
     built: list[tuple[Any, Callable[[], None]]] = []
+    executor = None
     try:
-        starting = program
-        try:
-            for name, build in parts:
-                starting = name
-                node = Node(name)
-                try:
-                    close = build(node)
-                except BaseException:
-                    node.destroy_node()
-                    raise
-                built.append((node, close))
-                executor.add_node(node)
-            starting = program
-            check_overrides([node for node, _ in built], args)
-        except config_errors() as err:
-            return report_config_error(starting, err)
-        for warning in misnamed_sections([node for node, _ in built], args):
-            built[0][0].get_logger().warning(warning)
+        started = start_nodes(program or (parts[0][0] if parts else "stack_node"), parts, args,
+                              close=lambda close: close())
+        if isinstance(started, int):
+            return started
+        built, _ = started
+        executor = _ordered_executor(SingleThreadedExecutor)()
+        for node, _ in built:
+            executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
@@ -130,7 +182,8 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
         for node, close in reversed(built):
             close()
             node.destroy_node()
-        executor.shutdown(timeout_sec=1.0)
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
         if rclpy.ok():
             rclpy.shutdown()
     return 0

@@ -244,3 +244,19 @@ def test_record_every_topic_into_sqlite3(tmp_path, ros_env):
     assert xs == [float(i) for i in range(N)]                 # reliable: all, in order
     assert hello == ["hello"] and qos.durability.name == "TRANSIENT_LOCAL"
     assert "/odom: 20" in out
+
+
+def test_replay_node_warns_of_a_params_file_section_one_typo_from_its_name(source_bag, tmp_path, ros_env):
+    """A params-file section `memnav_reply:` gives replay_node (node memnav_replay) nothing: it says so in a warning
+    (memnav.ros.params.misnamed_sections, as every node started through stack_node.start_nodes) and plays the bag."""
+    params = tmp_path / "replay.yaml"
+    params.write_text("memnav_reply:\n  ros__parameters:\n    rate: 4.0\n")
+    run = subprocess.run([str(Path(sys.executable).parent / "replay_node"), "--ros-args", "--params-file",
+                          str(params), "-p", f"bag:={source_bag}", "-p", "delay_s:=0.0"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    [warning] = [line for line in run.stderr.splitlines() if "memnav_reply" in line]
+    assert "WARN" in warning and "[memnav_replay]" in warning, warning
+    assert (f"params file {params}: section 'memnav_reply' names no node of this process and gives memnav_replay "
+            "nothing; did you mean 'memnav_replay'?") in warning
+    assert f"published {2 * N + 1} messages" in run.stdout, run.stdout
