@@ -2,7 +2,8 @@
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.memnav-setup-stamp
+TORCH  ?= cpu
+STAMP  := $(VENV)/.memnav-setup-stamp-$(TORCH)
 DATA   ?= data/houses
 HOUSES ?= 24
 SEED   ?= 0
@@ -10,8 +11,10 @@ SEED   ?= 0
 .PHONY: setup demo test test-fast data bench lint clean
 
 # The stamp is older than requirements/setup files when they change: setup re-runs (idempotent).
+# TORCH=cuda keeps a CUDA build of torch (GPU training); each TORCH value has its own stamp.
 $(STAMP): requirements.txt setup.py setup.cfg package.xml
-	@bash scripts/setup.sh "$(PYTHON)" "$(VENV)"
+	@bash scripts/setup.sh "$(PYTHON)" "$(VENV)" "$(TORCH)"
+	@rm -f $(VENV)/.memnav-setup-stamp*
 	@touch $(STAMP)
 
 setup: $(STAMP) $(DATA)/.complete
