@@ -27,6 +27,23 @@ import numpy as np
 SCHEMA_VERSION = 1
 APPLICATION = "memnav.scene_graph"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def read_only_uri(path: Path) -> str:
+    """The URI a reader opens `path` with, so that reading leaves its folder as it was.
+
+    A WAL database that no writer holds open (no `-wal` file beside it: SQLite removes it when the last
+    connection closes cleanly) is opened `immutable=1`, since plain `mode=ro` would create the `-shm` and `-wal`
+    bookkeeping files beside it. One with a `-wal` file (a live writer, or a crash whose log holds committed
+    transactions) is opened `mode=ro`, which reads that log.
+    """
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    with path.open("rb") as fh:
+        header = fh.read(20)
+    wal_mode = len(header) == 20 and header[18] == 2 and header[19] == 2   # read / write format 2: WAL
+    if wal_mode and not path.with_name(path.name + "-wal").exists():
+        uri += "&immutable=1"
+    return uri
 _TABLES = ("meta", "places", "objects", "rooms", "edges")
 
 _SCHEMA = """
@@ -148,8 +165,8 @@ class SceneGraphStore:
         self._depth = 0
         if read_only:
             try:
-                self._conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True,
-                                             isolation_level=None, check_same_thread=False)
+                self._conn = sqlite3.connect(read_only_uri(Path(path)), uri=True, isolation_level=None,
+                                             check_same_thread=False)
             except sqlite3.Error as err:
                 raise MemoryStoreError(self.path, f"cannot open database for reading: {err}") from err
             return
@@ -179,7 +196,7 @@ class SceneGraphStore:
             if fh.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
                 raise CorruptStoreError(self.path, "not an SQLite database (bad header); refusing to use it")
         try:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            conn = sqlite3.connect(read_only_uri(path), uri=True)
         except sqlite3.Error as err:
             raise CorruptStoreError(self.path, f"cannot be opened: {err}") from err
         try:

@@ -104,8 +104,11 @@ def test_reading_writes_nothing_even_beside_a_live_writer(stored):
     before = file_sha256(path)
     read_snapshot(path, check_integrity=True)
     assert file_sha256(path) == before
-    wal = path.with_name(path.name + "-wal")   # SQLite's WAL bookkeeping may appear, empty
-    assert not wal.exists() or wal.stat().st_size == 0
+    # a cleanly closed database is read as it lies: no -wal / -shm bookkeeping files appear beside it
+    side = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+    assert not any(f.exists() for f in side)
+    SceneGraphStore(path, None, read_only=True).close()
+    assert not any(f.exists() for f in side) and file_sha256(path) == before
     # a memory open for writing in this process: the reader sees its committed places
     m = SceneGraphMemory.open(path, SceneGraphConfig(embedding_dim=DIM, consolidate_every=0))
     m.insert_observation(100 * S, [20.0, 0.0, 0.0], unit(np.random.default_rng(5)))
