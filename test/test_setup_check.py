@@ -1,4 +1,5 @@
 """make setup's torch check: the CPU build by default, a CUDA build with TORCH=cuda, anything else named."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,8 +37,10 @@ def test_main_checks_the_installed_torch(capsys):
 
 
 def test_make_passes_torch_to_setup_and_setup_refuses_an_unknown_build_before_doing_anything(tmp_path):
+    # without the variables of a `make test` this may run under (MAKEFLAGS would pass its overrides on)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     dry = subprocess.run(["make", "-n", "-C", str(ROOT), "setup", "TORCH=cuda", f"VENV={tmp_path / 'venv'}"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     assert f'bash scripts/setup.sh "python3.11" "{tmp_path / "venv"}" "cuda"' in dry
     assert ".memnav-setup-stamp-cuda" in dry
     run = subprocess.run(["bash", str(ROOT / "scripts/setup.sh"), sys.executable, str(tmp_path / "venv"), "gpu"],
