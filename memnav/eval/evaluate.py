@@ -92,6 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lifelong", action="store_true",
                         help="keep the long-term memory across consecutive episodes in the same house, in one "
                              "SQLite database per house under --memory-dir; reports SPL against visit index")
+    parser.add_argument("--lifelong-visits", type=int, default=0, metavar="V",
+                        help="with --lifelong: start each house's memory afresh every V visits. A house's episodes, "
+                             "in order, then form sequences of V visits, each with memory folders of its own "
+                             "(--memory-dir/AGENT/seqNNN), and lifelong_spl_by_visit averages visit k over every "
+                             "sequence (500 test episodes, V 5: 100 fifth visits instead of one per house); 0 = one "
+                             "sequence per house (default: %(default)s)")
     parser.add_argument("--odometry-restarts", action="store_true",
                         help="with --lifelong: a robot that reboots before every goal; each episode reopens the "
                              "house's memory (which must relocalise from loop closures) with odometry in a new "
@@ -374,26 +380,54 @@ def run_job(job: AgentJob, encoder=None, progress: bool = False) -> tuple[list[E
     return results, traces
 
 
-def split_job(job: AgentJob, workers: int, lifelong: bool) -> list[tuple[list[int], AgentJob]]:
+def run_sequences(job: AgentJob, visits: int, encoder=None,
+                  progress: bool = False) -> tuple[list[EpisodeResult], RunTraces | None]:
+    """`run_job` in this process for each run of `visits` consecutive visits of a house (`split_job`), each with
+    an agent and memories of its own; results in episode order."""
+    results: list[EpisodeResult | None] = [None] * len(job.episodes)
+    traces = RunTraces() if job.record else None
+    for idx, piece in split_job(job, 1, lifelong=True, visits=visits):
+        part, kept = run_job(piece, encoder=encoder, progress=progress)
+        for i, r in zip(idx, part):
+            results[i] = r
+        if traces is not None and kept is not None:
+            traces.episodes += kept.episodes
+            traces.floor_plans.update(kept.floor_plans)
+    return [r for r in results if r is not None], traces
+
+
+def split_job(job: AgentJob, workers: int, lifelong: bool, visits: int = 0) -> list[tuple[list[int], AgentJob]]:
     """Cut a job into pieces for `workers` processes, each with the indices of its episodes in `job.episodes`.
 
     A house's episodes stay in their order: lifelong, each house is one piece (its memory and map pass from
-    visit to visit); otherwise a house's run is cut into consecutive pieces, about four per worker in all, so
-    that a worker loads few scenes and the pieces even out.
+    visit to visit), or with `visits` > 0 each run of `visits` consecutive episodes of a house is one, its
+    memory in a folder of its own (`sequence_memory_dir`); otherwise a house's run is cut into consecutive
+    pieces, about four per worker in all, so that a worker loads few scenes and the pieces even out.
     """
     by_scene: dict[str, list[int]] = {}
     for i, ep in enumerate(job.episodes):
         by_scene.setdefault(ep.scene_id, []).append(i)
+    if lifelong and visits > 0:
+        base = job.options.lifelong_dir
+        return [(idx[k:k + visits], replace(job, episodes=[job.episodes[i] for i in idx[k:k + visits]],
+                                            options=replace(job.options,
+                                                            lifelong_dir=sequence_memory_dir(base, k // visits))))
+                for idx in by_scene.values() for k in range(0, len(idx), visits)]
     size = len(job.episodes) if lifelong else max(1, math.ceil(len(job.episodes) / (4 * workers)))
     pieces = [idx[k:k + size] for idx in by_scene.values() for k in range(0, len(idx), size)]
     return [(idx, replace(job, episodes=[job.episodes[i] for i in idx])) for idx in pieces]
 
 
+def sequence_memory_dir(memory_dir: Path, sequence: int) -> Path:
+    """Where the memories of each house's `sequence`-th run of visits live with --lifelong-visits."""
+    return Path(memory_dir) / f"seq{sequence:03d}"
+
+
 _THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
 
 
-def run_parallel(job: AgentJob, workers: int, lifelong: bool,
-                 progress: bool = True) -> tuple[list[EpisodeResult], RunTraces | None]:
+def run_parallel(job: AgentJob, workers: int, lifelong: bool, progress: bool = True,
+                 visits: int = 0) -> tuple[list[EpisodeResult], RunTraces | None]:
     """`run_job` over `workers` processes (spawned, so torch starts clean in each); results in episode order."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -401,7 +435,7 @@ def run_parallel(job: AgentJob, workers: int, lifelong: bool,
     from tqdm import tqdm
 
     threads = max(1, (os.cpu_count() or 1) // workers)
-    pieces = split_job(replace(job, torch_threads=threads), workers, lifelong)
+    pieces = split_job(replace(job, torch_threads=threads), workers, lifelong, visits)
     results: list[EpisodeResult | None] = [None] * len(job.episodes)
     traces = RunTraces() if job.record else None
     done: list[EpisodeResult] = []
@@ -507,6 +541,10 @@ def run(args: argparse.Namespace) -> int:
     unknown = [a for a in names if a not in AGENTS]
     if unknown:
         raise ValueError(f"--compare: unknown agent(s) {', '.join(unknown)}; available: {', '.join(AGENTS)}")
+    if args.lifelong_visits < 0:
+        raise ValueError(f"--lifelong-visits must be >= 0 (0 = one sequence per house), got {args.lifelong_visits}")
+    if args.lifelong_visits and not args.lifelong:
+        raise ValueError("--lifelong-visits needs --lifelong (without it every episode starts afresh anyway)")
     if args.odometry_restarts and not args.lifelong:
         raise ValueError("--odometry-restarts needs --lifelong (without it every episode starts afresh anyway)")
     if args.lifelong and args.odometry_origin == "start" and not args.odometry_restarts:
@@ -549,7 +587,9 @@ def run(args: argparse.Namespace) -> int:
             memory_dir = None
             if args.lifelong:
                 memory_dir = (args.memory_dir or Path(tmp)) / name
-            earlier = earlier_memories(memory_dir, (e.scene_name for e in episodes))
+            earlier = earlier_memories(memory_dir, (e.scene_name for e in episodes)) if not args.lifelong_visits \
+                else sorted({k for d in sorted(memory_dir.glob("seq*")) if d.is_dir()
+                             for k in earlier_memories(d, (e.scene_name for e in episodes))})
             options = LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
                                           calibration=args.calibration, lifelong_dir=memory_dir, seed=args.seed,
                                           odometry_restarts=args.odometry_restarts,
@@ -560,7 +600,10 @@ def run(args: argparse.Namespace) -> int:
             job = AgentJob(name, options, args.seed, config, args.backend, episodes, traces is not None,
                            trace_dir=args.trace)
             if workers > 1:
-                results, kept = run_parallel(job, workers, lifelong=args.lifelong, progress=not args.no_progress)
+                results, kept = run_parallel(job, workers, lifelong=args.lifelong, progress=not args.no_progress,
+                                             visits=args.lifelong_visits)
+            elif args.lifelong_visits:   # one agent per sequence, so that each starts with empty memories
+                results, kept = run_sequences(job, args.lifelong_visits, encoder, progress=not args.no_progress)
             else:
                 results, kept = run_job(job, encoder=encoder, progress=not args.no_progress)
             if traces is not None and kept is not None:
@@ -569,9 +612,11 @@ def run(args: argparse.Namespace) -> int:
             summaries[name] = aggregate(results)
             all_results[name] = results
             if args.lifelong:
-                lifelong[name] = lifelong_spl_by_visit(results)
+                lifelong[name] = lifelong_spl_by_visit(results, args.lifelong_visits)
                 summaries[name]["lifelong_spl_by_visit"] = lifelong[name]
-                summaries[name]["lifelong_spl_known_house"] = lifelong_known_house_spl(results)
+                summaries[name]["lifelong_spl_known_house"] = lifelong_known_house_spl(results, args.lifelong_visits)
+                if args.lifelong_visits:
+                    summaries[name]["lifelong_visits"] = args.lifelong_visits
                 summaries[name]["lifelong_earlier_memory"] = earlier
     print(format_table(summaries))
     for name, summary in summaries.items():

@@ -210,25 +210,31 @@ def ended_by_layer(results: Sequence[EpisodeResult]) -> dict[str, dict]:
     return dict(sorted(table.items(), key=lambda kv: -kv[1]["episodes"]))
 
 
-def lifelong_spl_by_visit(results: list[EpisodeResult]) -> list[float]:
-    """Mean SPL of each house's k-th episode (k = 1, 2, ...), over the houses that had a k-th episode."""
-    per_visit: dict[int, list[float]] = {}
+def visit_indices(results: list[EpisodeResult], visits: int = 0) -> list[int]:
+    """Each result's visit index (0 = a house's first episode): its place among its house's episodes, counted
+    afresh every `visits` episodes when a house's memory restarts that often (0 = never)."""
     count: dict[str, int] = {}
+    out = []
     for r in results:
         k = count.get(r.scene_id, 0)
         count[r.scene_id] = k + 1
+        out.append(k % visits if visits > 0 else k)
+    return out
+
+
+def lifelong_spl_by_visit(results: list[EpisodeResult], visits: int = 0) -> list[float]:
+    """Mean SPL of each house's k-th episode (k = 1, 2, ...), over the houses (with `visits` > 0: the sequences
+    of `visits` episodes, `visit_indices`) that had a k-th episode."""
+    per_visit: dict[int, list[float]] = {}
+    for r, k in zip(results, visit_indices(results, visits)):
         per_visit.setdefault(k, []).append(r.spl)
     return [float(sum(v) / len(v)) for _, v in sorted(per_visit.items())]
 
 
-def lifelong_known_house_spl(results: list[EpisodeResult]) -> float | None:
-    """Mean SPL over the episodes that are not their house's first (the memory knew the house); None if none."""
-    seen: set[str] = set()
-    known = []
-    for r in results:
-        if r.scene_id in seen:
-            known.append(r.spl)
-        seen.add(r.scene_id)
+def lifelong_known_house_spl(results: list[EpisodeResult], visits: int = 0) -> float | None:
+    """Mean SPL over the episodes that are not their house's first (the memory knew the house; with `visits`
+    > 0, not their sequence's first); None if none."""
+    known = [r.spl for r, k in zip(results, visit_indices(results, visits)) if k > 0]
     return float(sum(known) / len(known)) if known else None
 
 

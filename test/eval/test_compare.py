@@ -132,6 +132,38 @@ def test_lifelong_keeps_memory_per_house(setup, tmp_path):
 
 
 @pytest.mark.slow
+def test_lifelong_visits_restart_each_house_memory_every_v_visits(setup, tmp_path, capsys):
+    """--lifelong-visits V: a house's episodes form sequences of V visits, each starting from empty memories in
+    a folder of its own, and SPL by visit averages over the sequences; serial and parallel runs agree."""
+    root, data = setup
+    common = ["eval", "--agent", "memnav", "--lifelong", "--data", str(data), "--max-steps", "15",
+              "--policy-dir", str(root), *MODELS_ARGS, "--no-progress"]
+    assert main([*common, "--lifelong-visits", "-1"]) == 2
+    assert "--lifelong-visits must be >= 0" in capsys.readouterr().err
+    assert main([a for a in common if a != "--lifelong"] + ["--lifelong-visits", "2"]) == 2
+    assert "--lifelong-visits needs --lifelong" in capsys.readouterr().err
+    runs = []
+    for workers in ("1", "2"):
+        out, mem = tmp_path / f"seq{workers}.json", tmp_path / f"mem{workers}"
+        assert main([*common, "--episodes", "3", "--lifelong-visits", "2", "--memory-dir", str(mem),
+                     "--workers", workers, "--json", str(out)]) == 0
+        runs.append(json.loads(out.read_text()))
+        # the first 3 test episodes are in one house: sequences [1st, 2nd] and [3rd], each with its own database
+        assert sorted(p.parent.name for p in (mem / "memnav").glob("seq*/*.db")) == ["seq000", "seq001"]
+    serial, parallel = runs
+    assert parallel["per_episode"] == serial["per_episode"]
+    spl = [e["spl"] for e in serial["per_episode"]]
+    assert serial["lifelong_visits"] == 2
+    assert serial["lifelong_spl_by_visit"] == pytest.approx([(spl[0] + spl[2]) / 2, spl[1]])
+    assert serial["lifelong_spl_known_house"] == pytest.approx(spl[1])
+    # the second sequence starts from nothing: its first visit is the episode run alone, as a first visit
+    alone = tmp_path / "alone.json"
+    third = serial["per_episode"][2]["episode_id"]
+    assert main([*common, "--episode-ids", third, "--json", str(alone)]) == 0
+    assert json.loads(alone.read_text())["per_episode"] == serial["per_episode"][2:]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("lifelong", [False, True])
 def test_workers_give_the_serial_results(setup, tmp_path, lifelong):
     """Episodes spread over processes (a house's in order; lifelong, a house per process) end as in one process."""
@@ -193,7 +225,10 @@ def test_episode_ids_and_step_traces(setup, tmp_path, capsys):
 
 
 def test_split_job_keeps_each_house_in_order():
+    from pathlib import Path
+
     from memnav.eval.evaluate import AgentJob, split_job
+    from memnav.eval.learned_agents import LearnedAgentOptions
     from memnav.sim.base import SimConfig
 
     class Ep:
@@ -206,6 +241,11 @@ def test_split_job_keeps_each_house_in_order():
     assert all([e.scene_id for e in p.episodes] == [eps[i].scene_id for i in idx] for idx, p in pieces)
     pieces = split_job(job, workers=2, lifelong=True)       # lifelong: a whole house per piece
     assert [idx for idx, _ in pieces] == [[0, 1, 2, 3, 4, 5], [6, 7, 8]]
+    # lifelong sequences of 4 visits: a piece each, with the memory folder of its place in the house's run
+    job = AgentJob("memnav", LearnedAgentOptions(lifelong_dir=Path("mem")), 0, SimConfig(), "embedded", eps)
+    pieces = split_job(job, workers=2, lifelong=True, visits=4)
+    assert [idx for idx, _ in pieces] == [[0, 1, 2, 3], [4, 5], [6, 7, 8]]
+    assert [p.options.lifelong_dir for _, p in pieces] == [Path("mem/seq000"), Path("mem/seq001"), Path("mem/seq000")]
 
 
 def test_unknown_compare_agent_and_wrong_checkpoint_are_clear_errors(setup, tmp_path, capsys):
@@ -242,6 +282,9 @@ def test_lifelong_spl_by_visit_and_spread():
     assert lifelong_spl_by_visit(res) == pytest.approx([0.4, 0.7, 0.8])
     assert lifelong_known_house_spl(res) == pytest.approx((0.4 + 0.8 + 1.0) / 3)
     assert lifelong_known_house_spl(res[:1]) is None
+    # sequences of 2 visits: a house's 3rd episode is the first visit of its second sequence
+    assert lifelong_spl_by_visit(res, visits=2) == pytest.approx([(0.2 + 0.6 + 0.8) / 3, (0.4 + 1.0) / 2])
+    assert lifelong_known_house_spl(res, visits=2) == pytest.approx((0.4 + 1.0) / 2)
 
     class Ep:
         def __init__(self, scene, i):
