@@ -203,8 +203,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write summary + per-episode results to this JSON file")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="run the episodes in N processes (0 = one per CPU core; each takes about 0.7 GB with "
-                             "the memnav agent). Each house's episodes keep "
-                             "their order (with --lifelong a house is one process's job), and the results equal a "
+                             "the memnav agent). Each house's episodes keep their order (with --lifelong a "
+                             "house, or with --lifelong-visits a sequence, is one process's job), and the results "
+                             "equal a "
                              "serial run's except where a random stream is split: the random agent's actions and "
                              "odometry noise")
     parser.add_argument("--trace", type=Path, default=None, metavar="DIR",

@@ -166,10 +166,9 @@ def test_sim_launch_in_real_time(tmp_path):
     domain = 40 + ((os.getpid() + 37) % 150)
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     results = tmp_path / "results.json"
-    launch = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(ROOT / "launch" / "sim.launch.yaml"),
-                               "episodes:=1", "max_steps:=30", f"data:={data}", "lockstep:=false",
-                               "collision_fraction:=0.4", "odometry_origin:=start", f"results_json:={results}"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # this node listens before the launch starts: on a loaded machine, discovering a node that starts beside
+    # the launch's processes once took as long as the policy node's start, and the odometry before the first
+    # action was missed
     rclpy.init(domain_id=domain)
     node = rclpy.create_node("test_real_time_actions")
     actions: list[str] = []
@@ -184,6 +183,10 @@ def test_sim_launch_in_real_time(tmp_path):
     node.create_subscription(Odometry, "/odom", on_odom, 100)
     node.create_subscription(Odometry, "/memnav/ground_truth_pose", lambda m: truth.__setitem__(
         (m.header.stamp.sec, m.header.stamp.nanosec), odometry_to_pose(m)), 100)
+    launch = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(ROOT / "launch" / "sim.launch.yaml"),
+                               "episodes:=1", "max_steps:=30", f"data:={data}", "lockstep:=false",
+                               "collision_fraction:=0.4", "odometry_origin:=start", f"results_json:={results}"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         end = time.monotonic() + 240
         while launch.poll() is None and time.monotonic() < end:
