@@ -205,7 +205,8 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
     near_miss_turn_deg giving its distance and turn bands. `renderer` is SimConfig.renderer.
 
     workers = 0 (the default) renders every house in this process from one random stream seeded by `seed`.
-    workers >= 1 gives each house a stream of its own (`house_rng`) and renders that many houses at once in
+    workers >= 1 gives each house a stream of its own (`house_rng`) and a simulator of its own (seeded with
+    `seed`, so its navigable-point sampler starts alike in every house) and renders that many houses at once in
     worker processes (1: in this process): the frames then depend on the seed and the houses alone, not on
     the number of workers, but differ from the workers = 0 frames of the same seed.
     """
