@@ -223,12 +223,24 @@ def _key(episode: dict) -> tuple[str, str]:
     return episode["scene_id"], str(episode["episode_id"])
 
 
-def paired_rows(agents: dict[str, dict], focus: str, by_house: bool = False) -> list[dict]:
+def lifelong_clusters(episodes: list[dict], visits: int = 0) -> list[str]:
+    """What a lifelong run's episodes share a memory with, one label each: their house, or with `visits` > 0
+    (`memnav eval --lifelong-visits`) their house's run of `visits` consecutive episodes."""
+    count: dict[str, int] = {}
+    labels = []
+    for e in episodes:
+        k = count.get(e["scene_id"], 0)
+        count[e["scene_id"]] = k + 1
+        labels.append(f"{e['scene_id']}#{k // visits}" if visits > 0 else e["scene_id"])
+    return labels
+
+
+def paired_rows(agents: dict[str, dict], focus: str, by_house: bool = False, visits: int = 0) -> list[dict]:
     """Success and SPL of the focus agent minus each other agent's, paired over the same episodes (an agent run on
     other episodes gets differ None and no differences); `by_house` resamples whole houses for the intervals
-    (lifelong runs, see paired_difference)."""
+    (lifelong runs, see paired_difference), or with `visits` > 0 whole sequences of visits (`lifelong_clusters`)."""
     base = agents[focus]["per_episode"]
-    houses = [e["scene_id"] for e in base] if by_house else None
+    houses = lifelong_clusters(base, visits) if by_house else None
     rows = []
     for name, a in agents.items():
         eps = a["per_episode"]
@@ -614,12 +626,16 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
                          [[r["agent"], r["episodes"], _ci(r["success"], *r["success_ci"]), _ci(*r["spl"]),
                            _ci(*r["soft_spl"]), r["mean_steps"]] for r in summary_rows(agents)])]
     lifelong = bool(results.get("lifelong"))
-    paired = paired_rows(agents, focus, by_house=lifelong)
+    visits = int(agents[focus].get("lifelong_visits") or 0)
+    paired = paired_rows(agents, focus, by_house=lifelong, visits=visits)
     if paired:
         how = (" It resamples whole houses: in lifelong runs a house's visits share its memory, so one early "
                "divergence carries over to its later visits, and those episodes are not independent. With few "
                "houses (fewer than about 10) the interval is itself rough: read it together with the number of "
-               "episodes that differ." if lifelong else "")
+               "episodes that differ." if lifelong and not visits else
+               f" It resamples whole sequences of {visits} visits (--lifelong-visits): a sequence's visits share "
+               "its memory, so they are not independent, while sequences start from empty memories." if lifelong
+               else "")
         parts += [f"<h2>{html.escape(focus)} against each agent, episode by episode</h2>"
                   f"<p>{html.escape(focus)} minus the other agent on the same episodes, with a 95% paired bootstrap "
                   f"interval: an interval that holds 0 is a difference these episodes cannot tell from noise.{how}</p>",

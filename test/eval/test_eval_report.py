@@ -11,6 +11,7 @@ from memnav.eval.eval_report import (
     by_distance,
     ended_by_counts,
     focus_agent,
+    lifelong_clusters,
     mean_interval,
     paired_difference,
     path_groups,
@@ -125,6 +126,16 @@ def test_report_files_from_a_saved_compare_json(tmp_path, capsys):
     d, lo, hi = paired_difference([e["spl"] for e in a], [0.9] * 12, clusters=[e["scene_id"] for e in a])
     assert f"{d:.3f} [{lo:.3f}, {hi:.3f}]" in page and "resamples whole houses" in page
     assert page.count("<tr><td>h") == 2   # one row per house
+    # --lifelong-visits 3: the sequences of 3 visits are what shares a memory, and what is resampled
+    results["agents"]["memnav"]["lifelong_visits"] = 3
+    src.write_text(json.dumps(results))
+    assert main(["eval-report", str(src), "--out", str(tmp_path / "seq")]) == 0
+    page = (tmp_path / "seq" / "report.html").read_text()
+    clusters = lifelong_clusters(a, 3)
+    assert len(set(clusters)) == 4 and clusters[:4] == ["data/h0.glb#0", "data/h1.glb#0", "data/h0.glb#0",
+                                                        "data/h1.glb#0"]
+    d, lo, hi = paired_difference([e["spl"] for e in a], [0.9] * 12, clusters=clusters)
+    assert f"{d:.3f} [{lo:.3f}, {hi:.3f}]" in page and "resamples whole sequences of 3 visits" in page
     # errors name what is wrong and write nothing
     assert main(["eval-report", str(src), "--out", str(tmp_path / "x"), "--focus", "gru"]) == 2
     assert "gru" in capsys.readouterr().err and not (tmp_path / "x").exists()
