@@ -87,6 +87,12 @@ class RunTraces:
     episodes: list[EpisodeTrace] = field(default_factory=list)
     floor_plans: dict[str, FloorPlan] = field(default_factory=dict)
 
+    def add(self, other: RunTraces | None) -> None:
+        """Take in another run's traces (a worker's, a sequence's); None adds nothing."""
+        if other is not None:
+            self.episodes += other.episodes
+            self.floor_plans.update(other.floor_plans)
+
 
 # --- statistics ---------------------------------------------------------------------------------------------
 

@@ -391,9 +391,8 @@ def run_sequences(job: AgentJob, visits: int, encoder=None,
         part, kept = run_job(piece, encoder=encoder, progress=progress)
         for i, r in zip(idx, part):
             results[i] = r
-        if traces is not None and kept is not None:
-            traces.episodes += kept.episodes
-            traces.floor_plans.update(kept.floor_plans)
+        if traces is not None:
+            traces.add(kept)
     return [r for r in results if r is not None], traces
 
 
@@ -462,9 +461,8 @@ def run_parallel(job: AgentJob, workers: int, lifelong: bool, progress: bool = T
                 for i, r in zip(futures[fut], part):
                     results[i] = r
                 done += part
-                if traces is not None and kept is not None:
-                    traces.episodes += kept.episodes
-                    traces.floor_plans.update(kept.floor_plans)
+                if traces is not None:
+                    traces.add(kept)
                 summary = aggregate(done)
                 bar.update(len(part))
                 bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
@@ -607,9 +605,8 @@ def run(args: argparse.Namespace) -> int:
                 results, kept = run_sequences(job, args.lifelong_visits, encoder, progress=not args.no_progress)
             else:
                 results, kept = run_job(job, encoder=encoder, progress=not args.no_progress)
-            if traces is not None and kept is not None:
-                traces.episodes += kept.episodes
-                traces.floor_plans.update(kept.floor_plans)
+            if traces is not None:
+                traces.add(kept)
             summaries[name] = aggregate(results)
             all_results[name] = results
             if args.lifelong:
