@@ -184,13 +184,14 @@ def house_rng(seed: int, house_index: int) -> np.random.Generator:
     return np.random.default_rng([seed, house_index])
 
 
-def _render_one_house(job: tuple) -> dict:
-    """Worker-process entry of `render_set`: one house with its own stream (`house_rng`)."""
+def _render_one_house(job: tuple, on_pose: Callable[[], None] | None = None) -> dict:
+    """One house with a simulator and a stream of its own (`house_rng`): `render_set` with workers >= 1, in this
+    process or as a worker process's entry."""
     from memnav.sim.embedded import EmbeddedSimulator
 
     scene, index, per_house, enc_cfg, seed, renderer, options = job
     sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
-    return _render_house_views(sim, scene, per_house, enc_cfg, house_rng(seed, index), **options)
+    return _render_house_views(sim, scene, per_house, enc_cfg, house_rng(seed, index), on_pose=on_pose, **options)
 
 
 def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed: int, keep_rgb: bool = False,
@@ -219,22 +220,18 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
     options = {"keep_rgb": keep_rgb, "pair_jitter": pair_jitter, "near_miss": near_miss,
                "near_miss_m": tuple(near_miss_m), "near_miss_turn_deg": tuple(near_miss_turn_deg)}
     bar = tqdm(total=len(houses) * per_house, desc=desc, unit="frame", disable=not progress, file=sys.stderr)
+    jobs = [(scene, i, per_house, enc_cfg, seed, renderer, options) for i, scene in enumerate(houses)]
     if workers == 0:
         rng = np.random.default_rng(seed)
         sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
         per = [_render_house_views(sim, scene, per_house, enc_cfg, rng, on_pose=lambda: bar.update(1), **options)
                for scene in houses]
     elif workers == 1 or len(houses) == 1:
-        per = []
-        for i, scene in enumerate(houses):
-            sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
-            per.append(_render_house_views(sim, scene, per_house, enc_cfg, house_rng(seed, i),
-                                           on_pose=lambda: bar.update(1), **options))
+        per = [_render_one_house(job, on_pose=lambda: bar.update(1)) for job in jobs]
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        jobs = [(scene, i, per_house, enc_cfg, seed, renderer, options) for i, scene in enumerate(houses)]
         # spawn, not fork: the parent may hold torch's and numba's threads
         with ProcessPoolExecutor(min(workers, len(houses)), mp_context=multiprocessing.get_context("spawn")) as pool:
             per = []
