@@ -1,8 +1,10 @@
 """The `memnav` command: one entry point, one subcommand per job.
 
 Each subcommand lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`
-(bench targets: `run(args) -> dict` of results). Modules are imported only when their subcommand runs,
-so `memnav --help` stays fast and a missing optional dependency affects only its own command.
+(bench targets: `run(args) -> dict` of results). `main` imports only the module of the subcommand on its
+command line (`memnav --help` none), so every command starts without the others' imports (torch, numba: about
+2 s on these machines, which `memnav estop engage` should not wait for) and a missing optional dependency
+affects only its own command.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "report (HTML + figures) of a saved `memnav eval --json` run: intervals, paired differences"),
     "launch": ("memnav.ros.launch_command",
                "run a ROS 2 YAML launch file (args, nodes, params, remaps) and supervise its processes"),
+    "goal": ("memnav.ros.goal_command",
+             "capture a goal photo with the robot's camera; send one to the robot (and follow it to its STOP)"),
+    "estop": ("memnav.ros.estop_command", "engage or release the safety node's emergency stop, confirmed"),
     "record": ("memnav.ros.record_command", "record live topics into a rosbag2 bag (mcap or sqlite3)"),
     "replay": ("memnav.ros.replay_command", "publish a bag into the live graph with /clock (rate, loop, remaps)"),
     "eval-bag": ("memnav.eval.eval_bag",
@@ -96,7 +101,21 @@ def _os_error_text(err: OSError) -> str:
         f"{err.filename} -> {err.filename2}: {reason.lower()}"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _selected(argv: list[str]) -> tuple[str, ...]:
+    """The subcommand (and bench / train target) an argument list names: its first one or two words."""
+    words = []
+    for arg in argv:
+        if arg.startswith("-"):
+            break
+        words.append(arg)
+        if len(words) == 2 or words[0] not in ("bench", "train"):
+            break
+    return tuple(words)
+
+
+def build_parser(only: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
+    """The `memnav` argument parser. `only`: the (command,) or (group, target) whose options are added (its module
+    imported); the others keep their one-line help only. None: every command's options."""
     parser = argparse.ArgumentParser(
         prog="memnav",
         description="memnav: ROS 2 memory stack for image-goal navigation. "
@@ -111,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text,
                            formatter_class=_HelpFormatter)
         p.set_defaults(_module=module)
-        _load(module).add_arguments(p)
+        if only is None or only[:1] == (name,):
+            _load(module).add_arguments(p)
 
     for group, targets, help_text in (("bench", BENCH_TARGETS, "benchmarks that print JSON results"),
                                       ("train", TRAIN_TARGETS, "training jobs (resumable, with curves)")):
@@ -122,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
             tp = gsub.add_parser(tname, help=thelp, description=thelp,
                                  formatter_class=_HelpFormatter)
             tp.set_defaults(_module=module, _group=group)
+            if only is not None and only != (group, tname):
+                continue
             try:
                 mod = _load(module)
             except ImportError as err:  # optional piece not installed: keep the rest usable
@@ -139,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_selected(argv))
     args = parser.parse_args(argv)
     if getattr(args, "_import_error", None):
         print(f"memnav: `{args.command} {args.target}` is unavailable: {args._import_error}", file=sys.stderr)

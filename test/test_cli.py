@@ -80,3 +80,30 @@ def test_a_missing_optional_simulator_is_a_clear_error(tmp_path, capsys):
                  "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "habitat-sim is not installed" in err and "Traceback" not in err
+
+
+def test_a_command_imports_only_its_own_module_so_it_starts_without_torch():
+    import subprocess
+    import sys
+
+    probe = ("import sys; from memnav.cli import main\n"
+             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print('TORCH', 'torch' in sys.modules, 'memnav.eval.evaluate' in sys.modules)")
+    for argv, torch_loaded in ((["--help"], False), (["estop", "--help"], False), (["goal", "send", "--help"], False),
+                               (["eval", "--help"], True)):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120).stdout
+        assert f"TORCH {torch_loaded} {torch_loaded}" in out, (argv, out[-300:])
+
+
+def test_the_options_of_the_named_command_are_parsed_and_the_others_listed():
+    from memnav.cli import COMMANDS, _selected
+
+    assert _selected(["bench", "encoder", "--json"]) == ("bench", "encoder")
+    assert _selected(["goal", "send", "x.png"]) == ("goal",)
+    assert _selected(["--help"]) == () and _selected([]) == ()
+    assert _selected(["train"]) == ("train",)
+    parser = build_parser(("goal",))
+    args = parser.parse_args(["goal", "send", "x.png", "--wait"])
+    assert args.wait and args.photo == Path("x.png")
+    help_text = parser.format_help()
+    assert all(name in help_text for name in COMMANDS)

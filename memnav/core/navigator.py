@@ -64,6 +64,7 @@ import torch
 from memnav.core.encoder import Encoder
 from memnav.core.exploration import Explorer, ExplorerConfig, face, steer
 from memnav.core.goal_localization import GoalLocalizerConfig, localize_goal, to_odometry_frame
+from memnav.core.goal_photo import check_goal_image
 from memnav.core.memory.scene_graph import Retrieval, SceneGraphMemory
 from memnav.core.memory.working_buffer import WorkingBuffer
 from memnav.core.policy import (
@@ -1032,31 +1033,3 @@ class Navigator:
             self._homing_dropped += 1
         self._target = None
         self._route = []
-
-
-def check_goal_image(image: object) -> np.ndarray:
-    """A goal image as uint8 (H, W, 3): grey and RGBA are converted, float [0, 1] scaled.
-
-    Raises:
-        ValueError: empty, not an image, or not finite.
-    """
-    img = np.asarray(image)
-    if img.size == 0:
-        raise ValueError("goal image is empty")
-    if img.ndim == 2:
-        img = np.repeat(img[:, :, None], 3, axis=2)
-    if img.ndim != 3 or img.shape[2] not in (1, 3, 4):
-        raise ValueError(f"goal image must be (H, W), (H, W, 3) or (H, W, 4), got shape {img.shape}")
-    if img.shape[2] == 1:
-        img = np.repeat(img, 3, axis=2)
-    img = img[:, :, :3]
-    if img.dtype != np.uint8:
-        f = img.astype(np.float64)
-        if not np.isfinite(f).all():
-            raise ValueError("goal image has non-finite values")
-        if f.max() <= 1.0:
-            f = f * 255.0
-        img = np.clip(f, 0, 255).astype(np.uint8)
-    if min(img.shape[:2]) < 8:
-        raise ValueError(f"goal image of {img.shape[1]}x{img.shape[0]} px is too small to encode")
-    return np.ascontiguousarray(img)

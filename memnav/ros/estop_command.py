@@ -1,0 +1,65 @@
+"""`memnav estop engage|release`: the software emergency stop of robot.launch.yaml's safety node, from a shell.
+
+Publishes std_msgs/Bool on `--topic` (/memnav/estop; reliable, as the safety node subscribes it) once the
+safety node's subscription has matched, and confirms from the safety node's own `/memnav/safety_status` that
+it took it (its `estop` field). Without confirmation within `--timeout` the command fails (status 2) and says
+so: the robot may still be moving. It does not need the ros2 CLI (`ros2 topic pub ...` does the same on a ROS 2
+install, without the confirmation). A software stop: keep the robot's hardware emergency stop.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from memnav.ros.goal_command import MAX_WAIT_S, Ros
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("state", choices=("engage", "release"),
+                        help="engage: zero velocity until released; release: the policy drives again")
+    parser.add_argument("--topic", default="/memnav/estop", metavar="TOPIC",
+                        help="the safety node's emergency-stop topic (robot.launch.yaml's estop_topic)")
+    parser.add_argument("--status-topic", default="/memnav/safety_status", metavar="TOPIC",
+                        help="where the safety node reports its state (the confirmation is read there)")
+    parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
+                        help="fail when the safety node has not confirmed within this many seconds")
+    parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
+                        help="everything after this goes to ROS")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.timeout <= MAX_WAIT_S:   # NaN fails every comparison
+        raise ValueError(f"--timeout must be a number of seconds > 0 and at most {MAX_WAIT_S:g}, got {args.timeout:g}")
+    from std_msgs.msg import Bool, String
+
+    wanted = args.state == "engage"
+    ros = Ros("memnav_estop", args.ros_args)
+    seen: dict = {}
+
+    def on_status(msg: String) -> None:
+        try:
+            body = json.loads(msg.data)
+        except ValueError:
+            return
+        if isinstance(body, dict) and "estop" in body:
+            seen.update(body)
+
+    try:
+        node = ros.node
+        node.create_subscription(String, args.status_topic, on_status, 10)
+        pub = node.create_publisher(Bool, args.topic, 10)
+        if not ros.spin_until(lambda: pub.get_subscription_count() > 0, args.timeout):
+            raise RuntimeError(f"no subscriber of {args.topic} within {args.timeout:g} s: is the safety node running "
+                               f"(memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID? Nothing was "
+                               f"{'engaged' if wanted else 'released'}")
+        pub.publish(Bool(data=wanted))
+        if not ros.spin_until(lambda: seen.get("estop") is wanted, args.timeout):
+            raise RuntimeError(f"the safety node did not confirm the emergency stop "
+                               f"{'engaged' if wanted else 'released'} on {args.status_topic} within "
+                               f"{args.timeout:g} s (last status: {json.dumps(seen) if seen else 'none'})")
+    finally:
+        ros.close()
+    print(f"emergency stop {'ENGAGED' if wanted else 'released'} (safety node: {seen.get('reason')}, "
+          f"commanding {seen.get('v_mps', 0.0):g} m/s, {seen.get('w_radps', 0.0):g} rad/s)", file=sys.stderr)
+    return 0

@@ -1,0 +1,138 @@
+"""`memnav goal capture|send` and `memnav estop` against the real nodes, as real processes over DDS.
+
+1. The simulator bridge in real time stands in for the robot (its own goal moved off /memnav/goal_*, so the
+   policy node's only goal is the one sent): `memnav goal capture` saves the robot's view at its start, which
+   is the simulator's render of that pose, with the start's odometry; `memnav goal send --wait` sends that photo
+   to policy_node, which takes it as an RGB-D goal, drives, and calls STOP (it stands where the photo was taken),
+   which ends the command with status 0.
+2. The safety node confirms `memnav estop engage` and `release`; without a safety node, the command fails.
+3. Bad options and files are refused before any ROS work, and an earlier capture is left as it was.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from conftest import file_sha256, make_tiny_dataset, stop_processes  # noqa: E402
+
+from memnav.cli import main  # noqa: E402
+from memnav.core.goal_photo import GoalPhoto, read_goal_photo, write_goal_photo  # noqa: E402
+
+SIM_COLOR, SIM_DEPTH = "/camera/color/image_raw", "/camera/depth/image_raw"
+
+
+def _cli(args: list[str], env: dict, timeout_s: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memnav.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout_s)
+
+
+def _env(offset: int) -> dict:
+    return dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + offset) % 150)),
+                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tmp_path):
+    from memnav.core.frames import habitat_to_map
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+    from memnav.sim.episodes import load_episodes
+
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=2)
+    env = _env(83)
+    logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
+                          "-p", "split:=test", "-p", "lockstep:=false", "-p", "rate_hz:=10.0",
+                          "-p", "auto_next:=false", "-r", "/memnav/goal_image:=/sim/goal_image",
+                          "-r", "/memnav/goal_depth:=/sim/goal_depth"],
+                         stdout=logs["bridge"].open("w"), stderr=subprocess.STDOUT, env=env),
+        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
+                          "-p", "max_steps:=12", "-p", "action_duration_s:=0.25", "-p", "collision_fraction:=0.4"],
+                         stdout=logs["policy"].open("w"), stderr=subprocess.STDOUT, env=env)]
+
+    def report() -> str:
+        return "\n".join(f"--- {name}\n{path.read_text()[-2000:]}" for name, path in logs.items())
+
+    try:
+        # 1. capture: the robot's view now (it stands at the episode start; nothing drives it without a goal)
+        cap = _cli(["goal", "capture", str(tmp_path / "goals" / "start"), "--color-topic", SIM_COLOR,
+                    "--depth-topic", SIM_DEPTH, "--timeout", "60"], env, 120)
+        assert cap.returncode == 0, cap.stderr + report()
+        goal = read_goal_photo(tmp_path / "goals" / "start.png")
+        episode = load_episodes(data, "test")[0]
+        seen = EmbeddedSimulator(config=SimConfig()).reset(episode)
+        np.testing.assert_array_equal(goal.rgb, seen.rgb)
+        np.testing.assert_allclose(goal.depth_m, np.round(seen.depth * 1000) / 1000, atol=1e-6)
+        odom = goal.meta["odom_pose"]
+        start_xy = habitat_to_map(np.asarray(episode.start_position))[:2]
+        assert (odom["x_m"], odom["y_m"]) == pytest.approx(tuple(start_xy), abs=1e-3)
+        assert goal.meta["color_topic"] == SIM_COLOR and goal.meta["depth_stamp_ns"] == goal.meta["stamp_ns"]
+        assert "wrote" in cap.stdout and "depth" in cap.stdout
+
+        # 2. send it: policy_node takes it as an RGB-D goal, acts on the camera and stops (it is already there)
+        sent = _cli(["goal", "send", str(tmp_path / "goals" / "start.png"), "--wait", "--timeout", "120",
+                     "--json", str(tmp_path / "sent.json"), "--no-progress"], env, 180)
+        assert sent.returncode == 0, sent.stdout + sent.stderr + report()
+        result = json.loads((tmp_path / "sent.json").read_text())
+        assert result["stopped"] is True and result["depth"] is True and 1 <= result["actions"] <= 12
+        assert result["policy_state"]["action"] == "STOP"
+        assert "STOP after" in sent.stdout and "RGB-D" in sent.stderr
+        policy_log = logs["policy"].read_text()
+        assert "new goal image" in policy_log and "RGB-D" in policy_log, report()
+    finally:
+        stop_processes(procs)
+
+
+@pytest.mark.ros
+def test_estop_is_confirmed_by_the_safety_node_and_fails_loudly_without_one(tmp_path):
+    env = _env(89)
+    log = tmp_path / "safety.log"
+    safety = subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node"], stdout=log.open("w"),
+                              stderr=subprocess.STDOUT, env=env)
+    try:
+        engaged = _cli(["estop", "engage", "--timeout", "30"], env, 60)
+        assert engaged.returncode == 0, engaged.stderr + log.read_text()
+        assert "ENGAGED (safety node: estop, commanding 0 m/s, 0 rad/s)" in engaged.stderr
+        released = _cli(["estop", "release", "--timeout", "30"], env, 60)
+        assert released.returncode == 0, released.stderr + log.read_text()
+        assert "released" in released.stderr
+        assert "emergency stop ENGAGED" in log.read_text() and "emergency stop released" in log.read_text()
+    finally:
+        stop_processes([safety])
+    alone = _cli(["estop", "engage", "--timeout", "1"], _env(97), 60)
+    assert alone.returncode == 2
+    assert "no subscriber of /memnav/estop within 1 s" in alone.stderr and "Nothing was engaged" in alone.stderr
+
+
+def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_stays(tmp_path, capsys):
+    photo = tmp_path / "g.png"
+    rgb = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    write_goal_photo(photo, GoalPhoto(rgb, np.ones((32, 32), np.float32)))
+    before = {p.name: file_sha256(p) for p in tmp_path.iterdir()}
+    cases = [
+        (["goal", "send", str(tmp_path / "nowhere.png")], "nowhere.png does not exist"),
+        (["goal", "send", str(tmp_path)], "is not a file"),
+        (["goal", "send", str(photo), "--timeout", "5"], "--timeout: has effect only with --wait"),
+        (["goal", "send", str(photo), "--depth", str(photo), "--no-depth"], "contradicts --no-depth"),
+        (["goal", "send", str(photo), "--depth", str(tmp_path / "g.json")], "is not an image OpenCV can read"),
+        (["goal", "send", str(photo), "--wait", "--timeout", "nan"], "--timeout must be a number of seconds"),
+        (["goal", "send", str(photo), "--match-timeout", "0"], "--match-timeout must be a number of seconds > 0"),
+        (["goal", "send", str(photo), "--wait", "--json", str(tmp_path)], "--json"),
+        (["goal", "capture", str(photo)], "g.depth.png exist already; a goal photo is not overwritten"),
+        (["goal", "capture", str(tmp_path / "new.png"), "--timeout", "-1"], "--timeout must be"),
+        (["goal", "capture", str(tmp_path / "new.png"), "--sync-tolerance", "inf"], "--sync-tolerance must be"),
+        (["goal", "capture", str(photo / "below.png")], "is a file, not a folder"),
+        (["estop", "engage", "--timeout", "0"], "--timeout must be a number of seconds > 0"),
+    ]
+    for args, expected in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert expected in err, (args, err)
+    assert {p.name: file_sha256(p) for p in tmp_path.iterdir()} == before
