@@ -90,3 +90,20 @@ def stop_processes(procs: Iterable[subprocess.Popen], timeout: float = 10.0) -> 
             out, _ = p.communicate()
         outs.append(out if out is not None else "")
     return outs
+
+
+def isolated_ros_env(offset: int) -> dict:
+    """The environment for a test's ROS processes: a ROS_DOMAIN_ID of its own (by process id and `offset`, which
+    each test picks apart from the others) and discovery on this machine only."""
+    import os
+
+    return dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + offset) % 150)),
+                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+
+
+def run_memnav(args: list[str], env: dict, timeout_s: float) -> subprocess.CompletedProcess:
+    """`memnav ARGS` as a process of its own (as a user runs it), its output captured as text."""
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "memnav.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout_s)

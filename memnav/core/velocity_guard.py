@@ -3,13 +3,17 @@
 It limits speed and acceleration, and commands zero when the robot is driving blind (the newest colour or
 depth image or odometry is older than the watchdog), when the policy has gone quiet, or while the
 emergency stop is engaged (latched until released). Time is always an argument (seconds on one monotonic
-clock), so the guard is deterministic and needs no ROS.
+clock), so the guard is deterministic and needs no ROS. `read_estop_state` / `write_estop_state` keep the
+emergency stop's state in a file, so that a guard restarted while it is engaged starts engaged.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 
 class GuardReason(Enum):
@@ -175,3 +179,47 @@ class VelocityGuard:
         if self._cmd_s is None or now_s - self._cmd_s > self.config.cmd_timeout_s:
             return GuardReason.STALE_COMMAND
         return None
+
+
+def read_estop_state(path: Path | str) -> tuple[bool, str]:
+    """The emergency-stop state kept in `path` by `write_estop_state`, for a guard that (re)starts.
+
+    Fail-safe: a file that exists but cannot be read or understood counts as engaged. A missing file is
+    released (nothing was ever engaged there).
+
+    Returns:
+        (engaged, why: one line naming the file and what was found, for the log).
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        return False, f"no emergency-stop state in {p} (released)"
+    try:
+        body = json.loads(p.read_text())
+        engaged = body["engaged"]
+        if not isinstance(engaged, bool):
+            raise ValueError(f"'engaged' is {engaged!r}, not true or false")
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+        return True, f"emergency-stop state {p} is unreadable ({err}): ENGAGED to be safe"
+    since = body.get("since_utc", "?")
+    return engaged, f"emergency stop {'ENGAGED' if engaged else 'released'} as kept in {p} (since {since})"
+
+
+def write_estop_state(path: Path | str, engaged: bool, since_utc: str) -> None:
+    """Keep the emergency-stop state in `path` (JSON), replacing it atomically and durably (written to a temporary
+    file, synced, renamed), so a guard restarted at any moment reads the old or the new state, never half of one.
+
+    Raises:
+        OSError: the folder cannot be created or written.
+    """
+    p = Path(path).expanduser()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"engaged": bool(engaged), "since_utc": since_utc}, f)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)

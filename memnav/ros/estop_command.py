@@ -1,10 +1,11 @@
-"""`memnav estop engage|release`: the software emergency stop of robot.launch.yaml's safety node, from a shell.
+"""`memnav estop engage|release|status`: the software emergency stop of robot.launch.yaml's safety node, from a shell.
 
 Publishes std_msgs/Bool on `--topic` (/memnav/estop; reliable, as the safety node subscribes it) once the
 safety node's subscription has matched, and confirms from the safety node's own `/memnav/safety_status` that
 it took it (its `estop` field). Without confirmation within `--timeout` the command fails (status 2) and says
 so: the robot may still be moving. It does not need the ros2 CLI (`ros2 topic pub ...` does the same on a ROS 2
-install, without the confirmation). A software stop: keep the robot's hardware emergency stop.
+install, without the confirmation). `status` prints the safety node's next status (JSON) on stdout and changes
+nothing. A software stop: keep the robot's hardware emergency stop.
 """
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ from memnav.ros.goal_command import MAX_WAIT_S, Ros
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("state", choices=("engage", "release"),
-                        help="engage: zero velocity until released; release: the policy drives again")
+    parser.add_argument("state", choices=("engage", "release", "status"),
+                        help="engage: zero velocity until released; release: the policy drives again; status: print "
+                             "the safety node's state (JSON: estop, reason, commanded velocity, input ages)")
     parser.add_argument("--topic", default="/memnav/estop", metavar="TOPIC",
                         help="the safety node's emergency-stop topic (robot.launch.yaml's estop_topic)")
     parser.add_argument("--status-topic", default="/memnav/safety_status", metavar="TOPIC",
                         help="where the safety node reports its state (the confirmation is read there)")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
-                        help="fail when the safety node has not confirmed within this many seconds")
+                        help="fail when the safety node has not confirmed (status: reported) within this many seconds")
     parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
                         help="everything after this goes to ROS")
 
@@ -48,6 +50,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         node = ros.node
         node.create_subscription(String, args.status_topic, on_status, 10)
+        if args.state == "status":
+            if not ros.spin_until(lambda: bool(seen), args.timeout):
+                raise RuntimeError(f"no status on {args.status_topic} within {args.timeout:g} s: is the safety node "
+                                   "running on this ROS_DOMAIN_ID?")
+            print(json.dumps(seen, sort_keys=True))
+            return 0
         pub = node.create_publisher(Bool, args.topic, 10)
         if not ros.spin_until(lambda: pub.get_subscription_count() > 0, args.timeout):
             raise RuntimeError(f"no subscriber of {args.topic} within {args.timeout:g} s: is the safety node running "

@@ -6,7 +6,8 @@ Subscribes:
     /camera/depth/image_raw     sensor_msgs/Image    depth stream watched for freshness  (sensor-data QoS)
     /odom                       nav_msgs/Odometry    odometry watched for freshness      (sensor-data QoS)
     /memnav/estop               std_msgs/Bool        true engages the emergency stop, false releases it; it stays
-                                as last set (reliable, volatile: any reliable publisher, latched or not, connects)
+                                as last set (reliable, volatile: any reliable publisher, latched or not, connects),
+                                across restarts of the node too when estop_state_file is set
 Publishes:
     /cmd_vel                    geometry_msgs/Twist  every 1/rate_hz: the guarded command, zero on any fault
     /memnav/safety_status       std_msgs/String JSON {reason, v_mps, w_radps, requested_v_mps,
@@ -27,7 +28,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memnav.core.velocity_guard import GuardOutput, Source, VelocityGuard, VelocityGuardConfig
+from memnav.core.velocity_guard import (
+    GuardOutput,
+    Source,
+    VelocityGuard,
+    VelocityGuardConfig,
+    read_estop_state,
+    write_estop_state,
+)
 
 
 @dataclass
@@ -37,10 +45,15 @@ class SafetyNodeConfig:
     Attributes:
         rate_hz: /cmd_vel publishing (and watchdog checking) rate, Hz.
         status_period_s: /memnav/safety_status is also published this often when nothing changes, seconds.
+        estop_state_file: keep the emergency stop's state in this file ("~" expands; "" = not kept): the node
+            writes it at every engage and release and reads it at start, so a node restarted (respawned after a
+            crash, or the robot rebooted) while the stop is engaged starts engaged, until a release. A file that
+            cannot be read starts it engaged too; one that cannot be written is logged as an error at each change.
     """
 
     rate_hz: float = 50.0
     status_period_s: float = 1.0
+    estop_state_file: str = ""
 
     def __post_init__(self) -> None:
         # the base's command stream: inf would busy-loop the timer, a rate below 1 Hz would leave the base without
@@ -85,6 +98,11 @@ def build(node) -> Callable[[], None]:
 
     cfg = declare_dataclass(node, SafetyNodeConfig)
     guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
+    if cfg.estop_state_file:
+        engaged, why = read_estop_state(cfg.estop_state_file)
+        guard.set_estop(engaged)
+        (node.get_logger().warning if engaged else node.get_logger().info)(
+            why + ("; `memnav estop release` to drive" if engaged else ""))
     pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
     pub_status = node.create_publisher(String, "/memnav/safety_status", 10)
     st = {"requested": (0.0, 0.0), "reason": None, "status_s": -math.inf}
@@ -122,6 +140,13 @@ def build(node) -> Callable[[], None]:
         if bool(msg.data) != guard.estop:
             node.get_logger().warning(f"emergency stop {'ENGAGED' if msg.data else 'released'}")
         guard.set_estop(bool(msg.data))
+        if cfg.estop_state_file:
+            try:
+                write_estop_state(cfg.estop_state_file, guard.estop, time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                    time.gmtime()))
+            except OSError as err:
+                node.get_logger().error(f"could not keep the emergency-stop state in {cfg.estop_state_file}: {err}; "
+                                        "a restarted safety node would not know it")
         on_tick()  # act at once, not at the next tick
 
     def on_tick() -> None:

@@ -136,3 +136,23 @@ def test_from_config_round_trip():
     cfg = VelocityGuardConfig(max_linear_mps=0.7, watchdog_s=0.3, max_dt_s=0.05)
     assert VelocityGuard.from_config(cfg).config == cfg
     assert math.isinf(VelocityGuard().age_s(Source.ODOM, 10.0))
+
+
+def test_estop_state_round_trips_and_an_unreadable_file_starts_engaged(tmp_path):
+    import json
+
+    from memnav.core.velocity_guard import read_estop_state, write_estop_state
+
+    path = tmp_path / "state" / "estop.json"
+    assert read_estop_state(path) == (False, f"no emergency-stop state in {path} (released)")
+    write_estop_state(path, True, "2026-11-27T02:00:00Z")
+    engaged, why = read_estop_state(path)
+    assert engaged and "ENGAGED" in why and "2026-11-27T02:00:00Z" in why
+    write_estop_state(path, False, "2026-11-27T02:01:00Z")
+    assert read_estop_state(path)[0] is False
+    assert json.loads(path.read_text()) == {"engaged": False, "since_utc": "2026-11-27T02:01:00Z"}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["estop.json"]   # no temporary file left
+    for broken in ("{half", '{"engaged": "no"}', "[]", '{"since_utc": "x"}', ""):
+        path.write_text(broken)
+        engaged, why = read_estop_state(path)
+        assert engaged and "unreadable" in why and str(path) in why, broken

@@ -1,15 +1,13 @@
-"""`memnav goal capture|send` and `memnav estop` against the real nodes, as real processes over DDS.
+"""`memnav goal capture|send` against the real nodes, as real processes over DDS.
 
 1. The simulator bridge in real time stands in for the robot (its own goal moved off /memnav/goal_*, so the
    policy node's only goal is the one sent): `memnav goal capture` saves the robot's view at its start, which
    is the simulator's render of that pose, with the start's odometry; `memnav goal send --wait` sends that photo
    to policy_node, which takes it as an RGB-D goal, drives, and calls STOP (it stands where the photo was taken),
    which ends the command with status 0.
-2. The safety node confirms `memnav estop engage` and `release`; without a safety node, the command fails.
-3. Bad options and files are refused before any ROS work, and an earlier capture is left as it was.
+2. Bad options and files are refused before any ROS work, and an earlier capture is left as it was.
 """
 import json
-import os
 import subprocess
 import sys
 
@@ -18,22 +16,12 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import file_sha256, make_tiny_dataset, stop_processes  # noqa: E402
+from conftest import file_sha256, isolated_ros_env, make_tiny_dataset, run_memnav, stop_processes  # noqa: E402
 
 from memnav.cli import main  # noqa: E402
 from memnav.core.goal_photo import GoalPhoto, read_goal_photo, write_goal_photo  # noqa: E402
 
 SIM_COLOR, SIM_DEPTH = "/camera/color/image_raw", "/camera/depth/image_raw"
-
-
-def _cli(args: list[str], env: dict, timeout_s: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memnav.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout_s)
-
-
-def _env(offset: int) -> dict:
-    return dict(os.environ, ROS_DOMAIN_ID=str(40 + ((os.getpid() + offset) % 150)),
-                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
 
 
 @pytest.mark.ros
@@ -45,7 +33,7 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
     from memnav.sim.episodes import load_episodes
 
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=2)
-    env = _env(83)
+    env = isolated_ros_env(83)
     logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
     procs = [
         subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
@@ -62,7 +50,7 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
 
     try:
         # 1. capture: the robot's view now (it stands at the episode start; nothing drives it without a goal)
-        cap = _cli(["goal", "capture", str(tmp_path / "goals" / "start"), "--color-topic", SIM_COLOR,
+        cap = run_memnav(["goal", "capture", str(tmp_path / "goals" / "start"), "--color-topic", SIM_COLOR,
                     "--depth-topic", SIM_DEPTH, "--timeout", "60"], env, 120)
         assert cap.returncode == 0, cap.stderr + report()
         goal = read_goal_photo(tmp_path / "goals" / "start.png")
@@ -77,7 +65,7 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
         assert "wrote" in cap.stdout and "depth" in cap.stdout
 
         # 2. send it: policy_node takes it as an RGB-D goal, acts on the camera and stops (it is already there)
-        sent = _cli(["goal", "send", str(tmp_path / "goals" / "start.png"), "--wait", "--timeout", "120",
+        sent = run_memnav(["goal", "send", str(tmp_path / "goals" / "start.png"), "--wait", "--timeout", "120",
                      "--json", str(tmp_path / "sent.json"), "--no-progress"], env, 180)
         assert sent.returncode == 0, sent.stdout + sent.stderr + report()
         result = json.loads((tmp_path / "sent.json").read_text())
@@ -88,27 +76,6 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
         assert "new goal image" in policy_log and "RGB-D" in policy_log, report()
     finally:
         stop_processes(procs)
-
-
-@pytest.mark.ros
-def test_estop_is_confirmed_by_the_safety_node_and_fails_loudly_without_one(tmp_path):
-    env = _env(89)
-    log = tmp_path / "safety.log"
-    safety = subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node"], stdout=log.open("w"),
-                              stderr=subprocess.STDOUT, env=env)
-    try:
-        engaged = _cli(["estop", "engage", "--timeout", "30"], env, 60)
-        assert engaged.returncode == 0, engaged.stderr + log.read_text()
-        assert "ENGAGED (safety node: estop, commanding 0 m/s, 0 rad/s)" in engaged.stderr
-        released = _cli(["estop", "release", "--timeout", "30"], env, 60)
-        assert released.returncode == 0, released.stderr + log.read_text()
-        assert "released" in released.stderr
-        assert "emergency stop ENGAGED" in log.read_text() and "emergency stop released" in log.read_text()
-    finally:
-        stop_processes([safety])
-    alone = _cli(["estop", "engage", "--timeout", "1"], _env(97), 60)
-    assert alone.returncode == 2
-    assert "no subscriber of /memnav/estop within 1 s" in alone.stderr and "Nothing was engaged" in alone.stderr
 
 
 def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_stays(tmp_path, capsys):
@@ -129,7 +96,6 @@ def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_sta
         (["goal", "capture", str(tmp_path / "new.png"), "--timeout", "-1"], "--timeout must be"),
         (["goal", "capture", str(tmp_path / "new.png"), "--sync-tolerance", "inf"], "--sync-tolerance must be"),
         (["goal", "capture", str(photo / "below.png")], "is a file, not a folder"),
-        (["estop", "engage", "--timeout", "0"], "--timeout must be a number of seconds > 0"),
     ]
     for args, expected in cases:
         assert main(args) == 2, args

@@ -1,0 +1,65 @@
+"""`memnav estop engage|release|status` against a real safety node process over DDS.
+
+The safety node confirms engage and release on its status; with `estop_state_file` an engaged stop survives the
+node being killed (SIGKILL) and started again, and a release does too; without a safety node the command fails
+loudly. Bad options are refused before any ROS work.
+"""
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from conftest import isolated_ros_env, run_memnav, stop_processes  # noqa: E402
+
+from memnav.cli import main  # noqa: E402
+
+
+def _safety(env: dict, log, state_file) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args", "-p",
+                             f"estop_state_file:={state_file}"], stdout=log.open("a"), stderr=subprocess.STDOUT,
+                            env=env)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_estop_is_confirmed_by_the_safety_node_kept_across_its_restart_and_fails_loudly_without_one(tmp_path):
+    env = isolated_ros_env(89)
+    log, state_file = tmp_path / "safety.log", tmp_path / "kept" / "estop.json"
+    safety = _safety(env, log, state_file)
+    try:
+        engaged = run_memnav(["estop", "engage", "--timeout", "30"], env, 60)
+        assert engaged.returncode == 0, engaged.stderr + log.read_text()
+        assert "ENGAGED (safety node: estop, commanding 0 m/s, 0 rad/s)" in engaged.stderr
+        assert json.loads(state_file.read_text())["engaged"] is True
+        # the node dies without a chance to clean up and comes back: still engaged
+        safety.send_signal(signal.SIGKILL)
+        safety.wait(timeout=10)
+        safety = _safety(env, log, state_file)
+        status = run_memnav(["estop", "status", "--timeout", "30"], env, 60)
+        assert status.returncode == 0, status.stderr + log.read_text()
+        body = json.loads(status.stdout)
+        assert body["estop"] is True and body["reason"] == "estop" and (body["v_mps"], body["w_radps"]) == (0, 0)
+        assert "emergency stop ENGAGED as kept in" in log.read_text()
+        released = run_memnav(["estop", "release", "--timeout", "30"], env, 60)
+        assert released.returncode == 0, released.stderr + log.read_text()
+        assert "released" in released.stderr and json.loads(state_file.read_text())["engaged"] is False
+        safety.send_signal(signal.SIGKILL)
+        safety.wait(timeout=10)
+        safety = _safety(env, log, state_file)
+        status = run_memnav(["estop", "status", "--timeout", "30"], env, 60)
+        assert status.returncode == 0 and json.loads(status.stdout)["estop"] is False, status.stderr
+    finally:
+        stop_processes([safety])
+    alone = run_memnav(["estop", "engage", "--timeout", "1"], isolated_ros_env(97), 60)
+    assert alone.returncode == 2
+    assert "no subscriber of /memnav/estop within 1 s" in alone.stderr and "Nothing was engaged" in alone.stderr
+
+
+def test_bad_estop_options_are_refused(capsys):
+    for args in (["estop", "engage", "--timeout", "0"], ["estop", "status", "--timeout", "nan"]):
+        assert main(args) == 2
+        assert "--timeout must be a number of seconds > 0" in capsys.readouterr().err
