@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "report (HTML + figures) of a saved `memnav eval --json` run: intervals, paired differences"),
     "launch": ("memnav.ros.launch_command",
                "run a ROS 2 YAML launch file (args, nodes, params, remaps) and supervise its processes"),
+    "check": ("memnav.ros.check_command",
+              "listen to a robot's camera, depth and odometry and say whether memnav can run on them"),
     "goal": ("memnav.ros.goal_command",
              "capture a goal photo with the robot's camera; send one to the robot (and follow it to its STOP)"),
     "estop": ("memnav.ros.estop_command", "engage or release the safety node's emergency stop, confirmed"),

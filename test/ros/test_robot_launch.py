@@ -79,6 +79,9 @@ def test_robot_launch_reaches_goal_and_watchdog_stops(tmp_path, monkeypatch):
     domain = 40 + ((os.getpid() + 59) % 150)
     monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    # robot.yaml keeps the safety node's emergency stop in ~/.ros: a home of the test's own, so that a stop
+    # engaged on this machine by someone else cannot hold the robot still here, and this test leaves none
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     logs = {"bridge": tmp_path / "bridge.log", "launch": tmp_path / "launch.log"}
     # the stand-in robot: camera under /sim/* (relayed below), its episode judge on /sim/action
     bridge = subprocess.Popen(
@@ -213,6 +216,7 @@ def test_robot_launch_reaches_goal_and_watchdog_stops(tmp_path, monkeypatch):
         # and it stays zero while the camera is out
         assert all((v, w) == (0.0, 0.0) for t, v, w in got["cmd"] if t >= t_zero)
         assert bridge.poll() is None and launch.poll() is None, report()
+        assert "no emergency-stop state in" in logs["launch"].read_text(), report()   # robot.yaml's state file
     finally:
         node.destroy_node()
         rclpy.shutdown()

@@ -1,0 +1,209 @@
+"""Pre-flight check of a robot's sensor streams against what memnav's nodes need (`memnav check`).
+
+What the node shell records for a few seconds (per stream: when each message arrived, its stamp, its image
+header, what converting it said) goes in; findings come out, each OK / WARN / FAIL with the reason and what to
+do. The thresholds are the robot profile's (config/robot.yaml): the safety node's watchdog, the policy node's
+colour-depth pairing tolerance. No ROS here: times are arguments.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+__all__ = ["CheckConfig", "Finding", "Level", "StreamLog", "check_command_topic", "check_streams", "stream_summary"]
+
+
+class Level(Enum):
+    OK = "OK"
+    WARN = "WARN"
+    FAIL = "FAIL"
+
+
+@dataclass
+class CheckConfig:
+    """What the streams must do.
+
+    Attributes:
+        watchdog_s: the safety node's `guard.watchdog_s`: a longer gap between two messages of any stream stops
+            the robot, seconds.
+        sync_tolerance_s: the policy node's `sync_tolerance_s`: a colour frame needs a depth frame stamped
+            within this, seconds.
+        min_camera_hz: below this colour / depth rate, decisions (one per `action_duration_s`, 1 s) see stale
+            views: a warning, Hz.
+        min_odom_hz: below this odometry rate, a frame's pose is interpolated over long gaps: a warning, Hz.
+        min_paired: the share of colour frames that must find their depth frame (below it: FAIL; below
+            `good_paired`: WARN).
+        good_paired: see min_paired.
+        clock_offset_s: stamps further than this from this computer's clock are reported (goals sent from here
+            need `memnav goal send --stamp-topic`), seconds.
+        min_valid_depth: the share of depth pixels with a reading below which depth is reported as mostly
+            missing.
+        depth_median_m: the range a median depth in metres should fall in indoors; outside it the units are
+            likely wrong (16UC1 is millimetres, 32FC1 metres).
+    """
+
+    watchdog_s: float = 0.5
+    sync_tolerance_s: float = 0.02
+    min_camera_hz: float = 5.0
+    min_odom_hz: float = 10.0
+    min_paired: float = 0.5
+    good_paired: float = 0.9
+    clock_offset_s: float = 0.5
+    min_valid_depth: float = 0.3
+    depth_median_m: tuple[float, float] = (0.2, 10.0)
+
+    def __post_init__(self) -> None:
+        for name in ("watchdog_s", "sync_tolerance_s", "min_camera_hz", "min_odom_hz", "clock_offset_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"CheckConfig.{name} must be a finite number > 0, got {value!r}")
+
+
+@dataclass
+class StreamLog:
+    """What arrived on one topic during the check.
+
+    Attributes:
+        topic: the topic name.
+        kind: "color", "depth" or "odom".
+        publishers: publishers of the topic in the graph at the end of the check.
+        arrival_s: arrival time of each message on this computer's wall clock, seconds.
+        stamp_s: each message's header stamp, seconds.
+        width, height, encoding, frame_id: of the last image message (frame_id also for odometry).
+        errors: how many messages could not be converted, and the last reason.
+        same_type_topics: other published topics of this stream's message type (named when this one is silent).
+        valid_depth: per depth frame, the share of pixels with a reading.
+        median_depth_m: per depth frame, the median of its readings, metres.
+    """
+
+    topic: str
+    kind: str
+    publishers: int = 0
+    arrival_s: list[float] = field(default_factory=list)
+    stamp_s: list[float] = field(default_factory=list)
+    width: int | None = None
+    height: int | None = None
+    encoding: str | None = None
+    frame_id: str | None = None
+    errors: int = 0
+    last_error: str | None = None
+    valid_depth: list[float] = field(default_factory=list)
+    median_depth_m: list[float] = field(default_factory=list)
+    same_type_topics: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.arrival_s)
+
+
+@dataclass
+class Finding:
+    level: Level
+    topic: str
+    text: str
+
+
+def stream_summary(log: StreamLog) -> dict:
+    """Rate, gaps and clock offset of one stream (None where fewer than two messages came)."""
+    arr = np.sort(np.asarray(log.arrival_s, dtype=np.float64))
+    gaps = np.diff(arr)
+    offset = np.median(np.asarray(log.arrival_s) - np.asarray(log.stamp_s)) if log.count else None
+    return {"topic": log.topic, "kind": log.kind, "publishers": log.publishers, "messages": log.count,
+            "rate_hz": round(float((len(arr) - 1) / (arr[-1] - arr[0])), 2) if len(arr) > 1 and arr[-1] > arr[0]
+            else None,
+            "max_gap_s": round(float(gaps.max()), 3) if len(gaps) else None,
+            "clock_offset_s": round(float(offset), 3) if offset is not None else None,
+            "width": log.width, "height": log.height, "encoding": log.encoding, "frame_id": log.frame_id,
+            "conversion_errors": log.errors,
+            "valid_depth": round(float(np.mean(log.valid_depth)), 3) if log.valid_depth else None,
+            "median_depth_m": round(float(np.median(log.median_depth_m)), 3) if log.median_depth_m else None}
+
+
+def _paired_share(color: StreamLog, depth: StreamLog, tol_s: float) -> float | None:
+    if not color.count or not depth.count:
+        return None
+    d = np.sort(np.asarray(depth.stamp_s))
+    c = np.asarray(color.stamp_s)
+    idx = np.clip(np.searchsorted(d, c), 1, len(d) - 1) if len(d) > 1 else np.zeros(len(c), dtype=int)
+    nearest = np.minimum(np.abs(d[idx] - c), np.abs(d[np.maximum(idx - 1, 0)] - c))
+    return float(np.mean(nearest <= tol_s + 1e-9))
+
+
+def check_streams(color: StreamLog, depth: StreamLog, odom: StreamLog, duration_s: float,
+                  cfg: CheckConfig | None = None) -> list[Finding]:
+    """Findings on the three inputs of the robot profile, worst first within each stream."""
+    cfg = cfg or CheckConfig()
+    out: list[Finding] = []
+    for log in (color, depth, odom):
+        s = stream_summary(log)
+        what = {"color": "colour image", "depth": "depth image", "odom": "odometry"}[log.kind]
+        if log.count == 0:
+            if log.publishers == 0:
+                others = (f"; published topics of its type: {', '.join(log.same_type_topics)}"
+                          if log.same_type_topics else "")
+                out.append(Finding(Level.FAIL, log.topic, f"no publisher of the {what} topic: is the driver running, "
+                                                          f"and is this the right topic name (remap)?{others}"))
+            else:
+                hint = (" Large images between processes over Fast DDS need FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA "
+                        "in the driver's environment too (README)" if log.kind != "odom" else "")
+                out.append(Finding(Level.FAIL, log.topic, f"{log.publishers} publisher(s) but no message in "
+                                                          f"{duration_s:g} s.{hint}"))
+            continue
+        if log.errors:
+            out.append(Finding(Level.FAIL, log.topic, f"{log.errors} of {log.count + log.errors} messages cannot be "
+                                                      f"used: {log.last_error}"))
+        rate, gap = s["rate_hz"], s["max_gap_s"]
+        least = cfg.min_odom_hz if log.kind == "odom" else cfg.min_camera_hz
+        if gap is not None and gap >= cfg.watchdog_s:
+            out.append(Finding(Level.FAIL, log.topic, f"a gap of {gap:.2f} s between messages: the safety node stops "
+                                                      f"the robot at {cfg.watchdog_s:g} s (guard.watchdog_s)"))
+        if rate is None:
+            out.append(Finding(Level.WARN, log.topic, f"only {log.count} message in {duration_s:g} s"))
+        elif rate < least:
+            out.append(Finding(Level.WARN, log.topic, f"{rate:.1f} Hz, below the {least:g} Hz memnav expects"))
+        off = s["clock_offset_s"]
+        if off is not None and abs(off) > cfg.clock_offset_s:
+            out.append(Finding(Level.WARN, log.topic, f"stamps are {off:+.2f} s off this computer's clock: goals sent "
+                                                      "from here need `memnav goal send --stamp-topic "
+                                                      f"{color.topic}` (or synchronise the clocks)"))
+        if log.kind == "depth" and log.valid_depth:
+            if s["valid_depth"] < cfg.min_valid_depth:
+                out.append(Finding(Level.WARN, log.topic, f"only {100 * s['valid_depth']:.0f}% of the depth pixels "
+                                                          "have a reading"))
+            lo, hi = cfg.depth_median_m
+            med = s["median_depth_m"]
+            if med is not None and not lo <= med <= hi:
+                out.append(Finding(Level.WARN, log.topic, f"median depth {med:.3g} m, outside {lo:g}-{hi:g} m: are "
+                                                          "the units right? (16UC1 = millimetres, 32FC1 = metres)"))
+        if not any(f.topic == log.topic and f.level is not Level.OK for f in out):
+            size = f", {log.width}x{log.height} {log.encoding}" if log.width else ""
+            out.append(Finding(Level.OK, log.topic, f"{rate:.1f} Hz{size}" if rate is not None else "1 message"))
+    if color.count and depth.count:
+        if (color.width, color.height) != (depth.width, depth.height):
+            out.append(Finding(Level.FAIL, depth.topic,
+                               f"depth is {depth.width}x{depth.height} but colour {color.width}x{color.height}: depth "
+                               "must be registered to the colour image (RealSense: align_depth.enable:=true, and the "
+                               "aligned_depth_to_color topic)"))
+        share = _paired_share(color, depth, cfg.sync_tolerance_s)
+        level = Level.OK if share >= cfg.good_paired else Level.WARN if share >= cfg.min_paired else Level.FAIL
+        out.append(Finding(level, color.topic, f"{100 * share:.0f}% of the colour frames have a depth frame stamped "
+                                               f"within {cfg.sync_tolerance_s:g} s (policy_node sync_tolerance_s)"))
+    return out
+
+
+def check_command_topic(topic: str, subscribers: int, publishers: int) -> list[Finding]:
+    """The base's velocity input: something must listen (the base driver), and nothing else should command it
+    (a teleop node left running would fight the safety node, which publishes there at 50 Hz)."""
+    out = []
+    if subscribers == 0:
+        out.append(Finding(Level.WARN, topic, "nothing subscribes: the base driver is not running or listens on "
+                                              "another topic (robot.launch.yaml cmd_vel_topic:=...)"))
+    if publishers:
+        out.append(Finding(Level.WARN, topic, f"{publishers} publisher(s) already (teleop?): with memnav running they "
+                                              "would fight the safety node's commands"))
+    if not out:
+        out.append(Finding(Level.OK, topic, f"{subscribers} subscriber(s), no other publisher"))
+    return out

@@ -1,0 +1,144 @@
+"""`memnav check`: listen to a robot's camera, depth and odometry for a few seconds and say whether memnav can run
+on them (before `memnav launch robot.launch.yaml`).
+
+Subscribes, as policy_node and safety_node do (sensor-data QoS; Fast DDS with FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA
+as robot.launch.yaml sets it, unless the environment sets it otherwise):
+    --color-topic   sensor_msgs/Image      every message converted as the nodes convert it
+    --depth-topic   sensor_msgs/Image      likewise; valid share and median depth per frame
+    --odom-topic    nav_msgs/Odometry
+and counts the publishers and subscribers of --cmd-vel-topic. The findings (memnav.core.sensor_check) use the
+robot profile's thresholds: the safety node's watchdog (0.5 s) and the policy node's colour-depth pairing
+tolerance (0.02 s). Exit status 0 when nothing FAILs, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from memnav.core.sensor_check import (
+    CheckConfig,
+    Finding,
+    Level,
+    StreamLog,
+    check_command_topic,
+    check_streams,
+    stream_summary,
+)
+from memnav.ros.goal_command import MAX_WAIT_S, ROBOT_COLOR_TOPIC, ROBOT_DEPTH_TOPIC, Ros
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--color-topic", default=ROBOT_COLOR_TOPIC, metavar="TOPIC",
+                        help="colour image topic (robot.launch.yaml color_topic)")
+    parser.add_argument("--depth-topic", default=ROBOT_DEPTH_TOPIC, metavar="TOPIC",
+                        help="depth registered to the colour image (robot.launch.yaml depth_topic)")
+    parser.add_argument("--odom-topic", default="/odom", metavar="TOPIC",
+                        help="odometry (robot.launch.yaml odom_topic)")
+    parser.add_argument("--cmd-vel-topic", default="/cmd_vel", metavar="TOPIC",
+                        help="the base's velocity input (robot.launch.yaml cmd_vel_topic)")
+    parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="how long to listen, seconds")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help="also write the per-topic figures and the findings to this JSON file")
+    parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
+                        help="everything after this goes to ROS")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.duration <= MAX_WAIT_S:   # NaN fails every comparison
+        raise ValueError(f"--duration must be a number of seconds > 0 and at most {MAX_WAIT_S:g}, got "
+                         f"{args.duration:g}")
+    if args.json is not None:
+        from memnav.paths import check_output_file
+
+        check_output_file(args.json, "--json")
+    transports = os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")   # as the launch runs the nodes
+    color, depth, odom, cmd = listen(args)
+    findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
+    findings += check_command_topic(args.cmd_vel_topic, cmd["subscribers"], cmd["publishers"])
+    return report(args, (color, depth, odom), cmd, findings, transports)
+
+
+def listen(args: argparse.Namespace) -> tuple[StreamLog, StreamLog, StreamLog, dict]:
+    """Record the three streams for --duration seconds; (colour, depth, odometry StreamLogs, /cmd_vel counts)."""
+    import numpy as np
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    from memnav.ros import conversions as conv
+    from memnav.ros.embedding_msgs import stamp_to_ns
+
+    color = StreamLog(args.color_topic, "color")
+    depth = StreamLog(args.depth_topic, "depth")
+    odom = StreamLog(args.odom_topic, "odom")
+
+    def record(log: StreamLog, convert):
+        def callback(msg) -> None:
+            now = time.time()
+            try:
+                value = convert(msg)
+            except conv.MessageError as err:
+                log.errors += 1
+                log.last_error = str(err)
+                return
+            log.arrival_s.append(now)
+            log.stamp_s.append(stamp_to_ns(msg.header.stamp) / 1e9)
+            log.frame_id = msg.header.frame_id
+            if log.kind != "odom":
+                log.width, log.height, log.encoding = int(msg.width), int(msg.height), msg.encoding
+            if log.kind == "depth":
+                valid = value[value > 0]
+                log.valid_depth.append(valid.size / value.size)
+                if valid.size:
+                    log.median_depth_m.append(float(np.median(valid)))
+        return callback
+
+    ros = Ros("memnav_check", args.ros_args)
+    try:
+        node = ros.node
+        node.create_subscription(Image, color.topic, record(color, conv.image_to_rgb), qos_profile_sensor_data)
+        node.create_subscription(Image, depth.topic, record(depth, conv.image_to_depth), qos_profile_sensor_data)
+        node.create_subscription(Odometry, odom.topic, record(odom, conv.odometry_to_pose), qos_profile_sensor_data)
+        print(f"listening for {args.duration:g} s to {color.topic}, {depth.topic}, {odom.topic} ...", file=sys.stderr)
+        ros.spin_until(lambda: False, args.duration)
+        graph = node.get_topic_names_and_types()
+        for log, msgtype in ((color, "sensor_msgs/msg/Image"), (depth, "sensor_msgs/msg/Image"),
+                             (odom, "nav_msgs/msg/Odometry")):
+            log.publishers = node.count_publishers(log.topic)
+            log.same_type_topics = sorted(name for name, types in graph if msgtype in types and name != log.topic
+                                          and node.count_publishers(name))
+        cmd = {"subscribers": node.count_subscribers(args.cmd_vel_topic),
+               "publishers": node.count_publishers(args.cmd_vel_topic)}
+    finally:
+        ros.close()
+    return color, depth, odom, cmd
+
+
+def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, findings: list[Finding],
+           transports: str) -> int:
+    """Print the per-topic table and the findings; write --json; 1 if anything FAILed."""
+    rows = [stream_summary(log) for log in logs]
+    print(f"{'topic':<52} {'msgs':>5} {'rate':>8} {'max gap':>8} {'stamp age':>9}  image")
+    for r in rows:
+        rate = f"{r['rate_hz']:.1f} Hz" if r["rate_hz"] is not None else "-"
+        gap = f"{r['max_gap_s']:.2f} s" if r["max_gap_s"] is not None else "-"
+        age = f"{r['clock_offset_s']:+.2f} s" if r["clock_offset_s"] is not None else "-"
+        image = f"{r['width']}x{r['height']} {r['encoding']}" if r["width"] else ""
+        print(f"{r['topic']:<52} {r['messages']:>5} {rate:>8} {gap:>8} {age:>9}  {image}")
+    print()
+    for f in sorted(findings, key=lambda f: [Level.FAIL, Level.WARN, Level.OK].index(f.level)):
+        print(f"{f.level.value:<4}  {f.topic}: {f.text}")
+    failed = any(f.level is Level.FAIL for f in findings)
+    print(f"\n{'FAIL: memnav cannot run on these inputs as they are' if failed else 'memnav can run on these inputs'}"
+          f" (listened {args.duration:g} s; FASTDDS_BUILTIN_TRANSPORTS={transports})")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"ok": not failed, "duration_s": args.duration, "topics": rows,
+                                         "cmd_vel": {"topic": args.cmd_vel_topic, **cmd},
+                                         "findings": [{"level": f.level.value, "topic": f.topic, "text": f.text}
+                                                      for f in findings]}, indent=2) + "\n")
+    return 1 if failed else 0

@@ -1,0 +1,86 @@
+"""memnav.core.sensor_check: what `memnav check` concludes from recorded streams, on explicit times."""
+import pytest
+import yaml
+
+from memnav.core.sensor_check import CheckConfig, Level, StreamLog, check_command_topic, check_streams, stream_summary
+
+
+def _stream(topic: str, kind: str, hz: float, seconds: float = 5.0, stamp_lag_s: float = 0.0, start_s: float = 100.0,
+            size: tuple[int, int] = (640, 480), encoding: str = "rgb8", gaps_at: float | None = None) -> StreamLog:
+    log = StreamLog(topic, kind, publishers=1)
+    t = start_s
+    while t < start_s + seconds:
+        log.arrival_s.append(t)
+        log.stamp_s.append(t - stamp_lag_s)
+        t += 1.0 / hz
+        if gaps_at is not None and abs(t - gaps_at) < 0.5 / hz:
+            t += 0.8    # the driver stalls
+    if kind != "odom":
+        log.width, log.height, log.encoding = size[0], size[1], encoding
+    if kind == "depth":
+        log.valid_depth = [0.9] * log.count
+        log.median_depth_m = [2.1] * log.count
+    return log
+
+
+def _good():
+    return (_stream("/c", "color", 30), _stream("/d", "depth", 30, encoding="16UC1"), _stream("/o", "odom", 50))
+
+
+def test_healthy_streams_pass_with_their_rates_and_pairing():
+    findings = check_streams(*_good(), duration_s=5.0)
+    assert all(f.level is Level.OK for f in findings), findings
+    texts = [f.text for f in findings]
+    assert "30.0 Hz, 640x480 rgb8" in texts and "50.0 Hz" in texts
+    assert any("100% of the colour frames have a depth frame" in t for t in texts)
+    s = stream_summary(_good()[0])
+    assert s["rate_hz"] == pytest.approx(30.0, abs=0.1) and s["max_gap_s"] == pytest.approx(1 / 30, abs=1e-3)
+
+
+def test_silence_unregistered_depth_bad_sync_stalls_and_clock_offsets_are_named():
+    color, depth, odom = _good()
+    silent = StreamLog("/camera/color", "color", publishers=0, same_type_topics=["/cam/rgb"])
+    findings = check_streams(silent, depth, odom, duration_s=5.0)
+    fail = next(f for f in findings if f.topic == "/camera/color")
+    assert fail.level is Level.FAIL and "no publisher" in fail.text and "/cam/rgb" in fail.text
+    quiet = StreamLog("/c", "color", publishers=2)
+    assert "LARGE_DATA" in next(f.text for f in check_streams(quiet, depth, odom, 5.0) if f.topic == "/c")
+    small = _stream("/d", "depth", 30, size=(320, 240), encoding="16UC1")
+    assert any(f.level is Level.FAIL and "must be registered" in f.text for f in check_streams(color, small, odom, 5))
+    # 10 Hz streams whose depth is stamped 50 ms off the colour frames: no pair within 20 ms (at 30 Hz any offset
+    # finds some depth frame within half a period, 17 ms)
+    color10 = _stream("/c", "color", 10)
+    late = _stream("/d", "depth", 10, stamp_lag_s=0.05, encoding="16UC1")
+    pairing = next(f for f in check_streams(color10, late, odom, 5) if "colour frames have" in f.text)
+    assert pairing.level is Level.FAIL and pairing.text.startswith("0%")
+    stall = _stream("/o", "odom", 50, gaps_at=102.0)
+    assert any(f.level is Level.FAIL and "gap of 0.8" in f.text for f in check_streams(color, depth, stall, 5))
+    slow = _stream("/c", "color", 2)
+    assert any(f.level is Level.WARN and "2.0 Hz" in f.text for f in check_streams(slow, depth, odom, 5))
+    skewed = _stream("/o", "odom", 50, stamp_lag_s=3.0)
+    assert any(f.level is Level.WARN and "+3.00 s off this computer's clock" in f.text and "--stamp-topic /c" in f.text
+               for f in check_streams(color, depth, skewed, 5))
+    mm_as_m = _stream("/d", "depth", 30, encoding="32FC1")
+    mm_as_m.median_depth_m = [2100.0] * mm_as_m.count
+    assert any(f.level is Level.WARN and "are the units right" in f.text
+               for f in check_streams(color, mm_as_m, odom, 5))
+    broken = _stream("/c", "color", 30)
+    broken.errors, broken.last_error = 3, "Image.encoding 'yuv422' is not supported"
+    assert any(f.level is Level.FAIL and "yuv422" in f.text for f in check_streams(broken, depth, odom, 5))
+
+
+def test_the_base_topic_must_have_a_listener_and_no_other_commander():
+    assert [f.level for f in check_command_topic("/cmd_vel", 1, 0)] == [Level.OK]
+    texts = [f.text for f in check_command_topic("/cmd_vel", 0, 1)]
+    assert any("nothing subscribes" in t for t in texts) and any("teleop" in t for t in texts)
+
+
+def test_thresholds_are_the_robot_profiles():
+    from pathlib import Path
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "robot.yaml").read_text())
+    cfg = CheckConfig()
+    assert cfg.watchdog_s == doc["safety_node"]["ros__parameters"]["guard"]["watchdog_s"]
+    assert cfg.sync_tolerance_s == doc["policy_node"]["ros__parameters"]["sync_tolerance_s"]
+    with pytest.raises(ValueError, match="CheckConfig.watchdog_s"):
+        CheckConfig(watchdog_s=float("nan"))

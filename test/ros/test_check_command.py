@@ -1,0 +1,52 @@
+"""`memnav check` against the simulator bridge in real time (a real process over DDS), standing in for a robot."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from conftest import isolated_ros_env, make_tiny_dataset, run_memnav, stop_processes  # noqa: E402
+
+from memnav.cli import main  # noqa: E402
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_check_passes_the_simulated_robot_and_fails_topics_nobody_publishes(tmp_path):
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=1)
+    env = isolated_ros_env(101)
+    log = tmp_path / "bridge.log"
+    bridge = subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p",
+                               f"data:={data}", "-p", "split:=test", "-p", "lockstep:=false", "-p", "rate_hz:=10.0",
+                               "-p", "auto_next:=false"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    try:
+        good = run_memnav(["check", "--color-topic", "/camera/color/image_raw", "--depth-topic",
+                           "/camera/depth/image_raw", "--duration", "4", "--json", str(tmp_path / "ok.json")], env, 120)
+        assert good.returncode == 0, good.stdout + good.stderr + log.read_text()
+        res = json.loads((tmp_path / "ok.json").read_text())
+        assert res["ok"] is True and all(f["level"] == "OK" for f in res["findings"]), res["findings"]
+        rows = {r["kind"]: r for r in res["topics"]}
+        assert rows["color"]["rate_hz"] == pytest.approx(10.0, abs=1.5) and rows["color"]["encoding"] == "rgb8"
+        assert rows["depth"]["encoding"] == "32FC1" and (rows["depth"]["width"], rows["depth"]["height"]) == (
+            rows["color"]["width"], rows["color"]["height"])
+        assert 0.2 < rows["depth"]["median_depth_m"] < 10.0 and rows["odom"]["messages"] > 0
+        assert res["cmd_vel"]["subscribers"] >= 1   # the bridge stands in for the base
+        assert "memnav can run on these inputs" in good.stdout
+        # the robot profile's RealSense topics: nobody publishes them here, and the check names what is published
+        bad = run_memnav(["check", "--duration", "2"], env, 120)
+        assert bad.returncode == 1, bad.stdout + bad.stderr
+        assert "FAIL  /camera/camera/color/image_raw: no publisher of the colour image topic" in bad.stdout
+        assert "published topics of its type: /camera/color/image_raw, /camera/depth/image_raw" in bad.stdout, \
+            bad.stdout
+        assert "FAIL: memnav cannot run on these inputs" in bad.stdout
+    finally:
+        stop_processes([bridge])
+
+
+def test_bad_check_options_are_refused(tmp_path, capsys):
+    assert main(["check", "--duration", "0"]) == 2
+    assert "--duration must be a number of seconds > 0" in capsys.readouterr().err
+    assert main(["check", "--json", str(tmp_path)]) == 2
+    assert "--json" in capsys.readouterr().err
