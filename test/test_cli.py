@@ -104,6 +104,6 @@ def test_the_options_of_the_named_command_are_parsed_and_the_others_listed():
     assert _selected(["train"]) == ("train",)
     parser = build_parser(("goal",))
     args = parser.parse_args(["goal", "send", "x.png", "--wait"])
-    assert args.wait and args.photo == Path("x.png")
+    assert args.wait and args.photos == [Path("x.png")]
     help_text = parser.format_help()
     assert all(name in help_text for name in COMMANDS)

@@ -6,9 +6,10 @@ as robot.launch.yaml sets it, unless the environment sets it otherwise):
     --color-topic   sensor_msgs/Image      every message converted as the nodes convert it
     --depth-topic   sensor_msgs/Image      likewise; valid share and median depth per frame
     --odom-topic    nav_msgs/Odometry
-and counts the publishers and subscribers of --cmd-vel-topic. The findings (memnav.core.sensor_check) use the
-robot profile's thresholds: the safety node's watchdog (0.5 s) and the policy node's colour-depth pairing
-tolerance (0.02 s). Exit status 0 when nothing FAILs, 1 otherwise.
+and counts the publishers and subscribers of --cmd-vel-topic. The timed window starts once every stream has
+delivered a message (or after DISCOVERY_S), so DDS discovery does not count as a gap. The findings
+(memnav.core.sensor_check) use the robot profile's thresholds: the safety node's watchdog (0.5 s) and the policy
+node's colour-depth pairing tolerance (0.02 s). Exit status 0 when nothing FAILs, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -28,29 +29,23 @@ from memnav.core.sensor_check import (
     check_streams,
     stream_summary,
 )
-from memnav.ros.goal_command import MAX_WAIT_S, ROBOT_COLOR_TOPIC, ROBOT_DEPTH_TOPIC, Ros
+from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds
+
+DISCOVERY_S = 5.0   # at most this long for the first message of every stream before the timed window
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--color-topic", default=ROBOT_COLOR_TOPIC, metavar="TOPIC",
-                        help="colour image topic (robot.launch.yaml color_topic)")
-    parser.add_argument("--depth-topic", default=ROBOT_DEPTH_TOPIC, metavar="TOPIC",
-                        help="depth registered to the colour image (robot.launch.yaml depth_topic)")
-    parser.add_argument("--odom-topic", default="/odom", metavar="TOPIC",
-                        help="odometry (robot.launch.yaml odom_topic)")
+    add_robot_topic_arguments(parser, "odometry (robot.launch.yaml odom_topic)")
     parser.add_argument("--cmd-vel-topic", default="/cmd_vel", metavar="TOPIC",
                         help="the base's velocity input (robot.launch.yaml cmd_vel_topic)")
     parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="how long to listen, seconds")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="also write the per-topic figures and the findings to this JSON file")
-    parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
-                        help="everything after this goes to ROS")
+    add_ros_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 0 < args.duration <= MAX_WAIT_S:   # NaN fails every comparison
-        raise ValueError(f"--duration must be a number of seconds > 0 and at most {MAX_WAIT_S:g}, got "
-                         f"{args.duration:g}")
+    check_seconds(args.duration, "--duration")
     if args.json is not None:
         from memnav.paths import check_output_file
 
@@ -103,6 +98,11 @@ def listen(args: argparse.Namespace) -> tuple[StreamLog, StreamLog, StreamLog, d
         node.create_subscription(Image, color.topic, record(color, conv.image_to_rgb), qos_profile_sensor_data)
         node.create_subscription(Image, depth.topic, record(depth, conv.image_to_depth), qos_profile_sensor_data)
         node.create_subscription(Odometry, odom.topic, record(odom, conv.odometry_to_pose), qos_profile_sensor_data)
+        # discovery first (a second or two on a busy graph): the window measures the streams, not DDS matching
+        ros.spin_until(lambda: all(log.count for log in (color, depth, odom)), DISCOVERY_S)
+        for log in (color, depth, odom):
+            log.arrival_s.clear(), log.stamp_s.clear(), log.valid_depth.clear(), log.median_depth_m.clear()
+            log.errors, log.last_error = 0, None
         print(f"listening for {args.duration:g} s to {color.topic}, {depth.topic}, {odom.topic} ...", file=sys.stderr)
         ros.spin_until(lambda: False, args.duration)
         graph = node.get_topic_names_and_types()

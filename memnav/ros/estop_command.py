@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from memnav.ros.goal_command import MAX_WAIT_S, Ros
+from memnav.ros.shell_node import Ros, add_ros_args, check_seconds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,13 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the safety node reports its state (the confirmation is read there)")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
                         help="fail when the safety node has not confirmed (status: reported) within this many seconds")
-    parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
-                        help="everything after this goes to ROS")
+    add_ros_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 0 < args.timeout <= MAX_WAIT_S:   # NaN fails every comparison
-        raise ValueError(f"--timeout must be a number of seconds > 0 and at most {MAX_WAIT_S:g}, got {args.timeout:g}")
+    check_seconds(args.timeout, "--timeout")
     from std_msgs.msg import Bool, String
 
     wanted = args.state == "engage"

@@ -33,14 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from memnav.core.goal_photo import GoalPhoto, GoalPhotoError, read_goal_photo, refuse_overwriting, write_goal_photo
+from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds
 
-# robot.launch.yaml's defaults (RealSense D4xx under realsense2_camera)
-ROBOT_COLOR_TOPIC = "/camera/camera/color/image_raw"
-ROBOT_DEPTH_TOPIC = "/camera/camera/aligned_depth_to_color/image_raw"
 GOAL_IMAGE_TOPIC = "/memnav/goal_image"
 GOAL_DEPTH_TOPIC = "/memnav/goal_depth"
-MAX_WAIT_S = 9e9   # ROS timers count int64 nanoseconds
 QUIET_HINT_S = 10.0   # send --wait: say what to check when the policy node has not acted after this long
+ODOM_WAIT_S = 3.0   # send --wait: how long to wait for odometry (where the robot stops) before the first goal
 ODOM_TOLERANCE_NS = 500_000_000   # the capture's recorded pose: odometry stamped within this of the frame
 
 
@@ -56,37 +54,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "overwritten unless --overwrite.",
         formatter_class=parser.formatter_class)
     cap.add_argument("out", type=Path, metavar="NAME.png", help="the photo to write (its suffix becomes .png)")
-    cap.add_argument("--color-topic", default=ROBOT_COLOR_TOPIC, metavar="TOPIC",
-                     help="colour image topic (the simulator bridge: /camera/color/image_raw)")
-    cap.add_argument("--depth-topic", default=ROBOT_DEPTH_TOPIC, metavar="TOPIC",
-                     help="depth registered to the colour image (the simulator bridge: /camera/depth/image_raw)")
-    cap.add_argument("--odom-topic", default="/odom", metavar="TOPIC",
-                     help="odometry whose pose at the capture is recorded in NAME.json (\"\" = none)")
+    add_robot_topic_arguments(cap, "odometry whose pose at the capture is recorded in NAME.json (\"\" = none)")
     cap.add_argument("--no-depth", action="store_true", help="save the colour image only")
     cap.add_argument("--sync-tolerance", type=float, default=0.02, metavar="S",
                      help="largest stamp difference between the colour and the depth frame, seconds")
     cap.add_argument("--timeout", type=float, default=10.0, metavar="S",
                      help="give up when no frame (pair) has arrived after this many seconds")
     cap.add_argument("--overwrite", action="store_true", help="replace the files of an earlier capture of NAME")
-    _ros_args(cap)
+    add_ros_args(cap)
 
     snd = sub.add_parser(
         "send", help="send a goal photo to the robot (optionally follow it until STOP)",
         description="Publish a goal photo (and its depth) for policy_node: the robot drives to where it was "
                     "taken. Depth is read from --depth, else from NAME.depth.png or NAME.depth.npy beside the "
                     "photo. Without --wait the command ends once the policy node has received the goal; with "
-                    "--wait it stays, prints the robot's progress and ends at its STOP (status 0) or at "
-                    "--timeout (status 1).",
+                    "--wait it stays, prints the robot's progress and ends at its STOP (status 0; 1 when the "
+                    "STOP came only because the goal's action budget was spent) or at --timeout (status 1), "
+                    "saying how far from where the photo was taken it stopped when the photo's NAME.json "
+                    "recorded an odometry pose. Several photos with --wait make a tour: each is sent after the "
+                    "STOP at the one before (status 0 when every goal ended at the robot's own STOP).",
         formatter_class=parser.formatter_class)
-    snd.add_argument("photo", type=Path, metavar="PHOTO", help="goal photo: png, jpg, ... (any size)")
+    snd.add_argument("photos", type=Path, nargs="+", metavar="PHOTO",
+                     help="goal photo: png, jpg, ... (any size); several (with --wait) are sent one after another, "
+                          "each after the robot's STOP at the one before (a tour)")
     snd.add_argument("--depth", type=Path, default=None, metavar="FILE",
-                     help="its depth: 16-bit PNG in millimetres or .npy float metres, the photo's size "
-                          "(default: PHOTO's NAME.depth.png / NAME.depth.npy when there is one)")
+                     help="the photo's depth: 16-bit PNG in millimetres or .npy float metres, the photo's size "
+                          "(default: NAME.depth.png / NAME.depth.npy beside each photo when there is one)")
     snd.add_argument("--no-depth", action="store_true", help="send the colour image only, even if depth is there")
     snd.add_argument("--wait", action="store_true",
                      help="stay until the robot calls STOP, printing its actions and belief")
     snd.add_argument("--timeout", type=float, default=0.0, metavar="S",
-                     help="with --wait: give up after this many seconds (0 = no limit)")
+                     help="with --wait: give up on a goal after this many seconds (0 = no limit)")
+    snd.add_argument("--odom-topic", default="/odom", metavar="TOPIC",
+                     help="with --wait: odometry whose pose at the STOP is compared with the pose the photo's "
+                          "NAME.json recorded at its capture (\"\" = none)")
     snd.add_argument("--match-timeout", type=float, default=30.0, metavar="S",
                      help="fail when no policy node has taken the goal within this many seconds")
     snd.add_argument("--stamp-topic", default="", metavar="TOPIC",
@@ -94,21 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "topic) instead of this computer's clock")
     snd.add_argument("--frame-id", default="goal_camera", help="header.frame_id of the goal messages")
     snd.add_argument("--json", type=Path, default=None, metavar="PATH",
-                     help="with --wait: write how the goal ended (stopped, actions, seconds, last policy state)")
+                     help="with --wait: write how each goal ended (stopped, actions, seconds, last policy state, "
+                          "distance from where the photo was taken)")
     snd.add_argument("--no-progress", action="store_true", help="with --wait: no progress line on stderr")
-    _ros_args(snd)
-
-
-def _ros_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
-                        help="everything after this goes to ROS (e.g. -p use_sim_time:=true)")
-
-
-def _seconds(value: float, option: str, zero_ok: bool) -> None:
-    low_ok = value >= 0 if zero_ok else value > 0
-    if not (low_ok and value <= MAX_WAIT_S):   # NaN fails every comparison
-        raise ValueError(f"{option} must be a number of seconds {'>= 0' if zero_ok else '> 0'} and at most "
-                         f"{MAX_WAIT_S:g}, got {value:g}")
+    add_ros_args(snd)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,35 +107,9 @@ def run(args: argparse.Namespace) -> int:
     return send(args)
 
 
-class Ros:
-    """rclpy initialised for one node; shut down on exit."""
-
-    def __init__(self, name: str, ros_args: list[str]) -> None:
-        import rclpy
-
-        self.rclpy = rclpy
-        rclpy.init(args=[name, "--ros-args", *ros_args] if ros_args else [name])
-        self.node = rclpy.create_node(name)
-
-    def spin_until(self, done, timeout_s: float) -> bool:
-        """Spin until `done()` (True) or `timeout_s` seconds pass (False; 0 = no limit)."""
-        end = time.monotonic() + timeout_s if timeout_s > 0 else math.inf
-        while self.rclpy.ok() and not done():
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            self.rclpy.spin_once(self.node, timeout_sec=min(0.1, left))
-        return bool(done())
-
-    def close(self) -> None:
-        self.node.destroy_node()
-        if self.rclpy.ok():
-            self.rclpy.shutdown()
-
-
 def capture(args: argparse.Namespace) -> int:
-    _seconds(args.timeout, "--timeout", zero_ok=False)
-    _seconds(args.sync_tolerance, "--sync-tolerance", zero_ok=True)
+    check_seconds(args.timeout, "--timeout")
+    check_seconds(args.sync_tolerance, "--sync-tolerance", zero_ok=True)
     out = args.out.with_suffix(".png")
     if not args.overwrite:   # before any ROS work: nothing stored is touched
         refuse_overwriting(out)
@@ -252,43 +216,45 @@ def _no_frame_text(args: argparse.Namespace, heard: dict[str, int], bad: list[st
 
 
 def send(args: argparse.Namespace) -> int:
-    _seconds(args.timeout, "--timeout", zero_ok=True)
-    _seconds(args.match_timeout, "--match-timeout", zero_ok=False)
+    check_seconds(args.timeout, "--timeout", zero_ok=True)
+    check_seconds(args.match_timeout, "--match-timeout")
     if args.no_depth and args.depth is not None:
         raise ValueError(f"--depth {args.depth}: contradicts --no-depth")
     for option in ("timeout", "json"):
         if getattr(args, option) and not args.wait:
             raise ValueError(f"--{option}: has effect only with --wait")
+    if len(args.photos) > 1 and not args.wait:
+        raise ValueError(f"{len(args.photos)} photos: several goals go one after another, each after the robot's STOP "
+                         "at the one before; pass --wait")
+    if len(args.photos) > 1 and args.depth is not None:
+        raise ValueError(f"--depth {args.depth}: names the depth of one photo, not of {len(args.photos)}")
     if args.json is not None:
         from memnav.paths import check_output_file
 
         check_output_file(args.json, "--json")
-    goal = read_goal_photo(args.photo, args.depth, find_depth=not args.no_depth)   # before any ROS work
-    from rclpy.duration import Duration
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-    from sensor_msgs.msg import Image
+    goals = [read_goal_photo(photo, args.depth, find_depth=not args.no_depth)   # all of them before any ROS work
+             for photo in args.photos]
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import qos_profile_sensor_data
     from std_msgs.msg import String
 
     from memnav.ros import conversions as conv
-    from memnav.ros.embedding_msgs import stamp_to_ns
 
     ros = Ros("memnav_goal_send", args.ros_args)
     node = ros.node
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    state: dict[str, Any] = {"actions": 0, "stopped": False, "policy_state": None, "last_action": None,
-                             "counting": False, "states": 0}
+    state: dict[str, Any] = {"counting": False, "pose": None}   # pose: (arrival s, Pose2D) of the newest odometry
+    results = []
     try:
-        stamp = node.get_clock().now()
-        if args.stamp_topic:
-            stamp = _stamp_after(ros, args.stamp_topic, args.match_timeout, qos_profile_sensor_data)
+        stamp = _stamp_source(ros, args.stamp_topic, args.match_timeout, qos_profile_sensor_data)
         if args.wait:
             def on_action(msg: String) -> None:
-                if not state["counting"]:
-                    return
-                state["actions"] += 1
-                state["last_action"] = msg.data
-                if msg.data == "STOP":
-                    state["stopped"] = True
+                if state["counting"]:
+                    state["actions"] += 1
+                    state["last_action"] = msg.data
+                    if msg.data == "STOP" and not state["stopped"]:
+                        # where it stopped: the newest odometry before the STOP (after it, a simulator may have
+                        # moved on to its next episode)
+                        state["stopped"], state["stop_pose"] = True, state["pose"]
 
             def on_state(msg: String) -> None:
                 if state["counting"]:
@@ -298,57 +264,149 @@ def send(args: argparse.Namespace) -> int:
                         return
                     state["states"] += 1
 
+            def on_odom(msg: Odometry) -> None:
+                try:
+                    state["pose"] = (time.monotonic(), conv.odometry_to_pose(msg))
+                except conv.MessageError:
+                    pass
+
             node.create_subscription(String, "/memnav/action", on_action, 10)
             node.create_subscription(String, "/memnav/policy_state", on_state, 10)
-        pub_image = node.create_publisher(Image, GOAL_IMAGE_TOPIC, latched)
-        pub_depth = node.create_publisher(Image, GOAL_DEPTH_TOPIC, latched) \
-            if goal.depth_m is not None else None
-        msg_stamp = stamp.to_msg()
-        if pub_depth is not None:   # depth first: the policy node pairs it with the photo of the same stamp
-            pub_depth.publish(conv.depth_to_image(goal.depth_m, msg_stamp, args.frame_id))
-        pub_image.publish(conv.rgb_to_image(goal.rgb, msg_stamp, args.frame_id))
-        sent_s = time.monotonic()
-        if not ros.spin_until(lambda: pub_image.get_subscription_count() > 0, args.match_timeout):
-            raise RuntimeError(f"no subscriber of {GOAL_IMAGE_TOPIC} within {args.match_timeout:g} s: is policy_node "
-                               "running (memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID?")
-        for pub in (pub_depth, pub_image):
-            if pub is not None and not pub.wait_for_all_acked(Duration(seconds=args.match_timeout)):
-                raise RuntimeError(f"{pub.topic_name}: the subscribers did not acknowledge the goal within "
-                                   f"{args.match_timeout:g} s")
-        state["counting"] = True
-        h, w = goal.rgb.shape[:2]
-        print(f"goal sent: {args.photo} ({w}x{h} px, {'RGB-D' if pub_depth is not None else 'colour only'}, "
-              f"stamp {stamp_to_ns(msg_stamp)} ns); taken by {pub_image.get_subscription_count()} "
-              f"subscriber(s)", file=sys.stderr)
-        if not args.wait:
-            return 0
-        ok = _follow(ros, state, args.timeout, not args.no_progress)
-        took_s = time.monotonic() - sent_s
+            if args.odom_topic:
+                node.create_subscription(Odometry, args.odom_topic, on_odom, qos_profile_sensor_data)
+                if not ros.spin_until(lambda: state["pose"] is not None, ODOM_WAIT_S):
+                    print(f"memnav goal send: no odometry on {args.odom_topic} within {ODOM_WAIT_S:g} s: where the "
+                          "robot stops is not reported (--odom-topic)", file=sys.stderr)
+        publish = GoalPublisher(ros, args.frame_id, args.match_timeout)
+        for i, (photo, goal) in enumerate(zip(args.photos, goals)):
+            if len(goals) > 1:
+                print(f"goal {i + 1} of {len(goals)}: {photo}", file=sys.stderr)
+            state.update(counting=False, actions=0, stopped=False, policy_state=None, last_action=None, states=0,
+                         stop_pose=None)
+            goal_stamp_ns = publish(goal, stamp(), photo)
+            state["counting"] = True
+            sent_s = time.monotonic()
+            if not args.wait:
+                return 0
+            ok = _follow(ros, state, args.timeout, not args.no_progress)
+            took_s = time.monotonic() - sent_s
+            results.append(_goal_result(photo, goal, goal_stamp_ns, ok, took_s, state, args.odom_topic))
+            _print_result(results[-1], args.timeout)
     finally:
         ros.close()
-    result = {"stopped": ok, "actions": state["actions"], "seconds": round(took_s, 2),
-              "photo": str(args.photo), "depth": pub_depth is not None, "goal_stamp_ns": stamp_to_ns(msg_stamp),
-              "policy_state": state["policy_state"]}
-    belief = (state["policy_state"] or {}).get("belief")
-    if ok:
-        print(f"STOP after {state['actions']} actions, {took_s:.1f} s"
-              + (f"; belief {belief:.2f}" if isinstance(belief, (int, float)) else ""))
-    else:
-        print(f"memnav goal send: no STOP within {args.timeout:g} s ({state['actions']} actions)", file=sys.stderr)
+    stopped, reached = sum(r["stopped"] for r in results), sum(r["reached"] for r in results)
+    summary: dict[str, Any] = {**results[0]} if len(results) == 1 else {}
+    summary.update(goals=results, goals_stopped=stopped, goals_reached=reached, all_reached=reached == len(results))
+    if len(results) > 1:
+        print(f"{reached} of {len(results)} goals ended at the robot's own STOP"
+              + (f", {stopped - reached} at the action budget" if stopped > reached else ""))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if ok else 1
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0 if reached == len(results) else 1
 
 
-def _stamp_after(ros: Ros, topic: str, timeout_s: float, qos) -> Any:
-    """A stamp 1 ns after the newest message's on `topic` (its type found in the graph)."""
+class GoalPublisher:
+    """Publishes goal photos (depth first, one stamp) on the latched goal topics and waits until a policy node has
+    acknowledged them; the publishers stay for the next goal."""
+
+    def __init__(self, ros: Ros, frame_id: str, timeout_s: float) -> None:
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import Image
+
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.ros, self.frame_id, self.timeout_s = ros, frame_id, timeout_s
+        self.image = ros.node.create_publisher(Image, GOAL_IMAGE_TOPIC, latched)
+        self._depth_pub = lambda: ros.node.create_publisher(Image, GOAL_DEPTH_TOPIC, latched)
+        self.depth = None
+
+    def __call__(self, goal: GoalPhoto, stamp, photo: Path) -> int:
+        """Send `goal` stamped `stamp` (an rclpy Time); its stamp in nanoseconds once acknowledged.
+
+        Raises:
+            RuntimeError: no policy node took it within the timeout.
+        """
+        from rclpy.duration import Duration
+
+        from memnav.ros import conversions as conv
+        from memnav.ros.embedding_msgs import stamp_to_ns
+
+        msg_stamp = stamp.to_msg()
+        pubs = [self.image]
+        if goal.depth_m is not None:   # depth first: the policy node pairs it with the photo of the same stamp
+            self.depth = self.depth or self._depth_pub()
+            self.depth.publish(conv.depth_to_image(goal.depth_m, msg_stamp, self.frame_id))
+            pubs.insert(0, self.depth)
+        self.image.publish(conv.rgb_to_image(goal.rgb, msg_stamp, self.frame_id))
+        if not self.ros.spin_until(lambda: self.image.get_subscription_count() > 0, self.timeout_s):
+            raise RuntimeError(f"no subscriber of {GOAL_IMAGE_TOPIC} within {self.timeout_s:g} s: is policy_node "
+                               "running (memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID?")
+        for pub in pubs:
+            if not pub.wait_for_all_acked(Duration(seconds=self.timeout_s)):
+                raise RuntimeError(f"{pub.topic_name}: the subscribers did not acknowledge the goal within "
+                                   f"{self.timeout_s:g} s")
+        h, w = goal.rgb.shape[:2]
+        print(f"goal sent: {photo} ({w}x{h} px, {'RGB-D' if goal.depth_m is not None else 'colour only'}, stamp "
+              f"{stamp_to_ns(msg_stamp)} ns); taken by {self.image.get_subscription_count()} subscriber(s)",
+              file=sys.stderr)
+        return stamp_to_ns(msg_stamp)
+
+
+def _goal_result(photo: Path, goal: GoalPhoto, stamp_ns: int, stopped: bool, took_s: float, state: dict,
+                 odom_topic: str) -> dict:
+    """One goal's record: how it ended, and with odometry where the robot stopped against where the photo was
+    taken (meaningful when both poses are in one odometry frame: the same boot, or odometry in a fixed map)."""
+    ended_by = (state["policy_state"] or {}).get("mode") if stopped else None
+    out: dict[str, Any] = {"photo": str(photo), "stopped": stopped, "ended_by": ended_by,
+                           "reached": stopped and ended_by != "budget", "actions": state["actions"],
+                           "seconds": round(took_s, 2), "depth": goal.depth_m is not None, "goal_stamp_ns": stamp_ns,
+                           "policy_state": state["policy_state"], "stop_pose": None, "capture_pose": None,
+                           "distance_to_capture_m": None, "heading_to_capture_deg": None}
+    captured = goal.meta.get("odom_pose") if isinstance(goal.meta.get("odom_pose"), dict) else None
+    if captured is not None:
+        out["capture_pose"] = {k: captured.get(k) for k in ("x_m", "y_m", "yaw_rad")}
+    if stopped and odom_topic and state["stop_pose"] is not None:
+        pose = state["stop_pose"][1]
+        out["stop_pose"] = {"x_m": pose.x_m, "y_m": pose.y_m, "yaw_rad": pose.yaw_rad}
+        try:
+            cx, cy, cyaw = (float(captured[k]) for k in ("x_m", "y_m", "yaw_rad")) if captured else (None,) * 3
+        except (TypeError, ValueError, KeyError):
+            cx = None
+        if cx is not None:
+            out["distance_to_capture_m"] = round(math.hypot(pose.x_m - cx, pose.y_m - cy), 3)
+            out["heading_to_capture_deg"] = round(abs(math.degrees(
+                (pose.yaw_rad - cyaw + math.pi) % (2 * math.pi) - math.pi)), 1)
+    return out
+
+
+def _print_result(result: dict, timeout_s: float) -> None:
+    if not result["stopped"]:
+        print(f"memnav goal send: no STOP within {timeout_s:g} s ({result['actions']} actions)", file=sys.stderr)
+        return
+    belief = (result["policy_state"] or {}).get("belief")
+    where = ""
+    if result["distance_to_capture_m"] is not None:
+        where = (f"; {result['distance_to_capture_m']:.2f} m and {result['heading_to_capture_deg']:.0f} deg from where "
+                 "the photo was taken (odometry)")
+    gave_up = "" if result["reached"] else \
+        "; the action budget was spent (policy_node max_steps): a STOP at its best guess"
+    print(f"STOP after {result['actions']} actions, {result['seconds']:.1f} s"
+          + (f"; belief {belief:.2f}" if isinstance(belief, (int, float)) else "") + where + gave_up)
+
+
+def _stamp_source(ros: Ros, topic: str, timeout_s: float, qos):
+    """A function giving each goal its stamp: this node's clock now, or with `topic`, 1 ns after the newest message
+    on it (its type found in the graph)."""
     from rclpy.time import Time
 
     from memnav.ros.embedding_msgs import stamp_to_ns
     from memnav.ros.record_command import message_class
 
-    node, newest = ros.node, []
+    node = ros.node
+    if not topic:
+        return lambda: node.get_clock().now()
+    newest: list[int] = []
 
     def types() -> list[str]:
         return next((t for name, t in node.get_topic_names_and_types() if name == topic), [])
@@ -357,9 +415,15 @@ def _stamp_after(ros: Ros, topic: str, timeout_s: float, qos) -> Any:
         raise RuntimeError(f"--stamp-topic {topic}: no publisher within {timeout_s:g} s")
     node.create_subscription(message_class(types()[0]), topic,
                              lambda msg: newest.append(stamp_to_ns(msg.header.stamp)), qos)
-    if not ros.spin_until(lambda: bool(newest), timeout_s):
-        raise RuntimeError(f"--stamp-topic {topic}: no message within {timeout_s:g} s")
-    return Time(nanoseconds=max(newest) + 1, clock_type=node.get_clock().clock_type)
+
+    def after_newest():
+        n = len(newest)
+        ros.spin_until(lambda: len(newest) > n, timeout_s)   # a fresh one if the topic still publishes
+        if not newest:
+            raise RuntimeError(f"--stamp-topic {topic}: no message within {timeout_s:g} s")
+        return Time(nanoseconds=max(newest) + 1, clock_type=node.get_clock().clock_type)
+
+    return after_newest
 
 
 def _follow(ros: Ros, state: dict, timeout_s: float, progress: bool) -> bool:

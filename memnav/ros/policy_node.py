@@ -12,7 +12,8 @@ Publishes:
     /cmd_vel                    geometry_msgs/Twist (each action as a velocity held for `action_duration_s`)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
                                 stop_reason, goal_probability, places, mode: "policy", "homing",
-                                "look", "explore", "candidate", "approach", "sweep", "best_view" or "stop",
+                                "look", "explore", "candidate", "approach", "sweep", "best_view", "stop" or
+                                "budget" (real time: the goal's max_steps-th action, made a STOP),
                                 localised: the long-term memory knows where the robot is in its frame,
                                 house_map: "laid", "waiting" or "none" (LearnedAgent.house_map)}
     (exploring agents, for RViz; in the frame of /odom; none of them with map_period_s 0:)
@@ -97,7 +98,9 @@ class PolicyNodeConfig(ExploringTuning):
             and acceleration limits make every step fall a little short: use about 0.4).
         max_steps: the episode's step limit in actions (the sim bridge's sim.max_episode_steps; 0 = none): an
             exploring agent stops searching and heads for its best view 50 actions before it
-            (memnav.eval.exploring_defaults.EXPLORING_BEST_VIEW_RESERVE).
+            (memnav.eval.exploring_defaults.EXPLORING_BEST_VIEW_RESERVE). In real time (lockstep false, a robot)
+            the goal's max_steps-th action is a STOP (policy state mode "budget") if no STOP came before: nothing
+            else would end a search that finds nothing. In lock-step the bridge ends the episode at its limit.
         torch_threads: CPU threads of this process's torch and numpy BLAS (0 = their defaults, one per core). 1 by
             default: several nodes on few cores each spinning a thread per core were measured 50x slower.
         candidate_prior: exploring agents visit first the scan-matched candidate the long-term memory saw as
@@ -253,7 +256,8 @@ def build(node) -> Callable[[], None]:
         pub_markers = node.create_publisher(MarkerArray, "/memnav/search_markers", 10)
     gate = DecisionGate(lockstep=cfg.lockstep, sync_tolerance_s=cfg.sync_tolerance_s,
                         action_duration_s=cfg.action_duration_s, goal_depth_wait_s=cfg.goal_depth_wait_s)
-    st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf}
+    st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf,
+          "actions": 0}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -275,6 +279,7 @@ def build(node) -> Callable[[], None]:
             drop("goal depth" if depth_followed else "goal image", err)
             return
         gate.goal_started(t_goal, rgb, depth, time.monotonic())
+        st["actions"] = 0
         if depth_followed:
             node.get_logger().info("goal depth arrived before any decision: the episode goes on with an RGB-D goal")
         else:
@@ -348,19 +353,30 @@ def build(node) -> Callable[[], None]:
         except (ValueError, MemoryStoreError) as err:   # e.g. colour and depth of one stamp, different sizes
             drop("frame", err)
             return
+        st["actions"] += 1
+        mode = nav.mode
+        if over_budget(st["actions"]) and action != Action.STOP:
+            action, mode = Action.STOP, "budget"
+            node.get_logger().warning(f"the goal's action budget (max_steps {cfg.max_steps}) is spent: STOP here "
+                                      f"(belief {inp.belief:.2f})")
         pub_action.publish(String(data=action.name))
         gate.hold(action_velocity(action, cfg.forward_step_m, cfg.turn_angle_deg, cfg.action_duration_s), now_s())
         publish_cmd()
         body = {"stamp_ns": frame.stamp_ns, "action": action.name, "belief": inp.belief,
                 "similarity": inp.similarity, "verification": inp.verification, "stop_reason": inp.stop.reason.name,
                 "goal_probability": goal_p, "places": nav.memory.stats().places if nav.memory is not None else 0,
-                "mode": nav.mode, "localised": nav.memory.localised if nav.memory is not None else None,
+                "mode": mode, "localised": nav.memory.localised if nav.memory is not None else None,
                 "house_map": agent.house_map}
         pub_state.publish(String(data=json.dumps(body)))
         if show_search:
             publish_search(final=action == Action.STOP)
         if action == Action.STOP:
             gate.goal_over()
+
+    def over_budget(actions: int) -> bool:
+        """Real time (a robot): the goal's last action allowed by max_steps is a STOP, so the robot does not search
+        on forever. In lock-step the simulator bridge ends the episode at its own step limit."""
+        return not cfg.lockstep and cfg.max_steps > 0 and actions >= cfg.max_steps
 
     def publish_search(final: bool) -> None:
         """The plan and markers of this decision; the map when map_period_s has passed, and at an episode's end."""

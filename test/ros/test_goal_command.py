@@ -4,7 +4,8 @@
    policy node's only goal is the one sent): `memnav goal capture` saves the robot's view at its start, which
    is the simulator's render of that pose, with the start's odometry; `memnav goal send --wait` sends that photo
    to policy_node, which takes it as an RGB-D goal, drives, and calls STOP (it stands where the photo was taken),
-   which ends the command with status 0.
+   which ends the command with status 0 and says it stopped within 0.5 m of the capture's odometry pose; a tour
+   of two goals ends at two STOPs.
 2. Bad options and files are refused before any ROS work, and an earlier capture is left as it was.
 """
 import json
@@ -32,13 +33,13 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
     from memnav.sim.embedded import EmbeddedSimulator
     from memnav.sim.episodes import load_episodes
 
-    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=2)
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
     env = isolated_ros_env(83)
     logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
     procs = [
         subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
                           "-p", "split:=test", "-p", "lockstep:=false", "-p", "rate_hz:=10.0",
-                          "-p", "auto_next:=false", "-r", "/memnav/goal_image:=/sim/goal_image",
+                          "-p", "auto_next:=true", "-r", "/memnav/goal_image:=/sim/goal_image",
                           "-r", "/memnav/goal_depth:=/sim/goal_depth"],
                          stdout=logs["bridge"].open("w"), stderr=subprocess.STDOUT, env=env),
         subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
@@ -64,16 +65,32 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
         assert goal.meta["color_topic"] == SIM_COLOR and goal.meta["depth_stamp_ns"] == goal.meta["stamp_ns"]
         assert "wrote" in cap.stdout and "depth" in cap.stdout
 
-        # 2. send it: policy_node takes it as an RGB-D goal, acts on the camera and stops (it is already there)
-        sent = run_memnav(["goal", "send", str(tmp_path / "goals" / "start.png"), "--wait", "--timeout", "120",
-                     "--json", str(tmp_path / "sent.json"), "--no-progress"], env, 180)
+        # 2. send it: policy_node takes it as an RGB-D goal, acts on the camera and stops (it is already there),
+        # and the command says how far from the capture's odometry pose the robot stopped
+        start = str(tmp_path / "goals" / "start.png")
+        sent = run_memnav(["goal", "send", start, "--wait", "--timeout", "120", "--json", str(tmp_path / "sent.json"),
+                           "--no-progress"], env, 180)
         assert sent.returncode == 0, sent.stdout + sent.stderr + report()
         result = json.loads((tmp_path / "sent.json").read_text())
         assert result["stopped"] is True and result["depth"] is True and 1 <= result["actions"] <= 12
-        assert result["policy_state"]["action"] == "STOP"
-        assert "STOP after" in sent.stdout and "RGB-D" in sent.stderr
+        assert result["policy_state"]["action"] == "STOP" and result["goals_stopped"] == 1 and result["reached"]
+        assert result["distance_to_capture_m"] < 0.5, result   # it stopped where the photo was taken
+        assert "STOP after" in sent.stdout and "from where the photo was taken (odometry)" in sent.stdout
+        assert "RGB-D" in sent.stderr
         policy_log = logs["policy"].read_text()
         assert "new goal image" in policy_log and "RGB-D" in policy_log, report()
+        # 3. a tour of two goals: the bridge has moved on to its next episode (another start), so each is searched
+        # for and ends at a STOP, the robot's own or, in real time, the one policy_node makes its 12th action
+        # (max_steps: status 1 then); each is sent after the STOP before it
+        tour = run_memnav(["goal", "send", start, start, "--wait", "--timeout", "120", "--json",
+                           str(tmp_path / "tour.json"), "--no-progress"], env, 300)
+        result = json.loads((tmp_path / "tour.json").read_text())
+        assert result["goals_stopped"] == 2 and len(result["goals"]) == 2, tour.stdout + tour.stderr + report()
+        first, second = result["goals"]
+        assert first["goal_stamp_ns"] < second["goal_stamp_ns"]
+        assert all(1 <= g["actions"] <= 12 and g["reached"] == (g["ended_by"] != "budget") for g in result["goals"])
+        assert tour.returncode == (0 if result["all_reached"] else 1), tour.stdout + tour.stderr
+        assert f"{result['goals_reached']} of 2 goals ended at the robot's own STOP" in tour.stdout
     finally:
         stop_processes(procs)
 
@@ -92,6 +109,9 @@ def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_sta
         (["goal", "send", str(photo), "--wait", "--timeout", "nan"], "--timeout must be a number of seconds"),
         (["goal", "send", str(photo), "--match-timeout", "0"], "--match-timeout must be a number of seconds > 0"),
         (["goal", "send", str(photo), "--wait", "--json", str(tmp_path)], "--json"),
+        (["goal", "send", str(photo), str(photo)], "2 photos: several goals go one after another"),
+        (["goal", "send", str(photo), str(photo), "--wait", "--depth", str(photo)], "names the depth of one photo"),
+        (["goal", "send", str(photo), str(tmp_path / "gone.png"), "--wait"], "gone.png does not exist"),
         (["goal", "capture", str(photo)], "g.depth.png exist already; a goal photo is not overwritten"),
         (["goal", "capture", str(tmp_path / "new.png"), "--timeout", "-1"], "--timeout must be"),
         (["goal", "capture", str(tmp_path / "new.png"), "--sync-tolerance", "inf"], "--sync-tolerance must be"),

@@ -1,0 +1,67 @@
+"""What the shell commands that talk to a running robot share (`memnav goal`, `memnav estop`, `memnav check`): one
+rclpy node spun until a condition holds, their common options, and robot.launch.yaml's default topics.
+
+These commands are short-lived clients, not nodes of the stack: they spin one node in the foreground with a
+deadline, and shut rclpy down when done.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable
+
+# robot.launch.yaml's defaults (RealSense D4xx under realsense2_camera)
+ROBOT_COLOR_TOPIC = "/camera/camera/color/image_raw"
+ROBOT_DEPTH_TOPIC = "/camera/camera/aligned_depth_to_color/image_raw"
+MAX_WAIT_S = 9e9   # ROS timers count int64 nanoseconds
+
+
+class Ros:
+    """rclpy initialised for one node; `close` shuts it down."""
+
+    def __init__(self, name: str, ros_args: list[str]) -> None:
+        import rclpy
+
+        self.rclpy = rclpy
+        rclpy.init(args=[name, "--ros-args", *ros_args] if ros_args else [name])
+        self.node = rclpy.create_node(name)
+
+    def spin_until(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Spin until `done()` (True) or `timeout_s` seconds pass (False; 0 = no limit)."""
+        end = time.monotonic() + timeout_s if timeout_s > 0 else math.inf
+        while self.rclpy.ok() and not done():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            self.rclpy.spin_once(self.node, timeout_sec=min(0.1, left))
+        return bool(done())
+
+    def close(self) -> None:
+        self.node.destroy_node()
+        if self.rclpy.ok():
+            self.rclpy.shutdown()
+
+
+def check_seconds(value: float, option: str, zero_ok: bool = False) -> None:
+    """Refuse a duration option that is not a number of seconds > 0 (>= 0 with `zero_ok`), naming the option."""
+    low_ok = value >= 0 if zero_ok else value > 0
+    if not (low_ok and value <= MAX_WAIT_S):   # NaN fails every comparison
+        raise ValueError(f"{option} must be a number of seconds {'>= 0' if zero_ok else '> 0'} and at most "
+                         f"{MAX_WAIT_S:g}, got {value:g}")
+
+
+def add_robot_topic_arguments(parser: argparse.ArgumentParser, odom_help: str) -> None:
+    """--color-topic, --depth-topic and --odom-topic, defaulting to robot.launch.yaml's."""
+    parser.add_argument("--color-topic", default=ROBOT_COLOR_TOPIC, metavar="TOPIC",
+                        help="colour image topic (robot.launch.yaml color_topic; the simulator bridge's: "
+                             "/camera/color/image_raw)")
+    parser.add_argument("--depth-topic", default=ROBOT_DEPTH_TOPIC, metavar="TOPIC",
+                        help="depth registered to the colour image (robot.launch.yaml depth_topic; the simulator "
+                             "bridge's: /camera/depth/image_raw)")
+    parser.add_argument("--odom-topic", default="/odom", metavar="TOPIC", help=odom_help)
+
+
+def add_ros_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
+                        help="everything after this goes to ROS (e.g. -p use_sim_time:=true)")
