@@ -152,7 +152,8 @@ class _Stack:
     """The stack processes of one mode, with their logs."""
 
     def __init__(self, mode: str, params: Path, action_duration_s: float, domain: int, log_dir: Path) -> None:
-        policy = ["-p", "lockstep:=false", "-p", f"action_duration_s:={action_duration_s}"]
+        # max_steps 0: no action budget (its STOP would end a goal the timed window goes on feeding), as before it
+        policy = ["-p", "lockstep:=false", "-p", f"action_duration_s:={action_duration_s}", "-p", "max_steps:=0"]
         if mode == "fused":
             commands = {"stack_node": ["memnav.ros.stack_node", *policy]}
         else:
