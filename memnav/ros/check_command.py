@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
         from memnav.paths import check_output_file
 
         check_output_file(args.json, "--json")
-    transports = os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")   # as the launch runs the nodes
-    color, depth, odom, cmd = listen(args)
+    color, depth, odom, cmd = listen(args)   # Ros: Fast DDS as the launch file runs the nodes
+    transports = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "")
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
     findings += check_command_topic(args.cmd_vel_topic, cmd["subscribers"], cmd["publishers"])
     return report(args, (color, depth, odom), cmd, findings, transports)

@@ -163,10 +163,14 @@ def capture(args: argparse.Namespace) -> int:
                                      take("depth image", args.depth_topic, conv.image_to_depth, depths.push),
                                      qos_profile_sensor_data)
         if args.odom_topic:
-            node.create_subscription(
-                Odometry, args.odom_topic,
-                lambda msg: poses.push(stamp_to_ns(msg.header.stamp), conv.odometry_to_pose(msg)),
-                QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
+            def on_odom(msg: Odometry) -> None:
+                try:
+                    poses.push(stamp_to_ns(msg.header.stamp), conv.odometry_to_pose(msg))
+                except conv.MessageError:   # a NaN pose: not a pose to record
+                    pass
+
+            node.create_subscription(Odometry, args.odom_topic, on_odom,
+                                     QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
         print(f"waiting for a colour{'' if args.no_depth else ' and depth'} frame on {args.color_topic}"
               f"{'' if args.no_depth else ' and ' + args.depth_topic} ...", file=sys.stderr)
         if not ros.spin_until(lambda: bool(got), args.timeout):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from collections.abc import Callable
 
@@ -18,9 +19,12 @@ MAX_WAIT_S = 9e9   # ROS timers count int64 nanoseconds
 
 
 class Ros:
-    """rclpy initialised for one node; `close` shuts it down."""
+    """rclpy initialised for one node; `close` shuts it down. Fast DDS gets the transports robot.launch.yaml gives
+    its nodes (FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA, unless the environment says otherwise), so full-size images
+    arrive here as they do there."""
 
     def __init__(self, name: str, ros_args: list[str]) -> None:
+        os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")
         import rclpy
 
         self.rclpy = rclpy
