@@ -53,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--renderer", choices=RENDERERS, default="auto",
                         help="the simulator's ray caster (SimConfig.renderer); the two differ on a few tenths of a "
                              "percent of pixels, enough to move scan verification and the baselines slightly")
+    parser.add_argument("--render-workers", type=int, default=0, metavar="N",
+                        help="render the houses' views in N processes (0 = this one; on a many-core machine). Each "
+                             "house then draws its poses from a random stream of its own (as `memnav train encoder "
+                             "--render-workers`), so the views, and the figures, differ from the one-process "
+                             "default the README's figures use; any N > 0 gives the same views")
     parser.add_argument("--verify-top", type=int, default=10, metavar="K",
                         help="re-rank the K nearest views by scan verification for recall_at_1_verified (0 = skip)")
     parser.add_argument("--audit-queries", action="store_true",
@@ -179,6 +184,8 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--verify-top must be >= 0, got {args.verify_top}")
     if args.max_houses < 0:
         raise ValueError(f"--max-houses must be >= 0 (0 = all), got {args.max_houses}")
+    if args.render_workers < 0:
+        raise ValueError(f"--render-workers must be >= 0 (0 = render in this process), got {args.render_workers}")
     for name in ("db_per_house", "queries_per_house"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -187,9 +194,9 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(2)
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
     db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
-                    renderer=args.renderer, progress=not args.no_progress)[0]
+                    renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers)[0]
     qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries",
-                    renderer=args.renderer, progress=not args.no_progress)[0]
+                    renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers)[0]
     match = same_place(qs.poses, db.poses, qs.house, db.house)
 
     db_emb, q_emb = embed(encoder.model, db.frames), embed(encoder.model, qs.frames)
@@ -217,7 +224,8 @@ def run(args: argparse.Namespace) -> dict:
                     "verify_pair_ms_p50": round(float(np.median(fit_ms)), 3) if fit_ms else None}
     r_pix, _ = recall_at_1(pixel_descriptors(db.rgb), pixel_descriptors(qs.rgb), match)
     train_rgb = render_set(houses_of_split(args.data, "train"), 40, encoder.cfg, args.seed + 2, keep_rgb=True,
-                           desc="orb vocabulary", renderer=args.renderer, progress=not args.no_progress)[0].rgb
+                           desc="orb vocabulary", renderer=args.renderer, progress=not args.no_progress,
+                           workers=args.render_workers)[0].rgb
     bow = OrbBagOfWords(train_rgb, args.vocab_words, args.seed)
     r_orb, _ = recall_at_1(bow.describe(db.rgb), bow.describe(qs.rgb), match)
 
@@ -251,5 +259,6 @@ def run(args: argparse.Namespace) -> dict:
         "split": args.split,
         "checkpoint": str(args.checkpoint),
         "renderer": args.renderer,
+        "render_workers": args.render_workers,
         "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0},
     }

@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="fail when no policy node has taken the goal within this many seconds")
     snd.add_argument("--stamp-topic", default="", metavar="TOPIC",
                      help="stamp the goal just after the newest message on TOPIC (e.g. the robot's colour "
-                          "topic) instead of this computer's clock")
+                          "topic) instead of this computer's clock (the default)")
     snd.add_argument("--frame-id", default="goal_camera", help="header.frame_id of the goal messages")
     snd.add_argument("--json", type=Path, default=None, metavar="PATH",
                      help="with --wait: write how each goal ended (stopped, actions, seconds, last policy state, "

@@ -68,4 +68,4 @@ def add_robot_topic_arguments(parser: argparse.ArgumentParser, odom_help: str) -
 
 def add_ros_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
-                        help="everything after this goes to ROS (e.g. -p use_sim_time:=true)")
+                        help="everything after this goes to ROS (e.g. -p use_sim_time:=true); none by default")

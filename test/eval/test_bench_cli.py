@@ -72,6 +72,29 @@ def test_bench_encoder_keys(tiny_data, tmp_path, capsys):
     assert (res["lookalike_grid_m"], res["lookalike_heading_deg"]) == (0.5, 30.0)
 
 
+@pytest.mark.slow
+def test_bench_encoder_render_workers_give_the_same_figures_with_one_or_two_processes(tiny_data, tmp_path):
+    torch.manual_seed(0)
+    ckpt = tmp_path / "enc.pt"
+    save_checkpoint(FrameEncoder(EncoderConfig()), ckpt)
+    results = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"enc{workers}.json"
+        assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--split", "train",
+                     "--db-per-house", "20", "--queries-per-house", "8", "--vocab-words", "8", "--verify-top", "0",
+                     "--render-workers", workers, "--json", str(out), "--no-progress"]) == 0
+        results.append(json.loads(out.read_text()))
+    keys = ("recall_at_1", "recall_at_5", "baseline_pixels_recall_at_1", "baseline_orb_recall_at_1",
+            "queries_evaluated", "database_size")
+    assert [results[0][k] for k in keys] == [results[1][k] for k in keys]
+    assert (results[0]["render_workers"], results[1]["render_workers"]) == (1, 2)
+
+
+def test_bench_encoder_negative_render_workers_is_a_clear_error(capsys):
+    assert main(["bench", "encoder", "--render-workers", "-1"]) == 2
+    assert "--render-workers must be >= 0" in capsys.readouterr().err
+
+
 def test_bench_encoder_bad_lookalike_grid_is_refused_by_name(capsys):
     assert main(["bench", "encoder", "--audit-queries", "--lookalike-grid-m", "0"]) == 2
     assert "--lookalike-grid-m" in capsys.readouterr().err
