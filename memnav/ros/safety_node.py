@@ -46,7 +46,7 @@ class SafetyNodeConfig:
         rate_hz: /cmd_vel publishing (and watchdog checking) rate, Hz.
         status_period_s: /memnav/safety_status is also published this often when nothing changes, seconds.
         estop_state_file: keep the emergency stop's state in this file ("~" expands; "" = not kept): the node
-            writes it at every engage and release and reads it at start, so a node restarted (respawned after a
+            writes it whenever it changes and reads it at start, so a node restarted (respawned after a
             crash, or the robot rebooted) while the stop is engaged starts engaged, until a release. A file that
             cannot be read starts it engaged too; one that cannot be written is logged as an error at each change.
     """
@@ -98,6 +98,7 @@ def build(node) -> Callable[[], None]:
 
     cfg = declare_dataclass(node, SafetyNodeConfig)
     guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
+    kept = {"state": None, "failed": False}   # what estop_state_file holds as this node last wrote it
     if cfg.estop_state_file:
         engaged, why = read_estop_state(cfg.estop_state_file)
         guard.set_estop(engaged)
@@ -137,14 +138,19 @@ def build(node) -> Callable[[], None]:
         return callback
 
     def on_estop(msg: Bool) -> None:
-        if bool(msg.data) != guard.estop:
+        changed = bool(msg.data) != guard.estop
+        if changed:
             node.get_logger().warning(f"emergency stop {'ENGAGED' if msg.data else 'released'}")
         guard.set_estop(bool(msg.data))
-        if cfg.estop_state_file:
+        # kept at a change (an e-stop button repeating its state would otherwise sync the file at its rate), and
+        # again after a failed write
+        if cfg.estop_state_file and (changed or kept["failed"] or kept["state"] is None):
             try:
                 write_estop_state(cfg.estop_state_file, guard.estop, time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                     time.gmtime()))
+                kept.update(state=guard.estop, failed=False)
             except OSError as err:
+                kept["failed"] = True
                 node.get_logger().error(f"could not keep the emergency-stop state in {cfg.estop_state_file}: {err}; "
                                         "a restarted safety node would not know it")
         on_tick()  # act at once, not at the next tick

@@ -47,6 +47,10 @@ def test_estop_is_confirmed_by_the_safety_node_kept_across_its_restart_and_fails
         released = run_memnav(["estop", "release", "--timeout", "30"], env, 60)
         assert released.returncode == 0, released.stderr + log.read_text()
         assert "released" in released.stderr and json.loads(state_file.read_text())["engaged"] is False
+        # the same state again (an e-stop button repeating it) leaves the kept file as it was: written at a change
+        before = state_file.stat().st_mtime_ns
+        again = run_memnav(["estop", "release", "--timeout", "30"], env, 60)
+        assert again.returncode == 0 and state_file.stat().st_mtime_ns == before, again.stderr
         safety.send_signal(signal.SIGKILL)
         safety.wait(timeout=10)
         safety = _safety(env, log, state_file)
