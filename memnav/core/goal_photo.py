@@ -13,11 +13,12 @@ alone (from a phone, say) still works, by appearance only. No ROS here.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from memnav.core.files import replace_files
 
 __all__ = ["DEPTH_SUFFIXES", "GoalPhoto", "GoalPhotoError", "check_goal_image", "depth_path_for", "existing_outputs",
            "meta_path_for", "read_goal_photo", "refuse_overwriting", "write_goal_photo"]
@@ -190,8 +191,12 @@ def refuse_overwriting(photo: Path | str) -> None:
     """Raise GoalPhotoError naming the files of goal photo `photo` that exist already (see `existing_outputs`)."""
     there = existing_outputs(photo)
     if there:
-        raise GoalPhotoError(f"{', '.join(map(str, there))} exist{'s' if len(there) == 1 else ''} already; a goal "
-                             "photo is not overwritten (pass --overwrite to replace it)")
+        raise _exists_error(there)
+
+
+def _exists_error(there: list[Path]) -> GoalPhotoError:
+    return GoalPhotoError(f"{', '.join(map(str, there))} exist{'s' if len(there) == 1 else ''} already; a goal photo "
+                          "is not overwritten (pass --overwrite to replace it)")
 
 
 def _encode_png(img: np.ndarray, path: Path) -> bytes:
@@ -231,21 +236,10 @@ def write_goal_photo(photo: Path | str, goal: GoalPhoto, overwrite: bool = False
             "depth": goal.depth_m is not None}
     files[meta_path_for(photo)] = (json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
     there = existing_outputs(photo)
-    if not overwrite:
-        refuse_overwriting(photo)
-    photo.parent.mkdir(parents=True, exist_ok=True)
-    tmps = []
-    try:
-        for path, data in files.items():
-            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-            tmp.write_bytes(data)
-            tmps.append((tmp, path))
-        for tmp, path in tmps:
-            os.replace(tmp, path)
-        for stale in there:
-            if stale not in files:   # a depth file of an earlier capture (this one has none, or another kind)
-                stale.unlink(missing_ok=True)
-    finally:
-        for tmp, _ in tmps:
-            tmp.unlink(missing_ok=True)
+    if there and not overwrite:
+        raise _exists_error(there)
+    replace_files(files)
+    for stale in there:
+        if stale not in files:   # a depth file of an earlier capture (this one has none, or another kind)
+            stale.unlink(missing_ok=True)
     return list(files)

@@ -98,6 +98,12 @@ class StreamLog:
     def count(self) -> int:
         return len(self.arrival_s)
 
+    def clear_messages(self) -> None:
+        """Forget the messages recorded so far (and their errors); the topic's header facts stay."""
+        for samples in (self.arrival_s, self.stamp_s, self.valid_depth, self.median_depth_m):
+            samples.clear()
+        self.errors, self.last_error = 0, None
+
 
 @dataclass
 class Finding:

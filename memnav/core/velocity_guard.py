@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+
+from memnav.core.files import replace_files
 
 
 class GuardReason(Enum):
@@ -211,15 +212,5 @@ def write_estop_state(path: Path | str, engaged: bool, since_utc: str) -> None:
     Raises:
         OSError: the folder cannot be created or written.
     """
-    p = Path(path).expanduser()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            json.dump({"engaged": bool(engaged), "since_utc": since_utc}, f)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
+    body = json.dumps({"engaged": bool(engaged), "since_utc": since_utc}) + "\n"
+    replace_files({Path(path).expanduser(): body.encode()}, sync=True)

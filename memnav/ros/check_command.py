@@ -101,8 +101,7 @@ def listen(args: argparse.Namespace) -> tuple[StreamLog, StreamLog, StreamLog, d
         # discovery first (a second or two on a busy graph): the window measures the streams, not DDS matching
         ros.spin_until(lambda: all(log.count for log in (color, depth, odom)), DISCOVERY_S)
         for log in (color, depth, odom):
-            log.arrival_s.clear(), log.stamp_s.clear(), log.valid_depth.clear(), log.median_depth_m.clear()
-            log.errors, log.last_error = 0, None
+            log.clear_messages()
         print(f"listening for {args.duration:g} s to {color.topic}, {depth.topic}, {odom.topic} ...", file=sys.stderr)
         ros.spin_until(lambda: False, args.duration)
         graph = node.get_topic_names_and_types()

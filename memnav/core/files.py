@@ -1,0 +1,35 @@
+"""Replacing files so that a crash or a failed write never leaves half of one: each through a temporary file
+beside it, renamed into place. No ROS here."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def replace_files(files: dict[Path, bytes], sync: bool = False) -> None:
+    """Write each file's bytes to a temporary file beside it, then rename them all into place: a write that fails
+    (a full disk) replaces none of them and leaves no temporary file behind.
+
+    Args:
+        files: path -> its new contents; missing folders are created.
+        sync: flush each temporary file to the disk before the renames (survives a power cut, slower).
+
+    Raises:
+        OSError: a folder cannot be created or a file written.
+    """
+    written: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+            written.append((tmp, path))
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        for tmp, path in written:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
