@@ -140,8 +140,10 @@ class DecisionGate:
 
     def due(self, now_s: float, wall_s: float) -> DecisionInput | None:
         """The frame to decide on now, or None while there is no goal, no new paired frame, (lock-step) no
-        odometry of the frame yet, (real time) the previous action is still being carried out, or a goal photo
-        without depth still waits for it. Nothing changes until `taking`."""
+        odometry of the frame yet, (real time) the newest frame is older than the goal or the previous action is
+        still being carried out, or a goal photo without depth still waits for it. In lock-step a frame not yet
+        decided on is due even when the goal came after it: the simulator waits on that frame for an action.
+        Nothing changes until `taking`."""
         if self.goal_stamp_ns is None or self._rgb is None or self._depth is None or self._newest_pose is None:
             return None
         (t_rgb, rgb), (t_depth, depth) = self._rgb, self._depth
@@ -149,7 +151,12 @@ class DecisionGate:
         # consecutive fast steps can lie closer together than any tolerance). Real time: the newest close
         # colour/depth pair, with the odometry of its instant rather than the newest (a turning robot's newest
         # pose can be a tick or more ahead of a frame that waited in a queue, which smears the map)
-        if abs(t_rgb - t_depth) > self.sync_tolerance_ns or t_rgb < self.goal_stamp_ns or t_rgb <= self.acted_ns:
+        if abs(t_rgb - t_depth) > self.sync_tolerance_ns or t_rgb <= self.acted_ns:
+            return None
+        # real time: a frame taken before the goal was sent is stale (a newer one comes within a frame period).
+        # Lock-step: the simulator holds its frame until an action comes, so a goal sent from outside while it
+        # waits (later than that frame) is decided on that frame, or nothing would ever move
+        if t_rgb < self.goal_stamp_ns and not self.lockstep:
             return None
         match = self._poses.nearest(t_rgb, 0 if self.lockstep else self.sync_tolerance_ns + ODOMETRY_SLACK_NS)
         if match is None and self.lockstep:

@@ -250,11 +250,11 @@ def _drive(stack: _Stack, context: Context, mode: str, frames: Frames, args: arg
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    pub_rgb = node.create_publisher(Image, "/camera/color/image_raw", qos_profile_sensor_data)
-    pub_depth = node.create_publisher(Image, "/camera/depth/image_raw", qos_profile_sensor_data)
-    pub_odom = node.create_publisher(Odometry, "/odom", 10)
-    pub_goal = node.create_publisher(Image, "/memnav/goal_image", latched)
-    pub_goal_depth = node.create_publisher(Image, "/memnav/goal_depth", latched)
+    pub_rgb = node.create_publisher(Image, "camera/color/image_raw", qos_profile_sensor_data)
+    pub_depth = node.create_publisher(Image, "camera/depth/image_raw", qos_profile_sensor_data)
+    pub_odom = node.create_publisher(Odometry, "odom", 10)
+    pub_goal = node.create_publisher(Image, "memnav/goal_image", latched)
+    pub_goal_depth = node.create_publisher(Image, "memnav/goal_depth", latched)
     rgb_msgs = [conv.rgb_to_image(x) for x in frames.rgb]
     depth_msgs = [conv.depth_to_image(x) for x in frames.depth]
     odom_msgs = [conv.pose_to_odometry(p) for p in frames.poses]
@@ -308,9 +308,9 @@ def _drive(stack: _Stack, context: Context, mode: str, frames: Frames, args: arg
                 lat[key].append(t - frame[0])
         return callback
 
-    node.create_subscription(String, "/memnav/policy_state", timed("state"), 100)
-    node.create_subscription(String, "/memnav/memory_event", timed("memory"), 100)
-    node.create_subscription(String, "/memnav/stop_decision", timed("stop"), 100)
+    node.create_subscription(String, "memnav/policy_state", timed("state"), 100)
+    node.create_subscription(String, "memnav/memory_event", timed("memory"), 100)
+    node.create_subscription(String, "memnav/stop_decision", timed("stop"), 100)
     node.create_timer(1.0 / args.rate_hz, on_tick)
     publish_goal()
     start = time.perf_counter()

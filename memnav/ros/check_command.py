@@ -29,14 +29,14 @@ from memnav.core.sensor_check import (
     check_streams,
     stream_summary,
 )
-from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds
+from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds, shell_ros_args
 
 DISCOVERY_S = 5.0   # at most this long for the first message of every stream before the timed window
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_robot_topic_arguments(parser, "odometry (robot.launch.yaml odom_topic)")
-    parser.add_argument("--cmd-vel-topic", default="/cmd_vel", metavar="TOPIC",
+    parser.add_argument("--cmd-vel-topic", default="cmd_vel", metavar="TOPIC",
                         help="the base's velocity input (robot.launch.yaml cmd_vel_topic)")
     parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="how long to listen, seconds")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
@@ -46,18 +46,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.duration, "--duration")
+    ros_args = shell_ros_args(args)   # before any ROS work
     if args.json is not None:
         from memnav.paths import check_output_file
 
         check_output_file(args.json, "--json")
-    color, depth, odom, cmd = listen(args)   # Ros: Fast DDS as the launch file runs the nodes
+    color, depth, odom, cmd = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs the nodes
     transports = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "")
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
-    findings += check_command_topic(args.cmd_vel_topic, cmd["subscribers"], cmd["publishers"])
+    findings += check_command_topic(cmd["topic"], cmd["subscribers"], cmd["publishers"])
     return report(args, (color, depth, odom), cmd, findings, transports)
 
 
-def listen(args: argparse.Namespace) -> tuple[StreamLog, StreamLog, StreamLog, dict]:
+def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple[StreamLog, StreamLog, StreamLog, dict]:
     """Record the three streams for --duration seconds; (colour, depth, odometry StreamLogs, /cmd_vel counts)."""
     import numpy as np
     from nav_msgs.msg import Odometry
@@ -67,6 +68,9 @@ def listen(args: argparse.Namespace) -> tuple[StreamLog, StreamLog, StreamLog, d
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import stamp_to_ns
 
+    ros = Ros("memnav_check", ros_args)
+    # full names under --namespace (and remaps), as the graph and the report name them
+    ros.resolve_topics(args, "color_topic", "depth_topic", "odom_topic", "cmd_vel_topic")
     color = StreamLog(args.color_topic, "color")
     depth = StreamLog(args.depth_topic, "depth")
     odom = StreamLog(args.odom_topic, "odom")
@@ -92,7 +96,6 @@ def listen(args: argparse.Namespace) -> tuple[StreamLog, StreamLog, StreamLog, d
                     log.median_depth_m.append(float(np.median(valid)))
         return callback
 
-    ros = Ros("memnav_check", args.ros_args)
     try:
         node = ros.node
         node.create_subscription(Image, color.topic, record(color, conv.image_to_rgb), qos_profile_sensor_data)
@@ -110,7 +113,7 @@ def listen(args: argparse.Namespace) -> tuple[StreamLog, StreamLog, StreamLog, d
             log.publishers = node.count_publishers(log.topic)
             log.same_type_topics = sorted(name for name, types in graph if msgtype in types and name != log.topic
                                           and node.count_publishers(name))
-        cmd = {"subscribers": node.count_subscribers(args.cmd_vel_topic),
+        cmd = {"topic": args.cmd_vel_topic, "subscribers": node.count_subscribers(args.cmd_vel_topic),
                "publishers": node.count_publishers(args.cmd_vel_topic)}
     finally:
         ros.close()
@@ -137,7 +140,7 @@ def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, fin
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"ok": not failed, "duration_s": args.duration, "topics": rows,
-                                         "cmd_vel": {"topic": args.cmd_vel_topic, **cmd},
+                                         "cmd_vel": cmd,
                                          "findings": [{"level": f.level.value, "topic": f.topic, "text": f.text}
                                                       for f in findings]}, indent=2) + "\n")
     return 1 if failed else 0

@@ -98,8 +98,8 @@ def build(node) -> Callable[[], None]:
     node.get_logger().info(f"encoder {checkpoint} (D={encoder.embedding_dim}, "
                            f"{'RGB-D: waits for depth' if needs_depth else 'RGB only'})")
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    pub_emb = node.create_publisher(Image, "/memnav/embedding", 10)
-    pub_goal = node.create_publisher(Image, "/memnav/goal_embedding", latched)
+    pub_emb = node.create_publisher(Image, "memnav/embedding", 10)
+    pub_goal = node.create_publisher(Image, "memnav/goal_embedding", latched)
     tolerance_ns = int(round(cfg.sync_tolerance_s * 1e9))
     colours: StampedQueue = StampedQueue(cfg.queue_size)   # raw colour messages awaiting depth
     depths: StampedQueue = StampedQueue(cfg.queue_size)    # raw depth messages awaiting colour
@@ -196,10 +196,10 @@ def build(node) -> Callable[[], None]:
         goal["depth"] = (stamp_to_ns(msg.header.stamp), depth)
         encode_goal()
 
-    node.create_subscription(Image, "/camera/color/image_raw", on_colour, qos_profile_sensor_data)
-    node.create_subscription(Image, "/camera/depth/image_raw", on_depth, qos_profile_sensor_data)
-    node.create_subscription(Image, "/memnav/goal_image", on_goal_image, latched)
-    node.create_subscription(Image, "/memnav/goal_depth", on_goal_depth, latched)
+    node.create_subscription(Image, "camera/color/image_raw", on_colour, qos_profile_sensor_data)
+    node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
+    node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
+    node.create_subscription(Image, "memnav/goal_depth", on_goal_depth, latched)
     node.create_timer(0.05, encode_goal)
     return lambda: None
 

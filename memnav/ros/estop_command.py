@@ -13,16 +13,16 @@ import argparse
 import json
 import sys
 
-from memnav.ros.shell_node import Ros, add_ros_args, check_seconds
+from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("state", choices=("engage", "release", "status"),
                         help="engage: zero velocity until released; release: the policy drives again; status: print "
                              "the safety node's state (JSON: estop, reason, commanded velocity, input ages)")
-    parser.add_argument("--topic", default="/memnav/estop", metavar="TOPIC",
+    parser.add_argument("--topic", default="memnav/estop", metavar="TOPIC",
                         help="the safety node's emergency-stop topic (robot.launch.yaml's estop_topic)")
-    parser.add_argument("--status-topic", default="/memnav/safety_status", metavar="TOPIC",
+    parser.add_argument("--status-topic", default="memnav/safety_status", metavar="TOPIC",
                         help="where the safety node reports its state (the confirmation is read there)")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
                         help="fail when the safety node has not confirmed (status: reported) within this many seconds")
@@ -31,10 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.timeout, "--timeout")
+    ros_args = shell_ros_args(args)
     from std_msgs.msg import Bool, String
 
     wanted = args.state == "engage"
-    ros = Ros("memnav_estop", args.ros_args)
+    ros = Ros("memnav_estop", ros_args)
+    ros.resolve_topics(args, "topic", "status_topic")
     seen: dict = {}
 
     def on_status(msg: String) -> None:

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from memnav.core.goal_photo import GoalPhoto, GoalPhotoError, read_goal_photo, refuse_overwriting, write_goal_photo
-from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds
+from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds, shell_ros_args
 
-GOAL_IMAGE_TOPIC = "/memnav/goal_image"
-GOAL_DEPTH_TOPIC = "/memnav/goal_depth"
+GOAL_IMAGE_TOPIC = "memnav/goal_image"
+GOAL_DEPTH_TOPIC = "memnav/goal_depth"
 QUIET_HINT_S = 10.0   # send --wait: say what to check when the policy node has not acted after this long
 ODOM_WAIT_S = 3.0   # send --wait: how long to wait for odometry (where the robot stops) before the first goal
 ODOM_TOLERANCE_NS = 500_000_000   # the capture's recorded pose: odometry stamped within this of the frame
@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="stay until the robot calls STOP, printing its actions and belief")
     snd.add_argument("--timeout", type=float, default=0.0, metavar="S",
                      help="with --wait: give up on a goal after this many seconds (0 = no limit)")
-    snd.add_argument("--odom-topic", default="/odom", metavar="TOPIC",
+    snd.add_argument("--odom-topic", default="odom", metavar="TOPIC",
                      help="with --wait: odometry whose pose at the STOP is compared with the pose the photo's "
                           "NAME.json recorded at its capture (\"\" = none)")
     snd.add_argument("--match-timeout", type=float, default=30.0, metavar="S",
@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
 def capture(args: argparse.Namespace) -> int:
     check_seconds(args.timeout, "--timeout")
     check_seconds(args.sync_tolerance, "--sync-tolerance", zero_ok=True)
+    ros_args = shell_ros_args(args)
     out = args.out.with_suffix(".png")
     if not args.overwrite:   # before any ROS work: nothing stored is touched
         refuse_overwriting(out)
@@ -123,7 +124,8 @@ def capture(args: argparse.Namespace) -> int:
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import stamp_to_ns
 
-    ros = Ros("memnav_goal_capture", args.ros_args)
+    ros = Ros("memnav_goal_capture", ros_args)
+    ros.resolve_topics(args, "color_topic", "depth_topic", "odom_topic")   # full names, as NAME.json keeps them
     node = ros.node
     colours: deque = deque(maxlen=30)
     depths: StampedQueue = StampedQueue(30)
@@ -222,6 +224,7 @@ def _no_frame_text(args: argparse.Namespace, heard: dict[str, int], bad: list[st
 def send(args: argparse.Namespace) -> int:
     check_seconds(args.timeout, "--timeout", zero_ok=True)
     check_seconds(args.match_timeout, "--match-timeout")
+    ros_args = shell_ros_args(args)
     if args.no_depth and args.depth is not None:
         raise ValueError(f"--depth {args.depth}: contradicts --no-depth")
     for option in ("timeout", "json"):
@@ -244,7 +247,8 @@ def send(args: argparse.Namespace) -> int:
 
     from memnav.ros import conversions as conv
 
-    ros = Ros("memnav_goal_send", args.ros_args)
+    ros = Ros("memnav_goal_send", ros_args)
+    ros.resolve_topics(args, "odom_topic", "stamp_topic")   # full names, as the graph names them
     node = ros.node
     state: dict[str, Any] = {"counting": False, "pose": None}   # pose: (arrival s, Pose2D) of the newest odometry
     results = []
@@ -274,8 +278,8 @@ def send(args: argparse.Namespace) -> int:
                 except conv.MessageError:
                     pass
 
-            node.create_subscription(String, "/memnav/action", on_action, 10)
-            node.create_subscription(String, "/memnav/policy_state", on_state, 10)
+            node.create_subscription(String, "memnav/action", on_action, 10)
+            node.create_subscription(String, "memnav/policy_state", on_state, 10)
             if args.odom_topic:
                 node.create_subscription(Odometry, args.odom_topic, on_odom, qos_profile_sensor_data)
                 if not ros.spin_until(lambda: state["pose"] is not None, ODOM_WAIT_S):
@@ -344,8 +348,9 @@ class GoalPublisher:
             pubs.insert(0, self.depth)
         self.image.publish(conv.rgb_to_image(goal.rgb, msg_stamp, self.frame_id))
         if not self.ros.spin_until(lambda: self.image.get_subscription_count() > 0, self.timeout_s):
-            raise RuntimeError(f"no subscriber of {GOAL_IMAGE_TOPIC} within {self.timeout_s:g} s: is policy_node "
-                               "running (memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID?")
+            raise RuntimeError(f"no subscriber of {self.image.topic_name} within {self.timeout_s:g} s: is policy_node "
+                               "running (memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID, in this namespace "
+                               "(--namespace)?")
         for pub in pubs:
             if not pub.wait_for_all_acked(Duration(seconds=self.timeout_s)):
                 raise RuntimeError(f"{pub.topic_name}: the subscribers did not acknowledge the goal within "

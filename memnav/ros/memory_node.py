@@ -153,10 +153,10 @@ def build(node) -> Callable[[], None]:
     buffer = WorkingBuffer.from_config(buffer_cfg)
     node.get_logger().info(f"memory {graph_cfg.db_path or 'in RAM only'}: {st['memory'].stats().places} places")
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    pub_event = node.create_publisher(String, "/memnav/memory_event", 50)
-    pub_retrievals = node.create_publisher(String, "/memnav/retrievals", 10)
-    pub_snapshot = node.create_publisher(String, "/memnav/scene_graph", latched)
-    pub_markers = node.create_publisher(MarkerArray, "/memnav/scene_graph_markers", 1)
+    pub_event = node.create_publisher(String, "memnav/memory_event", 50)
+    pub_retrievals = node.create_publisher(String, "memnav/retrievals", 10)
+    pub_snapshot = node.create_publisher(String, "memnav/scene_graph", latched)
+    pub_markers = node.create_publisher(MarkerArray, "memnav/scene_graph_markers", 1)
     odoms: StampedQueue = StampedQueue(cfg.odom_queue_size)
     pending: list[tuple[int, float, object]] = []   # (stamp_ns, wall arrival, embedding) awaiting odometry
     max_age_ns = int(cfg.odom_max_age_s * 1e9)
@@ -328,17 +328,17 @@ def build(node) -> Callable[[], None]:
             resp.success, resp.message = True, query(st["last_ns"])
         return resp
 
-    node.create_subscription(Image, "/memnav/embedding", on_embedding, 10)
+    node.create_subscription(Image, "memnav/embedding", on_embedding, 10)
     # best effort: matches reliable and best-effort odometry publishers alike (robot drivers use both)
-    node.create_subscription(Odometry, "/odom", on_odom,
+    node.create_subscription(Odometry, "odom", on_odom,
                              QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
-    node.create_subscription(Image, "/memnav/goal_embedding", on_goal, latched)
-    node.create_subscription(String, "/memnav/detections", on_detections, 50)
+    node.create_subscription(Image, "memnav/goal_embedding", on_goal, latched)
+    node.create_subscription(String, "memnav/detections", on_detections, 50)
     node.create_service(Trigger, "~/save", srv_save)
     node.create_service(Trigger, "~/clear", srv_clear)
     node.create_service(Trigger, "~/query", srv_query)
     node.create_service(Trigger, "~/relocalise", srv_relocalise)
-    node.create_subscription(PoseWithCovarianceStamped, "/initialpose", on_initialpose, 10)
+    node.create_subscription(PoseWithCovarianceStamped, "initialpose", on_initialpose, 10)
     node.create_timer(max(min(cfg.odom_wait_s / 2.0, 0.1), 0.01), process)
     if cfg.markers_period_s > 0:
         node.create_timer(cfg.markers_period_s, publish_markers)

@@ -246,14 +246,14 @@ def build(node) -> Callable[[], None]:
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    pub_action = node.create_publisher(String, "/memnav/action", 10)
-    pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
-    pub_state = node.create_publisher(String, "/memnav/policy_state", 10)
+    pub_action = node.create_publisher(String, "memnav/action", 10)
+    pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
+    pub_state = node.create_publisher(String, "memnav/policy_state", 10)
     show_search = nav.cfg.explore and cfg.map_period_s > 0
     if show_search:
-        pub_map = node.create_publisher(OccupancyGrid, "/memnav/map", latched)
-        pub_plan = node.create_publisher(PathMsg, "/memnav/plan", 10)
-        pub_markers = node.create_publisher(MarkerArray, "/memnav/search_markers", 10)
+        pub_map = node.create_publisher(OccupancyGrid, "memnav/map", latched)
+        pub_plan = node.create_publisher(PathMsg, "memnav/plan", 10)
+        pub_markers = node.create_publisher(MarkerArray, "memnav/search_markers", 10)
     gate = DecisionGate(lockstep=cfg.lockstep, sync_tolerance_s=cfg.sync_tolerance_s,
                         action_duration_s=cfg.action_duration_s, goal_depth_wait_s=cfg.goal_depth_wait_s)
     st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf,
@@ -391,8 +391,8 @@ def build(node) -> Callable[[], None]:
 
     def subscribers_ready() -> bool:
         short = [f"{topic} has {n} of {need}" for topic, n, need in (
-            ("/memnav/action", pub_action.get_subscription_count(), cfg.min_action_subscribers),
-            ("/memnav/policy_state", pub_state.get_subscription_count(), cfg.min_state_subscribers)) if n < need]
+            (pub_action.topic_name, pub_action.get_subscription_count(), cfg.min_action_subscribers),
+            (pub_state.topic_name, pub_state.get_subscription_count(), cfg.min_state_subscribers)) if n < need]
         if not short:
             return True
         if time.monotonic() - gate.goal_wall_s < cfg.subscriber_wait_s:
@@ -415,14 +415,14 @@ def build(node) -> Callable[[], None]:
             maybe_act()
         publish_cmd()
 
-    node.create_subscription(Image, "/camera/color/image_raw", on_rgb, qos_profile_sensor_data)
-    node.create_subscription(Image, "/camera/depth/image_raw", on_depth, qos_profile_sensor_data)
+    node.create_subscription(Image, "camera/color/image_raw", on_rgb, qos_profile_sensor_data)
+    node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
     # best effort: matches reliable and best-effort odometry publishers alike (robot drivers use both)
-    node.create_subscription(Odometry, "/odom", on_odom,
+    node.create_subscription(Odometry, "odom", on_odom,
                              QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
-    node.create_subscription(Image, "/memnav/goal_image", on_goal, latched)
-    node.create_subscription(Image, "/memnav/goal_depth", on_goal_depth, latched)
-    node.create_subscription(String, "/memnav/episode_result", on_result, latched)
+    node.create_subscription(Image, "memnav/goal_image", on_goal, latched)
+    node.create_subscription(Image, "memnav/goal_depth", on_goal_depth, latched)
+    node.create_subscription(String, "memnav/episode_result", on_result, latched)
 
     def srv_relocalise(_req, resp):
         goal = gate.goal_photo

@@ -21,6 +21,7 @@ dropped with a throttled warning and counted, and do not count as fresh; the nod
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -33,6 +34,7 @@ from memnav.core.velocity_guard import (
     Source,
     VelocityGuard,
     VelocityGuardConfig,
+    estop_state_path,
     read_estop_state,
     write_estop_state,
 )
@@ -49,6 +51,8 @@ class SafetyNodeConfig:
             writes it whenever it changes and reads it at start, so a node restarted (respawned after a
             crash, or the robot rebooted) while the stop is engaged starts engaged, until a release. A file that
             cannot be read starts it engaged too; one that cannot be written is logged as an error at each change.
+            In a namespace other than the root, the file is kept in a folder of that name beside the path given
+            (`~/.ros/memnav/robot1/estop_state.json` under /robot1), one per robot.
     """
 
     rate_hz: float = 50.0
@@ -98,14 +102,16 @@ def build(node) -> Callable[[], None]:
 
     cfg = declare_dataclass(node, SafetyNodeConfig)
     guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
+    # one file per namespace: two robots' safety nodes on one computer keep separate states
+    cfg = dataclasses.replace(cfg, estop_state_file=estop_state_path(cfg.estop_state_file, node.get_namespace()))
     kept = {"state": None, "failed": False}   # what estop_state_file holds as this node last wrote it
     if cfg.estop_state_file:
         engaged, why = read_estop_state(cfg.estop_state_file)
         guard.set_estop(engaged)
         (node.get_logger().warning if engaged else node.get_logger().info)(
             why + ("; `memnav estop release` to drive" if engaged else ""))
-    pub_cmd = node.create_publisher(Twist, "/cmd_vel", 10)
-    pub_status = node.create_publisher(String, "/memnav/safety_status", 10)
+    pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
+    pub_status = node.create_publisher(String, "memnav/safety_status", 10)
     st = {"requested": (0.0, 0.0), "reason": None, "status_s": -math.inf}
     dropped = {"command": 0, "color": 0, "depth": 0, "odom": 0}
 
@@ -170,13 +176,13 @@ def build(node) -> Callable[[], None]:
             st["reason"], st["status_s"] = out.reason, now
             pub_status.publish(String(data=json.dumps(status_body(guard, out, st["requested"], now, dropped))))
 
-    node.create_subscription(Twist, "/memnav/cmd_vel_raw", on_command, 10)
-    node.create_subscription(Image, "/camera/color/image_raw", watch(Source.COLOR, conv.image_to_rgb),
+    node.create_subscription(Twist, "memnav/cmd_vel_raw", on_command, 10)
+    node.create_subscription(Image, "camera/color/image_raw", watch(Source.COLOR, conv.image_to_rgb),
                              qos_profile_sensor_data)
-    node.create_subscription(Image, "/camera/depth/image_raw", watch(Source.DEPTH, conv.image_to_depth),
+    node.create_subscription(Image, "camera/depth/image_raw", watch(Source.DEPTH, conv.image_to_depth),
                              qos_profile_sensor_data)
-    node.create_subscription(Odometry, "/odom", watch(Source.ODOM, conv.odometry_to_pose), qos_profile_sensor_data)
-    node.create_subscription(Bool, "/memnav/estop", on_estop, 10)
+    node.create_subscription(Odometry, "odom", watch(Source.ODOM, conv.odometry_to_pose), qos_profile_sensor_data)
+    node.create_subscription(Bool, "memnav/estop", on_estop, 10)
     node.create_timer(1.0 / cfg.rate_hz, on_tick)
 
     def close() -> None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import time
 from collections.abc import Callable
 
 # robot.launch.yaml's defaults (RealSense D4xx under realsense2_camera)
-ROBOT_COLOR_TOPIC = "/camera/camera/color/image_raw"
-ROBOT_DEPTH_TOPIC = "/camera/camera/aligned_depth_to_color/image_raw"
+# (relative names: under --namespace NS they are /NS/camera/..., as the nodes' topics under the launch's namespace)
+ROBOT_COLOR_TOPIC = "camera/camera/color/image_raw"
+ROBOT_DEPTH_TOPIC = "camera/camera/aligned_depth_to_color/image_raw"
 MAX_WAIT_S = 9e9   # ROS timers count int64 nanoseconds
 
 
@@ -30,6 +32,13 @@ class Ros:
         self.rclpy = rclpy
         rclpy.init(args=[name, "--ros-args", *ros_args] if ros_args else [name])
         self.node = rclpy.create_node(name)
+
+    def resolve_topics(self, args: argparse.Namespace, *options: str) -> None:
+        """Replace each named topic option of `args` (if set) by its full name under this node's namespace and
+        remaps, the name the graph and the messages to the user go by (`odom` -> /odom or /robot1/odom)."""
+        for option in options:
+            if getattr(args, option):
+                setattr(args, option, self.node.resolve_topic_name(getattr(args, option)))
 
     def spin_until(self, done: Callable[[], bool], timeout_s: float) -> bool:
         """Spin until `done()` (True) or `timeout_s` seconds pass (False; 0 = no limit)."""
@@ -59,13 +68,40 @@ def add_robot_topic_arguments(parser: argparse.ArgumentParser, odom_help: str) -
     """--color-topic, --depth-topic and --odom-topic, defaulting to robot.launch.yaml's."""
     parser.add_argument("--color-topic", default=ROBOT_COLOR_TOPIC, metavar="TOPIC",
                         help="colour image topic (robot.launch.yaml color_topic; the simulator bridge's: "
-                             "/camera/color/image_raw)")
+                             "camera/color/image_raw)")
     parser.add_argument("--depth-topic", default=ROBOT_DEPTH_TOPIC, metavar="TOPIC",
                         help="depth registered to the colour image (robot.launch.yaml depth_topic; the simulator "
-                             "bridge's: /camera/depth/image_raw)")
-    parser.add_argument("--odom-topic", default="/odom", metavar="TOPIC", help=odom_help)
+                             "bridge's: camera/depth/image_raw)")
+    parser.add_argument("--odom-topic", default="odom", metavar="TOPIC", help=odom_help)
+
+
+_NAMESPACE_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def absolute_namespace(namespace: str) -> str:
+    """`robot1` or `/fleet/robot1` as an absolute ROS namespace (`/robot1`, `/fleet/robot1`).
+
+    Raises:
+        ValueError: not a ROS namespace (tokens of letters, digits and underscores, not starting with a digit,
+            separated by single slashes), naming the value.
+    """
+    tokens = namespace.strip("/").split("/")
+    if not namespace.strip("/") or "//" in namespace or not all(_NAMESPACE_TOKEN.fullmatch(t) for t in tokens):
+        raise ValueError(f"--namespace must be a ROS namespace such as robot1 or /fleet/robot1 (letters, digits "
+                         f"and underscores, not starting with a digit, parts separated by '/'), got {namespace!r}")
+    return "/" + "/".join(tokens)
+
+
+def shell_ros_args(args: argparse.Namespace) -> list[str]:
+    """The ROS arguments of a command line made by `add_ros_args`: --namespace as `-r __ns:=/NS`, then --ros-args.
+    Call it before any ROS work: a bad namespace raises ValueError naming it."""
+    ns = ["-r", f"__ns:={absolute_namespace(args.namespace)}"] if args.namespace else []
+    return ns + list(args.ros_args)
 
 
 def add_ros_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namespace", default="", metavar="NS",
+                        help="the robot's namespace (the launch file's namespace:=NS): relative topic names, "
+                             "the defaults among them, resolve under /NS; none by default")
     parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
                         help="everything after this goes to ROS (e.g. -p use_sim_time:=true); none by default")

@@ -24,6 +24,8 @@ Subscribes:
     /memnav/policy_state        std_msgs/String JSON (policy_node's: the layer and belief of each decision go
                                 into the results file's ended_by and stop_belief; see AgentStates)
 Services (std_srvs/Trigger): ~/reset (restart the episode), ~/next_episode.
+Names: every topic above is relative to the node's namespace (/odom is /robot1/odom under `-r __ns:=/robot1` or
+the launch files' `namespace` argument), as in every memnav node; a recorded bag keeps the names above.
 Parameters: the fields of RunnerConfig, SimConfig (prefix "sim."), BridgeConfig and RecordConfig (prefix
 "record.") below.
 Modes: `lockstep` true publishes one observation after each action (evaluation, deterministic);
@@ -56,7 +58,8 @@ from memnav.sim.houses import read_semantic_classes
 from memnav.sim.metrics import aggregate, lifelong_known_house_spl, lifelong_spl_by_visit, lifelong_summary
 from memnav.sim.runner import EpisodeRunner, RunnerConfig
 
-# topic -> (message type, reliable, transient local, history depth): what the bridge offers, and records
+# topic -> (message type, reliable, transient local, history depth): what the bridge offers (relative to its
+# namespace) and records (under these names)
 TOPICS = {
     "/camera/color/image_raw": ("sensor_msgs/msg/Image", False, False, 5),
     "/camera/depth/image_raw": ("sensor_msgs/msg/Image", False, False, 5),
@@ -225,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
                                "visits are counted from this launch's first episode")
     tf_class = tf_message_class()
     topics = TOPICS | (TF_TOPICS if tf_class is not None else {})
-    pubs = {name: node.create_publisher(message_class(mtype), name, publisher_qos((qos_profile(rel, lat, depth),)))
+    # published under the node's namespace (`odom` is /odom, or /robot1/odom with __ns:=/robot1); a bag keeps
+    # the names without it, which memnav eval-bag reads
+    pubs = {name: node.create_publisher(message_class(mtype), name.lstrip("/"),
+                                        publisher_qos((qos_profile(rel, lat, depth),)))
             for name, (mtype, rel, lat, depth) in topics.items()}
     if writer is not None:
         for name, (mtype, rel, lat, depth) in topics.items():
@@ -388,9 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.exit_when_done:
             done["flag"] = True
 
-    node.create_subscription(String, "/memnav/action", on_action, 10)
-    node.create_subscription(String, "/memnav/policy_state", on_policy_state, 50)
-    node.create_subscription(Twist, "/cmd_vel", on_cmd, 10)
+    node.create_subscription(String, "memnav/action", on_action, 10)
+    node.create_subscription(String, "memnav/policy_state", on_policy_state, 50)
+    node.create_subscription(Twist, "cmd_vel", on_cmd, 10)
     node.create_service(Trigger, "~/reset", srv_reset)
     node.create_service(Trigger, "~/next_episode", srv_next)
 

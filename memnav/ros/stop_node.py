@@ -87,7 +87,7 @@ def build(node) -> Callable[[], None]:
     calibrator = load_calibrator(resolve_model_path(cfg.calibration, "calibration"), FEATURES)
     controller = VoIStopController.from_config(voi_cfg)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    pub = node.create_publisher(String, "/memnav/stop_decision", 10)
+    pub = node.create_publisher(String, "memnav/stop_decision", 10)
     colours: StampedQueue = StampedQueue(cfg.image_queue_size)   # raw colour messages by stamp
     # goal embedding (stamp, vector); goal image features (stamp, Features): they belong together when the
     # stamps agree (encoder_node copies the goal image's header)
@@ -155,10 +155,10 @@ def build(node) -> Callable[[], None]:
     def on_colour(msg: Image) -> None:
         colours.push(stamp_to_ns(msg.header.stamp), msg)   # converted only if verification needs it
 
-    node.create_subscription(Image, "/memnav/embedding", on_embedding, 10)
-    node.create_subscription(Image, "/memnav/goal_embedding", on_goal_embedding, latched)
-    node.create_subscription(Image, "/memnav/goal_image", on_goal_image, latched)
-    node.create_subscription(Image, "/camera/color/image_raw", on_colour, qos_profile_sensor_data)
+    node.create_subscription(Image, "memnav/embedding", on_embedding, 10)
+    node.create_subscription(Image, "memnav/goal_embedding", on_goal_embedding, latched)
+    node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
+    node.create_subscription(Image, "camera/color/image_raw", on_colour, qos_profile_sensor_data)
     return lambda: None
 
 

@@ -99,6 +99,23 @@ def test_frames_before_the_goal_and_after_its_end_are_not_decided_on():
     assert g.due(5.0, 5.0) is None
 
 
+def test_lockstep_decides_a_goal_sent_later_on_the_frame_the_simulator_waits_on():
+    # a lock-step simulator holds its frame until an action comes (re-sending it with its stamp), so a goal sent
+    # from outside after that frame must be decided on it, or neither side ever moves
+    g = gate(True)
+    frame(g, 50 * MS)
+    start_goal(g, 100 * MS)
+    got = g.due(0.0, 0.0)
+    assert got is not None and got.stamp_ns == 50 * MS
+    g.taking(got.stamp_ns)
+    g.goal_over()                                  # it stopped there
+    frame(g, 50 * MS)                              # the simulator re-sends the frame it stopped on
+    start_goal(g, 300 * MS)                        # the next goal: that frame was decided on already
+    assert g.due(0.0, 0.0) is None
+    frame(g, 310 * MS)
+    assert g.due(0.0, 0.0).stamp_ns == 310 * MS
+
+
 def test_a_goal_without_depth_waits_for_it_and_late_depth_restarts_the_goal():
     g = gate(True, goal_depth_wait_s=0.5)
     start_goal(g, 100 * MS, wall_s=1.0, with_depth=False)

@@ -18,8 +18,9 @@ from conftest import isolated_ros_env, run_memnav, stop_processes  # noqa: E402
 from memnav.cli import main  # noqa: E402
 
 
-def _safety(env: dict, log, state_file) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args", "-p",
+def _safety(env: dict, log, state_file, namespace: str = "") -> subprocess.Popen:
+    ns = ["-r", f"__ns:={namespace}"] if namespace else []
+    return subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args", *ns, "-p",
                              f"estop_state_file:={state_file}"], stdout=log.open("a"), stderr=subprocess.STDOUT,
                             env=env)
 
@@ -61,6 +62,32 @@ def test_estop_is_confirmed_by_the_safety_node_kept_across_its_restart_and_fails
     alone = run_memnav(["estop", "engage", "--timeout", "1"], isolated_ros_env(97), 60)
     assert alone.returncode == 2
     assert "no subscriber of /memnav/estop within 1 s" in alone.stderr and "Nothing was engaged" in alone.stderr
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_two_robots_in_namespaces_have_separate_estops_and_state_files(tmp_path):
+    # one domain, one computer, one estop_state_file setting (robot.yaml's): each robot keeps its own stop
+    env = isolated_ros_env(109)
+    state_file = tmp_path / "kept" / "estop.json"
+    nodes = {ns: _safety(env, tmp_path / f"safety_{ns}.log", state_file, f"/{ns}") for ns in ("robot1", "robot2")}
+    try:
+        engaged = run_memnav(["estop", "engage", "--namespace", "robot1", "--timeout", "30"], env, 60)
+        assert engaged.returncode == 0, engaged.stderr
+        statuses = {}
+        for ns in nodes:
+            status = run_memnav(["estop", "status", "--namespace", ns, "--timeout", "30"], env, 60)
+            assert status.returncode == 0, status.stderr
+            statuses[ns] = json.loads(status.stdout)["estop"]
+        assert statuses == {"robot1": True, "robot2": False}
+        assert json.loads((tmp_path / "kept" / "robot1" / "estop.json").read_text())["engaged"] is True
+        assert not state_file.exists()
+        assert not (tmp_path / "kept" / "robot2" / "estop.json").exists()   # never engaged: nothing to keep
+        # no safety node in the root namespace: the command says so rather than engaging another robot's
+        alone = run_memnav(["estop", "engage", "--timeout", "1"], env, 60)
+        assert alone.returncode == 2 and "no subscriber of /memnav/estop" in alone.stderr
+    finally:
+        stop_processes(nodes.values())
 
 
 def test_bad_estop_options_are_refused(capsys):
