@@ -31,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("memnav.ros.check_command",
               "listen to a robot's camera, depth and odometry and say whether memnav can run on them"),
     "goal": ("memnav.ros.goal_command",
-             "capture a goal photo with the robot's camera; send one to the robot (and follow it to its STOP)"),
+             "capture a goal photo with the robot's camera; send one to the robot (and follow it to its STOP); "
+             "cancel the goal it works on"),
     "estop": ("memnav.ros.estop_command", "engage or release the safety node's emergency stop, confirmed"),
     "record": ("memnav.ros.record_command", "record live topics into a rosbag2 bag (mcap or sqlite3)"),
     "replay": ("memnav.ros.replay_command", "publish a bag into the live graph with /clock (rate, loop, remaps)"),

@@ -1,4 +1,5 @@
-"""`memnav goal capture|send`: take a goal photo with the robot's camera, and send a goal photo to the robot.
+"""`memnav goal capture|send|cancel`: take a goal photo with the robot's camera, send a goal photo to the robot,
+and give up the goal it is working on.
 
 The workflow on a robot (robot.launch.yaml running): drive the robot to a spot, `memnav goal capture
 goals/kitchen.png` saves what its camera sees there (colour, registered depth, the capture's record); later, from
@@ -14,7 +15,11 @@ send publishes (reliable, transient local, depth 1: a policy node started later 
 command runs):
     /memnav/goal_depth  sensor_msgs/Image 32FC1 (when the photo has depth), then
     /memnav/goal_image  sensor_msgs/Image rgb8, both with the same stamp
-send --wait subscribes /memnav/action and /memnav/policy_state (std_msgs/String).
+send --wait subscribes /memnav/action, /memnav/policy_state and /memnav/goal_status (std_msgs/String); Ctrl-C
+while it waits cancels the goal (policy_node's ~/cancel_goal), and a goal cancelled from elsewhere ends it too.
+cancel calls ~/cancel_goal (std_srvs/Trigger) of the policy node (--node): the robot stops at once and waits for
+the next goal.
+All topic names are relative: under --namespace NS they are /NS/memnav/goal_image and so on.
 
 The goal's stamp matters: the policy node acts only on camera frames stamped at or after it. By default it is
 this computer's clock (the node's: `--ros-args -p use_sim_time:=true` takes /clock); `--stamp-topic` stamps
@@ -38,6 +43,8 @@ from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, 
 GOAL_IMAGE_TOPIC = "memnav/goal_image"
 GOAL_DEPTH_TOPIC = "memnav/goal_depth"
 QUIET_HINT_S = 10.0   # send --wait: say what to check when the policy node has not acted after this long
+CANCEL_TIMEOUT_S = 5.0   # send --wait, Ctrl-C: how long the policy node's ~/cancel_goal may take to answer
+ENDED_WITHOUT_STOP = ("cancelled", "ended")   # goal statuses that end a goal without the robot's STOP
 ODOM_WAIT_S = 3.0   # send --wait: how long to wait for odometry (where the robot stops) before the first goal
 ODOM_TOLERANCE_NS = 500_000_000   # the capture's recorded pose: odometry stamped within this of the frame
 
@@ -98,13 +105,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="with --wait: write how each goal ended (stopped, actions, seconds, last policy state, "
                           "distance from where the photo was taken)")
     snd.add_argument("--no-progress", action="store_true", help="with --wait: no progress line on stderr")
+    snd.add_argument("--node", default="policy_node", metavar="NAME",
+                     help="with --wait: the policy node whose ~/cancel_goal Ctrl-C calls")
     add_ros_args(snd)
+
+    can = sub.add_parser(
+        "cancel", help="give up the goal the robot is working on: it stops and waits for the next goal",
+        description="Call the policy node's ~/cancel_goal service: the robot's velocity goes to zero at once and "
+                    "the policy node takes no more actions until the next goal (no STOP action is sent). Status 0 "
+                    "when a goal was cancelled, 1 when none was being worked on, 2 when no policy node answered. "
+                    "Ctrl-C during `memnav goal send --wait` does the same for the goal it sent.",
+        formatter_class=parser.formatter_class)
+    can.add_argument("--node", default="policy_node", metavar="NAME",
+                     help="the policy node's name (robot.launch.yaml's and sim.launch.yaml's: policy_node)")
+    can.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                     help="fail when the policy node has not answered within this many seconds")
+    add_ros_args(can)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "capture":
         return capture(args)
+    if args.action == "cancel":
+        return cancel(args)
     return send(args)
+
+
+def cancel(args: argparse.Namespace) -> int:
+    check_seconds(args.timeout, "--timeout")
+    ros_args = shell_ros_args(args)
+    ros = Ros("memnav_goal_cancel", ros_args)
+    try:
+        cancelled, message = cancel_goal(ros, args.node, args.timeout)
+    finally:
+        ros.close()
+    if not cancelled:
+        print(f"memnav goal cancel: {message}: nothing to cancel", file=sys.stderr)
+        return 1
+    body = json.loads(message)
+    print(f"goal cancelled (stamp {body['goal_stamp_ns']} ns, after {body['actions']} actions): the robot stands "
+          "and waits for the next goal", file=sys.stderr)
+    return 0
+
+
+def cancel_goal(ros: Ros, node_name: str, timeout_s: float) -> tuple[bool, str]:
+    """Call `node_name`'s ~/cancel_goal; (whether a goal was cancelled, the service's message).
+
+    Raises:
+        RuntimeError: no such service, or no answer, within `timeout_s`.
+    """
+    from std_srvs.srv import Trigger
+
+    client = ros.node.create_client(Trigger, f"{node_name}/cancel_goal")
+    if not ros.spin_until(client.service_is_ready, timeout_s):
+        raise RuntimeError(f"no service {client.service_name} within {timeout_s:g} s: is policy_node running (memnav "
+                           "launch robot.launch.yaml) on this ROS_DOMAIN_ID, in this namespace (--namespace), under "
+                           "this name (--node)? Nothing was cancelled")
+    future = client.call_async(Trigger.Request())
+    if not ros.spin_until(future.done, timeout_s):
+        raise RuntimeError(f"{client.service_name} did not answer within {timeout_s:g} s")
+    resp = future.result()
+    return bool(resp.success), str(resp.message)
 
 
 def capture(args: argparse.Namespace) -> int:
@@ -250,7 +311,8 @@ def send(args: argparse.Namespace) -> int:
     ros = Ros("memnav_goal_send", ros_args)
     ros.resolve_topics(args, "odom_topic", "stamp_topic")   # full names, as the graph names them
     node = ros.node
-    state: dict[str, Any] = {"counting": False, "pose": None}   # pose: (arrival s, Pose2D) of the newest odometry
+    # pose: (arrival s, Pose2D) of the newest odometry; statuses: goal stamp -> its newest status (goal_status)
+    state: dict[str, Any] = {"counting": False, "pose": None, "statuses": {}, "goal_stamp_ns": None}
     results = []
     try:
         stamp = _stamp_source(ros, args.stamp_topic, args.match_timeout, qos_profile_sensor_data)
@@ -278,40 +340,66 @@ def send(args: argparse.Namespace) -> int:
                 except conv.MessageError:
                     pass
 
+            def on_status(msg: String) -> None:
+                try:
+                    body = json.loads(msg.data)
+                    state["statuses"][int(body["goal_stamp_ns"])] = str(body["status"])
+                except (ValueError, TypeError, KeyError):
+                    return
+
             node.create_subscription(String, "memnav/action", on_action, 10)
             node.create_subscription(String, "memnav/policy_state", on_state, 10)
+            node.create_subscription(String, "memnav/goal_status", on_status, _latched_qos())
             if args.odom_topic:
                 node.create_subscription(Odometry, args.odom_topic, on_odom, qos_profile_sensor_data)
                 if not ros.spin_until(lambda: state["pose"] is not None, ODOM_WAIT_S):
                     print(f"memnav goal send: no odometry on {args.odom_topic} within {ODOM_WAIT_S:g} s: where the "
                           "robot stops is not reported (--odom-topic)", file=sys.stderr)
         publish = GoalPublisher(ros, args.frame_id, args.match_timeout)
+        interrupted = False
         for i, (photo, goal) in enumerate(zip(args.photos, goals)):
             if len(goals) > 1:
                 print(f"goal {i + 1} of {len(goals)}: {photo}", file=sys.stderr)
             state.update(counting=False, actions=0, stopped=False, policy_state=None, last_action=None, states=0,
                          stop_pose=None)
             goal_stamp_ns = publish(goal, stamp(), photo)
-            state["counting"] = True
+            state["counting"], state["goal_stamp_ns"] = True, goal_stamp_ns
             sent_s = time.monotonic()
             if not args.wait:
                 return 0
-            ok = _follow(ros, state, args.timeout, not args.no_progress)
+            try:
+                ok = _follow(ros, state, args.timeout, not args.no_progress)
+            except KeyboardInterrupt:   # the user wants the robot to stop going there: cancel, as Nav2 clients do
+                interrupted = True
+                print("\nCtrl-C: cancelling the goal ...", file=sys.stderr)
+                cancelled, message = cancel_goal(ros, args.node, CANCEL_TIMEOUT_S)
+                if cancelled:
+                    state["statuses"][goal_stamp_ns] = "cancelled"
+                else:
+                    print(f"memnav goal send: the policy node had no goal to cancel ({message})", file=sys.stderr)
+                ok = False
             took_s = time.monotonic() - sent_s
             results.append(_goal_result(photo, goal, goal_stamp_ns, ok, took_s, state, args.odom_topic))
             _print_result(results[-1], args.timeout)
+            if interrupted or results[-1]["ended_by"] == "cancelled":
+                if i + 1 < len(goals):
+                    print(f"the tour ends here: {len(goals) - i - 1} goal(s) not sent", file=sys.stderr)
+                break
     finally:
         ros.close()
     stopped, reached = sum(r["stopped"] for r in results), sum(r["reached"] for r in results)
-    summary: dict[str, Any] = {**results[0]} if len(results) == 1 else {}
-    summary.update(goals=results, goals_stopped=stopped, goals_reached=reached, all_reached=reached == len(results))
-    if len(results) > 1:
-        print(f"{reached} of {len(results)} goals ended at the robot's own STOP"
+    summary: dict[str, Any] = {**results[0]} if len(goals) == 1 else {}
+    summary.update(goals=results, goals_sent=len(results), goals_stopped=stopped, goals_reached=reached,
+                   all_reached=reached == len(goals), interrupted=interrupted)
+    if len(goals) > 1:
+        print(f"{reached} of {len(goals)} goals ended at the robot's own STOP"
               + (f", {stopped - reached} at the action budget" if stopped > reached else ""))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
-    return 0 if reached == len(results) else 1
+    if interrupted:
+        return 130
+    return 0 if reached == len(goals) else 1
 
 
 class GoalPublisher:
@@ -319,11 +407,9 @@ class GoalPublisher:
     acknowledged them; the publishers stay for the next goal."""
 
     def __init__(self, ros: Ros, frame_id: str, timeout_s: float) -> None:
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image
 
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = _latched_qos()
         self.ros, self.frame_id, self.timeout_s = ros, frame_id, timeout_s
         self.image = ros.node.create_publisher(Image, GOAL_IMAGE_TOPIC, latched)
         self._depth_pub = lambda: ros.node.create_publisher(Image, GOAL_DEPTH_TOPIC, latched)
@@ -362,11 +448,20 @@ class GoalPublisher:
         return stamp_to_ns(msg_stamp)
 
 
+def _latched_qos():
+    """Reliable, transient local, depth 1: the goal topics' QoS and the goal status's."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
 def _goal_result(photo: Path, goal: GoalPhoto, stamp_ns: int, stopped: bool, took_s: float, state: dict,
                  odom_topic: str) -> dict:
     """One goal's record: how it ended, and with odometry where the robot stopped against where the photo was
     taken (meaningful when both poses are in one odometry frame: the same boot, or odometry in a fixed map)."""
-    ended_by = (state["policy_state"] or {}).get("mode") if stopped else None
+    status = state["statuses"].get(stamp_ns)
+    ended_by = (state["policy_state"] or {}).get("mode") if stopped else \
+        status if status in ENDED_WITHOUT_STOP else None
     out: dict[str, Any] = {"photo": str(photo), "stopped": stopped, "ended_by": ended_by,
                            "reached": stopped and ended_by != "budget", "actions": state["actions"],
                            "seconds": round(took_s, 2), "depth": goal.depth_m is not None, "goal_stamp_ns": stamp_ns,
@@ -390,6 +485,13 @@ def _goal_result(photo: Path, goal: GoalPhoto, stamp_ns: int, stopped: bool, too
 
 
 def _print_result(result: dict, timeout_s: float) -> None:
+    if result["ended_by"] == "cancelled":
+        print(f"the goal was cancelled after {result['actions']} actions, {result['seconds']:.1f} s: the robot "
+              "stands and waits for the next goal", file=sys.stderr)
+        return
+    if result["ended_by"] == "ended":
+        print(f"the simulator ended the episode (its step limit) after {result['actions']} actions", file=sys.stderr)
+        return
     if not result["stopped"]:
         print(f"memnav goal send: no STOP within {timeout_s:g} s ({result['actions']} actions)", file=sys.stderr)
         return
@@ -453,10 +555,10 @@ def _follow(ros: Ros, state: dict, timeout_s: float, progress: bool) -> bool:
             print(f"\r{state['actions']} actions, last {state['last_action'] or '-'}, mode {ps.get('mode', '-')}"
                   + (f", belief {belief:.2f}" if isinstance(belief, (int, float)) else "") + "   ",
                   end="", file=sys.stderr, flush=True)
-        return state["stopped"]
+        return state["stopped"] or state["statuses"].get(state["goal_stamp_ns"]) in ENDED_WITHOUT_STOP
 
     try:
-        stopped = ros.spin_until(done, timeout_s)
+        stopped = ros.spin_until(done, timeout_s) and state["stopped"]
         if stopped:   # the STOP's policy state (its belief) travels on another topic: wait for it briefly
             n = state["states"]
             ros.spin_until(lambda: state["states"] > n and (state["policy_state"] or {}).get("action") == "STOP", 1.0)

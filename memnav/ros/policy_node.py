@@ -10,6 +10,10 @@ Subscribes:
 Publishes:
     /memnav/action              std_msgs/String  STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT
     /cmd_vel                    geometry_msgs/Twist (each action as a velocity held for `action_duration_s`)
+    /memnav/goal_status         std_msgs/String JSON {goal_stamp_ns, status, actions, mode}: "active" when a goal
+                                starts; then "stopped" (the agent's STOP), "budget" (real time: max_steps spent,
+                                a STOP), "cancelled" (~/cancel_goal) or "ended" (the simulator's episode result)
+                                (reliable, transient local: a late subscriber gets the newest)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
                                 stop_reason, goal_probability, places, mode: "policy", "homing",
                                 "look", "explore", "candidate", "approach", "sweep", "best_view", "stop" or
@@ -25,6 +29,9 @@ Publishes:
     /memnav/search_markers      visualization_msgs/MarkerArray: the RGB-D goal estimate, the goal candidate
                                 being checked and the best view so far
 Services (std_srvs/Trigger):
+    ~/cancel_goal the goal being worked on is given up: zero velocity at once, no more actions until the next
+                  goal, goal status "cancelled" (no STOP action: a STOP would tell a simulator the agent thinks it
+                  has arrived); fails, saying so, when no goal is being worked on
     ~/relocalise  the robot was moved without its odometry knowing (carried, kidnapped): the long-term memory
                   relocalises from agreeing loop closures, the occupancy map is dropped, and the current goal's
                   search starts over from where the robot stands
@@ -249,6 +256,7 @@ def build(node) -> Callable[[], None]:
     pub_action = node.create_publisher(String, "memnav/action", 10)
     pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
     pub_state = node.create_publisher(String, "memnav/policy_state", 10)
+    pub_status = node.create_publisher(String, "memnav/goal_status", latched)
     show_search = nav.cfg.explore and cfg.map_period_s > 0
     if show_search:
         pub_map = node.create_publisher(OccupancyGrid, "memnav/map", latched)
@@ -266,6 +274,12 @@ def build(node) -> Callable[[], None]:
     def now_s() -> float:
         return node.get_clock().now().nanoseconds / 1e9
 
+    def goal_status(status: str, goal_stamp_ns: int | None, mode: str | None = None) -> None:
+        """Say what became of the goal stamped `goal_stamp_ns` (see the module's docstring)."""
+        if goal_stamp_ns is not None:
+            pub_status.publish(String(data=json.dumps({"goal_stamp_ns": goal_stamp_ns, "status": status,
+                                                       "actions": st["actions"], "mode": mode})))
+
     def begin(depth_followed: bool = False) -> None:
         """Start the newest goal; `depth_followed`: it started without depth and its depth came before any
         decision, so the same episode goes on with an RGB-D goal (no new visit: the memory stays as it is)."""
@@ -280,6 +294,7 @@ def build(node) -> Callable[[], None]:
             return
         gate.goal_started(t_goal, rgb, depth, time.monotonic())
         st["actions"] = 0
+        goal_status("active", t_goal)
         if depth_followed:
             node.get_logger().info("goal depth arrived before any decision: the episode goes on with an RGB-D goal")
         else:
@@ -316,9 +331,13 @@ def build(node) -> Callable[[], None]:
 
     def on_result(msg: String) -> None:
         try:
-            gate.episode_ended(int(json.loads(msg.data).get("goal_stamp_ns", -1)))
+            ended = int(json.loads(msg.data).get("goal_stamp_ns", -1))
         except (ValueError, TypeError, AttributeError, OverflowError) as err:   # OverflowError: int(1e400)
             drop("episode result", err)
+            return
+        if ended == gate.goal_stamp_ns:
+            goal_status("ended", ended)
+        gate.episode_ended(ended)
 
     def on_rgb(msg: Image) -> None:
         got = convert("colour image", conv.image_to_rgb, msg)
@@ -371,6 +390,7 @@ def build(node) -> Callable[[], None]:
         if show_search:
             publish_search(final=action == Action.STOP)
         if action == Action.STOP:
+            goal_status("budget" if mode == "budget" else "stopped", gate.goal_stamp_ns, mode)
             gate.goal_over()
 
     def over_budget(actions: int) -> bool:
@@ -432,7 +452,22 @@ def build(node) -> Callable[[], None]:
         node.get_logger().info(f"relocalising: {resp.message}")
         return resp
 
+    def srv_cancel_goal(_req, resp):
+        goal = gate.goal_stamp_ns
+        if goal is None:
+            resp.success, resp.message = False, "no goal is being worked on"
+            return resp
+        gate.goal_over()
+        gate.hold((0.0, 0.0), now_s())   # zero at once, not at the end of the action being carried out
+        publish_cmd()
+        goal_status("cancelled", goal)
+        resp.success = True
+        resp.message = json.dumps({"goal_stamp_ns": goal, "actions": st["actions"]})
+        node.get_logger().info(f"goal cancelled after {st['actions']} actions: waiting for the next goal")
+        return resp
+
     node.create_service(Trigger, "~/relocalise", srv_relocalise)
+    node.create_service(Trigger, "~/cancel_goal", srv_cancel_goal)
     if not cfg.lockstep:
         node.create_timer(0.05, on_tick)
     return agent.close

@@ -28,9 +28,13 @@ class Ros:
     def __init__(self, name: str, ros_args: list[str]) -> None:
         os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")
         import rclpy
+        from rclpy.signals import SignalHandlerOptions
 
         self.rclpy = rclpy
-        rclpy.init(args=[name, "--ros-args", *ros_args] if ros_args else [name])
+        # Ctrl-C raises KeyboardInterrupt here (within a spin's 0.1 s) with the node still up, so a command can
+        # still talk to the robot (goal send --wait cancels its goal); rclpy's own handler would shut it down first
+        rclpy.init(args=[name, "--ros-args", *ros_args] if ros_args else [name],
+                   signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node(name)
 
     def resolve_topics(self, args: argparse.Namespace, *options: str) -> None:

@@ -6,11 +6,16 @@
    to policy_node, which takes it as an RGB-D goal, drives, and calls STOP (it stands where the photo was taken),
    which ends the command with status 0 and says it stopped within 0.5 m of the capture's odometry pose; a tour
    of two goals ends at two STOPs.
-2. Bad options and files are refused before any ROS work, and an earlier capture is left as it was.
+2. `memnav goal cancel` gives up the goal being worked on: the robot stops at once and stays, and a
+   `memnav goal send --wait` following that goal ends (status 1, ended by "cancelled"); Ctrl-C of `goal send
+   --wait` cancels its goal the same way (status 130); with no goal, cancel says so (status 1).
+3. Bad options and files are refused before any ROS work, and an earlier capture is left as it was.
 """
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -95,6 +100,93 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
         stop_processes(procs)
 
 
+def _odom_pose(tmp_path, env, name: str) -> tuple[float, float, float]:
+    """The robot's odometry pose now, as `memnav goal capture` records it."""
+    cap = run_memnav(["goal", "capture", str(tmp_path / name), "--color-topic", SIM_COLOR, "--depth-topic",
+                      SIM_DEPTH, "--timeout", "30"], env, 90)
+    assert cap.returncode == 0, cap.stderr
+    pose = read_goal_photo(tmp_path / f"{name}.png").meta["odom_pose"]
+    return pose["x_m"], pose["y_m"], pose["yaw_rad"]
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_path):
+    from memnav.core.frames import habitat_to_map
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+    from memnav.sim.episodes import load_episodes
+
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
+    episode = load_episodes(data, "test")[0]
+    sim = EmbeddedSimulator(config=SimConfig())
+    sim.reset(episode)
+    goal_xy = habitat_to_map(np.asarray(episode.goal.position, dtype=np.float64))[:2]
+    goal = tmp_path / "goal.png"   # the episode's goal view, metres from the start: the robot has to search
+    write_goal_photo(goal, GoalPhoto(sim.goal_observation.rgb, sim.goal_observation.depth, {"odom_pose": {
+        "x_m": float(goal_xy[0]), "y_m": float(goal_xy[1]), "yaw_rad": float(episode.goal_yaw_rad())}}))
+    env = isolated_ros_env(113)
+    logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
+                          "-p", "split:=test", "-p", "lockstep:=false", "-p", "rate_hz:=10.0",
+                          "-r", "/memnav/goal_image:=/sim/goal_image", "-r", "/memnav/goal_depth:=/sim/goal_depth"],
+                         stdout=logs["bridge"].open("w"), stderr=subprocess.STDOUT, env=env),
+        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
+                          "-p", "max_steps:=400", "-p", "action_duration_s:=0.25", "-p", "collision_fraction:=0.4"],
+                         stdout=logs["policy"].open("w"), stderr=subprocess.STDOUT, env=env)]
+
+    def report() -> str:
+        return "\n".join(f"--- {name}\n{path.read_text()[-2000:]}" for name, path in logs.items())
+
+    def send_and_drive(json_path):
+        """`goal send --wait` of the far goal, returned once the policy node has acted on it for a few seconds."""
+        sending = subprocess.Popen([sys.executable, "-m", "memnav.cli", "goal", "send", str(goal), "--wait",
+                                    "--json", str(json_path), "--no-progress"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 90
+        started = logs["policy"].read_text().count("new goal image")
+        while logs["policy"].read_text().count("new goal image") <= started and time.monotonic() < deadline:
+            if sending.poll() is not None:
+                break
+            time.sleep(0.5)
+        time.sleep(4.0)   # about 16 actions of 0.25 s: it is driving
+        return sending
+
+    try:
+        idle = run_memnav(["goal", "cancel", "--timeout", "60"], env, 120)   # nothing sent yet
+        assert idle.returncode == 1 and "no goal is being worked on: nothing to cancel" in idle.stderr, \
+            idle.stderr + report()
+        # 1. cancelled from another shell
+        sending = send_and_drive(tmp_path / "first.json")
+        assert sending.poll() is None, sending.communicate()[1] + report()
+        cancelled = run_memnav(["goal", "cancel"], env, 60)
+        assert cancelled.returncode == 0 and "goal cancelled" in cancelled.stderr, cancelled.stderr + report()
+        out, err = sending.communicate(timeout=30)
+        assert sending.returncode == 1, err
+        result = json.loads((tmp_path / "first.json").read_text())
+        assert result["ended_by"] == "cancelled" and not result["stopped"] and not result["reached"], result
+        assert result["actions"] >= 2 and "the goal was cancelled after" in err
+        # the robot stands: its odometry does not move over two seconds
+        before = _odom_pose(tmp_path, env, "after_cancel_1")
+        time.sleep(2.0)
+        assert _odom_pose(tmp_path, env, "after_cancel_2") == pytest.approx(before, abs=1e-6)
+        assert "goal cancelled after" in logs["policy"].read_text()
+        # 2. Ctrl-C of goal send --wait cancels its goal
+        sending = send_and_drive(tmp_path / "second.json")
+        assert sending.poll() is None, sending.communicate()[1] + report()
+        sending.send_signal(signal.SIGINT)
+        out, err = sending.communicate(timeout=30)
+        assert sending.returncode == 130, err + report()
+        assert "Ctrl-C: cancelling the goal" in err and "the goal was cancelled after" in err
+        result = json.loads((tmp_path / "second.json").read_text())
+        assert result["ended_by"] == "cancelled" and result["interrupted"] is True, result
+        again = run_memnav(["goal", "cancel"], env, 60)
+        assert again.returncode == 1 and "nothing to cancel" in again.stderr   # the policy node has no goal left
+    finally:
+        stop_processes(procs)
+
+
 def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_stays(tmp_path, capsys):
     photo = tmp_path / "g.png"
     rgb = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
@@ -116,6 +208,7 @@ def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_sta
         (["goal", "capture", str(tmp_path / "new.png"), "--timeout", "-1"], "--timeout must be"),
         (["goal", "capture", str(tmp_path / "new.png"), "--sync-tolerance", "inf"], "--sync-tolerance must be"),
         (["goal", "capture", str(photo / "below.png")], "is a file, not a folder"),
+        (["goal", "cancel", "--timeout", "0"], "--timeout must be a number of seconds > 0"),
     ]
     for args, expected in cases:
         assert main(args) == 2, args
