@@ -8,7 +8,8 @@
    of two goals ends at two STOPs.
 2. `memnav goal cancel` gives up the goal being worked on: the robot stops at once and stays, and a
    `memnav goal send --wait` following that goal ends (status 1, ended by "cancelled"); Ctrl-C of `goal send
-   --wait` cancels its goal the same way (status 130); with no goal, cancel says so (status 1).
+   --wait` cancels its goal the same way (status 130); with no goal, cancel says so (status 1). `memnav status`
+   names the running nodes and how the goal ended.
 3. Bad options and files are refused before any ROS work, and an earlier capture is left as it was.
 """
 import json
@@ -172,6 +173,15 @@ def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_pat
         time.sleep(2.0)
         assert _odom_pose(tmp_path, env, "after_cancel_2") == pytest.approx(before, abs=1e-6)
         assert "goal cancelled after" in logs["policy"].read_text()
+        # memnav status: the nodes that run, and the goal's end
+        status = run_memnav(["status", "--json", str(tmp_path / "status.json")], env, 60)
+        assert status.returncode == 0, status.stdout + status.stderr
+        body = json.loads((tmp_path / "status.json").read_text())
+        assert body["nodes"] == ["policy_node", "sim_bridge_node"] and "safety_node" in body["not_running"]
+        assert body["goal_status"]["status"] == "cancelled" and body["goal_status"]["actions"] == result["actions"]
+        assert "goal: ended: cancelled" in status.stdout
+        elsewhere = run_memnav(["status", "--namespace", "robot9", "--listen", "1"], env, 60)
+        assert elsewhere.returncode == 1 and "a policy node runs in /: try no --namespace" in elsewhere.stdout
         # 2. Ctrl-C of goal send --wait cancels its goal
         sending = send_and_drive(tmp_path / "second.json")
         assert sending.poll() is None, sending.communicate()[1] + report()

@@ -19,9 +19,10 @@ def _published() -> dict[str, tuple[str, bool | None, bool | None]]:
     out = {topic: (mtype.rsplit("/", 1)[-1], rel, lat) for topic, (mtype, rel, lat, _) in TOPICS.items()}
     aliases = {"PathMsg": "Path"}
     for src in (ROOT / "memnav" / "ros").glob("*.py"):
-        for mtype, topic, qos in re.findall(r'create_publisher\((\w+), "(/[^"]+)", (\w+)', src.read_text()):
+        for mtype, topic, qos in re.findall(r'create_publisher\((\w+), "(/?[a-z][^"]*)", (\w+)', src.read_text()):
             # a history depth alone is rclpy's default: reliable, volatile; `latched` is reliable, transient local
             known = qos.isdigit() or qos == "latched"
+            topic = "/" + topic.lstrip("/")   # the nodes' relative names, in the root namespace RViz shows
             out[topic] = (aliases.get(mtype, mtype), True if known else None, qos == "latched" if known else None)
     return out
 

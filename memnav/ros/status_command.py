@@ -1,0 +1,78 @@
+"""`memnav status`: what the running memnav stack is doing, in one look (there is no `ros2` CLI with pip-only ROS 2).
+
+Waits up to 5 s for a policy node to appear in the graph (discovery), then listens for `--listen` seconds (2 by
+default: the safety node reports every second) and prints which of the
+stack's nodes run in the namespace, the goal (/memnav/goal_status: working on it, or how it ended), the last
+decision (/memnav/policy_state), the safety node's state (/memnav/safety_status: e-stop, the velocity it
+commands, how old its inputs are) and the memory node's scene-graph counts (/memnav/scene_graph). Status 0 when a
+policy node runs in the namespace, 1 when none does (it then names the namespaces where one runs). `--json FILE`
+writes the same as one object. Summarised by memnav.core.stack_status.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from memnav.core.stack_status import Heard, summarize
+from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
+
+DISCOVERY_S = 5.0   # wait up to this long for a policy node to show in the graph before listening
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", type=float, default=2.0, metavar="S",
+                        help="listen this many seconds to the nodes' status topics (the safety node reports every "
+                             "second)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the status as JSON")
+    add_ros_args(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_seconds(args.listen, "--listen")
+    ros_args = shell_ros_args(args)   # before any ROS work
+    if args.json is not None:
+        from memnav.paths import check_output_file
+
+        check_output_file(args.json, "--json")
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    ros = Ros("memnav_status", ros_args)
+    got: dict = {}
+
+    def keep(key: str, pick=lambda body: body):
+        def callback(msg: String) -> None:
+            try:
+                got[key] = (time.monotonic(), pick(json.loads(msg.data)))
+            except (ValueError, TypeError, KeyError, AttributeError):
+                return
+        return callback
+
+    try:
+        node = ros.node
+        node.create_subscription(String, "memnav/goal_status", keep("goal"), latched)
+        node.create_subscription(String, "memnav/policy_state", keep("policy"), 10)
+        node.create_subscription(String, "memnav/safety_status", keep("safety"), 10)
+        node.create_subscription(String, "memnav/scene_graph",
+                                 keep("graph", lambda b: {**b["counts"], "localised": b.get("localised")}), latched)
+        # discovery first (a second or more on a busy graph), then the window the status topics are heard in
+        ros.spin_until(lambda: any(name == "policy_node" for name, _ in node.get_node_names_and_namespaces()),
+                       DISCOVERY_S)
+        ros.spin_until(lambda: False, args.listen)
+        end = time.monotonic()
+        heard = Heard(namespace=node.get_namespace(), nodes=node.get_node_names_and_namespaces(),
+                      now_s=node.get_clock().now().nanoseconds / 1e9, listened_s=args.listen,
+                      goal_status=got.get("goal", (0, None))[1], policy_state=got.get("policy", (0, None))[1],
+                      policy_state_age_s=round(end - got["policy"][0], 2) if "policy" in got else None,
+                      safety=got.get("safety", (0, None))[1], scene_graph=got.get("graph", (0, None))[1])
+    finally:
+        ros.close()
+    lines, body, ok = summarize(heard)
+    print("\n".join(lines))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(body, indent=2) + "\n")
+    return 0 if ok else 1
