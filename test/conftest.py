@@ -107,3 +107,32 @@ def run_memnav(args: list[str], env: dict, timeout_s: float) -> subprocess.Compl
 
     return subprocess.run([sys.executable, "-m", "memnav.cli", *args], capture_output=True, text=True, env=env,
                           timeout=timeout_s)
+
+
+def start_sim_robot(data: Path, env: dict, logs: Path, *, lockstep: bool, ros_args: Iterable[str] = (),
+                    bridge_args: Iterable[str] = (), policy_args: Iterable[str] = ()) -> tuple[list, callable]:
+    """The simulator bridge standing in for a robot, with its own goal moved off memnav/goal_* (so a policy node's
+    only goal is one sent to it), and a policy node, as processes of their own logging into `logs`/bridge.log and
+    `logs`/policy.log: (the processes, a function giving the tails of both logs for an assertion's message).
+
+    Real time (lockstep False): the bridge integrates /cmd_vel at 10 Hz and the policy acts every 0.25 s.
+    `ros_args` go to both (e.g. a namespace), `bridge_args` / `policy_args` to one."""
+    import sys
+
+    paths = {name: logs / f"{name}.log" for name in ("bridge", "policy")}
+    mode = ["-p", f"lockstep:={str(lockstep).lower()}"]
+    timing = [] if lockstep else ["-p", "action_duration_s:=0.25", "-p", "collision_fraction:=0.4"]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", *ros_args, *mode,
+                          "-p", f"data:={data}", "-p", "split:=test", "-p", "rate_hz:=10.0",
+                          "-r", "memnav/goal_image:=sim/goal_image", "-r", "memnav/goal_depth:=sim/goal_depth",
+                          *bridge_args],
+                         stdout=paths["bridge"].open("w"), stderr=subprocess.STDOUT, env=env),
+        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", *ros_args, *mode, *timing,
+                          *policy_args],
+                         stdout=paths["policy"].open("w"), stderr=subprocess.STDOUT, env=env)]
+
+    def report() -> str:
+        return "\n".join(f"--- {name}\n{path.read_text()[-2000:]}" for name, path in paths.items())
+
+    return procs, report

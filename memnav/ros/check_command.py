@@ -47,10 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.duration, "--duration")
     ros_args = shell_ros_args(args)   # before any ROS work
-    if args.json is not None:
-        from memnav.paths import check_output_file
-
-        check_output_file(args.json, "--json")
     color, depth, odom, cmd = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs the nodes
     transports = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "")
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())

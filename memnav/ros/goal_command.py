@@ -296,10 +296,6 @@ def send(args: argparse.Namespace) -> int:
                          "at the one before; pass --wait")
     if len(args.photos) > 1 and args.depth is not None:
         raise ValueError(f"--depth {args.depth}: names the depth of one photo, not of {len(args.photos)}")
-    if args.json is not None:
-        from memnav.paths import check_output_file
-
-        check_output_file(args.json, "--json")
     goals = [read_goal_photo(photo, args.depth, find_depth=not args.no_depth)   # all of them before any ROS work
              for photo in args.photos]
     from nav_msgs.msg import Odometry

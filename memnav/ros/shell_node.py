@@ -98,7 +98,12 @@ def absolute_namespace(namespace: str) -> str:
 
 def shell_ros_args(args: argparse.Namespace) -> list[str]:
     """The ROS arguments of a command line made by `add_ros_args`: --namespace as `-r __ns:=/NS`, then --ros-args.
-    Call it before any ROS work: a bad namespace raises ValueError naming it."""
+    Call it before any ROS work: a bad namespace raises ValueError naming it, and so does a `--json` path (if the
+    command has that option) that cannot be written."""
+    if getattr(args, "json", None) is not None:
+        from memnav.paths import check_output_file
+
+        check_output_file(args.json, "--json")
     ns = ["-r", f"__ns:={absolute_namespace(args.namespace)}"] if args.namespace else []
     return ns + list(args.ros_args)
 

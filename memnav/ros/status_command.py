@@ -32,10 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.listen, "--listen")
     ros_args = shell_ros_args(args)   # before any ROS work
-    if args.json is not None:
-        from memnav.paths import check_output_file
-
-        check_output_file(args.json, "--json")
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
 

@@ -23,7 +23,14 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import file_sha256, isolated_ros_env, make_tiny_dataset, run_memnav, stop_processes  # noqa: E402
+from conftest import (  # noqa: E402
+    file_sha256,
+    isolated_ros_env,
+    make_tiny_dataset,
+    run_memnav,
+    start_sim_robot,
+    stop_processes,
+)
 
 from memnav.cli import main  # noqa: E402
 from memnav.core.goal_photo import GoalPhoto, read_goal_photo, write_goal_photo  # noqa: E402
@@ -42,18 +49,8 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
     env = isolated_ros_env(83)
     logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
-                          "-p", "split:=test", "-p", "lockstep:=false", "-p", "rate_hz:=10.0",
-                          "-p", "auto_next:=true", "-r", "/memnav/goal_image:=/sim/goal_image",
-                          "-r", "/memnav/goal_depth:=/sim/goal_depth"],
-                         stdout=logs["bridge"].open("w"), stderr=subprocess.STDOUT, env=env),
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
-                          "-p", "max_steps:=12", "-p", "action_duration_s:=0.25", "-p", "collision_fraction:=0.4"],
-                         stdout=logs["policy"].open("w"), stderr=subprocess.STDOUT, env=env)]
-
-    def report() -> str:
-        return "\n".join(f"--- {name}\n{path.read_text()[-2000:]}" for name, path in logs.items())
+    procs, report = start_sim_robot(data, env, tmp_path, lockstep=False, bridge_args=["-p", "auto_next:=true"],
+                                    policy_args=["-p", "max_steps:=12"])
 
     try:
         # 1. capture: the robot's view now (it stands at the episode start; nothing drives it without a goal)
@@ -128,17 +125,7 @@ def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_pat
         "x_m": float(goal_xy[0]), "y_m": float(goal_xy[1]), "yaw_rad": float(episode.goal_yaw_rad())}}))
     env = isolated_ros_env(113)
     logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
-                          "-p", "split:=test", "-p", "lockstep:=false", "-p", "rate_hz:=10.0",
-                          "-r", "/memnav/goal_image:=/sim/goal_image", "-r", "/memnav/goal_depth:=/sim/goal_depth"],
-                         stdout=logs["bridge"].open("w"), stderr=subprocess.STDOUT, env=env),
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
-                          "-p", "max_steps:=400", "-p", "action_duration_s:=0.25", "-p", "collision_fraction:=0.4"],
-                         stdout=logs["policy"].open("w"), stderr=subprocess.STDOUT, env=env)]
-
-    def report() -> str:
-        return "\n".join(f"--- {name}\n{path.read_text()[-2000:]}" for name, path in logs.items())
+    procs, report = start_sim_robot(data, env, tmp_path, lockstep=False, policy_args=["-p", "max_steps:=400"])
 
     def send_and_drive(json_path):
         """`goal send --wait` of the far goal, returned once the policy node has acted on it for a few seconds."""

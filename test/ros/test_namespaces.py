@@ -20,7 +20,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 import torch  # noqa: E402
-from conftest import isolated_ros_env, make_tiny_dataset, run_memnav, stop_processes  # noqa: E402
+from conftest import isolated_ros_env, make_tiny_dataset, run_memnav, start_sim_robot, stop_processes  # noqa: E402
 
 from memnav.cli import main  # noqa: E402
 from memnav.core.goal_photo import read_goal_photo  # noqa: E402
@@ -73,20 +73,10 @@ def test_two_simulated_robots_in_namespaces_share_a_domain_without_hearing_each_
 def test_goal_commands_find_a_namespaced_robot_and_a_lockstep_simulator_drives_a_sent_goal(tmp_path):
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
     env = isolated_ros_env(107)
-    logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
-    ns = ["-r", "__ns:=/robot1"]
-    procs = [
-        # lock-step, its own goal moved off memnav/goal_* (relative: /robot1/sim/goal_image), so the only goal
-        # the policy node gets is the one sent
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", *ns,
-                          "-p", f"data:={data}", "-p", "split:=test", "-p", "lockstep:=true", "-p", "auto_next:=true",
-                          "-r", "memnav/goal_image:=sim/goal_image", "-r", "memnav/goal_depth:=sim/goal_depth"],
-                         stdout=logs["bridge"].open("w"), stderr=subprocess.STDOUT, env=env),
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", *ns, "-p", "lockstep:=true"],
-                         stdout=logs["policy"].open("w"), stderr=subprocess.STDOUT, env=env)]
-
-    def report() -> str:
-        return "\n".join(f"--- {name}\n{path.read_text()[-2000:]}" for name, path in logs.items())
+    # lock-step, the bridge's own goal moved off memnav/goal_* (relative: /robot1/sim/goal_image), so the only goal
+    # the policy node gets is the one sent
+    procs, report = start_sim_robot(data, env, tmp_path, lockstep=True, ros_args=["-r", "__ns:=/robot1"],
+                                    bridge_args=["-p", "auto_next:=true"])
 
     try:
         # the bridge holds its start frame (re-sent each second) until an action comes: nothing moves the robot
@@ -105,7 +95,7 @@ def test_goal_commands_find_a_namespaced_robot_and_a_lockstep_simulator_drives_a
         result = json.loads((tmp_path / "sent.json").read_text())
         assert result["stopped"] and result["reached"] and result["policy_state"]["action"] == "STOP"
         assert result["actions"] >= 1 and result["distance_to_capture_m"] < 0.5, result
-        assert "episode" in logs["bridge"].read_text()   # the STOP ended the bridge's episode
+        assert "episode" in (tmp_path / "bridge.log").read_text()   # the STOP ended the bridge's episode
     finally:
         stop_processes(procs)
 
