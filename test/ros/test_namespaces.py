@@ -88,6 +88,12 @@ def test_goal_commands_find_a_namespaced_robot_and_a_lockstep_simulator_drives_a
         assert goal.meta["color_topic"] == "/robot1/camera/color/image_raw"
         assert goal.meta["depth_topic"] == "/robot1/camera/depth/image_raw"
         assert goal.meta["odom_topic"] == "/robot1/odom" and goal.meta["odom_pose"] is not None
+        # the relative remap applied under the namespace: the policy node never got the bridge's own goal
+        status = run_memnav(["status", "--namespace", "robot1", "--json", str(tmp_path / "status.json")], env, 60)
+        assert status.returncode == 0, status.stdout + report()
+        body = json.loads((tmp_path / "status.json").read_text())
+        assert body["namespace"] == "/robot1" and body["nodes"] == ["policy_node", "sim_bridge_node"]
+        assert body["goal_status"] is None and "goal: none since the policy node started" in status.stdout
         # sent after the frame it shows: in lock-step the policy node decides on the frame the bridge waits on
         sent = run_memnav(["goal", "send", str(tmp_path / "start.png"), "--namespace", "/robot1", "--wait",
                            "--timeout", "120", "--json", str(tmp_path / "sent.json"), "--no-progress"], env, 180)
