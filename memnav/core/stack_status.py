@@ -53,7 +53,9 @@ def _join(namespace: str, name: str) -> str:
 
 def summarize(heard: Heard) -> tuple[list[str], dict[str, Any], bool]:
     """(lines to print, the JSON object, whether a policy node runs in the namespace)."""
-    here = sorted(name for name, ns in heard.nodes if ns == heard.namespace and name in STACK_NODES)
+    ours = [name for name, ns in heard.nodes if ns == heard.namespace and name in STACK_NODES]
+    here = sorted(set(ours))
+    twice = sorted(name for name in here if ours.count(name) > 1)
     elsewhere = sorted({ns for name, ns in heard.nodes if name == "policy_node" and ns != heard.namespace})
     missing = [n for n in STACK_NODES if n not in here]
     ok = "policy_node" in here
@@ -61,6 +63,9 @@ def summarize(heard: Heard) -> tuple[list[str], dict[str, Any], bool]:
     lines.append("nodes: " + (", ".join(here) if here else "none of memnav's"))
     for name in missing:
         lines.append(f"  not running: {name} ({STACK_NODES[name]})")
+    for name in twice:
+        lines.append(f"  WARNING: {ours.count(name)} nodes named {name} in {heard.namespace}: they read and write the "
+                     "same topics (two launches of one robot?); stop all but one")
     if not ok and elsewhere:
         hint = "--namespace " + elsewhere[0].strip("/") if elsewhere[0] != "/" else "no --namespace"
         lines.append(f"  a policy node runs in {', '.join(elsewhere)}: try {hint}")
@@ -95,7 +100,7 @@ def summarize(heard: Heard) -> tuple[list[str], dict[str, Any], bool]:
     if graph is not None:
         lines.append(f"memory node: {graph.get('places', 0)} places, {graph.get('objects', 0)} objects, "
                      f"{graph.get('rooms', 0)} rooms")
-    body = {"namespace": heard.namespace, "ok": ok, "nodes": here, "not_running": missing,
+    body = {"namespace": heard.namespace, "ok": ok, "nodes": here, "not_running": missing, "running_twice": twice,
             "policy_node_elsewhere": elsewhere, "goal_status": goal, "policy_state": ps,
             "policy_state_age_s": heard.policy_state_age_s, "safety": safety, "scene_graph": graph,
             "listened_s": heard.listened_s, "node_names": sorted(_join(ns, n) for n, ns in heard.nodes)}

@@ -43,3 +43,13 @@ def test_an_ended_goal_and_a_quiet_policy_node_are_said_as_such():
     assert "last decision: none while listening" in text
     heard = Heard(namespace="/", listened_s=2.0, now_s=1.0, nodes=[("policy_node", "/")])
     assert "goal: none since the policy node started" in summarize(heard)[0]
+
+
+def test_a_node_running_twice_in_the_namespace_is_warned_of():
+    heard = Heard(namespace="/", listened_s=1.0, now_s=5.0,
+                  nodes=[("policy_node", "/"), ("policy_node", "/"), ("safety_node", "/"), ("policy_node", "/r2")])
+    lines, body, ok = summarize(heard)
+    assert ok and body["nodes"] == ["policy_node", "safety_node"] and body["running_twice"] == ["policy_node"]
+    assert any(line.startswith("  WARNING: 2 nodes named policy_node in /") for line in lines)
+    assert summarize(Heard(namespace="/", listened_s=1.0, now_s=5.0, nodes=[("policy_node", "/")]))[1][
+        "running_twice"] == []
