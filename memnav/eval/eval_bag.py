@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memnav.cli import config_from_options as cli_config
+from memnav.core.namespaces import under_namespace
 from memnav.core.stop import STOP_FEATURES
 from memnav.core.stop import load_calibrator as _load_calibrator
 from memnav.core.types import Pose2D, wrap_angle
@@ -831,6 +832,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                      "not scored)")):
         attr = f"{name.replace('-', '_')}_topic"
         topics.add_argument(f"--{name}-topic", default=getattr(d, attr), metavar="TOPIC", help=what)
+    topics.add_argument("--namespace", default="", metavar="NS",
+                        help="the bag was recorded from a robot in namespace NS (memnav record of its topics): the "
+                             "topic options left at their defaults are read under /NS (/NS/odom, ...); none by "
+                             "default")
     parser.add_argument("--checkpoint", type=Path, default=Path(d.checkpoint), help="encoder checkpoint")
     parser.add_argument("--calibration", type=Path, default=Path(d.calibration), help="stop calibration JSON")
     parser.add_argument("--sync-tolerance", type=float, default=d.sync_tolerance_s, metavar="S",
@@ -855,6 +860,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+TOPIC_FIELDS = ("rgb_topic", "depth_topic", "odom_topic", "gt_topic", "goal_topic", "goal_depth_topic",
+                "goal_pose_topic")
 # EvalConfig field -> the `eval-bag` option that sets it (`bench replay` shares --batch-size and --threads)
 OPTIONS = {"rgb_topic": "--rgb-topic", "depth_topic": "--depth-topic", "odom_topic": "--odom-topic",
            "gt_topic": "--gt-topic", "goal_topic": "--goal-topic", "goal_depth_topic": "--goal-depth-topic",
@@ -875,9 +882,13 @@ def config_from_options(**fields: Any) -> EvalConfig:
 
 
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
+    topics = {attr: getattr(args, attr) for attr in TOPIC_FIELDS}
+    if getattr(args, "namespace", ""):
+        defaults = EvalConfig()
+        topics = {attr: under_namespace(topic, args.namespace) if topic == getattr(defaults, attr) else topic
+                  for attr, topic in topics.items()}
     return config_from_options(
-        rgb_topic=args.rgb_topic, depth_topic=args.depth_topic, odom_topic=args.odom_topic, gt_topic=args.gt_topic,
-        goal_topic=args.goal_topic, goal_depth_topic=args.goal_depth_topic, goal_pose_topic=args.goal_pose_topic,
+        **topics,
         checkpoint=str(args.checkpoint), calibration=str(args.calibration), sync_tolerance_s=args.sync_tolerance,
         place_distance_m=args.place_distance, place_angle_deg=args.place_angle,
         revisit_min_age_s=args.revisit_min_age, loop_distance_m=args.loop_distance,

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import time
 from collections.abc import Callable
+
+from memnav.core.namespaces import absolute_namespace
 
 # robot.launch.yaml's defaults (RealSense D4xx under realsense2_camera)
 # (relative names: under --namespace NS they are /NS/camera/..., as the nodes' topics under the launch's namespace)
@@ -77,23 +78,6 @@ def add_robot_topic_arguments(parser: argparse.ArgumentParser, odom_help: str) -
                         help="depth registered to the colour image (robot.launch.yaml depth_topic; the simulator "
                              "bridge's: camera/depth/image_raw)")
     parser.add_argument("--odom-topic", default="odom", metavar="TOPIC", help=odom_help)
-
-
-_NAMESPACE_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def absolute_namespace(namespace: str) -> str:
-    """`robot1` or `/fleet/robot1` as an absolute ROS namespace (`/robot1`, `/fleet/robot1`).
-
-    Raises:
-        ValueError: not a ROS namespace (tokens of letters, digits and underscores, not starting with a digit,
-            separated by single slashes), naming the value.
-    """
-    tokens = namespace.strip("/").split("/")
-    if not namespace.strip("/") or "//" in namespace or not all(_NAMESPACE_TOKEN.fullmatch(t) for t in tokens):
-        raise ValueError(f"--namespace must be a ROS namespace such as robot1 or /fleet/robot1 (letters, digits "
-                         f"and underscores, not starting with a digit, parts separated by '/'), got {namespace!r}")
-    return "/" + "/".join(tokens)
 
 
 def shell_ros_args(args: argparse.Namespace) -> list[str]:

@@ -196,6 +196,33 @@ def _bare_mcap(src: BagFile, path: Path, extra: list[tuple[str, str, bytes, int]
     _mcap_rows(src.typestore, path, sorted(rows, key=lambda r: r[3]))
 
 
+def test_a_bag_of_a_namespaced_robot_is_read_with_namespace(bags, models, tmp_path, capsys):
+    """The patrol recorded as a robot in namespace /robot1 would be (`memnav record` of its topics): with
+    `--namespace robot1` the same frames, goals and metrics as the root-namespace bag; without it, the missing
+    topic is named beside the bag's own."""
+    from memnav.cli import main
+
+    src = BagFile(bags["annotated"])
+    rows = [("/robot1" + m.topic, m.msgtype, m.raw, m.log_time_ns) for m in src.messages(decode=False)]
+    namespaced = tmp_path / "robot1.mcap"
+    _mcap_rows(src.typestore, namespaced, sorted(rows, key=lambda r: r[3]))
+    enc, cal = models
+    root = evaluate_bag(bags["annotated"], CFG, encoder=enc, calibrator=cal).to_json()
+    assert main(["eval-bag", str(namespaced), "--namespace", "robot1", "--report", str(tmp_path / "r"),
+                 "--revisit-min-age", "4", "--no-progress"]) == 0
+    got = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert got["input"]["frames"] == root["input"]["frames"] == 160 and got["input"]["goals"] == root["input"]["goals"]
+    for key in ("place_recognition", "loop_closure", "stop"):
+        assert json.dumps(got[key], sort_keys=True) == json.dumps(root[key], sort_keys=True, default=str), key
+    assert got["memory"]["places"] == root["memory"]["places"]
+    assert main(["eval-bag", str(namespaced), "--report", str(tmp_path / "r2")]) == 2
+    err = capsys.readouterr().err
+    assert "/camera/color/image_raw" in err and "/robot1/camera/color/image_raw" in err
+    assert main(["eval-bag", str(namespaced), "--namespace", "robot 1", "--report", str(tmp_path / "r3")]) == 2
+    assert "--namespace must be a ROS namespace" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists() and not (tmp_path / "r3").exists()
+
+
 def test_unknown_types_and_undecodable_messages_are_skipped_and_reported(bags, models, tmp_path):
     """A topic of a type no definition is known for, and odometry messages whose bytes are cut short."""
     enc, cal = models
