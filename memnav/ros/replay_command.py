@@ -17,7 +17,9 @@ definition for (counted).
 
 As a node (`replay_node`, console script; what launch/replay.launch.yaml starts): the same replay, configured
 by the ROS parameters of `ReplayConfig` (bag, rate, loop, ...); topics are renamed with ordinary ROS remapping
-(`--ros-args -r /odom:=/robot/odom`, a launch file's `remap:`). It exits when the bag has been played (never
+(`--ros-args -r /odom:=/robot/odom`, a launch file's `remap:`). The bag's topics are published under the node's
+namespace (/odom as /robot1/odom under `-r __ns:=/robot1`, `memnav replay --namespace robot1` or
+replay.launch.yaml's `namespace:=robot1`), /clock always at the root. It exits when the bag has been played (never
 with `loop`); a bag that cannot be read, like any bad parameter, is one line and status 2
 (`stack_node.CONFIG_ERROR_EXIT`), which memnav's launcher never respawns.
 """
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from memnav.cli import config_from_options
+from memnav.core.namespaces import absolute_namespace, under_namespace
 from memnav.eval.bag_io import BagFile
 
 
@@ -116,6 +119,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="before the first message, wait until each of these bag topics has a subscriber")
     parser.add_argument("--wait-timeout", type=float, default=d.wait_timeout_s, metavar="S",
                         help="start anyway after waiting this long for --wait-for subscribers, seconds")
+    parser.add_argument("--namespace", default="", metavar="NS",
+                        help="publish the bag's topics under /NS (/NS/odom, ...; --remap targets as given, /clock "
+                             "at the root): for a stack launched with namespace:=NS")
     parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
                         help="everything after this goes to ROS (e.g. -r __node:=NAME)")
 
@@ -156,6 +162,12 @@ def open_bag(cfg: ReplayConfig) -> tuple[BagFile, list[str]]:
     return bag, selected
 
 
+def published_name(topic: str, remaps: dict[str, str]) -> str:
+    """The name a bag topic is published under: its --remap target as given, else the bag's name made relative, so
+    that the node's namespace applies (the same name in the root namespace)."""
+    return remaps.get(topic, topic.lstrip("/"))
+
+
 def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, remaps: dict[str, str]) -> Counter:
     """Play `selected` topics of `bag` on `node` until the end (forever with cfg.loop) or shutdown.
 
@@ -182,7 +194,7 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
         except ImportError as err:
             log.warning(f"not replaying {topic}: {err}")
             continue
-        pubs[topic] = node.create_publisher(cls, remaps.get(topic, topic), publisher_qos(topics[topic].qos))
+        pubs[topic] = node.create_publisher(cls, published_name(topic, remaps), publisher_qos(topics[topic].qos))
     if not pubs:
         raise ValueError(f"{bag.path}: none of the topics {selected} can be published")
     clock_pub = None if not cfg.clock else node.create_publisher(
@@ -253,10 +265,13 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
     return published
 
 
-def _summary(bag: BagFile, published: Counter, remaps: dict[str, str]) -> str:
+def _summary(bag: BagFile, published: Counter, remaps: dict[str, str], namespace: str) -> str:
+    """The line printed at the end: messages per topic under the name they were published as."""
     skipped = {k: v for k, v in bag.counts.to_json().items() if v and k not in ("read",)}
+    names = {t: remaps[t] if t in remaps else under_namespace(t, namespace) if namespace.strip("/") else t
+             for t in published}
     return (f"published {sum(published.values())} messages "
-            f"({', '.join(f'{remaps.get(t, t)}: {n}' for t, n in sorted(published.items()))})"
+            f"({', '.join(f'{names[t]}: {n}' for t, n in sorted(published.items()))})"
             + (f"; skipped {skipped}" if skipped else ""))
 
 
@@ -289,6 +304,7 @@ def config_from_args(args: argparse.Namespace) -> ReplayConfig:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     remaps = parse_remaps(args.remap)
+    namespace = absolute_namespace(args.namespace) if args.namespace else ""   # before any ROS work
     bag, selected = open_bag(cfg)
     for w in bag.warnings:
         print(f"memnav replay: {w}", file=sys.stderr)
@@ -296,7 +312,8 @@ def run(args: argparse.Namespace) -> int:
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
-    rclpy.init(args=["memnav_replay", "--ros-args", *args.ros_args] if args.ros_args else ["memnav_replay"])
+    ros_args = (["-r", f"__ns:={namespace}"] if namespace else []) + list(args.ros_args)
+    rclpy.init(args=["memnav_replay", "--ros-args", *ros_args] if ros_args else ["memnav_replay"])
     node = rclpy.create_node("memnav_replay")
     published: Counter = Counter()
     try:
@@ -305,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         _finish(node, bag)
-    print(_summary(bag, published, remaps))
+    print(_summary(bag, published, remaps, namespace))
     return 0
 
 
@@ -327,6 +344,7 @@ def main_node(argv: list[str] | None = None) -> int:
     log = node.get_logger()
     for w in bag.warnings:
         log.warning(w)
+    namespace = node.get_namespace()
     published: Counter = Counter()
     status = 0
     try:
@@ -338,7 +356,7 @@ def main_node(argv: list[str] | None = None) -> int:
         status = 1
     finally:
         _finish(node, bag)
-    print(_summary(bag, published, {}), flush=True)
+    print(_summary(bag, published, {}, namespace), flush=True)
     return status
 
 

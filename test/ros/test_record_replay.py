@@ -149,6 +149,7 @@ def test_bad_options_exit_2_before_touching_ros(source_bag, tmp_path):
     assert main(["replay", str(source_bag), "--topics", "/nope"]) == 2
     assert main(["replay", str(tmp_path / "missing")]) == 2
     assert main(["replay", str(source_bag), "--wait-for", "/nope"]) == 2           # not a topic of the bag
+    assert main(["replay", str(source_bag), "--namespace", "9lives"]) == 2        # not a ROS namespace
     garbage = tmp_path / "garbage.mcap"
     garbage.write_bytes(b"\x00garbage" * 20)
     assert main(["replay", str(garbage)]) == 2                                     # not a bag: BagError
@@ -193,6 +194,37 @@ def test_replay_loop_starts_over_and_clock_jumps_back(source_bag, ros_env):
         assert clocks[k - 1] >= T0 + (N - 1) * 10**8            # a pass ends after the last message's log time...
         assert T0 <= clocks[k] <= T0 + 2 * 10**8                 # ...and the next starts again at the first one
     assert T0 <= min(clocks) and max(clocks) <= T0 + N * 10**8 + 10**9   # never far past the bag's end
+
+
+def test_replay_under_a_namespace_publishes_the_bag_there_and_clock_at_the_root(source_bag, ros_env):
+    """`--namespace robot1`: the bag's /odom arrives on /robot1/odom, every message in order, nothing on /odom, and
+    /clock stays at the root (nodes with use_sim_time listen there)."""
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_namespace_listener")
+    got: dict[str, list[float]] = {"/robot1/odom": [], "/odom": []}
+    for topic, xs in got.items():
+        node.create_subscription(Odometry, topic, lambda m, xs=xs: xs.append(m.pose.pose.position.x), 1000)
+    clocks: list[int] = []
+    node.create_subscription(Clock, "/clock", lambda m: clocks.append(m.clock.sec), QoSProfile(
+        depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT))
+    replay = _memnav("replay", str(source_bag), "--namespace", "robot1", "--rate", "4", "--wait-for", "/odom",
+                     "--delay", "1")
+    try:
+        end = time.monotonic() + 60
+        while replay.poll() is None and time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        out = _finish(replay, 10)
+        for _ in range(20):
+            rclpy.spin_once(node, timeout_sec=0.05)
+    finally:
+        _close(node, replay)
+    assert replay.returncode == 0, out
+    assert got["/robot1/odom"] == [float(i) for i in range(N)] and got["/odom"] == [], out
+    assert clocks and "/robot1/odom: 20" in out and "/robot1/memnav/goal_image: 1" in out
 
 
 def test_record_every_topic_into_sqlite3(tmp_path, ros_env):
