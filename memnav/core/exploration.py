@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -538,6 +538,18 @@ class Explorer:
     @classmethod
     def from_config(cls, cfg: ExplorerConfig) -> Explorer:
         return cls(cfg)
+
+    def set_camera(self, hfov_deg: float, camera_height_m: float) -> None:
+        """The camera the depth comes from (a robot's, known once its camera_info arrives): frames from now on are
+        mapped with this field of view and height; what the map holds stays.
+
+        Raises:
+            ValueError: a field of view outside (0, 180) degrees or a height <= 0, naming the field.
+        """
+        self.cfg = replace(self.cfg, hfov_deg=float(hfov_deg), camera_height_m=float(camera_height_m))
+        if self.map is not None:
+            self.map.cfg = self.cfg
+            self.map._rays.clear()   # the per-pixel rays of the old camera
 
     def reset(self, keep_map: bool = False) -> None:
         """Start over: forget the map (a new episode, possibly in another odometry frame) unless `keep_map`

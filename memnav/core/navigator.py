@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 import numpy as np
@@ -496,6 +496,18 @@ class Navigator:
             self.buffer.set_goal(self.goal)
 
     # -- per step ----------------------------------------------------------------------------------------
+    def set_camera(self, hfov_deg: float, camera_height_m: float) -> None:
+        """The robot's camera: its horizontal field of view (from its camera_info) and its height above the floor,
+        for mapping depth, the goal's scan and RGB-D goal localization from the next frame on (the defaults are the
+        simulator's camera: 90 deg at 1.25 m).
+
+        Raises:
+            ValueError: a field of view outside (0, 180) degrees or a height <= 0, naming the field.
+        """
+        self.explorer.set_camera(hfov_deg, camera_height_m)
+        self.cfg = replace(self.cfg, hfov_deg=float(hfov_deg), camera_height_m=float(camera_height_m))
+        self.localizer_cfg = replace(self.localizer_cfg, hfov_deg=float(hfov_deg))
+
     def observe(self, rgb: np.ndarray, depth: np.ndarray, pose: Pose2D, stamp_ns: int,
                 collided: bool | None = None) -> StepInput:
         """Encode the frame, update the memories, and build the policy input and stop decision.

@@ -152,6 +152,12 @@ class PolicyNodeConfig(ExploringTuning):
             each STOP), and their plan and search markers at every decision, seconds (0 = publish none of them).
         odom_frame: frame_id of those messages ("" = the frame_id of the /odom messages, "odom" before one
             arrives); the agent's map is drawn in the odometry frame.
+        camera_hfov_deg: the colour camera's horizontal field of view, degrees, which depth is mapped with (the
+            depth is registered to the colour image): 90 is the simulator's camera; 0 = from the first
+            /camera/color/camera_info (2 atan(width / 2 fx)), and no goal is started and no decision taken before
+            one has arrived (the robot profile: a RealSense D435's colour camera is about 69 deg).
+        camera_height_m: the camera's height above the floor, meters (1.25: the simulator's); the map tells floor
+            from obstacles by it.
     """
 
     agent: str = "memnav"
@@ -177,8 +183,15 @@ class PolicyNodeConfig(ExploringTuning):
     subscriber_wait_s: float = 30.0
     map_period_s: float = 1.0
     odom_frame: str = ""
+    camera_hfov_deg: float = 90.0
+    camera_height_m: float = 1.25
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.camera_hfov_deg) and (self.camera_hfov_deg == 0 or 0 < self.camera_hfov_deg < 180)):
+            raise ValueError(f"PolicyNodeConfig.camera_hfov_deg must be in (0, 180) degrees, or 0 (from camera_info), "
+                             f"got {self.camera_hfov_deg!r}")
+        if not (math.isfinite(self.camera_height_m) and self.camera_height_m > 0):
+            raise ValueError(f"PolicyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
         if not 0.0 < self.collision_fraction <= 1.0:
             raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
         # one message per field: a negative step would drive MOVE_FORWARD backwards, a negative turn swap left and
@@ -219,7 +232,7 @@ def build(node) -> Callable[[], None]:
     from nav_msgs.msg import OccupancyGrid, Odometry
     from nav_msgs.msg import Path as PathMsg
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-    from sensor_msgs.msg import Image
+    from sensor_msgs.msg import CameraInfo, Image
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
     from visualization_msgs.msg import MarkerArray
@@ -252,6 +265,8 @@ def build(node) -> Callable[[], None]:
                                **ExploringTuning.values_of(cfg))
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
+    if cfg.camera_hfov_deg > 0:
+        nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     pub_action = node.create_publisher(String, "memnav/action", 10)
     pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
@@ -265,7 +280,7 @@ def build(node) -> Callable[[], None]:
     gate = DecisionGate(lockstep=cfg.lockstep, sync_tolerance_s=cfg.sync_tolerance_s,
                         action_duration_s=cfg.action_duration_s, goal_depth_wait_s=cfg.goal_depth_wait_s)
     st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf,
-          "actions": 0}
+          "actions": 0, "hfov": cfg.camera_hfov_deg or None, "goal_held": False, "started_s": time.monotonic()}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -322,12 +337,39 @@ def build(node) -> Callable[[], None]:
         got = convert("goal image", conv.image_to_rgb, msg)
         if got is not None:
             gate.goal_image(*got)
+            if st["hfov"] is None:   # the goal's scan needs the camera: start it once camera_info has come
+                st["goal_held"] = True
+                node.get_logger().warning(f"goal held until the camera's field of view is known: no camera_info on "
+                                          f"{sub_info.topic_name} yet (or set camera_hfov_deg)")
+                return
             begin()
 
     def on_goal_depth(msg: Image) -> None:
         got = convert("goal depth", conv.image_to_depth, msg)
-        if got is not None and gate.goal_depth(*got):
+        if got is not None and gate.goal_depth(*got) and st["hfov"] is not None:
             begin(depth_followed=True)   # the depth of the current goal arrived after its image, before any action
+
+    def on_camera_info(msg: CameraInfo) -> None:
+        """The colour camera's horizontal field of view, from its intrinsics (camera_hfov_deg 0)."""
+        fx, width = float(msg.k[0]), int(msg.width)
+        if not (fx > 0 and width > 0 and math.isfinite(fx)):
+            drop("camera_info", ValueError(f"no focal length or width (K[0] {fx!r}, width {width})"))
+            return
+        hfov = math.degrees(2.0 * math.atan(width / (2.0 * fx)))
+        if st["hfov"] is not None and abs(hfov - st["hfov"]) < 0.1:
+            return
+        try:
+            nav.set_camera(hfov, cfg.camera_height_m)
+        except ValueError as err:
+            drop("camera_info", err)
+            return
+        node.get_logger().info(f"camera: {hfov:.1f} deg horizontal field of view ({width} px wide, fx {fx:.1f} px "
+                               f"on {sub_info.topic_name}), {cfg.camera_height_m:g} m above the floor"
+                               + ("" if st["hfov"] is None else f"; was {st['hfov']:.1f} deg"))
+        st["hfov"] = hfov
+        if st["goal_held"]:
+            st["goal_held"] = False
+            begin()
 
     def on_result(msg: String) -> None:
         try:
@@ -361,6 +403,12 @@ def build(node) -> Callable[[], None]:
         maybe_act()
 
     def maybe_act() -> None:
+        if st["hfov"] is None:
+            if time.monotonic() - st["started_s"] > 5.0:
+                node.get_logger().warning(f"no camera_info on {sub_info.topic_name}: the camera's field of view is "
+                                          "unknown, so nothing is mapped or decided (remap the camera's camera_info "
+                                          "there, or set camera_hfov_deg)", throttle_duration_sec=5.0)
+            return
         frame = gate.due(now_s(), time.monotonic())
         if frame is None or not subscribers_ready():
             return  # lock-step: the bridge re-sends this frame; real time: the timer asks again
@@ -437,6 +485,9 @@ def build(node) -> Callable[[], None]:
 
     node.create_subscription(Image, "camera/color/image_raw", on_rgb, qos_profile_sensor_data)
     node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
+    # the camera's field of view from its intrinsics only when not given (camera_hfov_deg 0): a value set wins
+    sub_info = node.create_subscription(CameraInfo, "camera/color/camera_info", on_camera_info,
+                                        qos_profile_sensor_data) if not cfg.camera_hfov_deg else None
     # best effort: matches reliable and best-effort odometry publishers alike (robot drivers use both)
     node.create_subscription(Odometry, "odom", on_odom,
                              QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))

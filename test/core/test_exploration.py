@@ -73,6 +73,38 @@ def test_map_walls_are_obstacles_and_free_space_is_navigable(sim):
     assert m.obstacles((slice(None), slice(None)))[r, c].any()
 
 
+def test_a_narrower_camera_is_mapped_where_the_walls_are_once_set(two_room_scene):
+    """A robot camera of 60 deg instead of the simulator's 90 (a D435's colour camera is about 69): mapped with
+    the simulator's field of view, its walls land off the walls; after `set_camera` they land on them."""
+    def obstacles(explorer: Explorer, hfov: float) -> set[tuple[int, int]]:
+        sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, hfov_deg=hfov))
+        try:
+            obs = _start(sim, 2.0, 2.5)
+            for _ in range(3):                     # three views, 60 deg of turn
+                explorer.update(obs.depth, obs.pose)
+                obs = sim.step(Action.TURN_LEFT)
+        finally:
+            sim.close()
+        m = explorer.map
+        rows, cols = np.nonzero(m.obstacles((slice(None), slice(None))))
+        return set(zip(rows.tolist(), cols.tolist()))
+
+    def on_walls(cells: set, truth: set) -> float:
+        near = {(r + dr, c + dc) for r, c in truth for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
+        return sum(cell in near for cell in cells) / len(cells)
+
+    truth = obstacles(Explorer(ExplorerConfig()), 90.0)       # the simulator's own camera: the reference walls
+    wrong = obstacles(Explorer(ExplorerConfig()), 60.0)       # a 60 deg camera taken for 90
+    right = Explorer(ExplorerConfig())
+    right.set_camera(60.0, ExplorerConfig().camera_height_m)
+    assert right.cfg.hfov_deg == 60.0
+    fixed = obstacles(right, 60.0)
+    assert len(fixed) > 30 and on_walls(fixed, truth) > 0.95
+    assert on_walls(wrong, truth) < on_walls(fixed, truth) - 0.2
+    with pytest.raises(ValueError, match="hfov_deg"):
+        right.set_camera(180.0, 1.25)
+
+
 def test_exploration_covers_both_rooms_through_the_door_without_collisions(sim):
     obs = _start(sim, 1.0, 3.0)
     explorer = Explorer(ExplorerConfig())

@@ -184,6 +184,52 @@ def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_pat
         stop_processes(procs)
 
 
+@pytest.mark.ros
+@pytest.mark.slow
+def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_known(tmp_path):
+    # the robot profile's camera_hfov_deg 0: the field of view comes from camera_info; the bridge's is moved away,
+    # so the policy node holds a goal (and says why) until this test publishes one
+    import math
+
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CameraInfo
+
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
+    env = isolated_ros_env(127)
+    procs, report = start_sim_robot(data, env, tmp_path, lockstep=False,
+                                    bridge_args=["-r", "camera/color/camera_info:=sim/camera_info"],
+                                    policy_args=["-p", "camera_hfov_deg:=0.0"])
+    photo = tmp_path / "start.png"
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("test_camera_info")
+    try:
+        cap = run_memnav(["goal", "capture", str(photo), "--color-topic", SIM_COLOR, "--depth-topic", SIM_DEPTH,
+                          "--timeout", "60"], env, 120)
+        assert cap.returncode == 0, cap.stderr + report()
+        sent = run_memnav(["goal", "send", str(photo)], env, 120)   # taken (acknowledged), not started
+        assert sent.returncode == 0, sent.stderr + report()
+        time.sleep(6.0)
+        log = (tmp_path / "policy.log").read_text()
+        assert "goal held until the camera's field of view is known: no camera_info on /camera/color/camera_info" \
+            in log and "new goal image" not in log, report()
+        status = run_memnav(["status", "--json", str(tmp_path / "held.json")], env, 60)
+        assert json.loads((tmp_path / "held.json").read_text())["goal_status"] is None, status.stdout
+        # a 60 deg camera of 128 px: fx = 64 / tan(30 deg)
+        info = CameraInfo(width=128, height=128)
+        info.k = [64.0 / math.tan(math.radians(30.0)), 0.0, 64.0, 0.0, 110.85, 64.0, 0.0, 0.0, 1.0]
+        pub = node.create_publisher(CameraInfo, "/camera/color/camera_info", qos_profile_sensor_data)
+        deadline = time.monotonic() + 60
+        while "new goal image" not in (tmp_path / "policy.log").read_text() and time.monotonic() < deadline:
+            pub.publish(info)
+            rclpy.spin_once(node, timeout_sec=0.2)
+        log = (tmp_path / "policy.log").read_text()
+        assert "camera: 60.0 deg horizontal field of view (128 px wide" in log and "new goal image" in log, report()
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes(procs)
+
+
 def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_stays(tmp_path, capsys):
     photo = tmp_path / "g.png"
     rgb = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)

@@ -75,8 +75,9 @@ def test_goal_commands_find_a_namespaced_robot_and_a_lockstep_simulator_drives_a
     env = isolated_ros_env(107)
     # lock-step, the bridge's own goal moved off memnav/goal_* (relative: /robot1/sim/goal_image), so the only goal
     # the policy node gets is the one sent
+    # the policy node takes the camera's field of view from the bridge's camera_info, as the robot profile does
     procs, report = start_sim_robot(data, env, tmp_path, lockstep=True, ros_args=["-r", "__ns:=/robot1"],
-                                    bridge_args=["-p", "auto_next:=true"])
+                                    bridge_args=["-p", "auto_next:=true"], policy_args=["-p", "camera_hfov_deg:=0.0"])
 
     try:
         # the bridge holds its start frame (re-sent each second) until an action comes: nothing moves the robot
@@ -102,6 +103,7 @@ def test_goal_commands_find_a_namespaced_robot_and_a_lockstep_simulator_drives_a
         assert result["stopped"] and result["reached"] and result["policy_state"]["action"] == "STOP"
         assert result["actions"] >= 1 and result["distance_to_capture_m"] < 0.5, result
         assert "episode" in (tmp_path / "bridge.log").read_text()   # the STOP ended the bridge's episode
+        assert "camera: 90.0 deg horizontal field of view (128 px wide" in (tmp_path / "policy.log").read_text()
     finally:
         stop_processes(procs)
 

@@ -28,6 +28,11 @@ def test_bad_config_fields_are_named():
         PolicyNodeConfig(max_steps=-1)
     with pytest.raises(ValueError, match="min_state_subscribers"):
         PolicyNodeConfig(min_state_subscribers=-1)
+    for hfov in (180.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="camera_hfov_deg"):
+            PolicyNodeConfig(camera_hfov_deg=hfov)
+    with pytest.raises(ValueError, match="camera_height_m"):
+        PolicyNodeConfig(camera_height_m=0.0)
 
 
 def test_policy_node_defaults_are_the_eval_agents_defaults():
