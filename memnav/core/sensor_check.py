@@ -13,7 +13,8 @@ from enum import Enum
 
 import numpy as np
 
-__all__ = ["CheckConfig", "Finding", "Level", "StreamLog", "check_command_topic", "check_streams", "stream_summary"]
+__all__ = ["CheckConfig", "Finding", "Level", "StreamLog", "camera_hfov_deg", "check_camera_info",
+           "check_command_topic", "check_streams", "stream_summary"]
 
 
 class Level(Enum):
@@ -213,3 +214,29 @@ def check_command_topic(topic: str, subscribers: int, publishers: int) -> list[F
     if not out:
         out.append(Finding(Level.OK, topic, f"{subscribers} subscriber(s), no other publisher"))
     return out
+
+
+def camera_hfov_deg(width_px: int, fx_px: float) -> float | None:
+    """The horizontal field of view of a pinhole camera `width_px` wide with focal length `fx_px` (camera_info's
+    K[0]), degrees; None when either is not a positive number."""
+    if not (width_px > 0 and fx_px > 0 and math.isfinite(fx_px)):
+        return None
+    return math.degrees(2.0 * math.atan(width_px / (2.0 * fx_px)))
+
+
+def check_camera_info(topic: str, info: tuple[int, int, float] | None, color_size: tuple[int, int] | None) -> Finding:
+    """The colour camera's camera_info, `info` = (width, height, fx) of the newest one or None: the policy node of
+    the robot profile takes the camera's field of view from it (camera_hfov_deg 0) and acts only once it came."""
+    if info is None:
+        return Finding(Level.FAIL, topic, "no camera_info: the robot profile's policy node takes the camera's field "
+                                          "of view from it and holds goals until one comes (robot.launch.yaml "
+                                          "camera_info_topic:=..., or set policy_node camera_hfov_deg)")
+    width, height, fx = info
+    hfov = camera_hfov_deg(width, fx)
+    if hfov is None:
+        return Finding(Level.FAIL, topic, f"no usable intrinsics (width {width}, K[0] {fx!r}): the field of view "
+                                          "cannot be known; set policy_node camera_hfov_deg")
+    if color_size is not None and color_size != (width, height):
+        return Finding(Level.WARN, topic, f"{width}x{height}, not the colour image's {color_size[0]}x{color_size[1]}: "
+                                          f"is it the colour camera's? ({hfov:.1f} deg horizontal field of view)")
+    return Finding(Level.OK, topic, f"{hfov:.1f} deg horizontal field of view ({width}x{height}, fx {fx:.1f} px)")

@@ -25,17 +25,29 @@ from memnav.core.sensor_check import (
     Finding,
     Level,
     StreamLog,
+    camera_hfov_deg,
+    check_camera_info,
     check_command_topic,
     check_streams,
     stream_summary,
 )
-from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import (
+    ROBOT_CAMERA_INFO_TOPIC,
+    Ros,
+    add_robot_topic_arguments,
+    add_ros_args,
+    check_seconds,
+    shell_ros_args,
+)
 
 DISCOVERY_S = 5.0   # at most this long for the first message of every stream before the timed window
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_robot_topic_arguments(parser, "odometry (robot.launch.yaml odom_topic)")
+    parser.add_argument("--camera-info-topic", default=ROBOT_CAMERA_INFO_TOPIC, metavar="TOPIC",
+                        help="the colour camera's sensor_msgs/CameraInfo (robot.launch.yaml camera_info_topic; the "
+                             "simulator bridge's: camera/color/camera_info)")
     parser.add_argument("--cmd-vel-topic", default="cmd_vel", metavar="TOPIC",
                         help="the base's velocity input (robot.launch.yaml cmd_vel_topic)")
     parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="how long to listen, seconds")
@@ -47,26 +59,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.duration, "--duration")
     ros_args = shell_ros_args(args)   # before any ROS work
-    color, depth, odom, cmd = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs the nodes
+    color, depth, odom, cmd, info = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs the nodes
     transports = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "")
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
+    findings.append(check_camera_info(args.camera_info_topic, info,
+                                      (color.width, color.height) if color.width else None))
+    cmd["camera_info"] = None if info is None else {"topic": args.camera_info_topic, "width": info[0],
+                                                      "height": info[1], "fx_px": info[2],
+                                                      "hfov_deg": camera_hfov_deg(info[0], info[2])}
     findings += check_command_topic(cmd["topic"], cmd["subscribers"], cmd["publishers"])
     return report(args, (color, depth, odom), cmd, findings, transports)
 
 
-def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple[StreamLog, StreamLog, StreamLog, dict]:
-    """Record the three streams for --duration seconds; (colour, depth, odometry StreamLogs, /cmd_vel counts)."""
+def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
+    """Record the three streams for --duration seconds; (colour, depth, odometry StreamLogs, /cmd_vel counts, the
+    newest camera_info's (width, height, fx) or None)."""
     import numpy as np
     from nav_msgs.msg import Odometry
     from rclpy.qos import qos_profile_sensor_data
-    from sensor_msgs.msg import Image
+    from sensor_msgs.msg import CameraInfo, Image
 
     from memnav.ros import conversions as conv
     from memnav.ros.embedding_msgs import stamp_to_ns
 
     ros = Ros("memnav_check", ros_args)
     # full names under --namespace (and remaps), as the graph and the report name them
-    ros.resolve_topics(args, "color_topic", "depth_topic", "odom_topic", "cmd_vel_topic")
+    ros.resolve_topics(args, "color_topic", "depth_topic", "odom_topic", "camera_info_topic", "cmd_vel_topic")
     color = StreamLog(args.color_topic, "color")
     depth = StreamLog(args.depth_topic, "depth")
     odom = StreamLog(args.odom_topic, "odom")
@@ -97,6 +115,10 @@ def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple[StreamLog, St
         node.create_subscription(Image, color.topic, record(color, conv.image_to_rgb), qos_profile_sensor_data)
         node.create_subscription(Image, depth.topic, record(depth, conv.image_to_depth), qos_profile_sensor_data)
         node.create_subscription(Odometry, odom.topic, record(odom, conv.odometry_to_pose), qos_profile_sensor_data)
+        infos: list[tuple[int, int, float]] = []
+        node.create_subscription(CameraInfo, args.camera_info_topic,
+                                 lambda m: infos.append((int(m.width), int(m.height), float(m.k[0]))),
+                                 qos_profile_sensor_data)
         # discovery first (a second or two on a busy graph): the window measures the streams, not DDS matching
         ros.spin_until(lambda: all(log.count for log in (color, depth, odom)), DISCOVERY_S)
         for log in (color, depth, odom):
@@ -113,7 +135,7 @@ def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple[StreamLog, St
                "publishers": node.count_publishers(args.cmd_vel_topic)}
     finally:
         ros.close()
-    return color, depth, odom, cmd
+    return color, depth, odom, cmd, infos[-1] if infos else None
 
 
 def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, findings: list[Finding],
@@ -136,7 +158,8 @@ def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, fin
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"ok": not failed, "duration_s": args.duration, "topics": rows,
-                                         "cmd_vel": cmd,
+                                         "cmd_vel": {k: v for k, v in cmd.items() if k != "camera_info"},
+                                         "camera_info": cmd["camera_info"],
                                          "findings": [{"level": f.level.value, "topic": f.topic, "text": f.text}
                                                       for f in findings]}, indent=2) + "\n")
     return 1 if failed else 0

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
+from memnav.core.sensor_check import camera_hfov_deg
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 
@@ -155,7 +156,7 @@ class PolicyNodeConfig(ExploringTuning):
         camera_hfov_deg: the colour camera's horizontal field of view, degrees, which depth is mapped with (the
             depth is registered to the colour image): 90 is the simulator's camera; 0 = from the first
             /camera/color/camera_info (2 atan(width / 2 fx)), and no goal is started and no decision taken before
-            one has arrived (the robot profile: a RealSense D435's colour camera is about 69 deg).
+            one has arrived (the robot profile: a RealSense D435's colour camera is well under 90 deg).
         camera_height_m: the camera's height above the floor, meters (1.25: the simulator's); the map tells floor
             from obstacles by it.
     """
@@ -352,10 +353,10 @@ def build(node) -> Callable[[], None]:
     def on_camera_info(msg: CameraInfo) -> None:
         """The colour camera's horizontal field of view, from its intrinsics (camera_hfov_deg 0)."""
         fx, width = float(msg.k[0]), int(msg.width)
-        if not (fx > 0 and width > 0 and math.isfinite(fx)):
+        hfov = camera_hfov_deg(width, fx)
+        if hfov is None:
             drop("camera_info", ValueError(f"no focal length or width (K[0] {fx!r}, width {width})"))
             return
-        hfov = math.degrees(2.0 * math.atan(width / (2.0 * fx)))
         if st["hfov"] is not None and abs(hfov - st["hfov"]) < 0.1:
             return
         try:

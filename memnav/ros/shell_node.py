@@ -18,6 +18,7 @@ from memnav.core.namespaces import absolute_namespace
 # (relative names: under --namespace NS they are /NS/camera/..., as the nodes' topics under the launch's namespace)
 ROBOT_COLOR_TOPIC = "camera/camera/color/image_raw"
 ROBOT_DEPTH_TOPIC = "camera/camera/aligned_depth_to_color/image_raw"
+ROBOT_CAMERA_INFO_TOPIC = "camera/camera/color/camera_info"
 MAX_WAIT_S = 9e9   # ROS timers count int64 nanoseconds
 
 

@@ -84,3 +84,21 @@ def test_thresholds_are_the_robot_profiles():
     assert cfg.sync_tolerance_s == doc["policy_node"]["ros__parameters"]["sync_tolerance_s"]
     with pytest.raises(ValueError, match="CheckConfig.watchdog_s"):
         CheckConfig(watchdog_s=float("nan"))
+
+
+def test_camera_info_gives_the_field_of_view_or_fails_naming_what_is_missing():
+    import math
+
+    from memnav.core.sensor_check import camera_hfov_deg, check_camera_info
+
+    assert camera_hfov_deg(128, 64.0) == pytest.approx(90.0)
+    assert camera_hfov_deg(640, 320.0 / math.tan(math.radians(34.7))) == pytest.approx(69.4)
+    assert camera_hfov_deg(0, 64.0) is None and camera_hfov_deg(128, 0.0) is None
+    assert camera_hfov_deg(128, float("nan")) is None
+    ok = check_camera_info("/cam/info", (640, 480, 615.0), (640, 480))
+    assert ok.level is Level.OK and ok.text.startswith("55.0 deg horizontal field of view (640x480")
+    missing = check_camera_info("/cam/info", None, (640, 480))
+    assert missing.level is Level.FAIL and "camera_info_topic" in missing.text
+    assert check_camera_info("/cam/info", (640, 480, 0.0), None).level is Level.FAIL
+    other = check_camera_info("/cam/info", (1280, 720, 900.0), (640, 480))
+    assert other.level is Level.WARN and "not the colour image's 640x480" in other.text

@@ -23,7 +23,8 @@ def test_check_passes_the_simulated_robot_and_fails_topics_nobody_publishes(tmp_
                                "-p", "auto_next:=false"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     try:
         good = run_memnav(["check", "--color-topic", "/camera/color/image_raw", "--depth-topic",
-                           "/camera/depth/image_raw", "--duration", "4", "--json", str(tmp_path / "ok.json")], env, 120)
+                           "/camera/depth/image_raw", "--camera-info-topic", "camera/color/camera_info",
+                           "--duration", "4", "--json", str(tmp_path / "ok.json")], env, 120)
         assert good.returncode == 0, good.stdout + good.stderr + log.read_text()
         res = json.loads((tmp_path / "ok.json").read_text())
         assert res["ok"] is True and all(f["level"] == "OK" for f in res["findings"]), res["findings"]
@@ -33,6 +34,9 @@ def test_check_passes_the_simulated_robot_and_fails_topics_nobody_publishes(tmp_
             rows["color"]["width"], rows["color"]["height"])
         assert 0.2 < rows["depth"]["median_depth_m"] < 10.0 and rows["odom"]["messages"] > 0
         assert res["cmd_vel"]["subscribers"] >= 1   # the bridge stands in for the base
+        info = res["camera_info"]   # the simulator's camera: 90 deg, 128 px
+        assert info["topic"] == "/camera/color/camera_info" and info["hfov_deg"] == pytest.approx(90.0, abs=0.01)
+        assert "OK    /camera/color/camera_info: 90.0 deg horizontal field of view (128x128" in good.stdout
         assert "memnav can run on these inputs" in good.stdout
         # the robot profile's RealSense topics: nobody publishes them here, and the check names what is published
         bad = run_memnav(["check", "--duration", "2"], env, 120)
@@ -41,6 +45,7 @@ def test_check_passes_the_simulated_robot_and_fails_topics_nobody_publishes(tmp_
         assert "published topics of its type: /camera/color/image_raw, /camera/depth/image_raw" in bad.stdout, \
             bad.stdout
         assert "FAIL: memnav cannot run on these inputs" in bad.stdout
+        assert "FAIL  /camera/camera/color/camera_info: no camera_info" in bad.stdout
     finally:
         stop_processes([bridge])
 
