@@ -30,6 +30,14 @@ def map_to_habitat(points: np.ndarray) -> np.ndarray:
     return np.asarray(points, dtype=np.float64) @ _MAP_TO_HAB.T
 
 
+def camera_hfov_deg(width_px: int, fx_px: float) -> float | None:
+    """The horizontal field of view of a pinhole camera `width_px` wide with focal length `fx_px` (a camera_info's
+    K[0]), degrees; None when either is not a positive number."""
+    if not (width_px > 0 and fx_px > 0 and math.isfinite(fx_px)):
+        return None
+    return math.degrees(2.0 * math.atan(width_px / (2.0 * fx_px)))
+
+
 def pixel_ray_offsets(cols: np.ndarray, rows: np.ndarray, width: int, height: int,
                       hfov_deg: float) -> tuple[np.ndarray, np.ndarray]:
     """The pinhole camera of a width x height image with square pixels and a horizontal field of view of

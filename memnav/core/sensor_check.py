@@ -13,8 +13,10 @@ from enum import Enum
 
 import numpy as np
 
-__all__ = ["CheckConfig", "Finding", "Level", "StreamLog", "camera_hfov_deg", "check_camera_info",
-           "check_command_topic", "check_streams", "stream_summary"]
+from memnav.core.frames import camera_hfov_deg
+
+__all__ = ["CheckConfig", "Finding", "Level", "StreamLog", "check_camera_info", "check_command_topic", "check_streams",
+           "stream_summary"]
 
 
 class Level(Enum):
@@ -214,14 +216,6 @@ def check_command_topic(topic: str, subscribers: int, publishers: int) -> list[F
     if not out:
         out.append(Finding(Level.OK, topic, f"{subscribers} subscriber(s), no other publisher"))
     return out
-
-
-def camera_hfov_deg(width_px: int, fx_px: float) -> float | None:
-    """The horizontal field of view of a pinhole camera `width_px` wide with focal length `fx_px` (camera_info's
-    K[0]), degrees; None when either is not a positive number."""
-    if not (width_px > 0 and fx_px > 0 and math.isfinite(fx_px)):
-        return None
-    return math.degrees(2.0 * math.atan(width_px / (2.0 * fx_px)))
 
 
 def check_camera_info(topic: str, info: tuple[int, int, float] | None, color_size: tuple[int, int] | None) -> Finding:

@@ -20,12 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+from memnav.core.frames import camera_hfov_deg
 from memnav.core.sensor_check import (
     CheckConfig,
     Finding,
     Level,
     StreamLog,
-    camera_hfov_deg,
     check_camera_info,
     check_command_topic,
     check_streams,

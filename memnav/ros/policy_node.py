@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
-from memnav.core.sensor_check import camera_hfov_deg
+from memnav.core.frames import camera_hfov_deg
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 

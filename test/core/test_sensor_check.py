@@ -89,7 +89,8 @@ def test_thresholds_are_the_robot_profiles():
 def test_camera_info_gives_the_field_of_view_or_fails_naming_what_is_missing():
     import math
 
-    from memnav.core.sensor_check import camera_hfov_deg, check_camera_info
+    from memnav.core.frames import camera_hfov_deg
+    from memnav.core.sensor_check import check_camera_info
 
     assert camera_hfov_deg(128, 64.0) == pytest.approx(90.0)
     assert camera_hfov_deg(640, 320.0 / math.tan(math.radians(34.7))) == pytest.approx(69.4)
