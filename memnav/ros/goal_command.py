@@ -368,11 +368,14 @@ def send(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:   # the user wants the robot to stop going there: cancel, as Nav2 clients do
                 interrupted = True
                 print("\nCtrl-C: cancelling the goal ...", file=sys.stderr)
-                cancelled, message = cancel_goal(ros, args.node, CANCEL_TIMEOUT_S)
+                try:
+                    cancelled, message = cancel_goal(ros, args.node, CANCEL_TIMEOUT_S)
+                except RuntimeError as err:   # say so, and still write what is known (--json)
+                    cancelled, message = False, str(err)
                 if cancelled:
                     state["statuses"][goal_stamp_ns] = "cancelled"
                 else:
-                    print(f"memnav goal send: the policy node had no goal to cancel ({message})", file=sys.stderr)
+                    print(f"memnav goal send: the goal was not cancelled: {message}", file=sys.stderr)
                 ok = False
             took_s = time.monotonic() - sent_s
             results.append(_goal_result(photo, goal, goal_stamp_ns, ok, took_s, state, args.odom_topic))
@@ -486,7 +489,8 @@ def _print_result(result: dict, timeout_s: float) -> None:
               "stands and waits for the next goal", file=sys.stderr)
         return
     if result["ended_by"] == "ended":
-        print(f"the simulator ended the episode (its step limit) after {result['actions']} actions", file=sys.stderr)
+        print(f"the simulator ended the episode (its step limit, or a restart) after {result['actions']} actions",
+              file=sys.stderr)
         return
     if not result["stopped"]:
         print(f"memnav goal send: no STOP within {timeout_s:g} s ({result['actions']} actions)", file=sys.stderr)
