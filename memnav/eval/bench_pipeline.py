@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from memnav.ros.qos import latched_qos
 from memnav.sim.dataset import default_data_dir
 
 if TYPE_CHECKING:   # rclpy is imported only when a mode runs
@@ -240,7 +241,7 @@ def _drive(stack: _Stack, context: Context, mode: str, frames: Frames, args: arg
     import rclpy
     from nav_msgs.msg import Odometry
     from rclpy.executors import SingleThreadedExecutor
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
 
@@ -249,7 +250,7 @@ def _drive(stack: _Stack, context: Context, mode: str, frames: Frames, args: arg
     node = rclpy.create_node("bench_pipeline", context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    latched = latched_qos()
     pub_rgb = node.create_publisher(Image, "camera/color/image_raw", qos_profile_sensor_data)
     pub_depth = node.create_publisher(Image, "camera/depth/image_raw", qos_profile_sensor_data)
     pub_odom = node.create_publisher(Odometry, "odom", 10)

@@ -64,11 +64,10 @@ def run(args: argparse.Namespace) -> int:
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
     findings.append(check_camera_info(args.camera_info_topic, info,
                                       (color.width, color.height) if color.width else None))
-    cmd["camera_info"] = None if info is None else {"topic": args.camera_info_topic, "width": info[0],
-                                                      "height": info[1], "fx_px": info[2],
-                                                      "hfov_deg": camera_hfov_deg(info[0], info[2])}
+    camera = None if info is None else {"topic": args.camera_info_topic, "width": info[0], "height": info[1],
+                                        "fx_px": info[2], "hfov_deg": camera_hfov_deg(info[0], info[2])}
     findings += check_command_topic(cmd["topic"], cmd["subscribers"], cmd["publishers"])
-    return report(args, (color, depth, odom), cmd, findings, transports)
+    return report(args, (color, depth, odom), cmd, camera, findings, transports)
 
 
 def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
@@ -138,8 +137,8 @@ def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
     return color, depth, odom, cmd, infos[-1] if infos else None
 
 
-def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, findings: list[Finding],
-           transports: str) -> int:
+def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, camera: dict | None,
+           findings: list[Finding], transports: str) -> int:
     """Print the per-topic table and the findings; write --json; 1 if anything FAILed."""
     rows = [stream_summary(log) for log in logs]
     print(f"{'topic':<52} {'msgs':>5} {'rate':>8} {'max gap':>8} {'stamp age':>9}  image")
@@ -158,8 +157,7 @@ def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, fin
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"ok": not failed, "duration_s": args.duration, "topics": rows,
-                                         "cmd_vel": {k: v for k, v in cmd.items() if k != "camera_info"},
-                                         "camera_info": cmd["camera_info"],
+                                         "cmd_vel": cmd, "camera_info": camera,
                                          "findings": [{"level": f.level.value, "topic": f.topic, "text": f.text}
                                                       for f in findings]}, indent=2) + "\n")
     return 1 if failed else 0

@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memnav.ros.qos import latched_qos
+
 
 @dataclass
 class EncoderNodeConfig:
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 def build(node) -> Callable[[], None]:
     """Declare this node's parameters on `node` (an rclpy Node named encoder_node) and create its publishers,
     subscriptions and timer; nothing spins here. Returns the clean-up to call before the node is destroyed."""
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
     from memnav.core.encoder import Encoder
@@ -97,7 +99,7 @@ def build(node) -> Callable[[], None]:
     needs_depth = encoder.cfg.use_depth
     node.get_logger().info(f"encoder {checkpoint} (D={encoder.embedding_dim}, "
                            f"{'RGB-D: waits for depth' if needs_depth else 'RGB only'})")
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    latched = latched_qos()
     pub_emb = node.create_publisher(Image, "memnav/embedding", 10)
     pub_goal = node.create_publisher(Image, "memnav/goal_embedding", latched)
     tolerance_ns = int(round(cfg.sync_tolerance_s * 1e9))

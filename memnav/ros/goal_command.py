@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from memnav.core.goal_photo import GoalPhoto, GoalPhotoError, read_goal_photo, refuse_overwriting, write_goal_photo
+from memnav.ros.qos import latched_qos
 from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds, shell_ros_args
 
 GOAL_IMAGE_TOPIC = "memnav/goal_image"
@@ -345,7 +346,7 @@ def send(args: argparse.Namespace) -> int:
 
             node.create_subscription(String, "memnav/action", on_action, 10)
             node.create_subscription(String, "memnav/policy_state", on_state, 10)
-            node.create_subscription(String, "memnav/goal_status", on_status, _latched_qos())
+            node.create_subscription(String, "memnav/goal_status", on_status, latched_qos())
             if args.odom_topic:
                 node.create_subscription(Odometry, args.odom_topic, on_odom, qos_profile_sensor_data)
                 if not ros.spin_until(lambda: state["pose"] is not None, ODOM_WAIT_S):
@@ -408,7 +409,7 @@ class GoalPublisher:
     def __init__(self, ros: Ros, frame_id: str, timeout_s: float) -> None:
         from sensor_msgs.msg import Image
 
-        latched = _latched_qos()
+        latched = latched_qos()
         self.ros, self.frame_id, self.timeout_s = ros, frame_id, timeout_s
         self.image = ros.node.create_publisher(Image, GOAL_IMAGE_TOPIC, latched)
         self._depth_pub = lambda: ros.node.create_publisher(Image, GOAL_DEPTH_TOPIC, latched)
@@ -445,13 +446,6 @@ class GoalPublisher:
               f"{stamp_to_ns(msg_stamp)} ns); taken by {self.image.get_subscription_count()} subscriber(s)",
               file=sys.stderr)
         return stamp_to_ns(msg_stamp)
-
-
-def _latched_qos():
-    """Reliable, transient local, depth 1: the goal topics' QoS and the goal status's."""
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-
-    return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 def _goal_result(photo: Path, goal: GoalPhoto, stamp_ns: int, stopped: bool, took_s: float, state: dict,

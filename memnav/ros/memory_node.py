@@ -58,6 +58,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from memnav.core.memory import SceneGraphConfig, WorkingBufferConfig
+from memnav.ros.qos import latched_qos
 
 
 @dataclass
@@ -128,7 +129,7 @@ def build(node) -> Callable[[], None]:
     subscriptions, services and timers; nothing spins here. Returns the clean-up (closes the memory)."""
     from geometry_msgs.msg import PoseWithCovarianceStamped
     from nav_msgs.msg import Odometry
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
@@ -152,7 +153,7 @@ def build(node) -> Callable[[], None]:
           "dropped": 0, "duplicates": 0, "late_detections": 0, "markers_dirty": True, "snapshot_dirty": True}
     buffer = WorkingBuffer.from_config(buffer_cfg)
     node.get_logger().info(f"memory {graph_cfg.db_path or 'in RAM only'}: {st['memory'].stats().places} places")
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    latched = latched_qos()
     pub_event = node.create_publisher(String, "memnav/memory_event", 50)
     pub_retrievals = node.create_publisher(String, "memnav/retrievals", 10)
     pub_snapshot = node.create_publisher(String, "memnav/scene_graph", latched)

@@ -61,6 +61,7 @@ from memnav.core.decision_gate import DecisionGate, action_velocity
 from memnav.core.frames import camera_hfov_deg
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
+from memnav.ros.qos import latched_qos
 
 
 @dataclass
@@ -232,7 +233,7 @@ def build(node) -> Callable[[], None]:
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import OccupancyGrid, Odometry
     from nav_msgs.msg import Path as PathMsg
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
     from sensor_msgs.msg import CameraInfo, Image
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
@@ -268,7 +269,7 @@ def build(node) -> Callable[[], None]:
     nav = agent.navigator
     if cfg.camera_hfov_deg > 0:
         nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    latched = latched_qos()
     pub_action = node.create_publisher(String, "memnav/action", 10)
     pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
     pub_state = node.create_publisher(String, "memnav/policy_state", 10)

@@ -268,8 +268,9 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
 def _summary(bag: BagFile, published: Counter, remaps: dict[str, str], namespace: str) -> str:
     """The line printed at the end: messages per topic under the name they were published as."""
     skipped = {k: v for k, v in bag.counts.to_json().items() if v and k not in ("read",)}
-    names = {t: remaps[t] if t in remaps else under_namespace(t, namespace) if namespace.strip("/") else t
-             for t in published}
+    names = {t: published_name(t, remaps) for t in published}
+    names = {t: n if n.startswith("/") else under_namespace(n, namespace) if namespace.strip("/") else "/" + n
+             for t, n in names.items()}
     return (f"published {sum(published.values())} messages "
             f"({', '.join(f'{names[t]}: {n}' for t, n in sorted(published.items()))})"
             + (f"; skipped {skipped}" if skipped else ""))

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from memnav.core.stack_status import Heard, summarize
+from memnav.ros.qos import latched_qos
 from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
 
 DISCOVERY_S = 5.0   # wait up to this long for a policy node to show in the graph before listening
@@ -32,10 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.listen, "--listen")
     ros_args = shell_ros_args(args)   # before any ROS work
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
 
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    latched = latched_qos()
     ros = Ros("memnav_status", ros_args)
     got: dict = {}
 

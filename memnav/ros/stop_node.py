@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from memnav.core.stop import STOP_FEATURES, VoIStopConfig, load_calibrator
 from memnav.core.verification import VerificationConfig
+from memnav.ros.qos import latched_qos
 
 FEATURES = STOP_FEATURES
 
@@ -69,7 +70,7 @@ def build(node) -> Callable[[], None]:
     """Declare this node's parameters on `node` (an rclpy Node named stop_node) and create its publisher and
     subscriptions; nothing spins here. Returns the clean-up to call before the node is destroyed."""
     import numpy as np
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+    from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
 
@@ -86,7 +87,7 @@ def build(node) -> Callable[[], None]:
     ver_cfg = declare_dataclass(node, VerificationConfig, prefix="verification.")
     calibrator = load_calibrator(resolve_model_path(cfg.calibration, "calibration"), FEATURES)
     controller = VoIStopController.from_config(voi_cfg)
-    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    latched = latched_qos()
     pub = node.create_publisher(String, "memnav/stop_decision", 10)
     colours: StampedQueue = StampedQueue(cfg.image_queue_size)   # raw colour messages by stamp
     # goal embedding (stamp, vector); goal image features (stamp, Features): they belong together when the
