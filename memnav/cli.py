@@ -61,6 +61,28 @@ def config_from_options(cls: type[T], options: Mapping[str, str], **fields: Any)
             text = text.replace(f"{cls.__name__}.{name} ", f"{option} ")
         raise ValueError(text) from None
 
+def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """--hfov-deg and --camera-height-m: the simulated camera `what` (e.g. "the views are rendered with"), for
+    measuring what a robot's own camera changes. `camera_options` reads them back."""
+    parser.add_argument("--hfov-deg", type=float, default=90.0, metavar="DEG",
+                        help=f"horizontal field of view of the simulated camera {what} (SimConfig.hfov_deg): 90 is "
+                             "the simulator's, which the shipped models were trained and measured on; a robot's "
+                             "camera is often narrower (about 69 for a RealSense D435's colour stream)")
+    parser.add_argument("--camera-height-m", type=float, default=1.25, metavar="M",
+                        help=f"height above the floor of the simulated camera {what} (SimConfig.sensor_height_m): "
+                             "1.25 is the simulator's; a small robot's camera sits lower")
+
+
+def camera_options(args: argparse.Namespace) -> dict[str, float]:
+    """The SimConfig fields of `add_camera_arguments`' options, {"hfov_deg", "sensor_height_m"}, checked as
+    SimConfig checks them (a ValueError names the option)."""
+    from memnav.sim.base import SimConfig
+
+    cfg = config_from_options(SimConfig, {"hfov_deg": "--hfov-deg", "sensor_height_m": "--camera-height-m"},
+                              hfov_deg=args.hfov_deg, sensor_height_m=args.camera_height_m)
+    return {"hfov_deg": cfg.hfov_deg, "sensor_height_m": cfg.sensor_height_m}
+
+
 BENCH_TARGETS: dict[str, tuple[str, str]] = {
     "sim": ("memnav.eval.bench_sim", "simulator RGB-D steps/s at 128x128, 256x256 and on a >=1M-triangle mesh"),
     "memory": ("memnav.eval.bench_memory", "long-term memory insert/retrieve latency and patrol growth"),

@@ -114,12 +114,36 @@ def frames_to_array(rgb: np.ndarray, depth: np.ndarray | None, cfg: EncoderConfi
     return out
 
 
-class Encoder:
-    """Inference wrapper: numpy frames in, numpy unit-norm embeddings out."""
+SIM_HFOV_DEG = 90.0     # the simulator's camera, which training views are rendered with
+HFOV_TOLERANCE_DEG = 3.0   # a camera this far outside an encoder's trained fields of view is still taken as inside
 
-    def __init__(self, model: FrameEncoder) -> None:
+
+class Encoder:
+    """Inference wrapper: numpy frames in, numpy unit-norm embeddings out.
+
+    `trained_hfov_deg` is the range of horizontal fields of view the network was trained on: the simulator's 90
+    deg, from `min_hfov_deg` up with `memnav train encoder --min-hfov-deg` (read from the checkpoint).
+    """
+
+    def __init__(self, model: FrameEncoder, trained_hfov_deg: tuple[float, float] = (SIM_HFOV_DEG, SIM_HFOV_DEG)) \
+            -> None:
         self.model = model.eval()
         self.cfg = model.cfg
+        self.trained_hfov_deg = (float(trained_hfov_deg[0]), float(trained_hfov_deg[1]))
+
+    def camera_mismatch(self, hfov_deg: float) -> str | None:
+        """None when a camera of `hfov_deg` lies within the fields of view this encoder was trained on (give or
+        take HFOV_TOLERANCE_DEG), else a sentence saying how it differs: place recognition is measured to drop
+        on cameras narrower than an encoder was trained for (README "A camera narrower than the simulator's")."""
+        lo, hi = self.trained_hfov_deg
+        trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
+        if hfov_deg < lo - HFOV_TOLERANCE_DEG:
+            return (f"the camera's {hfov_deg:.1f} deg field of view is narrower than the {trained} this encoder was "
+                    f"trained on: expect weaker place recognition")
+        if hfov_deg > hi + HFOV_TOLERANCE_DEG:
+            return (f"the camera's {hfov_deg:.1f} deg field of view is wider than the {trained} this encoder was "
+                    f"trained on: its recognition there was not measured")
+        return None
 
     @property
     def embedding_dim(self) -> int:
@@ -138,7 +162,9 @@ class Encoder:
 
     @classmethod
     def from_checkpoint(cls, path: Path | str) -> Encoder:
-        return cls(load_checkpoint(path))
+        model, extra = load_checkpoint_with_extra(path)
+        train = extra.get("train_config") or {}
+        return cls(model, (float(train.get("min_hfov_deg", SIM_HFOV_DEG)), SIM_HFOV_DEG))
 
 
 def save_checkpoint(model: FrameEncoder, path: Path | str, extra: dict | None = None) -> None:
@@ -152,6 +178,10 @@ def load_checkpoint(path: Path | str) -> FrameEncoder:
     Raises:
         CheckpointError: what differs (format, version, config field or tensor shape).
     """
-    model, _ = load_model(path, CHECKPOINT_FORMAT, CHECKPOINT_VERSION,
-                          lambda cfg: FrameEncoder(EncoderConfig(**cfg)), "encoder")
-    return model
+    return load_checkpoint_with_extra(path)[0]
+
+
+def load_checkpoint_with_extra(path: Path | str) -> tuple[FrameEncoder, dict]:
+    """`load_checkpoint`, and the checkpoint's `extra` dict (its training settings, for one)."""
+    return load_model(path, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, lambda cfg: FrameEncoder(EncoderConfig(**cfg)),
+                      "encoder")

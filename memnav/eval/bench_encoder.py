@@ -25,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.cli import add_camera_arguments, camera_options
 from memnav.core.encoder import Encoder, EncoderConfig
 from memnav.core.scan_verification import ScanVerifyConfig, ViewScan, scan_fit, verified_order, view_scan
 from memnav.core.verification import VerificationConfig, extract_features
-from memnav.sim.base import RENDERERS
+from memnav.sim.base import RENDERERS, SimConfig
 from memnav.sim.dataset import add_lookalike_grid_arguments, default_data_dir, lookalike_grid
 from memnav.sim.goal_lookalikes import GoalAuditConfig
 from memnav.train.encoder_train import embed
@@ -58,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "house then draws its poses from a random stream of its own (as `memnav train encoder "
                              "--render-workers`), so the views, and the figures, differ from the one-process "
                              "default the README's figures use; any N > 0 gives the same views")
+    add_camera_arguments(parser, "the database, query and vocabulary views are rendered with")
     parser.add_argument("--verify-top", type=int, default=10, metavar="K",
                         help="re-rank the K nearest views by scan verification for recall_at_1_verified (0 = skip)")
     parser.add_argument("--audit-queries", action="store_true",
@@ -189,14 +191,22 @@ def run(args: argparse.Namespace) -> dict:
     for name in ("db_per_house", "queries_per_house"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    cam = camera_options(args)
+    if args.audit_queries and (cam["hfov_deg"], cam["sensor_height_m"]) != (SimConfig.hfov_deg,
+                                                                            SimConfig.sensor_height_m):
+        raise ValueError("--audit-queries searches look-alikes with the simulator's camera (90 deg at 1.25 m); "
+                         "leave --hfov-deg and --camera-height-m at their defaults with it")
+    camera = {"hfov_deg": cam["hfov_deg"], "camera_height_m": cam["sensor_height_m"]}
     lookalikes = lookalike_grid(args)
     encoder = Encoder.from_checkpoint(args.checkpoint)
     torch.set_num_threads(2)
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
     db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
-                    renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers)[0]
+                    renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers,
+                    **camera)[0]
     qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries",
-                    renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers)[0]
+                    renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers,
+                    **camera)[0]
     match = same_place(qs.poses, db.poses, qs.house, db.house)
 
     db_emb, q_emb = embed(encoder.model, db.frames), embed(encoder.model, qs.frames)
@@ -219,13 +229,13 @@ def run(args: argparse.Namespace) -> dict:
     verified: dict = {}
     if args.verify_top > 0:
         r_ver, fit_ms = verified_recall(db.frames, qs.frames, db_emb, q_emb, match, encoder.cfg, args.verify_top,
-                                        progress=not args.no_progress)
+                                        ScanVerifyConfig(**camera), progress=not args.no_progress)
         verified = {"recall_at_1_verified": round(r_ver, 4), "verify_top_k": args.verify_top,
                     "verify_pair_ms_p50": round(float(np.median(fit_ms)), 3) if fit_ms else None}
     r_pix, _ = recall_at_1(pixel_descriptors(db.rgb), pixel_descriptors(qs.rgb), match)
     train_rgb = render_set(houses_of_split(args.data, "train"), 40, encoder.cfg, args.seed + 2, keep_rgb=True,
                            desc="orb vocabulary", renderer=args.renderer, progress=not args.no_progress,
-                           workers=args.render_workers)[0].rgb
+                           workers=args.render_workers, **camera)[0].rgb
     bow = OrbBagOfWords(train_rgb, args.vocab_words, args.seed)
     r_orb, _ = recall_at_1(bow.describe(db.rgb), bow.describe(qs.rgb), match)
 
@@ -260,5 +270,7 @@ def run(args: argparse.Namespace) -> dict:
         "checkpoint": str(args.checkpoint),
         "renderer": args.renderer,
         "render_workers": args.render_workers,
+        "hfov_deg": args.hfov_deg,
+        "camera_height_m": args.camera_height_m,
         "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0},
     }

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.cli import add_camera_arguments, camera_options
 from memnav.core.navigator import NavigatorConfig
 from memnav.core.types import Action, EpisodeStatus
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
@@ -78,6 +79,8 @@ def add_data_arguments(parser: argparse.ArgumentParser, run_options: bool = True
     if run_options:
         parser.add_argument("--max-steps", type=int, default=500, metavar="STEPS",
                             help="step limit per episode, actions (Habitat ImageNav uses 500)")
+        add_camera_arguments(parser, "that views and goal photos are rendered with; agents are told it as the "
+                                     "policy node is by a robot's camera_info and camera_height_m")
         parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")
 
 
@@ -568,7 +571,7 @@ def run(args: argparse.Namespace) -> int:
     if not episodes:
         raise ValueError(f"{args.data}: split {args.split!r} has no episodes")
     config = SimConfig(max_episode_steps=args.max_steps, seed=args.seed, renderer=args.renderer,
-                       odometry_origin=args.odometry_origin)
+                       odometry_origin=args.odometry_origin, **camera_options(args))
     if args.workers < 0:
         raise ValueError(f"--workers must be >= 0 (0 = one per CPU core), got {args.workers}")
     workers = min(args.workers or os.cpu_count() or 1, len(episodes))
@@ -632,7 +635,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{name}: continues earlier runs' memory of {', '.join(earlier)} (lifelong_earlier_memory): "
                       "their visit 1 here is not their first")
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
-            "lifelong": bool(args.lifelong), "odometry_origin": args.odometry_origin}
+            "lifelong": bool(args.lifelong), "odometry_origin": args.odometry_origin,
+            "hfov_deg": config.hfov_deg, "camera_height_m": config.sensor_height_m}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True
     if args.compare:

@@ -220,7 +220,10 @@ class LearnedAgent:
         self.visits: dict[str, int] = {}
 
     def reset(self, episode: Episode, goal: Observation, sim: Simulator) -> None:
-        del sim  # not a privileged agent
+        # not a privileged agent: of the simulator it reads only its camera, as a robot reads its camera_info
+        cam = sim.config
+        if (self.navigator.cfg.hfov_deg, self.navigator.cfg.camera_height_m) != (cam.hfov_deg, cam.sensor_height_m):
+            self.navigator.set_camera(cam.hfov_deg, cam.sensor_height_m)
         self.begin(episode.scene_name, goal.rgb, goal.depth)
 
     def begin(self, place_key: str, goal_rgb, goal_depth=None) -> None:

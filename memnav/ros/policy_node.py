@@ -267,8 +267,19 @@ def build(node) -> Callable[[], None]:
                                **ExploringTuning.values_of(cfg))
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
+
+    def check_camera(hfov: float) -> None:
+        """Warn when the camera lies outside the fields of view the encoder was trained on."""
+        mismatch = agent.encoder.camera_mismatch(hfov)
+        if mismatch is not None:
+            node.get_logger().warning(
+                f"{mismatch} ({opts.encoder_checkpoint}); for cameras of 60-90 deg use encoder_checkpoint "
+                f"models/encoder_fov60.pt with calibration models/stop_calibration_fov60.json (README \"A camera "
+                f"narrower than the simulator's\")")
+
     if cfg.camera_hfov_deg > 0:
         nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)
+        check_camera(cfg.camera_hfov_deg)
     latched = latched_qos()
     pub_action = node.create_publisher(String, "memnav/action", 10)
     pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
@@ -369,6 +380,7 @@ def build(node) -> Callable[[], None]:
                                f"on {sub_info.topic_name}), {cfg.camera_height_m:g} m above the floor"
                                + ("" if st["hfov"] is None else f"; was {st['hfov']:.1f} deg"))
         st["hfov"] = hfov
+        check_camera(hfov)
         if st["goal_held"]:
             st["goal_held"] = False
             begin()

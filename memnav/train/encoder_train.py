@@ -70,6 +70,10 @@ class EncoderTrainConfig:
         colour_gain_std: standard deviation of the per-channel colour gain of the augmentation (white balance);
             brightness and contrast are jittered independently of it. Room colours are a strong cue in these
             houses, so a large gain teaches the network to discard part of it.
+        min_hfov_deg: narrower cameras: on half the steps, every view of the batch is cropped about its centre
+            to one horizontal field of view drawn from [min_hfov_deg, RENDER_HFOV_DEG] (`crop_fov`; exact for
+            a pinhole camera, at the bank's resolution), as a robot camera narrower than the simulator's sees
+            database and goal alike. RENDER_HFOV_DEG (the default) is off.
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -90,6 +94,7 @@ class EncoderTrainConfig:
     mine_every: int = 0
     house_bank_every: int = 0
     colour_gain_std: float = 0.1
+    min_hfov_deg: float = 90.0
     seed: int = 0
 
 
@@ -119,6 +124,26 @@ def augment(x: torch.Tensor, gen: torch.Generator,
     # small translations (up to 3 px) stand in for small pose differences
     dx, dy = (int(v) for v in torch.randint(-3, 4, (2,), generator=gen))
     return torch.roll(out, shifts=(dy, dx), dims=(2, 3))
+
+
+RENDER_HFOV_DEG = 90.0   # the simulator's camera, which the frame banks are rendered with
+
+
+def crop_fov(x: torch.Tensor, hfov_deg: float, base_hfov_deg: float = RENDER_HFOV_DEG) -> torch.Tensor:
+    """A (B, 4, P, P) batch of square `base_hfov_deg` views as a narrower square pinhole camera of `hfov_deg`
+    would see them: the central crop of that field of view, resized back to P x P (colour bilinear, depth nearest:
+    a depth reading is never blended across an edge). `hfov_deg` >= base returns `x` itself."""
+    import torch.nn.functional as F
+
+    if hfov_deg >= base_hfov_deg:
+        return x
+    p = x.shape[-1]
+    side = max(2, round(p * math.tan(math.radians(hfov_deg) / 2) / math.tan(math.radians(base_hfov_deg) / 2)))
+    lo = (p - side) // 2
+    crop = x[:, :, lo:lo + side, lo:lo + side]
+    rgb = F.interpolate(crop[:, :3], size=(p, p), mode="bilinear", align_corners=False)
+    depth = F.interpolate(crop[:, 3:], size=(p, p), mode="nearest")
+    return torch.cat([rgb, depth], dim=1)
 
 
 def info_nce(za: torch.Tensor, zb: torch.Tensor, same: torch.Tensor, temperature: float,
@@ -288,6 +313,9 @@ def _check_options(cfg: EncoderTrainConfig, args: argparse.Namespace) -> None:
         raise ValueError(f"--max-minutes must be >= 0 (leave it out for no limit), got {args.max_minutes:g}")
     if not 0 <= cfg.colour_gain_std < 1:
         raise ValueError(f"--colour-gain must be in [0, 1), got {cfg.colour_gain_std:g}")
+    if not (math.isfinite(cfg.min_hfov_deg) and 20 <= cfg.min_hfov_deg <= RENDER_HFOV_DEG):
+        raise ValueError(f"--min-hfov-deg must be in [20, {RENDER_HFOV_DEG:g}] degrees ({RENDER_HFOV_DEG:g} = off), "
+                         f"got {cfg.min_hfov_deg:g}")
     for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
         if not 0 <= lo < hi:
             raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
@@ -395,6 +423,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--colour-gain", type=float, default=d.colour_gain_std, metavar="STD",
                         help="standard deviation of the augmentation's per-channel colour gain (white balance); "
                              "brightness and contrast jitter are separate")
+    parser.add_argument("--min-hfov-deg", type=float, default=d.min_hfov_deg, metavar="DEG",
+                        help="also train for narrower cameras than the simulator's 90 deg: on half the steps all "
+                             "views of the batch are cropped to one field of view drawn from [DEG, 90] (a robot's "
+                             f"RealSense colour stream is about 69); {RENDER_HFOV_DEG:g} = off")
     parser.add_argument("--seed", type=int, default=d.seed, metavar="N",
                         help="random seed (poses, batches, augmentation, initialisation), >= 0")
     parser.add_argument("--threads", type=int, default=2, metavar="N", help="torch CPU threads, >= 1")
@@ -418,7 +450,8 @@ def run(args: argparse.Namespace) -> int:
                              near_miss=not args.no_near_miss, positive_m=args.positive_m,
                              positive_deg=args.positive_deg, near_miss_m=tuple(args.near_miss_m),
                              near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every,
-                             house_bank_every=args.house_bank_every, colour_gain_std=args.colour_gain)
+                             house_bank_every=args.house_bank_every, colour_gain_std=args.colour_gain,
+                             min_hfov_deg=args.min_hfov_deg)
     # every option is checked before the first frame is rendered (minutes of work on a real dataset)
     _check_options(cfg, args)
     check_output_file(args.out, "--out")
@@ -441,7 +474,7 @@ def run(args: argparse.Namespace) -> int:
     data_config = {**{k: getattr(cfg, k) for k in ("near_miss", "positive_m", "positive_deg")},
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
                    "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
-                   "colour_gain_std": cfg.colour_gain_std,
+                   "colour_gain_std": cfg.colour_gain_std, "min_hfov_deg": cfg.min_hfov_deg,
                    "dataset": _dataset_tag(args.data), "init": _init_tag(args.init),
                    "house_streams": getattr(args, "render_workers", 0) > 0}
     state_path = args.out.with_name(args.out.name + ".state")
@@ -458,6 +491,7 @@ def run(args: argparse.Namespace) -> int:
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
                          "mine_every": 0, "house_bank_every": 0, "colour_gain_std": 0.1,
+                         "min_hfov_deg": RENDER_HFOV_DEG,
                          "dataset": data_config["dataset"], "init": None, "house_streams": False,
                          **st.get("data_config", {})}, data_config)
     progress = not args.no_progress
@@ -525,12 +559,14 @@ def run(args: argparse.Namespace) -> int:
         assert table is not None
         return table
 
+    hfov = RENDER_HFOV_DEG   # this step's camera (`--min-hfov-deg`)
+
     def view(frames: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-        """Augmented network inputs of frames[rows] on the training device (augmentation draws from `gen`;
-        on a GPU the frames cross as float16 and are augmented there)."""
-        if device.type == "cpu":
-            return augment(torch.from_numpy(frames[rows].astype(np.float32)), gen, cfg.colour_gain_std)
-        return augment(torch.from_numpy(frames[rows]).to(device).float(), gen, cfg.colour_gain_std)
+        """Augmented network inputs of frames[rows] on the training device, as this step's camera sees them
+        (augmentation draws from `gen`; on a GPU the frames cross as float16 and are augmented there)."""
+        x = torch.from_numpy(frames[rows].astype(np.float32)) if device.type == "cpu" \
+            else torch.from_numpy(frames[rows]).to(device).float()
+        return augment(crop_fov(x, hfov), gen, cfg.colour_gain_std)
 
     def same_mask(poses_a: np.ndarray, poses_b: np.ndarray, house: np.ndarray) -> torch.Tensor:
         """`same_place` of two pose arrays of the batch's houses, on the training device."""
@@ -544,6 +580,9 @@ def run(args: argparse.Namespace) -> int:
         hs = rng.choice(houses, size=min(cfg.houses_per_batch, len(houses)), replace=False)
         per = cfg.batch_pairs // len(hs)
         idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
+        if cfg.min_hfov_deg < RENDER_HFOV_DEG:   # drawn only when asked: runs without it draw as before
+            narrow, u = torch.rand(2, generator=gen).tolist()
+            hfov = cfg.min_hfov_deg + u * (RENDER_HFOV_DEG - cfg.min_hfov_deg) if narrow < 0.5 else RENDER_HFOV_DEG
         views = [view(train_a.frames, idx), view(train_b.frames, idx)]
         house = train_a.house[idx]
         same = same_mask(train_a.poses[idx], train_a.poses[idx], house)

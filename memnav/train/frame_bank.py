@@ -189,8 +189,8 @@ def _render_one_house(job: tuple, on_pose: Callable[[], None] | None = None) -> 
     process or as a worker process's entry."""
     from memnav.sim.embedded import EmbeddedSimulator
 
-    scene, index, per_house, enc_cfg, seed, renderer, options = job
-    sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
+    scene, index, per_house, enc_cfg, seed, renderer, camera, options = job
+    sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer, **camera))
     return _render_house_views(sim, scene, per_house, enc_cfg, house_rng(seed, index), on_pose=on_pose, **options)
 
 
@@ -198,12 +198,15 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
                pair_jitter: tuple[float, float] | None = None, progress: bool = True,
                desc: str = "render", near_miss: bool = False, near_miss_m: tuple[float, float] = NEAR_MISS_M,
                near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG, renderer: str = "auto",
-               workers: int = 0) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+               workers: int = 0, hfov_deg: float = 90.0,
+               camera_height_m: float = 1.25) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render frames at sampled poses in each house; optionally a positive and a near-miss view of each.
 
     Returns (frames, positives or None, near misses or None). Positives lie within pair_jitter =
     (meters, radians); near misses come from `near_miss_pose` (with near_miss=True), near_miss_m and
-    near_miss_turn_deg giving its distance and turn bands. `renderer` is SimConfig.renderer.
+    near_miss_turn_deg giving its distance and turn bands. `renderer` is SimConfig.renderer; `hfov_deg` and
+    `camera_height_m` are the camera's horizontal field of view and height above the floor (SimConfig.hfov_deg,
+    .sensor_height_m; the simulator's defaults, 90 deg at 1.25 m, are what every encoder was trained on).
 
     workers = 0 (the default) renders every house in this process from one random stream seeded by `seed`.
     workers >= 1 gives each house a stream of its own (`house_rng`) and a simulator of its own (seeded with
@@ -220,10 +223,11 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
     options = {"keep_rgb": keep_rgb, "pair_jitter": pair_jitter, "near_miss": near_miss,
                "near_miss_m": tuple(near_miss_m), "near_miss_turn_deg": tuple(near_miss_turn_deg)}
     bar = tqdm(total=len(houses) * per_house, desc=desc, unit="frame", disable=not progress, file=sys.stderr)
-    jobs = [(scene, i, per_house, enc_cfg, seed, renderer, options) for i, scene in enumerate(houses)]
+    camera = {"hfov_deg": hfov_deg, "sensor_height_m": camera_height_m}
+    jobs = [(scene, i, per_house, enc_cfg, seed, renderer, camera, options) for i, scene in enumerate(houses)]
     if workers == 0:
         rng = np.random.default_rng(seed)
-        sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer))
+        sim = EmbeddedSimulator(config=SimConfig(seed=seed, renderer=renderer, **camera))
         per = [_render_house_views(sim, scene, per_house, enc_cfg, rng, on_pose=lambda: bar.update(1), **options)
                for scene in houses]
     elif workers == 1 or len(houses) == 1:

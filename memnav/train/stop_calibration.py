@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.cli import add_camera_arguments, camera_options
 from memnav.core.encoder import Encoder
 from memnav.core.stop import STOP_FEATURES, GoalBeliefCalibrator
 from memnav.core.verification import verify_pair
@@ -41,19 +42,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--success-distance", type=float, default=1.0, metavar="M",
                         help="success radius: a current view within this geodesic distance of the goal is a "
                              "positive example, meters (below --max-distance)")
+    add_camera_arguments(parser, "the goal photos and current views are rendered with (fit the belief for the "
+                                 "camera the robot has)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="random seed, >= 0")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def make_examples(encoder: Encoder, houses: list[Path], per_house: int, max_dist_m: float, radius_m: float,
-                  seed: int, desc: str, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(features (N, 2), labels (N,)) from rendered goal/current view pairs."""
+                  seed: int, desc: str, progress: bool = True,
+                  camera: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(features (N, 2), labels (N,)) from rendered goal/current view pairs; `camera`: SimConfig's hfov_deg /
+    sensor_height_m (default: the simulator's camera)."""
     from tqdm import tqdm
 
     from memnav.sim.embedded import EmbeddedSimulator
 
     rng = np.random.default_rng(seed)
-    sim = EmbeddedSimulator(config=SimConfig(seed=seed))
+    sim = EmbeddedSimulator(config=SimConfig(seed=seed, **(camera or {})))
     feats, labels = [], []
     bar = tqdm(total=len(houses) * per_house, desc=desc, unit="ex", file=sys.stderr, disable=not progress)
     for scene in houses:
@@ -124,19 +129,21 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     _check_options(args)
+    camera = camera_options(args)
     train_houses = checked_houses(args.data, "train", "--data")
     val_houses = checked_houses(args.data, "val", "--data")
     torch.set_num_threads(2)
     encoder = Encoder.from_checkpoint(args.checkpoint)
     train_x, train_y = make_examples(encoder, train_houses, args.examples_per_house,
                                      args.max_distance, args.success_distance, args.seed, "train examples",
-                                     not args.no_progress)
+                                     not args.no_progress, camera)
     val_x, val_y = make_examples(encoder, val_houses, args.examples_per_house,
                                  args.max_distance, args.success_distance, args.seed + 1, "val examples",
-                                 not args.no_progress)
+                                 not args.no_progress, camera)
     cal = GoalBeliefCalibrator(feature_names=FEATURES).fit(train_x, train_y)
     rel_train, rel_val = cal.reliability(train_x, train_y), cal.reliability(val_x, val_y)
     out = dict(cal.to_dict(), success_distance_m=args.success_distance, checkpoint=str(args.checkpoint),
+               hfov_deg=camera["hfov_deg"], camera_height_m=camera["sensor_height_m"],
                examples={"train": int(len(train_y)), "val": int(len(val_y))},
                positive_rate={"train": float(train_y.mean()), "val": float(val_y.mean())},
                ece={"train": rel_train["ece"], "val": rel_val["ece"]}, reliability_val=rel_val)

@@ -53,6 +53,7 @@ def test_bench_encoder_keys(tiny_data, tmp_path, capsys):
     parts = [(res[f"recall_at_1_{k}_queries"], res[f"{k}_queries"]) for k in ("close_up", "other")]
     assert sum(r * n for r, n in parts if n) == pytest.approx(res["recall_at_1"] * res["queries_evaluated"], abs=0.01)
     assert res["renderer"] == "auto" and res["split"] == "test"
+    assert (res["hfov_deg"], res["camera_height_m"]) == (90.0, 1.25)     # the simulator's camera by default
     bars = capsys.readouterr().err
     assert "database: " in bars and "scan verification: " in bars and "%|" in bars     # tqdm bars
     assert "ambiguous_queries" not in res             # the look-alike search runs only when asked for
@@ -88,6 +89,38 @@ def test_bench_encoder_render_workers_give_the_same_figures_with_one_or_two_proc
             "queries_evaluated", "database_size")
     assert [results[0][k] for k in keys] == [results[1][k] for k in keys]
     assert (results[0]["render_workers"], results[1]["render_workers"]) == (1, 2)
+
+
+@pytest.mark.slow
+def test_bench_encoder_renders_another_camera_when_asked(tiny_data, tmp_path):
+    torch.manual_seed(0)
+    ckpt = tmp_path / "enc.pt"
+    save_checkpoint(FrameEncoder(EncoderConfig()), ckpt)
+    results = {}
+    for camera in (("90", "1.25"), ("60", "0.5")):
+        out = tmp_path / f"enc{camera[0]}.json"
+        assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--split", "train",
+                     "--max-houses", "1", "--db-per-house", "80", "--queries-per-house", "12", "--vocab-words", "8",
+                     "--verify-top", "3", "--hfov-deg", camera[0], "--camera-height-m", camera[1],
+                     "--json", str(out), "--no-progress"]) == 0
+        results[camera] = json.loads(out.read_text())
+    narrow = results[("60", "0.5")]
+    assert (narrow["hfov_deg"], narrow["camera_height_m"]) == (60.0, 0.5)
+    for key in ("recall_at_1", "recall_at_1_verified", "baseline_pixels_recall_at_1"):
+        assert 0.0 <= narrow[key] <= 1.0
+    # the same poses, so the same queries have a true match (what the camera sees: test_frame_bank)
+    assert narrow["queries_evaluated"] == results[("90", "1.25")]["queries_evaluated"] >= 3
+
+
+@pytest.mark.parametrize("option, value", [("--hfov-deg", "180"), ("--hfov-deg", "nan"), ("--camera-height-m", "0")])
+def test_bench_encoder_impossible_camera_is_refused_by_name(option, value, capsys):
+    assert main(["bench", "encoder", option, value]) == 2
+    assert f"{option} must be" in capsys.readouterr().err
+
+
+def test_bench_encoder_look_alike_search_needs_the_simulators_camera(capsys):
+    assert main(["bench", "encoder", "--audit-queries", "--hfov-deg", "69"]) == 2
+    assert "--audit-queries" in capsys.readouterr().err
 
 
 def test_bench_encoder_negative_render_workers_is_a_clear_error(capsys):

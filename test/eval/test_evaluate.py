@@ -75,6 +75,15 @@ def test_eval_runs_on_either_ray_caster(tiny_dataset, tmp_path):
     assert results["object"]["spl"] == results["bvh"]["spl"]
     with pytest.raises(SystemExit):
         main(["eval", "--renderer", "raster", "--data", str(tiny_dataset)])
+    assert (results["bvh"]["hfov_deg"], results["bvh"]["camera_height_m"]) == (90.0, 1.25)
+
+
+def test_eval_with_another_camera_names_it_in_the_results(tiny_dataset, tmp_path):
+    out = tmp_path / "narrow.json"
+    assert main(["eval", "--agent", "oracle", "--split", "test", "--episodes", "1", "--data", str(tiny_dataset),
+                 "--hfov-deg", "69", "--camera-height-m", "0.6", "--json", str(out), "--no-progress"]) == 0
+    res = json.loads(out.read_text())
+    assert (res["hfov_deg"], res["camera_height_m"]) == (69.0, 0.6) and res["success"] == 1.0
 
 
 def test_eval_bad_inputs_exit_nonzero(tiny_dataset, tmp_path, capsys):
@@ -106,7 +115,9 @@ def test_corrupt_episode_file_exits_2_and_names_it(tmp_path, capsys):
     ("--episode-ids", ",", "no episode id"), ("--scenes-dir", "{tmp}/none", "--scenes-dir"),
     ("--json", "{tmp}", "--json"), ("--report", "{file}", "--report"), ("--trace", "{file}", "--trace"),
     ("--memory-dir", "{file}", "--memory-dir"), ("--compare", "random", "--agent and --compare"),
-    ("--colour-weight", "nan", "--colour-weight must be a finite number")])
+    ("--colour-weight", "nan", "--colour-weight must be a finite number"),
+    ("--hfov-deg", "180", "--hfov-deg must be in (0, 180)"),
+    ("--camera-height-m", "0", "--camera-height-m must be a positive number")])
 def test_bad_option_exits_2_naming_it_before_any_episode_runs(tiny_dataset, tmp_path, capsys, option, value,
                                                               message):
     file = tmp_path / "a_file"

@@ -57,6 +57,35 @@ def test_memnav_explores_into_the_other_room_and_stops_at_the_goal(two_room_scen
         sim.close()
 
 
+def test_the_agent_maps_with_the_simulators_camera_as_a_robot_with_its_camera_info(two_room_scene):
+    """`memnav eval --hfov-deg 60 --camera-height-m 0.8`: the agent reads the camera from the simulator at reset,
+    as the policy node reads a robot's camera_info, and still finds the goal behind the wall."""
+    from types import SimpleNamespace
+
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, hfov_deg=60.0, sensor_height_m=0.8))
+    agent = LearnedAgent("memnav", LearnedAgentOptions())
+    try:
+        goal_pos, start = np.array([7.0, 0.0, 3.0]), np.array([1.0, 0.0, 3.0])
+        goal = sim.render_at(goal_pos, 1.57)
+        sim.set_agent_pose(start, 0.0)
+        obs = sim.render_at(start, 0.0)
+        agent.reset(SimpleNamespace(scene_name="two_rooms"), goal, sim)
+        nav = agent.navigator
+        assert (nav.cfg.hfov_deg, nav.cfg.camera_height_m) == (60.0, 0.8)
+        assert (nav.explorer.cfg.hfov_deg, nav.explorer.cfg.camera_height_m) == (60.0, 0.8)
+        assert nav.localizer_cfg.hfov_deg == 60.0
+        for _ in range(300):
+            action = agent.act(obs)
+            if action == Action.STOP:
+                break
+            obs = sim.step(action)
+        assert action == Action.STOP
+        assert sim.geodesic_distance(sim.agent_state.position, goal_pos) < 1.0
+    finally:
+        agent.close()
+        sim.close()
+
+
 def test_without_exploration_the_policy_drives_alone(two_room_scene):
     sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3))
     agent = LearnedAgent("memnav", LearnedAgentOptions(explore=False))

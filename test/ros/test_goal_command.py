@@ -224,6 +224,9 @@ def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_k
             rclpy.spin_once(node, timeout_sec=0.2)
         log = (tmp_path / "policy.log").read_text()
         assert "camera: 60.0 deg horizontal field of view (128 px wide" in log and "new goal image" in log, report()
+        # the shipped encoder was trained on the simulator's 90 deg only: the node says so, and what to use instead
+        assert "60.0 deg field of view is narrower than the 90 deg this encoder was trained on" in log, report()
+        assert "models/encoder_fov60.pt" in log
     finally:
         node.destroy_node()
         rclpy.shutdown()

@@ -44,6 +44,12 @@ def test_train_writes_checkpoint_curve_and_resumes(tiny_data, tmp_path, capsys):
     assert main([*args[:-2], "--widths", "16", "32", "48", "64"]) == 2   # ... or with another architecture
     assert "widths [32, 64, 96, 128] (now [16, 32, 48, 64])" in capsys.readouterr().err
     assert (tiny_data / "cache").is_dir() and any("nearmiss" in f.name for f in (tiny_data / "cache").iterdir())
+    assert main([*args[:-2], "--min-hfov-deg", "60"]) == 2   # ... or for narrower cameras
+    assert "min_hfov_deg 90.0 (now 60.0)" in capsys.readouterr().err
+    # trained for narrower cameras too (the same cached bank, views cropped on about half the steps)
+    narrow = tmp_path / "narrow.pt"
+    assert main(["train", "encoder", "--out", str(narrow), *args[4:-2], "--min-hfov-deg", "60"]) == 0
+    assert torch.load(narrow, weights_only=True)["extra"]["train_config"]["min_hfov_deg"] == 60.0
 
 
 @pytest.mark.slow
@@ -195,6 +201,7 @@ def test_stop_calibration_writes_belief_and_reliability(tiny_data, tmp_path, cap
     res = json.loads(out.read_text())
     assert res["feature_names"] == ["similarity", "verification"] and len(res["weights"]) == 3
     assert res["examples"] == {"train": 12, "val": 12} and 0 <= res["ece"]["val"] <= 1
+    assert (res["hfov_deg"], res["camera_height_m"]) == (90.0, 1.25)    # the camera the views were rendered with
     assert out.with_suffix(".png").stat().st_size > 1000
     belief = GoalBeliefCalibrator.from_dict(res).predict([[0.9, 1.0]])
     assert 0.0 <= float(belief[0]) <= 1.0

@@ -81,6 +81,35 @@ def test_render_set_near_miss_bands_and_renderer(tiny_data):
     assert differ.mean() < 0.01
 
 
+def test_render_set_sees_the_same_poses_through_another_camera_and_a_central_crop_stands_in_for_a_narrower_one(
+        tiny_data):
+    import torch
+
+    from memnav.train.encoder_train import crop_fov
+
+    houses = houses_of_split(tiny_data, "train")
+    cfg = EncoderConfig()
+    wide = render_set(houses, 12, cfg, seed=5, progress=False)[0]
+    narrow = render_set(houses, 12, cfg, seed=5, progress=False, hfov_deg=60.0)[0]
+    low = render_set(houses, 12, cfg, seed=5, progress=False, camera_height_m=0.4)[0]
+    np.testing.assert_array_equal(wide.poses, narrow.poses)
+    np.testing.assert_array_equal(wide.poses, low.poses)
+    frames = [torch.from_numpy(s.frames.astype(np.float32)) for s in (wide, narrow, low)]
+    assert not torch.equal(frames[0], frames[1]) and not torch.equal(frames[0], frames[2])
+    # the centre of a 90 deg view, enlarged, is what a 60 deg camera at the same pose sees (up to resampling):
+    # far closer to it than the 90 deg view itself, and a 60 deg crop of a lower camera's view does not match it
+    cropped = crop_fov(frames[0], 60.0)
+    assert cropped.shape == frames[0].shape and crop_fov(frames[0], 90.0) is frames[0]
+
+    def rgb_gap(a, b):
+        return float((a[:, :3] - b[:, :3]).abs().mean())
+
+    assert rgb_gap(cropped, frames[1]) < 0.5 * rgb_gap(frames[0], frames[1])
+    assert rgb_gap(cropped, frames[1]) < 0.5 * rgb_gap(crop_fov(frames[2], 60.0), frames[1])
+    # depth is resampled, never blended: every cropped reading is one the wide view had
+    assert set(np.unique(cropped[:, 3].numpy())) <= set(np.unique(frames[0][:, 3].numpy()))
+
+
 def test_recall_at_k_counts_a_true_match_among_the_k_nearest_and_skips_queries_without_one():
     db = np.eye(4)
     q = np.array([[1.0, 0.9, 0.0, 0.0],      # nearest db 0 (a match)

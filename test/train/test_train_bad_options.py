@@ -53,6 +53,8 @@ def _refused(argv: list[str], option: str, capsys) -> str:
     (["--out", "{tmp}"], "--out"),          # an existing directory
     (["--out", "{tmp}/data/splits.json/enc.pt"], "--out"),   # below a file
     (["--cache-dir", "{tmp}/data/splits.json"], "--cache-dir"),
+    (["--min-hfov-deg", "95"], "--min-hfov-deg"),   # wider than the rendered 90 deg views
+    (["--min-hfov-deg", "nan"], "--min-hfov-deg"),
 ])
 def test_train_encoder_refuses_bad_option_before_rendering(bad, option, fake_data, tmp_path, capsys):
     argv = ["train", "encoder", "--data", str(fake_data), "--out", str(tmp_path / "enc.pt"), "--device", "cpu",
@@ -112,6 +114,8 @@ def test_train_encoder_refuses_a_garbage_state_and_leaves_it(fake_data, tmp_path
     (["--out", "{tmp}"], "--out"),          # an existing directory
     (["--out", "{tmp}/data/splits.json/cal.json"], "--out"),   # below a file
     (["--out", "{tmp}/cal.png"], "--out"),  # the reliability diagram would overwrite it
+    (["--hfov-deg", "180"], "--hfov-deg"),
+    (["--camera-height-m", "-1"], "--camera-height-m"),
 ])
 def test_train_stop_refuses_bad_option_before_rendering(bad, option, fake_data, tmp_path, capsys):
     argv = ["train", "stop", "--data", str(fake_data), "--out", str(tmp_path / "cal.json"),
