@@ -61,6 +61,7 @@ def config_from_options(cls: type[T], options: Mapping[str, str], **fields: Any)
             text = text.replace(f"{cls.__name__}.{name} ", f"{option} ")
         raise ValueError(text) from None
 
+
 def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     """--hfov-deg and --camera-height-m: the simulated camera `what` (e.g. "the views are rendered with"), for
     measuring what a robot's own camera changes. `camera_options` reads them back."""

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from memnav.core.checkpoint import read_state
-from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
+from memnav.core.encoder import SIM_HFOV_DEG, EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
 from memnav.paths import check_output_dir, check_output_file
 from memnav.sim.dataset import default_data_dir
 from memnav.train.frame_bank import (
@@ -71,9 +71,9 @@ class EncoderTrainConfig:
             brightness and contrast are jittered independently of it. Room colours are a strong cue in these
             houses, so a large gain teaches the network to discard part of it.
         min_hfov_deg: narrower cameras: on half the steps, every view of the batch is cropped about its centre
-            to one horizontal field of view drawn from [min_hfov_deg, RENDER_HFOV_DEG] (`crop_fov`; exact for
+            to one horizontal field of view drawn from [min_hfov_deg, SIM_HFOV_DEG] (`crop_fov`; exact for
             a pinhole camera, at the bank's resolution), as a robot camera narrower than the simulator's sees
-            database and goal alike. RENDER_HFOV_DEG (the default) is off.
+            database and goal alike. SIM_HFOV_DEG (the default) is off.
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -126,10 +126,7 @@ def augment(x: torch.Tensor, gen: torch.Generator,
     return torch.roll(out, shifts=(dy, dx), dims=(2, 3))
 
 
-RENDER_HFOV_DEG = 90.0   # the simulator's camera, which the frame banks are rendered with
-
-
-def crop_fov(x: torch.Tensor, hfov_deg: float, base_hfov_deg: float = RENDER_HFOV_DEG) -> torch.Tensor:
+def crop_fov(x: torch.Tensor, hfov_deg: float, base_hfov_deg: float = SIM_HFOV_DEG) -> torch.Tensor:
     """A (B, 4, P, P) batch of square `base_hfov_deg` views as a narrower square pinhole camera of `hfov_deg`
     would see them: the central crop of that field of view, resized back to P x P (colour bilinear, depth nearest:
     a depth reading is never blended across an edge). `hfov_deg` >= base returns `x` itself."""
@@ -313,8 +310,8 @@ def _check_options(cfg: EncoderTrainConfig, args: argparse.Namespace) -> None:
         raise ValueError(f"--max-minutes must be >= 0 (leave it out for no limit), got {args.max_minutes:g}")
     if not 0 <= cfg.colour_gain_std < 1:
         raise ValueError(f"--colour-gain must be in [0, 1), got {cfg.colour_gain_std:g}")
-    if not (math.isfinite(cfg.min_hfov_deg) and 20 <= cfg.min_hfov_deg <= RENDER_HFOV_DEG):
-        raise ValueError(f"--min-hfov-deg must be in [20, {RENDER_HFOV_DEG:g}] degrees ({RENDER_HFOV_DEG:g} = off), "
+    if not (math.isfinite(cfg.min_hfov_deg) and 20 <= cfg.min_hfov_deg <= SIM_HFOV_DEG):
+        raise ValueError(f"--min-hfov-deg must be in [20, {SIM_HFOV_DEG:g}] degrees ({SIM_HFOV_DEG:g} = off), "
                          f"got {cfg.min_hfov_deg:g}")
     for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
         if not 0 <= lo < hi:
@@ -426,7 +423,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-hfov-deg", type=float, default=d.min_hfov_deg, metavar="DEG",
                         help="also train for narrower cameras than the simulator's 90 deg: on half the steps all "
                              "views of the batch are cropped to one field of view drawn from [DEG, 90] (a robot's "
-                             f"RealSense colour stream is about 69); {RENDER_HFOV_DEG:g} = off")
+                             f"RealSense colour stream is about 69); {SIM_HFOV_DEG:g} = off")
     parser.add_argument("--seed", type=int, default=d.seed, metavar="N",
                         help="random seed (poses, batches, augmentation, initialisation), >= 0")
     parser.add_argument("--threads", type=int, default=2, metavar="N", help="torch CPU threads, >= 1")
@@ -491,7 +488,7 @@ def run(args: argparse.Namespace) -> int:
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
                          "mine_every": 0, "house_bank_every": 0, "colour_gain_std": 0.1,
-                         "min_hfov_deg": RENDER_HFOV_DEG,
+                         "min_hfov_deg": SIM_HFOV_DEG,
                          "dataset": data_config["dataset"], "init": None, "house_streams": False,
                          **st.get("data_config", {})}, data_config)
     progress = not args.no_progress
@@ -559,7 +556,7 @@ def run(args: argparse.Namespace) -> int:
         assert table is not None
         return table
 
-    hfov = RENDER_HFOV_DEG   # this step's camera (`--min-hfov-deg`)
+    hfov = SIM_HFOV_DEG   # this step's camera (`--min-hfov-deg`)
 
     def view(frames: np.ndarray, rows: np.ndarray) -> torch.Tensor:
         """Augmented network inputs of frames[rows] on the training device, as this step's camera sees them
@@ -580,9 +577,9 @@ def run(args: argparse.Namespace) -> int:
         hs = rng.choice(houses, size=min(cfg.houses_per_batch, len(houses)), replace=False)
         per = cfg.batch_pairs // len(hs)
         idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
-        if cfg.min_hfov_deg < RENDER_HFOV_DEG:   # drawn only when asked: runs without it draw as before
+        if cfg.min_hfov_deg < SIM_HFOV_DEG:   # drawn only when asked: runs without it draw as before
             narrow, u = torch.rand(2, generator=gen).tolist()
-            hfov = cfg.min_hfov_deg + u * (RENDER_HFOV_DEG - cfg.min_hfov_deg) if narrow < 0.5 else RENDER_HFOV_DEG
+            hfov = cfg.min_hfov_deg + u * (SIM_HFOV_DEG - cfg.min_hfov_deg) if narrow < 0.5 else SIM_HFOV_DEG
         views = [view(train_a.frames, idx), view(train_b.frames, idx)]
         house = train_a.house[idx]
         same = same_mask(train_a.poses[idx], train_a.poses[idx], house)
