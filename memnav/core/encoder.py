@@ -132,18 +132,15 @@ class Encoder:
         self.trained_hfov_deg = (float(trained_hfov_deg[0]), float(trained_hfov_deg[1]))
 
     def camera_mismatch(self, hfov_deg: float) -> str | None:
-        """None when a camera of `hfov_deg` lies within the fields of view this encoder was trained on (give or
-        take HFOV_TOLERANCE_DEG), else a sentence saying how it differs: place recognition is measured to drop
-        on cameras narrower than an encoder was trained for (README "A camera narrower than the simulator's")."""
+        """A sentence when a camera of `hfov_deg` is narrower than every field of view this encoder was trained on
+        (by more than HFOV_TOLERANCE_DEG), else None. Place recognition was measured to drop on such cameras, and
+        to rise on wider ones (README "A camera narrower than the simulator's"), which are therefore not named."""
         lo, hi = self.trained_hfov_deg
+        if hfov_deg >= lo - HFOV_TOLERANCE_DEG:
+            return None
         trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
-        if hfov_deg < lo - HFOV_TOLERANCE_DEG:
-            return (f"the camera's {hfov_deg:.1f} deg field of view is narrower than the {trained} this encoder was "
-                    f"trained on: expect weaker place recognition")
-        if hfov_deg > hi + HFOV_TOLERANCE_DEG:
-            return (f"the camera's {hfov_deg:.1f} deg field of view is wider than the {trained} this encoder was "
-                    f"trained on: its recognition there was not measured")
-        return None
+        return (f"the camera's {hfov_deg:.1f} deg field of view is narrower than the {trained} this encoder was "
+                f"trained on: expect weaker place recognition")
 
     @property
     def embedding_dim(self) -> int:

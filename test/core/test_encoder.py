@@ -110,3 +110,19 @@ def test_shipped_alternative_encoder_matches_its_documented_command(frame):
     assert not np.allclose(z, z_alt)    # another network, not a copy of the default
     cal = json.loads((PACKAGE_ROOT / "models" / "stop_calibration_mined6k.json").read_text())
     assert cal["checkpoint"] == "models/encoder_mined6k.pt" and cal["ece"]["val"] < 0.05
+
+
+def test_an_encoder_knows_the_fields_of_view_it_was_trained_on_and_names_a_narrower_camera(tmp_path):
+    model = FrameEncoder(EncoderConfig())
+    plain, cropped = tmp_path / "plain.pt", tmp_path / "fov60.pt"
+    save_checkpoint(model, plain)                                   # no training settings: the simulator's 90 deg
+    save_checkpoint(model, cropped, extra={"train_config": {"min_hfov_deg": 60.0}})   # --min-hfov-deg 60
+    simulator_only, fov60 = Encoder.from_checkpoint(plain), Encoder.from_checkpoint(cropped)
+    assert simulator_only.trained_hfov_deg == (90.0, 90.0) and fov60.trained_hfov_deg == (60.0, 90.0)
+    assert simulator_only.camera_mismatch(69.4) == ("the camera's 69.4 deg field of view is narrower than the 90 deg "
+                                                    "this encoder was trained on: expect weaker place recognition")
+    assert simulator_only.camera_mismatch(88.0) is None           # within the tolerance
+    assert fov60.camera_mismatch(69.4) is None and fov60.camera_mismatch(58.0) is None
+    assert "narrower than the 60-90 deg" in fov60.camera_mismatch(50.0)
+    # a wider camera sees more of the room: recognition was measured to rise there, so it is not named
+    assert simulator_only.camera_mismatch(110.0) is None
