@@ -126,3 +126,29 @@ def test_an_encoder_knows_the_fields_of_view_it_was_trained_on_and_names_a_narro
     assert "narrower than the 60-90 deg" in fov60.camera_mismatch(50.0)
     # a wider camera sees more of the room: recognition was measured to rise there, so it is not named
     assert simulator_only.camera_mismatch(110.0) is None
+
+
+def test_the_robot_profiles_encoder_matches_its_documented_command(frame):
+    """models/encoder_fov60.pt (config/robot.yaml's) records the settings models/README.md gives for it, was
+    trained for 60-90 deg cameras, and its stop calibration was fitted with 69 deg views."""
+    import json
+
+    import yaml
+
+    from memnav.paths import PACKAGE_ROOT
+
+    path = PACKAGE_ROOT / "models" / "encoder_fov60.pt"
+    extra = torch.load(path, weights_only=True)["extra"]
+    cfg = extra["train_config"]
+    assert (extra["step"], cfg["steps"], cfg["pairs_per_house"], cfg["mine_every"], cfg["min_hfov_deg"]) == \
+        (6000, 6000, 600, 400, 60.0)
+    assert (cfg["positive_m"], cfg["positive_deg"], list(cfg["near_miss_m"]), list(cfg["near_miss_turn_deg"])) == \
+        (1.0, 30.0, [1.0, 1.6], [30.0, 60.0])
+    enc = Encoder.from_checkpoint(path)
+    assert enc.trained_hfov_deg == (60.0, 90.0) and enc.camera_mismatch(69.4) is None
+    assert abs(float(np.linalg.norm(enc.encode(*frame))) - 1.0) < 1e-5
+    cal = json.loads((PACKAGE_ROOT / "models" / "stop_calibration_fov60.json").read_text())
+    assert cal["checkpoint"] == "models/encoder_fov60.pt" and cal["hfov_deg"] == 69.0 and cal["ece"]["val"] < 0.05
+    params = yaml.safe_load((PACKAGE_ROOT / "config" / "robot.yaml").read_text())["policy_node"]["ros__parameters"]
+    assert (params["encoder_checkpoint"], params["calibration"]) == ("models/encoder_fov60.pt",
+                                                                     "models/stop_calibration_fov60.json")
