@@ -63,8 +63,8 @@ def config_from_options(cls: type[T], options: Mapping[str, str], **fields: Any)
 
 
 def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    """--hfov-deg and --camera-height-m: the simulated camera `what` (e.g. "the views are rendered with"), for
-    measuring what a robot's own camera changes. `camera_options` reads them back."""
+    """--hfov-deg, --camera-height-m and --image-px: the simulated camera `what` (e.g. "the views are rendered
+    with"), for measuring what a robot's own camera changes. `camera_options` reads them back."""
     parser.add_argument("--hfov-deg", type=float, default=90.0, metavar="DEG",
                         help=f"horizontal field of view of the simulated camera {what} (SimConfig.hfov_deg): 90 is "
                              "the simulator's, which the shipped models were trained and measured on; a robot's "
@@ -72,16 +72,26 @@ def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--camera-height-m", type=float, default=1.25, metavar="M",
                         help=f"height above the floor of the simulated camera {what} (SimConfig.sensor_height_m): "
                              "1.25 is the simulator's; a small robot's camera sits lower")
+    parser.add_argument("--image-px", type=int, nargs=2, default=[128, 128], metavar=("W", "H"),
+                        help=f"image size of the simulated camera {what} (SimConfig.width_px, height_px; square "
+                             "pixels, so 160 120 is a 4:3 camera whose vertical field of view is narrower than "
+                             "--hfov-deg): the encoder stretches any image to its square input, as it does a "
+                             "robot's")
+
+
+CAMERA_OPTIONS = {"hfov_deg": "--hfov-deg", "sensor_height_m": "--camera-height-m", "width_px": "--image-px",
+                  "height_px": "--image-px"}
 
 
 def camera_options(args: argparse.Namespace) -> dict[str, float]:
-    """The SimConfig fields of `add_camera_arguments`' options, {"hfov_deg", "sensor_height_m"}, checked as
-    SimConfig checks them (a ValueError names the option)."""
+    """The SimConfig fields of `add_camera_arguments`' options (the keys of CAMERA_OPTIONS), checked as SimConfig
+    checks them (a ValueError names the option)."""
     from memnav.sim.base import SimConfig
 
-    cfg = config_from_options(SimConfig, {"hfov_deg": "--hfov-deg", "sensor_height_m": "--camera-height-m"},
-                              hfov_deg=args.hfov_deg, sensor_height_m=args.camera_height_m)
-    return {"hfov_deg": cfg.hfov_deg, "sensor_height_m": cfg.sensor_height_m}
+    width, height = args.image_px
+    cfg = config_from_options(SimConfig, CAMERA_OPTIONS, hfov_deg=args.hfov_deg, sensor_height_m=args.camera_height_m,
+                              width_px=width, height_px=height)
+    return {name: getattr(cfg, name) for name in CAMERA_OPTIONS}
 
 
 BENCH_TARGETS: dict[str, tuple[str, str]] = {

@@ -191,22 +191,23 @@ def run(args: argparse.Namespace) -> dict:
     for name in ("db_per_house", "queries_per_house"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    cam = camera_options(args)
-    if args.audit_queries and (cam["hfov_deg"], cam["sensor_height_m"]) != (SimConfig.hfov_deg,
-                                                                            SimConfig.sensor_height_m):
-        raise ValueError("--audit-queries searches look-alikes with the simulator's camera (90 deg at 1.25 m); "
-                         "leave --hfov-deg and --camera-height-m at their defaults with it")
-    camera = {"hfov_deg": cam["hfov_deg"], "camera_height_m": cam["sensor_height_m"]}
+    camera = camera_options(args)
+    if args.audit_queries and camera != {name: getattr(SimConfig, name) for name in camera}:
+        raise ValueError("--audit-queries searches look-alikes with the simulator's camera (90 deg, 128 x 128 px, "
+                         "at 1.25 m); leave --hfov-deg, --camera-height-m and --image-px at their defaults with it")
+    if args.verify_top > 0 and camera["width_px"] != camera["height_px"]:
+        raise ValueError("scan verification reads the encoder's square input, which stretches a non-square image; "
+                         "give --verify-top 0 with a non-square --image-px")
     lookalikes = lookalike_grid(args)
     encoder = Encoder.from_checkpoint(args.checkpoint)
     torch.set_num_threads(2)
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
     db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
                     renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers,
-                    **camera)[0]
+                    camera=camera)[0]
     qs = render_set(houses, args.queries_per_house, encoder.cfg, args.seed + 1, keep_rgb=True, desc="queries",
                     renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers,
-                    **camera)[0]
+                    camera=camera)[0]
     match = same_place(qs.poses, db.poses, qs.house, db.house)
 
     db_emb, q_emb = embed(encoder.model, db.frames), embed(encoder.model, qs.frames)
@@ -228,14 +229,15 @@ def run(args: argparse.Namespace) -> dict:
         ambiguity.update(lookalike_grid_m=lookalikes.grid_m, lookalike_heading_deg=lookalikes.heading_deg)
     verified: dict = {}
     if args.verify_top > 0:
+        scan_cfg = ScanVerifyConfig(hfov_deg=camera["hfov_deg"], camera_height_m=camera["sensor_height_m"])
         r_ver, fit_ms = verified_recall(db.frames, qs.frames, db_emb, q_emb, match, encoder.cfg, args.verify_top,
-                                        ScanVerifyConfig(**camera), progress=not args.no_progress)
+                                        scan_cfg, progress=not args.no_progress)
         verified = {"recall_at_1_verified": round(r_ver, 4), "verify_top_k": args.verify_top,
                     "verify_pair_ms_p50": round(float(np.median(fit_ms)), 3) if fit_ms else None}
     r_pix, _ = recall_at_1(pixel_descriptors(db.rgb), pixel_descriptors(qs.rgb), match)
     train_rgb = render_set(houses_of_split(args.data, "train"), 40, encoder.cfg, args.seed + 2, keep_rgb=True,
                            desc="orb vocabulary", renderer=args.renderer, progress=not args.no_progress,
-                           workers=args.render_workers, **camera)[0].rgb
+                           workers=args.render_workers, camera=camera)[0].rgb
     bow = OrbBagOfWords(train_rgb, args.vocab_words, args.seed)
     r_orb, _ = recall_at_1(bow.describe(db.rgb), bow.describe(qs.rgb), match)
 
@@ -270,7 +272,8 @@ def run(args: argparse.Namespace) -> dict:
         "checkpoint": str(args.checkpoint),
         "renderer": args.renderer,
         "render_workers": args.render_workers,
-        "hfov_deg": args.hfov_deg,
-        "camera_height_m": args.camera_height_m,
+        "hfov_deg": camera["hfov_deg"],
+        "camera_height_m": camera["sensor_height_m"],
+        "image_px": [camera["width_px"], camera["height_px"]],
         "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0},
     }

@@ -636,7 +636,8 @@ def run(args: argparse.Namespace) -> int:
                       "their visit 1 here is not their first")
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
             "lifelong": bool(args.lifelong), "odometry_origin": args.odometry_origin,
-            "hfov_deg": config.hfov_deg, "camera_height_m": config.sensor_height_m}
+            "hfov_deg": config.hfov_deg, "camera_height_m": config.sensor_height_m,
+            "image_px": [config.width_px, config.height_px]}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True
     if args.compare:

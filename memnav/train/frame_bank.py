@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,15 +198,15 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
                pair_jitter: tuple[float, float] | None = None, progress: bool = True,
                desc: str = "render", near_miss: bool = False, near_miss_m: tuple[float, float] = NEAR_MISS_M,
                near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG, renderer: str = "auto",
-               workers: int = 0, hfov_deg: float = 90.0,
-               camera_height_m: float = 1.25) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+               workers: int = 0,
+               camera: Mapping[str, float] | None = None) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render frames at sampled poses in each house; optionally a positive and a near-miss view of each.
 
     Returns (frames, positives or None, near misses or None). Positives lie within pair_jitter =
     (meters, radians); near misses come from `near_miss_pose` (with near_miss=True), near_miss_m and
-    near_miss_turn_deg giving its distance and turn bands. `renderer` is SimConfig.renderer; `hfov_deg` and
-    `camera_height_m` are the camera's horizontal field of view and height above the floor (SimConfig.hfov_deg,
-    .sensor_height_m; the simulator's defaults, 90 deg at 1.25 m, are what every encoder was trained on).
+    near_miss_turn_deg giving its distance and turn bands. `renderer` is SimConfig.renderer; `camera` sets
+    SimConfig's camera fields (hfov_deg, sensor_height_m, width_px, height_px; by default the simulator's 90 deg
+    128 x 128 camera at 1.25 m, which every encoder was trained on).
 
     workers = 0 (the default) renders every house in this process from one random stream seeded by `seed`.
     workers >= 1 gives each house a stream of its own (`house_rng`) and a simulator of its own (seeded with
@@ -223,7 +223,7 @@ def render_set(houses: list[Path], per_house: int, enc_cfg: EncoderConfig, seed:
     options = {"keep_rgb": keep_rgb, "pair_jitter": pair_jitter, "near_miss": near_miss,
                "near_miss_m": tuple(near_miss_m), "near_miss_turn_deg": tuple(near_miss_turn_deg)}
     bar = tqdm(total=len(houses) * per_house, desc=desc, unit="frame", disable=not progress, file=sys.stderr)
-    camera = {"hfov_deg": hfov_deg, "sensor_height_m": camera_height_m}
+    camera = dict(camera or {})
     jobs = [(scene, i, per_house, enc_cfg, seed, renderer, camera, options) for i, scene in enumerate(houses)]
     if workers == 0:
         rng = np.random.default_rng(seed)

@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def make_examples(encoder: Encoder, houses: list[Path], per_house: int, max_dist_m: float, radius_m: float,
                   seed: int, desc: str, progress: bool = True,
                   camera: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(features (N, 2), labels (N,)) from rendered goal/current view pairs; `camera`: SimConfig's hfov_deg /
-    sensor_height_m (default: the simulator's camera)."""
+    """(features (N, 2), labels (N,)) from rendered goal/current view pairs; `camera`: SimConfig's camera fields
+    (`memnav.cli.camera_options`; default: the simulator's camera)."""
     from tqdm import tqdm
 
     from memnav.sim.embedded import EmbeddedSimulator
@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     rel_train, rel_val = cal.reliability(train_x, train_y), cal.reliability(val_x, val_y)
     out = dict(cal.to_dict(), success_distance_m=args.success_distance, checkpoint=str(args.checkpoint),
                hfov_deg=camera["hfov_deg"], camera_height_m=camera["sensor_height_m"],
+               image_px=[camera["width_px"], camera["height_px"]],
                examples={"train": int(len(train_y)), "val": int(len(val_y))},
                positive_rate={"train": float(train_y.mean()), "val": float(val_y.mean())},
                ece={"train": rel_train["ece"], "val": rel_val["ece"]}, reliability_val=rel_val)

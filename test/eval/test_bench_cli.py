@@ -53,7 +53,7 @@ def test_bench_encoder_keys(tiny_data, tmp_path, capsys):
     parts = [(res[f"recall_at_1_{k}_queries"], res[f"{k}_queries"]) for k in ("close_up", "other")]
     assert sum(r * n for r, n in parts if n) == pytest.approx(res["recall_at_1"] * res["queries_evaluated"], abs=0.01)
     assert res["renderer"] == "auto" and res["split"] == "test"
-    assert (res["hfov_deg"], res["camera_height_m"]) == (90.0, 1.25)     # the simulator's camera by default
+    assert (res["hfov_deg"], res["camera_height_m"], res["image_px"]) == (90.0, 1.25, [128, 128])   # the simulator's
     bars = capsys.readouterr().err
     assert "database: " in bars and "scan verification: " in bars and "%|" in bars     # tqdm bars
     assert "ambiguous_queries" not in res             # the look-alike search runs only when asked for
@@ -110,12 +110,28 @@ def test_bench_encoder_renders_another_camera_when_asked(tiny_data, tmp_path):
         assert 0.0 <= narrow[key] <= 1.0
     # the same poses, so the same queries have a true match (what the camera sees: test_frame_bank)
     assert narrow["queries_evaluated"] == results[("90", "1.25")]["queries_evaluated"] >= 3
+    # a 16:9 camera: the encoder stretches its frames to the square input, as it does a robot's
+    out = tmp_path / "wide_image.json"
+    assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--split", "train",
+                 "--max-houses", "1", "--db-per-house", "80", "--queries-per-house", "12", "--vocab-words", "8",
+                 "--verify-top", "0", "--hfov-deg", "69", "--image-px", "192", "108", "--json", str(out),
+                 "--no-progress"]) == 0
+    res = json.loads(out.read_text())
+    assert res["image_px"] == [192, 108] and 0.0 <= res["recall_at_1"] <= 1.0
+    assert res["queries_evaluated"] == narrow["queries_evaluated"]
 
 
-@pytest.mark.parametrize("option, value", [("--hfov-deg", "180"), ("--hfov-deg", "nan"), ("--camera-height-m", "0")])
+@pytest.mark.parametrize("option, value", [("--hfov-deg", ["180"]), ("--hfov-deg", ["nan"]),
+                                           ("--camera-height-m", ["0"]), ("--image-px", ["0", "128"])])
 def test_bench_encoder_impossible_camera_is_refused_by_name(option, value, capsys):
-    assert main(["bench", "encoder", option, value]) == 2
+    assert main(["bench", "encoder", option, *value]) == 2
     assert f"{option} must be" in capsys.readouterr().err
+
+
+def test_bench_encoder_scan_verification_needs_a_square_image(capsys):
+    # scan verification reads the encoder's square input, which stretches a non-square frame
+    assert main(["bench", "encoder", "--image-px", "160", "120"]) == 2
+    assert "--verify-top 0 with a non-square --image-px" in capsys.readouterr().err
 
 
 def test_bench_encoder_look_alike_search_needs_the_simulators_camera(capsys):

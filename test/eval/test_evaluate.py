@@ -81,9 +81,11 @@ def test_eval_runs_on_either_ray_caster(tiny_dataset, tmp_path):
 def test_eval_with_another_camera_names_it_in_the_results(tiny_dataset, tmp_path):
     out = tmp_path / "narrow.json"
     assert main(["eval", "--agent", "oracle", "--split", "test", "--episodes", "1", "--data", str(tiny_dataset),
-                 "--hfov-deg", "69", "--camera-height-m", "0.6", "--json", str(out), "--no-progress"]) == 0
+                 "--hfov-deg", "69", "--camera-height-m", "0.6", "--image-px", "160", "120", "--json", str(out),
+                 "--no-progress"]) == 0
     res = json.loads(out.read_text())
-    assert (res["hfov_deg"], res["camera_height_m"]) == (69.0, 0.6) and res["success"] == 1.0
+    assert (res["hfov_deg"], res["camera_height_m"], res["image_px"]) == (69.0, 0.6, [160, 120])
+    assert res["success"] == 1.0
 
 
 def test_eval_bad_inputs_exit_nonzero(tiny_dataset, tmp_path, capsys):

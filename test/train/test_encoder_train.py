@@ -201,7 +201,7 @@ def test_stop_calibration_writes_belief_and_reliability(tiny_data, tmp_path, cap
     res = json.loads(out.read_text())
     assert res["feature_names"] == ["similarity", "verification"] and len(res["weights"]) == 3
     assert res["examples"] == {"train": 12, "val": 12} and 0 <= res["ece"]["val"] <= 1
-    assert (res["hfov_deg"], res["camera_height_m"]) == (90.0, 1.25)    # the camera the views were rendered with
+    assert (res["hfov_deg"], res["camera_height_m"], res["image_px"]) == (90.0, 1.25, [128, 128])   # its camera
     assert out.with_suffix(".png").stat().st_size > 1000
     belief = GoalBeliefCalibrator.from_dict(res).predict([[0.9, 1.0]])
     assert 0.0 <= float(belief[0]) <= 1.0

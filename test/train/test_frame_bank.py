@@ -90,8 +90,8 @@ def test_render_set_sees_the_same_poses_through_another_camera_and_a_central_cro
     houses = houses_of_split(tiny_data, "train")
     cfg = EncoderConfig()
     wide = render_set(houses, 12, cfg, seed=5, progress=False)[0]
-    narrow = render_set(houses, 12, cfg, seed=5, progress=False, hfov_deg=60.0)[0]
-    low = render_set(houses, 12, cfg, seed=5, progress=False, camera_height_m=0.4)[0]
+    narrow = render_set(houses, 12, cfg, seed=5, progress=False, camera={"hfov_deg": 60.0})[0]
+    low = render_set(houses, 12, cfg, seed=5, progress=False, camera={"sensor_height_m": 0.4})[0]
     np.testing.assert_array_equal(wide.poses, narrow.poses)
     np.testing.assert_array_equal(wide.poses, low.poses)
     frames = [torch.from_numpy(s.frames.astype(np.float32)) for s in (wide, narrow, low)]
