@@ -64,15 +64,19 @@ def config_from_options(cls: type[T], options: Mapping[str, str], **fields: Any)
 
 def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     """--hfov-deg, --camera-height-m and --image-px: the simulated camera `what` (e.g. "the views are rendered
-    with"), for measuring what a robot's own camera changes. `camera_options` reads them back."""
-    parser.add_argument("--hfov-deg", type=float, default=90.0, metavar="DEG",
+    with"), for measuring what a robot's own camera changes; SimConfig's camera is the default. `camera_options`
+    reads them back. (SimConfig is imported here, not at the top: `memnav estop` and the like never need it.)"""
+    from memnav.sim.base import SimConfig
+
+    parser.add_argument("--hfov-deg", type=float, default=SimConfig.hfov_deg, metavar="DEG",
                         help=f"horizontal field of view of the simulated camera {what} (SimConfig.hfov_deg): 90 is "
                              "the simulator's, which the shipped models were trained and measured on; a robot's "
                              "camera is often narrower (about 69 for a RealSense D435's colour stream)")
-    parser.add_argument("--camera-height-m", type=float, default=1.25, metavar="M",
+    parser.add_argument("--camera-height-m", type=float, default=SimConfig.sensor_height_m, metavar="M",
                         help=f"height above the floor of the simulated camera {what} (SimConfig.sensor_height_m): "
                              "1.25 is the simulator's; a small robot's camera sits lower")
-    parser.add_argument("--image-px", type=int, nargs=2, default=[128, 128], metavar=("W", "H"),
+    parser.add_argument("--image-px", type=int, nargs=2, default=[SimConfig.width_px, SimConfig.height_px],
+                        metavar=("W", "H"),
                         help=f"image size of the simulated camera {what} (SimConfig.width_px, height_px; square "
                              "pixels, so 160 120 is a 4:3 camera whose vertical field of view is narrower than "
                              "--hfov-deg): the encoder stretches any image to its square input, as it does a "

@@ -94,7 +94,7 @@ class EncoderTrainConfig:
     mine_every: int = 0
     house_bank_every: int = 0
     colour_gain_std: float = 0.1
-    min_hfov_deg: float = 90.0
+    min_hfov_deg: float = SIM_HFOV_DEG
     seed: int = 0
 
 
