@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 from memnav.core.checkpoint import CheckpointError, load_model, save_model
+from memnav.core.frames import SIM_HFOV_DEG, camera_mismatch, trained_hfov_from
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "CheckpointError", "Encoder", "EncoderConfig", "FrameEncoder",
-           "frames_to_array", "load_checkpoint", "save_checkpoint"]
+           "SIM_HFOV_DEG", "frames_to_array", "load_checkpoint", "save_checkpoint"]
 
 CHECKPOINT_FORMAT = "memnav-encoder"
 CHECKPOINT_VERSION = 1
@@ -114,10 +115,6 @@ def frames_to_array(rgb: np.ndarray, depth: np.ndarray | None, cfg: EncoderConfi
     return out
 
 
-SIM_HFOV_DEG = 90.0     # the simulator's camera, which training views are rendered with
-HFOV_TOLERANCE_DEG = 3.0   # a camera this far outside an encoder's trained fields of view is still taken as inside
-
-
 class Encoder:
     """Inference wrapper: numpy frames in, numpy unit-norm embeddings out.
 
@@ -132,15 +129,8 @@ class Encoder:
         self.trained_hfov_deg = (float(trained_hfov_deg[0]), float(trained_hfov_deg[1]))
 
     def camera_mismatch(self, hfov_deg: float) -> str | None:
-        """A sentence when a camera of `hfov_deg` is narrower than every field of view this encoder was trained on
-        (by more than HFOV_TOLERANCE_DEG), else None. Place recognition was measured to drop on such cameras, and
-        to rise on wider ones (README "A camera narrower than the simulator's"), which are therefore not named."""
-        lo, hi = self.trained_hfov_deg
-        if hfov_deg >= lo - HFOV_TOLERANCE_DEG:
-            return None
-        trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
-        return (f"the camera's {hfov_deg:.1f} deg field of view is narrower than the {trained} this encoder was "
-                f"trained on: expect weaker place recognition")
+        """camera_mismatch for this encoder's trained fields of view."""
+        return camera_mismatch(hfov_deg, self.trained_hfov_deg)
 
     @property
     def embedding_dim(self) -> int:
@@ -160,8 +150,7 @@ class Encoder:
     @classmethod
     def from_checkpoint(cls, path: Path | str) -> Encoder:
         model, extra = load_checkpoint_with_extra(path)
-        train = extra.get("train_config") or {}
-        return cls(model, (float(train.get("min_hfov_deg", SIM_HFOV_DEG)), SIM_HFOV_DEG))
+        return cls(model, trained_hfov_from(extra))
 
 
 def save_checkpoint(model: FrameEncoder, path: Path | str, extra: dict | None = None) -> None:

@@ -7,6 +7,8 @@ The mapping keeps handedness (both are right-handed):
     map.x = -hab.z      map.y = -hab.x      map.z = hab.y
 
 so an agent at Habitat yaw theta (rotation about +Y) has map yaw theta (rotation about +z).
+
+Also the camera's field of view: from a camera_info, and against the fields of view an encoder was trained on.
 """
 from __future__ import annotations
 
@@ -36,6 +38,35 @@ def camera_hfov_deg(width_px: int, fx_px: float) -> float | None:
     if not (width_px > 0 and fx_px > 0 and math.isfinite(fx_px)):
         return None
     return math.degrees(2.0 * math.atan(width_px / (2.0 * fx_px)))
+
+
+SIM_HFOV_DEG = 90.0     # the simulator's camera, which training views are rendered with
+HFOV_TOLERANCE_DEG = 3.0   # a camera this far outside an encoder's trained fields of view is still taken as inside
+FOV60_HFOV_DEG = (60.0, 90.0)   # the fields of view models/encoder_fov60.pt was trained on (--min-hfov-deg 60)
+
+
+def trained_hfov_from(extra: dict) -> tuple[float, float]:
+    """The horizontal fields of view (lowest, highest) an encoder checkpoint's training rendered, from its extra
+    data: the simulator's 90 deg, from `min_hfov_deg` up when trained with `memnav train encoder --min-hfov-deg`."""
+    train = extra.get("train_config") or {}
+    return float(train.get("min_hfov_deg", SIM_HFOV_DEG)), SIM_HFOV_DEG
+
+
+def camera_mismatch(hfov_deg: float, trained_hfov_deg: tuple[float, float]) -> str | None:
+    """A sentence when a camera of `hfov_deg` is narrower than every field of view an encoder was trained on (by
+    more than HFOV_TOLERANCE_DEG), else None; with the shipped models to use instead where they cover the camera.
+    Place recognition was measured to drop on such cameras, and to rise on wider ones (README "A camera narrower
+    than the simulator's"), which are therefore not named."""
+    lo, hi = trained_hfov_deg
+    if hfov_deg >= lo - HFOV_TOLERANCE_DEG:
+        return None
+    trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
+    text = (f"the camera's {hfov_deg:.1f} deg field of view is narrower than the {trained} this encoder was trained "
+            f"on: expect weaker place recognition")
+    if hfov_deg >= FOV60_HFOV_DEG[0] - HFOV_TOLERANCE_DEG:
+        text += (f"; for cameras of {FOV60_HFOV_DEG[0]:g}-{FOV60_HFOV_DEG[1]:g} deg use encoder_checkpoint "
+                 "models/encoder_fov60.pt with calibration models/stop_calibration_fov60.json")
+    return text
 
 
 def pixel_ray_offsets(cols: np.ndarray, rows: np.ndarray, width: int, height: int,

@@ -13,10 +13,10 @@ from enum import Enum
 
 import numpy as np
 
-from memnav.core.frames import camera_hfov_deg
+from memnav.core.frames import camera_hfov_deg, camera_mismatch
 
-__all__ = ["CheckConfig", "Finding", "Level", "StreamLog", "check_camera_info", "check_command_topic", "check_streams",
-           "stream_summary"]
+__all__ = ["CheckConfig", "Finding", "Level", "StreamLog", "check_camera_for_encoder", "check_camera_info",
+           "check_command_topic", "check_streams", "stream_summary"]
 
 
 class Level(Enum):
@@ -234,3 +234,19 @@ def check_camera_info(topic: str, info: tuple[int, int, float] | None, color_siz
         return Finding(Level.WARN, topic, f"{width}x{height}, not the colour image's {color_size[0]}x{color_size[1]}: "
                                           f"is it the colour camera's? ({hfov:.1f} deg horizontal field of view)")
     return Finding(Level.OK, topic, f"{hfov:.1f} deg horizontal field of view ({width}x{height}, fx {fx:.1f} px)")
+
+
+def check_camera_for_encoder(topic: str, hfov_deg: float | None, encoder: str,
+                             trained_hfov_deg: tuple[float, float]) -> Finding | None:
+    """Whether the encoder the policy node will run was trained on fields of view like the camera's `hfov_deg`
+    (None when the camera's is not known: check_camera_info fails then). A narrower camera is a warning: place
+    recognition was measured to drop there, and the policy node says the same at start."""
+    if hfov_deg is None:
+        return None
+    mismatch = camera_mismatch(hfov_deg, trained_hfov_deg)
+    if mismatch is not None:
+        return Finding(Level.WARN, topic, f"{mismatch} ({encoder})")
+    lo, hi = trained_hfov_deg
+    trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
+    return Finding(Level.OK, topic, f"the encoder {encoder} was trained on {trained} fields of view, which cover this "
+                                    f"camera's {hfov_deg:.1f} deg")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["STACK_NODES", "Heard", "summarize"]
+__all__ = ["STACK_NODES", "GraphSettle", "Heard", "summarize"]
 
 # the nodes of the stack, by their launch-file names, and what each one's absence means
 STACK_NODES = {
@@ -19,6 +19,27 @@ STACK_NODES = {
     "stop_node": "the stop decision on topics (optional)",
     "sim_bridge_node": "the simulator (absent on a robot)",
 }
+
+
+class GraphSettle:
+    """When the node list has been listened to long enough: the listen window is over and the list has not changed
+    for `settle_s` seconds.
+
+    DDS discovery of the other nodes goes on after the first one's: on a busy machine a node can show up a second or
+    more later, and a status that leaves it out says it is not running.
+    """
+
+    def __init__(self, listen_end_s: float, settle_s: float):
+        self.listen_end_s, self.settle_s = listen_end_s, settle_s
+        self.nodes: list[tuple[str, str]] | None = None
+        self.changed_s = -float("inf")
+
+    def update(self, nodes: list[tuple[str, str]], now_s: float) -> bool:
+        """Record the node list seen at `now_s` (monotonic seconds); True once the list has settled."""
+        nodes = sorted(nodes)
+        if nodes != self.nodes:
+            self.nodes, self.changed_s = nodes, now_s
+        return now_s >= self.listen_end_s and now_s - self.changed_s >= self.settle_s
 
 
 @dataclass

@@ -6,10 +6,11 @@ as robot.launch.yaml sets it, unless the environment sets it otherwise):
     --color-topic   sensor_msgs/Image      every message converted as the nodes convert it
     --depth-topic   sensor_msgs/Image      likewise; valid share and median depth per frame
     --odom-topic    nav_msgs/Odometry
-and counts the publishers and subscribers of --cmd-vel-topic. The timed window starts once every stream has
-delivered a message (or after DISCOVERY_S), so DDS discovery does not count as a gap. The findings
-(memnav.core.sensor_check) use the robot profile's thresholds: the safety node's watchdog (0.5 s) and the policy
-node's colour-depth pairing tolerance (0.02 s). Exit status 0 when nothing FAILs, 1 otherwise.
+and counts the publishers and subscribers of --cmd-vel-topic. The colour camera's field of view (from
+--camera-info-topic) is checked against the ones the --encoder checkpoint was trained on. The timed window starts
+once every stream has delivered a message (or after DISCOVERY_S), so DDS discovery does not count as a gap. The
+findings (memnav.core.sensor_check) use the robot profile's thresholds: the safety node's watchdog (0.5 s) and the
+policy node's colour-depth pairing tolerance (0.02 s). Exit status 0 when nothing FAILs, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from memnav.core.sensor_check import (
     Finding,
     Level,
     StreamLog,
+    check_camera_for_encoder,
     check_camera_info,
     check_command_topic,
     check_streams,
@@ -33,6 +35,7 @@ from memnav.core.sensor_check import (
 )
 from memnav.ros.shell_node import (
     ROBOT_CAMERA_INFO_TOPIC,
+    ROBOT_ENCODER,
     Ros,
     add_robot_topic_arguments,
     add_ros_args,
@@ -50,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "simulator bridge's: camera/color/camera_info)")
     parser.add_argument("--cmd-vel-topic", default="cmd_vel", metavar="TOPIC",
                         help="the base's velocity input (robot.launch.yaml cmd_vel_topic)")
+    parser.add_argument("--encoder", default=ROBOT_ENCODER, metavar="PATH",
+                        help="the encoder checkpoint the policy node will run (its encoder_checkpoint; config/"
+                             "robot.yaml's by default): the camera's field of view is checked against the ones it "
+                             f"was trained on (default {ROBOT_ENCODER})")
     parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="how long to listen, seconds")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="also write the per-topic figures and the findings to this JSON file")
@@ -59,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.duration, "--duration")
     ros_args = shell_ros_args(args)   # before any ROS work
+    trained_hfov = encoder_fields_of_view(args.encoder)   # a wrong path is said before listening
     color, depth, odom, cmd, info = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs the nodes
     transports = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "")
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
@@ -66,8 +74,21 @@ def run(args: argparse.Namespace) -> int:
                                       (color.width, color.height) if color.width else None))
     camera = None if info is None else {"topic": args.camera_info_topic, "width": info[0], "height": info[1],
                                         "fx_px": info[2], "hfov_deg": camera_hfov_deg(info[0], info[2])}
+    encoder = check_camera_for_encoder(args.camera_info_topic, camera and camera["hfov_deg"], args.encoder,
+                                       trained_hfov)
+    findings += [encoder] if encoder is not None else []
     findings += check_command_topic(cmd["topic"], cmd["subscribers"], cmd["publishers"])
     return report(args, (color, depth, odom), cmd, camera, findings, transports)
+
+
+def encoder_fields_of_view(path: str) -> tuple[float, float]:
+    """The horizontal fields of view the encoder checkpoint at `path` was trained on, found as the policy node
+    finds its encoder_checkpoint."""
+    from memnav.core.encoder import load_checkpoint_with_extra  # torch: only once the options are good
+    from memnav.core.frames import trained_hfov_from
+    from memnav.paths import resolve_model_path
+
+    return trained_hfov_from(load_checkpoint_with_extra(resolve_model_path(path, "--encoder"))[1])
 
 
 def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:

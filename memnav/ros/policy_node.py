@@ -58,13 +58,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
-from memnav.core.encoder import HFOV_TOLERANCE_DEG
 from memnav.core.frames import camera_hfov_deg
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import latched_qos
-
-FOV60_HFOV_DEG = (60.0, 90.0)   # the fields of view models/encoder_fov60.pt was trained on (--min-hfov-deg 60)
 
 
 @dataclass
@@ -272,16 +269,11 @@ def build(node) -> Callable[[], None]:
     nav = agent.navigator
 
     def check_camera(hfov: float) -> None:
-        """Warn when the camera lies outside the fields of view the encoder was trained on."""
+        """Warn when the camera is narrower than the fields of view the encoder was trained on."""
         mismatch = agent.encoder.camera_mismatch(hfov)
-        if mismatch is None:
-            return
-        advice = ""
-        if FOV60_HFOV_DEG[0] - HFOV_TOLERANCE_DEG <= hfov < agent.encoder.trained_hfov_deg[0]:
-            advice = ("; for cameras of 60-90 deg use encoder_checkpoint models/encoder_fov60.pt with calibration "
-                      "models/stop_calibration_fov60.json")
-        node.get_logger().warning(f"{mismatch} ({opts.encoder_checkpoint}){advice} (README \"A camera narrower than "
-                                  f"the simulator's\")")
+        if mismatch is not None:
+            node.get_logger().warning(f"{mismatch} ({opts.encoder_checkpoint}; README \"A camera narrower than the "
+                                      f"simulator's\")")
 
     if cfg.camera_hfov_deg > 0:
         nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)

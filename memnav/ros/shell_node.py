@@ -19,6 +19,7 @@ from memnav.core.namespaces import absolute_namespace
 ROBOT_COLOR_TOPIC = "camera/camera/color/image_raw"
 ROBOT_DEPTH_TOPIC = "camera/camera/aligned_depth_to_color/image_raw"
 ROBOT_CAMERA_INFO_TOPIC = "camera/camera/color/camera_info"
+ROBOT_ENCODER = "models/encoder_fov60.pt"   # config/robot.yaml's policy_node encoder_checkpoint
 MAX_WAIT_S = 9e9   # ROS timers count int64 nanoseconds
 
 

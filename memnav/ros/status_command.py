@@ -1,7 +1,8 @@
 """`memnav status`: what the running memnav stack is doing, in one look (there is no `ros2` CLI with pip-only ROS 2).
 
 Waits up to 5 s for a policy node to appear in the graph (discovery), then listens for `--listen` seconds (2 by
-default: the safety node reports every second) and prints which of the
+default: the safety node reports every second), longer while nodes are still being discovered (until the node list
+has not changed for 1 s, at most 5 s more), and prints which of the
 stack's nodes run in the namespace, the goal (/memnav/goal_status: working on it, or how it ended), the last
 decision (/memnav/policy_state), the safety node's state (/memnav/safety_status: e-stop, the velocity it
 commands, how old its inputs are) and the memory node's scene-graph counts (/memnav/scene_graph). Status 0 when a
@@ -15,17 +16,20 @@ import json
 import time
 from pathlib import Path
 
-from memnav.core.stack_status import Heard, summarize
+from memnav.core.stack_status import GraphSettle, Heard, summarize
 from memnav.ros.qos import latched_qos
 from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
 
 DISCOVERY_S = 5.0   # wait up to this long for a policy node to show in the graph before listening
+SETTLE_S = 1.0      # after the listen window, the node list must have stayed the same this long ...
+SETTLE_MAX_S = 5.0  # ... waited for at most this much longer (a graph where nodes come and go all the time)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", type=float, default=2.0, metavar="S",
                         help="listen this many seconds to the nodes' status topics (the safety node reports every "
-                             "second)")
+                             f"second); longer while the node list still changes (until it is unchanged for "
+                             f"{SETTLE_S:g} s, at most {SETTLE_MAX_S:g} s more)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the status as JSON")
     add_ros_args(parser)
 
@@ -57,10 +61,13 @@ def run(args: argparse.Namespace) -> int:
         # discovery first (a second or more on a busy graph), then the window the status topics are heard in
         ros.spin_until(lambda: any(name == "policy_node" for name, _ in node.get_node_names_and_namespaces()),
                        DISCOVERY_S)
-        ros.spin_until(lambda: False, args.listen)
+        listen_start = time.monotonic()
+        graph = GraphSettle(listen_start + args.listen, SETTLE_S)
+        ros.spin_until(lambda: graph.update(node.get_node_names_and_namespaces(), time.monotonic()),
+                       args.listen + SETTLE_MAX_S)
         end = time.monotonic()
         heard = Heard(namespace=node.get_namespace(), nodes=node.get_node_names_and_namespaces(),
-                      now_s=node.get_clock().now().nanoseconds / 1e9, listened_s=args.listen,
+                      now_s=node.get_clock().now().nanoseconds / 1e9, listened_s=round(end - listen_start, 1),
                       goal_status=got.get("goal", (0, None))[1], policy_state=got.get("policy", (0, None))[1],
                       policy_state_age_s=round(end - got["policy"][0], 2) if "policy" in got else None,
                       safety=got.get("safety", (0, None))[1], scene_graph=got.get("graph", (0, None))[1])

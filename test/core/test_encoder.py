@@ -119,8 +119,11 @@ def test_an_encoder_knows_the_fields_of_view_it_was_trained_on_and_names_a_narro
     save_checkpoint(model, cropped, extra={"train_config": {"min_hfov_deg": 60.0}})   # --min-hfov-deg 60
     simulator_only, fov60 = Encoder.from_checkpoint(plain), Encoder.from_checkpoint(cropped)
     assert simulator_only.trained_hfov_deg == (90.0, 90.0) and fov60.trained_hfov_deg == (60.0, 90.0)
-    assert simulator_only.camera_mismatch(69.4) == ("the camera's 69.4 deg field of view is narrower than the 90 deg "
-                                                    "this encoder was trained on: expect weaker place recognition")
+    assert simulator_only.camera_mismatch(69.4) == (
+        "the camera's 69.4 deg field of view is narrower than the 90 deg this encoder was trained on: expect weaker "
+        "place recognition; for cameras of 60-90 deg use encoder_checkpoint models/encoder_fov60.pt with calibration "
+        "models/stop_calibration_fov60.json")
+    assert "encoder_fov60" not in simulator_only.camera_mismatch(50.0)   # the shipped models do not cover it either
     assert simulator_only.camera_mismatch(88.0) is None           # within the tolerance
     assert fov60.camera_mismatch(69.4) is None and fov60.camera_mismatch(58.0) is None
     assert "narrower than the 60-90 deg" in fov60.camera_mismatch(50.0)

@@ -103,3 +103,29 @@ def test_camera_info_gives_the_field_of_view_or_fails_naming_what_is_missing():
     assert check_camera_info("/cam/info", (640, 480, 0.0), None).level is Level.FAIL
     other = check_camera_info("/cam/info", (1280, 720, 900.0), (640, 480))
     assert other.level is Level.WARN and "not the colour image's 640x480" in other.text
+
+
+def test_a_camera_narrower_than_the_encoder_was_trained_on_is_a_warning_naming_the_models_for_it():
+    from memnav.core.sensor_check import check_camera_for_encoder
+
+    simulator_only, fov60 = (90.0, 90.0), (60.0, 90.0)
+    realsense = check_camera_for_encoder("/cam/info", 69.4, "models/encoder.pt", simulator_only)
+    assert realsense.level is Level.WARN and "69.4 deg field of view is narrower than the 90 deg" in realsense.text
+    assert "use encoder_checkpoint models/encoder_fov60.pt" in realsense.text
+    assert realsense.text.endswith("(models/encoder.pt)")
+    covered = check_camera_for_encoder("/cam/info", 69.4, "models/encoder_fov60.pt", fov60)
+    assert covered.level is Level.OK and "trained on 60-90 deg fields of view" in covered.text
+    wide = check_camera_for_encoder("/cam/info", 110.0, "models/encoder.pt", simulator_only)
+    assert wide.level is Level.OK                        # recognition was measured to rise on a wider camera
+    fisheye_narrow = check_camera_for_encoder("/cam/info", 45.0, "models/encoder_fov60.pt", fov60)
+    assert fisheye_narrow.level is Level.WARN and "encoder_fov60.pt with" not in fisheye_narrow.text
+    assert check_camera_for_encoder("/cam/info", None, "models/encoder.pt", simulator_only) is None
+
+
+def test_the_checks_default_encoder_is_the_robot_profiles():
+    from pathlib import Path
+
+    from memnav.ros.shell_node import ROBOT_ENCODER
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "robot.yaml").read_text())
+    assert ROBOT_ENCODER == doc["policy_node"]["ros__parameters"]["encoder_checkpoint"]

@@ -1,5 +1,5 @@
 """memnav.core.stack_status: the summary `memnav status` prints from what the stack's nodes publish."""
-from memnav.core.stack_status import Heard, summarize
+from memnav.core.stack_status import GraphSettle, Heard, summarize
 
 
 def test_a_robot_at_work_is_summarised_with_its_goal_decision_safety_and_memory():
@@ -53,3 +53,16 @@ def test_a_node_running_twice_in_the_namespace_is_warned_of():
     assert any(line.startswith("  WARNING: 2 nodes named policy_node in /") for line in lines)
     assert summarize(Heard(namespace="/", listened_s=1.0, now_s=5.0, nodes=[("policy_node", "/")]))[1][
         "running_twice"] == []
+
+
+def test_the_node_list_is_listened_to_until_it_has_not_changed_for_the_settle_time():
+    settle = GraphSettle(listen_end_s=2.0, settle_s=1.0)
+    policy = [("policy_node", "/")]
+    assert not settle.update(policy, 0.0)
+    assert not settle.update(policy, 1.9)                 # the listen window is not over
+    bridge_late = policy + [("sim_bridge_node", "/")]
+    assert not settle.update(bridge_late, 2.1)            # a node discovered late restarts the wait ...
+    assert not settle.update(list(reversed(bridge_late)), 2.9)   # ... order alone is no change
+    assert settle.update(bridge_late, 3.1)
+    quiet = GraphSettle(listen_end_s=2.0, settle_s=1.0)
+    assert not quiet.update(policy, 0.0) and quiet.update(policy, 2.0)   # a still list ends with the window

@@ -37,6 +37,7 @@ def test_check_passes_the_simulated_robot_and_fails_topics_nobody_publishes(tmp_
         info = res["camera_info"]   # the simulator's camera: 90 deg, 128 px
         assert info["topic"] == "/camera/color/camera_info" and info["hfov_deg"] == pytest.approx(90.0, abs=0.01)
         assert "OK    /camera/color/camera_info: 90.0 deg horizontal field of view (128x128" in good.stdout
+        assert "the encoder models/encoder_fov60.pt was trained on 60-90 deg fields of view" in good.stdout
         assert "memnav can run on these inputs" in good.stdout
         # the robot profile's RealSense topics: nobody publishes them here, and the check names what is published
         bad = run_memnav(["check", "--duration", "2"], env, 120)
@@ -53,5 +54,7 @@ def test_check_passes_the_simulated_robot_and_fails_topics_nobody_publishes(tmp_
 def test_bad_check_options_are_refused(tmp_path, capsys):
     assert main(["check", "--duration", "0"]) == 2
     assert "--duration must be a number of seconds > 0" in capsys.readouterr().err
+    assert main(["check", "--encoder", str(tmp_path / "missing.pt")]) == 2
+    assert "parameter '--encoder': model file" in capsys.readouterr().err
     assert main(["check", "--json", str(tmp_path)]) == 2
     assert "--json" in capsys.readouterr().err

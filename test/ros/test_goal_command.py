@@ -164,7 +164,8 @@ def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_pat
         status = run_memnav(["status", "--json", str(tmp_path / "status.json")], env, 60)
         assert status.returncode == 0, status.stdout + status.stderr
         body = json.loads((tmp_path / "status.json").read_text())
-        assert body["nodes"] == ["policy_node", "sim_bridge_node"] and "safety_node" in body["not_running"]
+        assert body["nodes"] == ["policy_node", "sim_bridge_node"] and "safety_node" in body["not_running"], \
+            status.stdout + status.stderr
         assert body["goal_status"]["status"] == "cancelled" and body["goal_status"]["actions"] == result["actions"]
         assert "goal: ended: cancelled" in status.stdout
         elsewhere = run_memnav(["status", "--namespace", "robot9", "--listen", "1"], env, 60)
