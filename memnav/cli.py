@@ -43,7 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "goal-audit": ("memnav.eval.goal_audit",
                    "find goal photos that another spot in the house reproduces; split eval results by them"),
     "memory": ("memnav.eval.memory_report",
-               "inspect a stored long-term memory (read-only): info, a top-down figure, GraphML / JSON export"),
+               "inspect a stored long-term memory (read-only): info, a top-down figure, GraphML / JSON export, "
+               "a consistent backup"),
 }
 
 # bench target -> (module, one-line help); each module has add_arguments(parser) and run(args) -> dict

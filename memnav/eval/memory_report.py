@@ -4,6 +4,7 @@
     memnav memory show DB --out map.png                 top-down figure: places by room, edges, objects,
                                                         the most visited places' keyframes
     memnav memory export DB --out graph.graphml|.json   the scene graph for networkx, Gephi, yEd, ...
+    memnav memory backup DB OUT                         a consistent, checked copy, also while a node writes
 
 DB is a memory database as the memory node (`db_path`), the fused stack or `memnav eval --lifelong
 --memory-dir` write it. It is opened read-only (`memnav.core.memory.snapshot`), so a memory in use by a
@@ -62,6 +63,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="output file; its suffix picks the format: " + ", ".join(EXPORT_FORMATS))
     p.add_argument("--embeddings", action="store_true",
                    help="include place and object embeddings (JSON only: GraphML attributes cannot be lists)")
+    p = sub.add_parser("backup", help="a consistent, checked copy of a memory database, also while a node writes",
+                       description="Copy a memory database to a new file with SQLite's online backup: the copy "
+                                   "holds every transaction committed when it starts, also while a memory or "
+                                   "policy node keeps writing (a plain file copy of a live WAL database can miss "
+                                   "commits or be torn). The copy is integrity-checked before it is renamed into "
+                                   "place, and never overwrites a file. The occupancy map beside DB "
+                                   "(`<name>.map.npz`, as the policy node's lifelong_dir and `memnav eval "
+                                   "--lifelong` keep one) is copied beside OUT. To restore, stop the node and "
+                                   "copy OUT (and its map) to the node's path.",
+                       formatter_class=parser.formatter_class)
+    p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
+    p.add_argument("out", type=Path, metavar="OUT", help="the copy to write (a new file; e.g. backups/house.db)")
+    p.add_argument("--no-map", action="store_true", help="copy the database only, not the occupancy map beside it")
 
 
 def _print_summary(info: dict) -> None:
@@ -237,6 +251,23 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backup(args: argparse.Namespace) -> int:
+    from memnav.core.files import replace_files
+    from memnav.core.memory.store import backup_store, refuse_overwrite
+
+    src_map = lifelong_map_path(args.db.parent, args.db.stem)
+    dst_map = lifelong_map_path(args.out.parent, args.out.stem)
+    copy_map = not args.no_map and src_map.is_file()
+    refuse_overwrite(args.out, *([dst_map] if copy_map else []))   # before the database is copied
+    result = backup_store(args.db, args.out)
+    if copy_map:
+        replace_files({dst_map: src_map.read_bytes()}, sync=True)   # maps are replaced whole, never half-written
+    print(f"backed up {args.db} to {result.path}: {result.places} places, {result.objects} objects, "
+          f"{result.edges} edges, {result.bytes / 2**20:.2f} MiB, integrity check ok"
+          + (f"; map {dst_map}" if copy_map else ""), file=sys.stderr)
+    return 0
+
+
 def _refuse_writing_over(db: Path, out: Path | None, option: str) -> None:
     """These commands only read DB: an output path that is DB itself (or one of its SQLite side files) is refused
     before anything is written."""
@@ -250,8 +281,8 @@ def _refuse_writing_over(db: Path, out: Path | None, option: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _refuse_writing_over(args.db, getattr(args, "out", None) or getattr(args, "json", None),
-                         "--out" if getattr(args, "out", None) is not None else "--json")
+    option = "OUT" if args.action == "backup" else "--out" if getattr(args, "out", None) is not None else "--json"
+    _refuse_writing_over(args.db, getattr(args, "out", None) or getattr(args, "json", None), option)
     if args.action == "show" and args.map is not None and args.no_map:
         raise ValueError("--map and --no-map contradict each other: give one of them")
-    return {"info": _info, "show": _show, "export": _export}[args.action](args)
+    return {"info": _info, "show": _show, "export": _export, "backup": _backup}[args.action](args)

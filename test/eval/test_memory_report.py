@@ -97,3 +97,29 @@ def test_an_output_that_is_the_database_itself_is_refused_and_the_database_kept(
     assert main(["memory", "info", str(tmp_path)]) == 2     # a directory, not a database file
     err = capsys.readouterr().err
     assert str(tmp_path) in err and "Traceback" not in err
+
+
+def test_backup_copies_the_database_and_its_map_and_never_overwrites(db, tmp_path, capsys):
+    occ = OccupancyMap(ExplorerConfig(), Pose2D(0.0, 0.0, 0.0))
+    occ.integrate(np.full((32, 32), 2.0, np.float32), Pose2D(0.0, 0.0, 0.0))
+    occ.save(db.with_name("house_000.map.npz"))
+    out = tmp_path / "backups" / "monday.db"
+    assert main(["memory", "backup", str(db), str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "8 places, 1 objects" in err and "integrity check ok" in err and "monday.map.npz" in err
+    assert (tmp_path / "backups" / "monday.map.npz").read_bytes() == db.with_name("house_000.map.npz").read_bytes()
+    info = tmp_path / "info.json"
+    assert main(["memory", "info", str(out), "--check", "--json", str(info)]) == 0
+    assert json.loads(info.read_text())["places"] == 8
+    before = out.read_bytes()
+    assert main(["memory", "backup", str(db), str(out)]) == 2          # OUT exists: refused, kept as it was
+    assert "monday.db exists; a backup never overwrites a file" in capsys.readouterr().err
+    assert out.read_bytes() == before
+    lone = tmp_path / "lone.db"
+    (tmp_path / "lone.map.npz").write_bytes(b"someone else's map")
+    assert main(["memory", "backup", str(db), str(lone)]) == 2         # the map beside OUT exists: nothing copied
+    assert "lone.map.npz exists" in capsys.readouterr().err and not lone.exists()
+    assert main(["memory", "backup", str(db), str(lone), "--no-map"]) == 0
+    assert (tmp_path / "lone.map.npz").read_bytes() == b"someone else's map"
+    assert main(["memory", "backup", str(db), str(db)]) == 2
+    assert "OUT" in capsys.readouterr().err

@@ -14,6 +14,7 @@ Place-room and object-room containment live in `room_id` columns; room adjacency
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import struct
 import zlib
@@ -426,6 +427,72 @@ class SceneGraphStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None  # type: ignore[assignment]
+
+
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+@dataclass(frozen=True)
+class BackupResult:
+    """What `backup_store` wrote: the copy's path, size in bytes, and its place, object and edge counts."""
+
+    path: str
+    bytes: int
+    places: int
+    objects: int
+    edges: int
+
+
+def refuse_overwrite(*paths: Path) -> None:
+    """FileExistsError naming the first of `paths` that exists: a backup never overwrites a file."""
+    for path in paths:
+        if path.exists():
+            raise FileExistsError(f"{path} exists; a backup never overwrites a file: remove it or name another")
+
+
+def backup_store(src: str | Path, dst: str | Path) -> BackupResult:
+    """Copy the memory database `src` to the new file `dst`, consistently even while a node writes to it.
+
+    SQLite's online backup copies the database as one read transaction sees it: every transaction committed
+    when it starts (those still in the WAL log included), none half. A writer goes on meanwhile (WAL readers do
+    not block it). The copy is written beside `dst`, checked (schema, `quick_check`), flushed to the disk and
+    then renamed into place, so `dst` is either a whole, checked memory or absent. `src` is only read.
+
+    Raises:
+        CorruptStoreError / SchemaVersionError / MemoryStoreError: `src` is refused (named, left untouched).
+        FileExistsError: `dst` (or an SQLite side file of it) exists: a backup never overwrites a file.
+    """
+    src, dst = Path(src), Path(dst)
+    SceneGraphStore(src, None, read_only=True).close()   # a refused source is named before anything is written
+    refuse_overwrite(dst, *(dst.with_name(dst.name + s) for s in _SIDE_FILES))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    try:
+        try:
+            source = sqlite3.connect(read_only_uri(src), uri=True)
+            try:
+                target = sqlite3.connect(tmp)
+                try:
+                    source.backup(target)   # all pages in one step: one read transaction, one consistent copy
+                    target.execute("PRAGMA journal_mode=WAL")   # as the store keeps its files
+                finally:
+                    target.close()
+            finally:
+                source.close()
+        except sqlite3.Error as err:
+            raise MemoryStoreError(str(src), f"backup to {dst} failed: {err}") from err
+        copy = SceneGraphStore(tmp, None, read_only=True, check_integrity=True)
+        try:
+            counts = [copy.count(t) for t in ("places", "objects", "edges")]
+        finally:
+            copy.close()
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, dst)
+    finally:
+        for path in (tmp, *(tmp.with_name(tmp.name + s) for s in _SIDE_FILES)):
+            path.unlink(missing_ok=True)
+    return BackupResult(str(dst), dst.stat().st_size, *counts)
 
 
 def _blob(vec: np.ndarray) -> bytes:

@@ -117,3 +117,104 @@ def test_embedding_dim_mismatch_is_refused(tmp_path):
     path = make_store(tmp_path / "m.sqlite", dim=8)
     with pytest.raises(MemoryStoreError, match="embedding_dim is 8 in the file but 16"):
         SceneGraphStore(path, 16)
+
+
+def _ids(path) -> list[int]:
+    store = SceneGraphStore(path, None, read_only=True)
+    try:
+        return store.load().place_ids.tolist()
+    finally:
+        store.close()
+
+
+def test_a_backup_of_an_open_database_holds_every_commit_still_in_its_wal_log(tmp_path):
+    from memnav.core.memory.store import backup_store
+
+    src = tmp_path / "live.db"
+    writer = SceneGraphStore(src, 8)     # kept open: its commits sit in the -wal log, not yet in the file
+    for i in range(5):
+        with writer.transaction():
+            writer.insert_place(i, (float(i), 0.0, 0.0), 10 + i, 1, None, np.full(8, i, np.float32), None)
+    assert (tmp_path / "live.db-wal").stat().st_size > 0
+    out = backup_store(src, tmp_path / "backups" / "copy.db")
+    assert (out.places, out.objects, out.edges) == (5, 0, 0) and out.bytes > 0
+    copy = tmp_path / "backups" / "copy.db"
+    assert _ids(copy) == [0, 1, 2, 3, 4]
+    assert sorted(p.name for p in copy.parent.iterdir()) == ["copy.db"]   # no temporary or side file left
+    with writer.transaction():          # the writer goes on as before
+        writer.insert_place(5, (5.0, 0.0, 0.0), 20, 1, None, np.ones(8, np.float32), None)
+    writer.close()
+    assert _ids(src) == [0, 1, 2, 3, 4, 5] and _ids(copy) == [0, 1, 2, 3, 4]
+
+
+def test_a_backup_taken_while_another_process_writes_is_whole(tmp_path):
+    """A child process commits one place per transaction (ids 0, 1, 2, ...) as fast as it can; every backup taken
+    meanwhile is a checked database holding exactly the first n of them."""
+    import subprocess
+    import sys
+    import time
+
+    from memnav.core.memory.store import backup_store
+
+    src = tmp_path / "busy.db"
+    code = (
+        "import sys, numpy as np\n"
+        "from memnav.core.memory.store import SceneGraphStore\n"
+        f"s = SceneGraphStore({str(src)!r}, 8)\n"
+        "i = 0\n"
+        "while True:\n"
+        "    with s.transaction():\n"
+        "        s.insert_place(i, (float(i), 0.0, 0.0), i, 1, None, np.ones(8, np.float32), bytes(2000))\n"
+        "    i += 1\n")
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while (not src.exists() or src.stat().st_size == 0 or not _count_ready(src, 50)) and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        counts = []
+        for k in range(3):
+            result = backup_store(src, tmp_path / f"copy{k}.db")
+            ids = _ids(tmp_path / f"copy{k}.db")
+            assert ids == list(range(len(ids))) and result.places == len(ids)   # a prefix: no commit half-copied
+            counts.append(len(ids))
+        assert child.poll() is None, "the writer stopped"
+        assert counts[0] >= 50 and counts == sorted(counts) and counts[-1] > counts[0]   # it wrote on meanwhile
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _count_ready(path, n: int) -> bool:
+    try:
+        store = SceneGraphStore(path, None, read_only=True)
+    except MemoryStoreError:
+        return False        # the schema is still being written
+    try:
+        return store.count("places") >= n
+    finally:
+        store.close()
+
+
+def test_a_backup_never_overwrites_and_refuses_a_source_it_cannot_read(tmp_path):
+    from memnav.core.memory.store import backup_store
+
+    src = make_store(tmp_path / "m.db")
+    taken = tmp_path / "taken.db"
+    taken.write_bytes(b"keep me")
+    with pytest.raises(FileExistsError, match="taken.db exists; a backup never overwrites"):
+        backup_store(src, taken)
+    assert taken.read_bytes() == b"keep me"
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"x" * 4096)
+    with pytest.raises(CorruptStoreError, match="garbage.db"):
+        backup_store(garbage, tmp_path / "g_copy.db")
+    conn = sqlite3.connect(src)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    conn.commit()
+    conn.close()
+    before = file_sha256(src)
+    with pytest.raises(SchemaVersionError):
+        backup_store(src, tmp_path / "new_copy.db")
+    assert file_sha256(src) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.db", "m.db", "taken.db"]
