@@ -20,5 +20,6 @@ def test_package_files_present():
         assert (ROOT / rel).exists(), rel
     xml = (ROOT / "package.xml").read_text()
     assert 'format="3"' in xml
-    for dep in ("rclpy", "sensor_msgs", "geometry_msgs", "nav_msgs", "std_msgs", "visualization_msgs", "std_srvs"):
+    for dep in ("rclpy", "sensor_msgs", "geometry_msgs", "nav_msgs", "std_msgs", "visualization_msgs", "std_srvs",
+                "diagnostic_msgs"):
         assert f"<exec_depend>{dep}</exec_depend>" in xml

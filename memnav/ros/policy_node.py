@@ -20,6 +20,10 @@ Publishes:
                                 "budget" (real time: the goal's max_steps-th action, made a STOP),
                                 localised: the long-term memory knows where the robot is in its frame,
                                 house_map: "laid", "waiting" or "none" (LearnedAgent.house_map)}
+    /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (ERROR without
+                                camera_info, or with a silent camera or odometry during a goal; WARN on a silent
+                                input while idle, dropped messages or a camera narrower than the encoder was
+                                trained on; else OK, saying what it does; memnav.core.diagnostics)
     (exploring agents, for RViz; in the frame of /odom; none of them with map_period_s 0:)
     /memnav/map                 nav_msgs/OccupancyGrid: the agent's own occupancy map (-1 unknown, 0 free,
                                 100 obstacle), at most every map_period_s and at each STOP
@@ -239,11 +243,12 @@ def build(node) -> Callable[[], None]:
     from std_srvs.srv import Trigger
     from visualization_msgs.msg import MarkerArray
 
+    from memnav.core.diagnostics import PolicyHealth, policy_diagnostic
     from memnav.core.memory import MemoryStoreError
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
     from memnav.paths import resolve_model_path
     from memnav.ros import conversions as conv
-    from memnav.ros import search_msgs
+    from memnav.ros import diagnostics_msgs, search_msgs
     from memnav.ros.embedding_msgs import stamp_to_ns
     from memnav.ros.params import declare_dataclass
 
@@ -270,11 +275,14 @@ def build(node) -> Callable[[], None]:
 
     def check_camera(hfov: float) -> None:
         """Warn when the camera is narrower than the fields of view the encoder was trained on."""
-        mismatch = agent.encoder.camera_mismatch(hfov)
+        mismatch = st["mismatch"] = agent.encoder.camera_mismatch(hfov)
         if mismatch is not None:
             node.get_logger().warning(f"{mismatch} ({opts.encoder_checkpoint}; README \"A camera narrower than the "
                                       f"simulator's\")")
 
+    st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf,
+          "actions": 0, "hfov": cfg.camera_hfov_deg or None, "goal_held": False, "started_s": time.monotonic(),
+          "mismatch": None, "goal": None, "reported": 0, "heard": dict.fromkeys(("color", "depth", "odom"))}
     if cfg.camera_hfov_deg > 0:
         nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)
         check_camera(cfg.camera_hfov_deg)
@@ -290,8 +298,6 @@ def build(node) -> Callable[[], None]:
         pub_markers = node.create_publisher(MarkerArray, "memnav/search_markers", 10)
     gate = DecisionGate(lockstep=cfg.lockstep, sync_tolerance_s=cfg.sync_tolerance_s,
                         action_duration_s=cfg.action_duration_s, goal_depth_wait_s=cfg.goal_depth_wait_s)
-    st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf,
-          "actions": 0, "hfov": cfg.camera_hfov_deg or None, "goal_held": False, "started_s": time.monotonic()}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -303,8 +309,8 @@ def build(node) -> Callable[[], None]:
     def goal_status(status: str, goal_stamp_ns: int | None, mode: str | None = None) -> None:
         """Say what became of the goal stamped `goal_stamp_ns` (see the module's docstring)."""
         if goal_stamp_ns is not None:
-            pub_status.publish(String(data=json.dumps({"goal_stamp_ns": goal_stamp_ns, "status": status,
-                                                       "actions": st["actions"], "mode": mode})))
+            st["goal"] = {"goal_stamp_ns": goal_stamp_ns, "status": status, "actions": st["actions"], "mode": mode}
+            pub_status.publish(String(data=json.dumps(st["goal"])))
 
     def begin(depth_followed: bool = False) -> None:
         """Start the newest goal; `depth_followed`: it started without depth and its depth came before any
@@ -396,12 +402,14 @@ def build(node) -> Callable[[], None]:
     def on_rgb(msg: Image) -> None:
         got = convert("colour image", conv.image_to_rgb, msg)
         if got is not None:
+            st["heard"]["color"] = time.monotonic()
             gate.colour(*got)
             maybe_act()
 
     def on_depth(msg: Image) -> None:
         got = convert("depth image", conv.image_to_depth, msg)
         if got is not None:
+            st["heard"]["depth"] = time.monotonic()
             gate.depth(*got)
             maybe_act()
 
@@ -409,6 +417,7 @@ def build(node) -> Callable[[], None]:
         got = convert("odometry", conv.odometry_to_pose, msg)
         if got is None:
             return
+        st["heard"]["odom"] = time.monotonic()
         if not cfg.odom_frame and msg.header.frame_id:
             st["odom_frame"] = msg.header.frame_id
         gate.odometry(*got)
@@ -529,6 +538,24 @@ def build(node) -> Callable[[], None]:
         node.get_logger().info(f"goal cancelled after {st['actions']} actions: waiting for the next goal")
         return resp
 
+    pub_diag = diagnostics_msgs.create_publisher(node)
+
+    def report_health() -> None:
+        now = time.monotonic()
+        memory = nav.memory
+        if st["goal"] is not None and st["goal"]["status"] == "active":
+            st["goal"]["actions"] = st["actions"]
+        health = PolicyHealth(hfov_deg=st["hfov"], waiting_s=now - st["started_s"], camera_mismatch=st["mismatch"],
+                              input_age_s={k: None if t is None else now - t for k, t in st["heard"].items()},
+                              lockstep=cfg.lockstep, goal=st["goal"], dropped_total=st["dropped"],
+                              dropped_new=st["dropped"] - st["reported"],
+                              places=memory.stats().places if memory is not None else 0,
+                              localised=memory.localised if memory is not None else None,
+                              encoder=str(opts.encoder_checkpoint))
+        st["reported"] = st["dropped"]
+        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, policy_diagnostic(health)))
+
+    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
     node.create_service(Trigger, "~/relocalise", srv_relocalise)
     node.create_service(Trigger, "~/cancel_goal", srv_cancel_goal)
     if not cfg.lockstep:

@@ -13,6 +13,9 @@ Publishes:
     /memnav/safety_status       std_msgs/String JSON {reason, v_mps, w_radps, requested_v_mps,
                                 requested_w_radps, estop, age_s: {color, depth, odom} (null = never), dropped}
                                 on every change of reason and every status_period_s (reliable, depth 10)
+    /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status (ERROR while a silent sensor
+                                holds the robot still, WARN on the e-stop, no policy command or dropped messages,
+                                else OK) every second and on every change of reason (memnav.core.diagnostics)
 Parameters: the fields of SafetyNodeConfig, and of memnav.core.velocity_guard.VelocityGuardConfig with the
 prefix "guard." (see config/robot.yaml). Remap the topics to the robot's drivers (launch/robot.launch.yaml).
 Freshness is the arrival time on this node's monotonic clock (robot clocks need not be synchronised).
@@ -97,7 +100,9 @@ def build(node) -> Callable[[], None]:
     from sensor_msgs.msg import Image
     from std_msgs.msg import Bool, String
 
+    from memnav.core.diagnostics import safety_diagnostic
     from memnav.ros import conversions as conv
+    from memnav.ros import diagnostics_msgs
     from memnav.ros.params import declare_dataclass
 
     cfg = declare_dataclass(node, SafetyNodeConfig)
@@ -112,7 +117,8 @@ def build(node) -> Callable[[], None]:
             why + ("; `memnav estop release` to drive" if engaged else ""))
     pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
     pub_status = node.create_publisher(String, "memnav/safety_status", 10)
-    st = {"requested": (0.0, 0.0), "reason": None, "status_s": -math.inf}
+    pub_diag = diagnostics_msgs.create_publisher(node)
+    st = {"requested": (0.0, 0.0), "reason": None, "status_s": -math.inf, "diag_s": -math.inf, "reported": 0}
     dropped = {"command": 0, "color": 0, "depth": 0, "odom": 0}
 
     warned = dict.fromkeys(dropped, -math.inf)
@@ -175,6 +181,11 @@ def build(node) -> Callable[[], None]:
         if changed or now - st["status_s"] >= cfg.status_period_s:
             st["reason"], st["status_s"] = out.reason, now
             pub_status.publish(String(data=json.dumps(status_body(guard, out, st["requested"], now, dropped))))
+        if changed or now - st["diag_s"] >= diagnostics_msgs.PERIOD_S:
+            total = sum(dropped.values())
+            st["diag_s"], new, st["reported"] = now, total - st["reported"], total
+            body = status_body(guard, out, st["requested"], now, dropped)
+            pub_diag.publish(diagnostics_msgs.diagnostic_array(node, safety_diagnostic(body, new)))
 
     node.create_subscription(Twist, "memnav/cmd_vel_raw", on_command, 10)
     node.create_subscription(Image, "camera/color/image_raw", watch(Source.COLOR, conv.image_to_rgb),

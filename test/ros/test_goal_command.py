@@ -192,6 +192,7 @@ def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_k
     # so the policy node holds a goal (and says why) until this test publishes one
     import math
 
+    from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import CameraInfo
 
@@ -203,6 +204,19 @@ def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_k
     photo = tmp_path / "start.png"
     rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
     node = rclpy.create_node("test_camera_info")
+    diagnosed = []
+    node.create_subscription(DiagnosticArray, "/diagnostics",
+                             lambda m: diagnosed.extend(d for d in m.status if d.name == "/policy_node"), 50)
+
+    def policy_diagnosis(level: int, text: str) -> bool:
+        """Within 10 s, /diagnostics says the policy node is at `level` (0 OK, 1 WARN, 2 ERROR) with `text`."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(d.level == bytes([level]) and text in d.message for d in diagnosed[-2:]):
+                return True
+            rclpy.spin_once(node, timeout_sec=0.2)
+        return False
+
     try:
         cap = run_memnav(["goal", "capture", str(photo), "--color-topic", SIM_COLOR, "--depth-topic", SIM_DEPTH,
                           "--timeout", "60"], env, 120)
@@ -215,6 +229,8 @@ def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_k
             in log and "new goal image" not in log, report()
         status = run_memnav(["status", "--json", str(tmp_path / "held.json")], env, 60)
         assert json.loads((tmp_path / "held.json").read_text())["goal_status"] is None, status.stdout
+        # /diagnostics: an error, naming the missing camera_info
+        assert policy_diagnosis(2, "no camera_info: the camera's field of view is unknown"), diagnosed[-2:]
         # a 60 deg camera of 128 px: fx = 64 / tan(30 deg)
         info = CameraInfo(width=128, height=128)
         info.k = [64.0 / math.tan(math.radians(30.0)), 0.0, 64.0, 0.0, 110.85, 64.0, 0.0, 0.0, 1.0]
@@ -228,6 +244,11 @@ def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_k
         # the shipped encoder was trained on the simulator's 90 deg only: the node says so, and what to use instead
         assert "60.0 deg field of view is narrower than the 90 deg this encoder was trained on" in log, report()
         assert "models/encoder_fov60.pt" in log
+        # /diagnostics: working on the goal now, with the narrower camera as a warning
+        assert policy_diagnosis(1, "60.0 deg field of view is narrower than the 90 deg"), diagnosed[-2:]
+        values = {v.key: v.value for v in diagnosed[-1].values}
+        assert values["camera_hfov_deg"] == "60.0" and values["goal"] in ("active", "stopped", "budget"), values
+        assert values["doing"].startswith(("working on a goal", "waiting for a goal (the last one")), values
     finally:
         node.destroy_node()
         rclpy.shutdown()

@@ -27,6 +27,7 @@ def test_config_validation_and_groups():
 
 
 def test_safety_node_guards_the_command(monkeypatch):
+    from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import Odometry
     from rclpy.qos import qos_profile_sensor_data
@@ -44,10 +45,11 @@ def test_safety_node_guards_the_command(monkeypatch):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rclpy.init(domain_id=domain)
     node = rclpy.create_node("test_safety_client")
-    got = {"cmd": [], "status": []}
+    got = {"cmd": [], "status": [], "diag": []}
     node.create_subscription(Twist, "/cmd_vel", lambda m: got["cmd"].append((time.monotonic(), m.linear.x,
                                                                              m.angular.z)), 100)
     node.create_subscription(String, "/memnav/safety_status", lambda m: got["status"].append(json.loads(m.data)), 50)
+    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: got["diag"].extend(m.status), 50)
     pub_rgb = node.create_publisher(Image, "/camera/color/image_raw", qos_profile_sensor_data)
     pub_depth = node.create_publisher(Image, "/camera/depth/image_raw", qos_profile_sensor_data)
     pub_odom = node.create_publisher(Odometry, "/odom", qos_profile_sensor_data)
@@ -97,9 +99,15 @@ def test_safety_node_guards_the_command(monkeypatch):
     def status_is(reason):
         return lambda: bool(got["status"]) and got["status"][-1]["reason"] == reason
 
+    def diagnosed(level: int, text: str):
+        """/diagnostics says the safety node is at `level` (0 OK, 1 WARN, 2 ERROR) with `text` in its message."""
+        return lambda: any(d.name == "/safety_node" and d.level == bytes([level]) and text in d.message
+                           for d in got["diag"][-3:])
+
     try:
         assert wait_for(moving, 60.0), f"no guarded command; last {last_cmd()}"
         assert wait_for(status_is("limited"), 5.0)
+        assert wait_for(diagnosed(0, "passing the policy's command"), 5.0), got["diag"][-3:]
 
         # a non-finite command is dropped; the last good one stays in force until it times out
         feed["nan_cmd"] = True
@@ -112,6 +120,8 @@ def test_safety_node_guards_the_command(monkeypatch):
         t_bad = time.monotonic()
         assert wait_for(status_is("stale_color"), 3.0) and stopped()
         assert time.monotonic() - t_bad < 1.5
+        assert wait_for(diagnosed(2, "no colour image within the watchdog"), 3.0), got["diag"][-3:]
+        assert {v.key: v.value for v in got["diag"][-1].values}["reason"] == "stale_color"
         feed["rgb"] = "good"
         assert wait_for(moving, 5.0)
 
@@ -129,6 +139,7 @@ def test_safety_node_guards_the_command(monkeypatch):
         n = len(got["cmd"])
         wait_for(lambda: len(got["cmd"]) > n + 25, 3.0)
         assert all(c[1:] == (0.0, 0.0) for c in got["cmd"][n:]) and got["status"][-1]["estop"]
+        assert wait_for(diagnosed(1, "emergency stop engaged"), 3.0), got["diag"][-3:]
         pub_estop.publish(Bool(data=False))
         assert wait_for(moving, 5.0)
         assert proc.poll() is None

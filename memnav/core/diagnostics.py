@@ -1,0 +1,157 @@
+"""What the nodes say on ROS's standard /diagnostics topic: one status per node, OK / WARN / ERROR, a message and
+key-value pairs, for rqt_robot_monitor, diagnostic_aggregator, Foxglove's diagnostics panel or a fleet monitor.
+
+Pure logic (no ROS): the node shells gather what they know (their status bodies, input ages, drop counts) into
+the dataclasses here and publish what comes out as diagnostic_msgs/DiagnosticArray once a second.
+
+Levels (diagnostic_msgs/DiagnosticStatus):
+    ERROR   the node cannot do its job: the policy node does not know the camera's field of view, or its
+            camera or odometry went silent while it works on a goal; the safety node holds the robot still
+            because a sensor went silent (its watchdog)
+    WARN    it works, with a caveat: an input silent while no goal is worked on, messages dropped since the last
+            report, a camera narrower than the encoder was trained on, the e-stop engaged, no command from the
+            policy
+    OK      anything else; the message says what the node is doing
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+__all__ = ["INPUT_SILENT_S", "DiagnosticLevel", "NodeDiagnostic", "PolicyHealth", "policy_diagnostic",
+           "safety_diagnostic"]
+
+INPUT_SILENT_S = 2.0   # the policy node reports an input (colour, depth, odometry) silent after this long, seconds
+
+
+class DiagnosticLevel(IntEnum):
+    """diagnostic_msgs/DiagnosticStatus levels (the same numbers)."""
+
+    OK = 0
+    WARN = 1
+    ERROR = 2
+    STALE = 3
+
+
+@dataclass(frozen=True)
+class NodeDiagnostic:
+    """One node's status: its level, one line saying why, and key-value details (all strings, as on the wire)."""
+
+    level: DiagnosticLevel
+    message: str
+    values: dict[str, str] = field(default_factory=dict)
+
+
+def _age(age_s: float | None) -> str:
+    return "never" if age_s is None or not math.isfinite(age_s) else f"{age_s:.2f}"
+
+
+def _worst(findings: list[tuple[DiagnosticLevel, str]], ok_message: str) -> tuple[DiagnosticLevel, str]:
+    """The highest level among the findings and their messages, worst first; `ok_message` when there are none."""
+    if not findings:
+        return DiagnosticLevel.OK, ok_message
+    findings = sorted(findings, key=lambda f: -f[0])
+    return findings[0][0], "; ".join(text for _, text in findings)
+
+
+@dataclass
+class PolicyHealth:
+    """What the policy node knows about itself when it reports.
+
+    Attributes:
+        hfov_deg: the camera's horizontal field of view in use, degrees (None: not known yet).
+        waiting_s: how long the node has been running, seconds (a missing camera_info is an error after 5 s).
+        camera_mismatch: Encoder.camera_mismatch's sentence for the camera, or None.
+        input_age_s: seconds since the newest colour frame, depth frame and odometry arrived (None: never).
+        lockstep: evaluation in lock-step with a simulator, where frames come only when an action was taken:
+            silent inputs are not reported then.
+        goal: the newest /memnav/goal_status body ({status, actions, mode, ...}) or None (no goal yet).
+        dropped_total: messages dropped since the start; dropped_new: since the last report.
+        places: places in the long-term memory; localised: whether it knows where the robot is (None: no memory).
+        encoder: the encoder checkpoint's path, for the record.
+    """
+
+    hfov_deg: float | None
+    waiting_s: float
+    camera_mismatch: str | None
+    input_age_s: dict[str, float | None]
+    lockstep: bool
+    goal: dict | None = None
+    dropped_total: int = 0
+    dropped_new: int = 0
+    places: int = 0
+    localised: bool | None = None
+    encoder: str = ""
+
+
+def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
+    """The policy node's status from `h` (see the module docstring for the levels)."""
+    working = h.goal is not None and h.goal.get("status") == "active"
+    findings: list[tuple[DiagnosticLevel, str]] = []
+    if h.hfov_deg is None and h.waiting_s > 5.0:
+        findings.append((DiagnosticLevel.ERROR, "no camera_info: the camera's field of view is unknown, so no goal "
+                                                "is started and nothing is decided (remap camera_info or set "
+                                                "camera_hfov_deg)"))
+    if not h.lockstep:
+        silent = [name for name, age in h.input_age_s.items() if age is None or age > INPUT_SILENT_S]
+        if silent:
+            level = DiagnosticLevel.ERROR if working else DiagnosticLevel.WARN
+            findings.append((level, f"no {', '.join(silent)} for over {INPUT_SILENT_S:g} s"
+                                    + (": no decisions" if working else "")))
+    if h.camera_mismatch:
+        findings.append((DiagnosticLevel.WARN, h.camera_mismatch))
+    if h.dropped_new:
+        findings.append((DiagnosticLevel.WARN, f"{h.dropped_new} messages dropped since the last report (see the "
+                                               "node's log)"))
+    if h.goal is None:
+        doing = "waiting for a goal"
+    elif working:
+        doing = f"working on a goal: {h.goal.get('actions', 0)} actions"
+    else:
+        doing = f"waiting for a goal (the last one: {h.goal.get('status')} after {h.goal.get('actions', 0)} actions)"
+    level, message = _worst(findings, doing)
+    values = {"goal": "none" if h.goal is None else str(h.goal.get("status")),
+              "actions": str(0 if h.goal is None else h.goal.get("actions", 0)),
+              "mode": str((h.goal or {}).get("mode") or ""),
+              "camera_hfov_deg": "unknown" if h.hfov_deg is None else f"{h.hfov_deg:.1f}",
+              **{f"{name}_age_s": _age(age) for name, age in h.input_age_s.items()},
+              "dropped": str(h.dropped_total), "places": str(h.places),
+              "localised": "no memory" if h.localised is None else str(h.localised).lower(),
+              "encoder": h.encoder, "lockstep": str(h.lockstep).lower()}
+    if level is not DiagnosticLevel.OK:
+        values["doing"] = doing
+    return NodeDiagnostic(level, message, values)
+
+
+# the safety node's reasons (memnav.core.velocity_guard.GuardReason values) and what each means here
+_SAFETY_REASONS = {
+    "estop": (DiagnosticLevel.WARN, "emergency stop engaged: the robot is held still (`memnav estop release`)"),
+    "stale_color": (DiagnosticLevel.ERROR, "no colour image within the watchdog: the robot is held still"),
+    "stale_depth": (DiagnosticLevel.ERROR, "no depth image within the watchdog: the robot is held still"),
+    "stale_odom": (DiagnosticLevel.ERROR, "no odometry within the watchdog: the robot is held still"),
+    "stale_command": (DiagnosticLevel.WARN, "no command from the policy: the robot is held still (is policy_node "
+                                            "running?)"),
+    "limited": (DiagnosticLevel.OK, "passing the policy's command, limited by the speed or acceleration limits"),
+    "ok": (DiagnosticLevel.OK, "passing the policy's command"),
+}
+
+
+def safety_diagnostic(body: dict, dropped_new: int = 0) -> NodeDiagnostic:
+    """The safety node's status from its /memnav/safety_status body (memnav.ros.safety_node.status_body);
+    `dropped_new`: messages dropped since the last report."""
+    reason = str(body.get("reason"))
+    level, text = _SAFETY_REASONS.get(reason, (DiagnosticLevel.ERROR, f"unknown guard reason {reason!r}"))
+    findings = [] if level is DiagnosticLevel.OK else [(level, text)]
+    if dropped_new:
+        findings.append((DiagnosticLevel.WARN, f"{dropped_new} messages dropped since the last report (see the "
+                                               "node's log)"))
+    level, message = _worst(findings, text)
+    ages = body.get("age_s") or {}
+    values = {"reason": reason, "estop": str(bool(body.get("estop"))).lower(),
+              "v_mps": f"{body.get('v_mps', 0.0):.3f}", "w_radps": f"{body.get('w_radps', 0.0):.3f}",
+              "requested_v_mps": f"{body.get('requested_v_mps', 0.0):.3f}",
+              "requested_w_radps": f"{body.get('requested_w_radps', 0.0):.3f}",
+              **{f"{name}_age_s": _age(age) for name, age in ages.items()},
+              **{f"dropped_{name}": str(n) for name, n in (body.get("dropped") or {}).items()}}
+    return NodeDiagnostic(level, message, values)

@@ -1,0 +1,62 @@
+"""memnav.core.diagnostics: the status the policy and safety nodes put on /diagnostics."""
+from memnav.core.diagnostics import INPUT_SILENT_S, DiagnosticLevel, PolicyHealth, policy_diagnostic, safety_diagnostic
+
+FRESH = {"color": 0.1, "depth": 0.1, "odom": 0.02}
+
+
+def health(**kw) -> PolicyHealth:
+    base = dict(hfov_deg=69.4, waiting_s=30.0, camera_mismatch=None, input_age_s=dict(FRESH), lockstep=False,
+                encoder="models/encoder_fov60.pt")
+    return PolicyHealth(**{**base, **kw})
+
+
+def test_a_healthy_policy_node_says_what_it_does():
+    idle = policy_diagnostic(health())
+    assert idle.level is DiagnosticLevel.OK and idle.message == "waiting for a goal"
+    assert idle.values["goal"] == "none" and idle.values["camera_hfov_deg"] == "69.4"
+    assert idle.values["color_age_s"] == "0.10" and idle.values["localised"] == "no memory"
+    busy = policy_diagnostic(health(goal={"status": "active", "actions": 12, "mode": "explore"}, places=30,
+                                    localised=True))
+    assert busy.level is DiagnosticLevel.OK and busy.message == "working on a goal: 12 actions"
+    assert (busy.values["mode"], busy.values["places"], busy.values["localised"]) == ("explore", "30", "true")
+    done = policy_diagnostic(health(goal={"status": "stopped", "actions": 80, "mode": "stop"}))
+    assert done.message == "waiting for a goal (the last one: stopped after 80 actions)"
+
+
+def test_what_stops_the_policy_node_is_an_error_and_a_caveat_a_warning():
+    blind = policy_diagnostic(health(hfov_deg=None, waiting_s=6.0))
+    assert blind.level is DiagnosticLevel.ERROR and blind.message.startswith("no camera_info")
+    assert blind.values["camera_hfov_deg"] == "unknown" and blind.values["doing"] == "waiting for a goal"
+    assert policy_diagnostic(health(hfov_deg=None, waiting_s=2.0)).level is DiagnosticLevel.OK   # still starting
+    silent = {**FRESH, "color": INPUT_SILENT_S + 1.0, "odom": None}
+    working = policy_diagnostic(health(input_age_s=silent, goal={"status": "active", "actions": 3}))
+    assert working.level is DiagnosticLevel.ERROR and working.message == (
+        f"no color, odom for over {INPUT_SILENT_S:g} s: no decisions")
+    assert working.values["odom_age_s"] == "never"
+    idle = policy_diagnostic(health(input_age_s=silent))
+    assert idle.level is DiagnosticLevel.WARN and "no decisions" not in idle.message
+    # lock-step evaluation: frames come only when the simulator steps, so silence is not reported
+    assert policy_diagnostic(health(input_age_s=silent, lockstep=True)).level is DiagnosticLevel.OK
+    narrow = policy_diagnostic(health(camera_mismatch="the camera's 60.0 deg field of view is narrower", dropped_new=2,
+                                      dropped_total=5))
+    assert narrow.level is DiagnosticLevel.WARN and narrow.values["dropped"] == "5"
+    assert narrow.message == ("the camera's 60.0 deg field of view is narrower; 2 messages dropped since the last "
+                              "report (see the node's log)")
+    both = policy_diagnostic(health(hfov_deg=None, waiting_s=9.0, dropped_new=1))
+    assert both.level is DiagnosticLevel.ERROR and both.message.startswith("no camera_info")   # worst first
+
+
+def test_the_safety_nodes_guard_reason_sets_its_level():
+    body = {"reason": "limited", "v_mps": 0.4, "w_radps": 0.2, "requested_v_mps": 0.6, "requested_w_radps": 0.2,
+            "estop": False, "age_s": {"color": 0.03, "depth": 0.04, "odom": None}, "dropped": {"command": 1}}
+    ok = safety_diagnostic(body)
+    assert ok.level is DiagnosticLevel.OK and "limited by the speed" in ok.message
+    assert ok.values["v_mps"] == "0.400" and ok.values["odom_age_s"] == "never" and ok.values["dropped_command"] == "1"
+    stale = safety_diagnostic({**body, "reason": "stale_depth", "v_mps": 0.0})
+    assert stale.level is DiagnosticLevel.ERROR and stale.message.startswith("no depth image within the watchdog")
+    estop = safety_diagnostic({**body, "reason": "estop", "estop": True}, dropped_new=3)
+    assert estop.level is DiagnosticLevel.WARN and estop.values["estop"] == "true"
+    assert estop.message.startswith("emergency stop engaged") and "3 messages dropped" in estop.message
+    assert safety_diagnostic({**body, "reason": "stale_command"}).level is DiagnosticLevel.WARN
+    assert safety_diagnostic({**body, "reason": "ok"}, dropped_new=1).level is DiagnosticLevel.WARN
+    assert safety_diagnostic({**body, "reason": "???"}).level is DiagnosticLevel.ERROR
