@@ -33,6 +33,16 @@ class DiagnosticLevel(IntEnum):
     ERROR = 2
     STALE = 3
 
+    @staticmethod
+    def name_of(raw: bytes | int) -> str:
+        """The name of a level as a DiagnosticStatus carries it (a one-byte `bytes` in rclpy, or an int); an
+        unknown one as `level N`."""
+        value = raw[0] if isinstance(raw, (bytes, bytearray)) and len(raw) == 1 else raw
+        try:
+            return DiagnosticLevel(int(value)).name
+        except (ValueError, TypeError):
+            return f"level {value!r}"
+
 
 @dataclass(frozen=True)
 class NodeDiagnostic:

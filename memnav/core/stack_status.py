@@ -5,7 +5,7 @@ what it heard here; `summarize` turns it into lines for a person and one JSON ob
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["STACK_NODES", "GraphSettle", "Heard", "summarize"]
@@ -55,6 +55,8 @@ class Heard:
         safety: the newest /memnav/safety_status body, or None.
         scene_graph: the newest /memnav/scene_graph body's `counts` (and `localised`), or None.
         listened_s: how long the command listened, seconds.
+        diagnostics: the newest /diagnostics status of each node that publishes one, by its full name
+            (/policy_node): (level name OK / WARN / ERROR / STALE, message).
     """
 
     namespace: str
@@ -66,6 +68,7 @@ class Heard:
     policy_state_age_s: float | None = None
     safety: dict | None = None
     scene_graph: dict | None = None
+    diagnostics: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _join(namespace: str, name: str) -> str:
@@ -121,8 +124,13 @@ def summarize(heard: Heard) -> tuple[list[str], dict[str, Any], bool]:
     if graph is not None:
         lines.append(f"memory node: {graph.get('places', 0)} places, {graph.get('objects', 0)} objects, "
                      f"{graph.get('rooms', 0)} rooms")
+    diagnosed = {name: heard.diagnostics[_join(heard.namespace, name)] for name in here
+                 if _join(heard.namespace, name) in heard.diagnostics}
+    for name, (level, message) in diagnosed.items():
+        lines.append(f"diagnostics: {name} {level}: {message}")
     body = {"namespace": heard.namespace, "ok": ok, "nodes": here, "not_running": missing, "running_twice": twice,
             "policy_node_elsewhere": elsewhere, "goal_status": goal, "policy_state": ps,
             "policy_state_age_s": heard.policy_state_age_s, "safety": safety, "scene_graph": graph,
-            "listened_s": heard.listened_s, "node_names": sorted(_join(ns, n) for n, ns in heard.nodes)}
+            "listened_s": heard.listened_s, "node_names": sorted(_join(ns, n) for n, ns in heard.nodes),
+            "diagnostics": {name: {"level": level, "message": message} for name, (level, message) in diagnosed.items()}}
     return lines, body, ok

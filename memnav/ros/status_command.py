@@ -5,7 +5,8 @@ default: the safety node reports every second), longer while nodes are still bei
 has not changed for 1 s, at most 5 s more), and prints which of the
 stack's nodes run in the namespace, the goal (/memnav/goal_status: working on it, or how it ended), the last
 decision (/memnav/policy_state), the safety node's state (/memnav/safety_status: e-stop, the velocity it
-commands, how old its inputs are) and the memory node's scene-graph counts (/memnav/scene_graph). Status 0 when a
+commands, how old its inputs are), the memory node's scene-graph counts (/memnav/scene_graph) and each node's
+newest /diagnostics status (level and message). Status 0 when a
 policy node runs in the namespace, 1 when none does (it then names the namespaces where one runs). `--json FILE`
 writes the same as one object. Summarised by memnav.core.stack_status.
 """
@@ -37,11 +38,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.listen, "--listen")
     ros_args = shell_ros_args(args)   # before any ROS work
+    from diagnostic_msgs.msg import DiagnosticArray
     from std_msgs.msg import String
+
+    from memnav.core.diagnostics import DiagnosticLevel
 
     latched = latched_qos()
     ros = Ros("memnav_status", ros_args)
     got: dict = {}
+    diagnosed: dict[str, tuple[str, str]] = {}
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        diagnosed.update((d.name, (DiagnosticLevel.name_of(d.level), d.message)) for d in msg.status)
 
     def keep(key: str, pick=lambda body: body):
         def callback(msg: String) -> None:
@@ -58,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         node.create_subscription(String, "memnav/safety_status", keep("safety"), 10)
         node.create_subscription(String, "memnav/scene_graph",
                                  keep("graph", lambda b: {**b["counts"], "localised": b.get("localised")}), latched)
+        node.create_subscription(DiagnosticArray, "diagnostics", on_diagnostics, 50)
         # discovery first (a second or more on a busy graph), then the window the status topics are heard in
         ros.spin_until(lambda: any(name == "policy_node" for name, _ in node.get_node_names_and_namespaces()),
                        DISCOVERY_S)
@@ -70,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
                       now_s=node.get_clock().now().nanoseconds / 1e9, listened_s=round(end - listen_start, 1),
                       goal_status=got.get("goal", (0, None))[1], policy_state=got.get("policy", (0, None))[1],
                       policy_state_age_s=round(end - got["policy"][0], 2) if "policy" in got else None,
-                      safety=got.get("safety", (0, None))[1], scene_graph=got.get("graph", (0, None))[1])
+                      safety=got.get("safety", (0, None))[1], scene_graph=got.get("graph", (0, None))[1],
+                      diagnostics=diagnosed)
     finally:
         ros.close()
     lines, body, ok = summarize(heard)

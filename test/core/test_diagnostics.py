@@ -60,3 +60,8 @@ def test_the_safety_nodes_guard_reason_sets_its_level():
     assert safety_diagnostic({**body, "reason": "stale_command"}).level is DiagnosticLevel.WARN
     assert safety_diagnostic({**body, "reason": "ok"}, dropped_new=1).level is DiagnosticLevel.WARN
     assert safety_diagnostic({**body, "reason": "???"}).level is DiagnosticLevel.ERROR
+
+
+def test_levels_are_named_as_the_message_carries_them():
+    assert DiagnosticLevel.name_of(b"\x01") == "WARN" and DiagnosticLevel.name_of(2) == "ERROR"
+    assert DiagnosticLevel.name_of(b"\x07") == "level 7"

@@ -12,10 +12,15 @@ def test_a_robot_at_work_is_summarised_with_its_goal_decision_safety_and_memory(
                   policy_state_age_s=0.3,
                   safety={"estop": True, "v_mps": 0.0, "w_radps": 0.0, "reason": "estop",
                           "age_s": {"color": 0.03, "depth": None, "odom": 0.01}},
-                  scene_graph={"places": 12, "objects": 3, "rooms": 2, "localised": True})
+                  scene_graph={"places": 12, "objects": 3, "rooms": 2, "localised": True},
+                  diagnostics={"/robot1/safety_node": ("WARN", "emergency stop engaged"),
+                               "/robot2/policy_node": ("ERROR", "no camera_info"),    # another robot's
+                               "/robot1/camera": ("OK", "streaming")})               # not the stack's
     lines, body, ok = summarize(heard)
     text = "\n".join(lines)
     assert ok and body["nodes"] == ["policy_node", "safety_node"]   # other nodes are not the stack's
+    assert "diagnostics: safety_node WARN: emergency stop engaged" in text and "no camera_info" not in text
+    assert body["diagnostics"] == {"safety_node": {"level": "WARN", "message": "emergency stop engaged"}}
     assert "goal: working on it, 45 actions, sent 10.0 s ago" in text
     assert "last decision 0.3 s ago: MOVE_FORWARD, mode explore, belief 0.12, memory 34 places" in text
     assert "safety: e-stop ENGAGED; commanding 0.00 m/s, 0.00 rad/s (estop); input ages: color 0.03 s, depth -, " \

@@ -168,6 +168,9 @@ def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_pat
             status.stdout + status.stderr
         assert body["goal_status"]["status"] == "cancelled" and body["goal_status"]["actions"] == result["actions"]
         assert "goal: ended: cancelled" in status.stdout
+        # the policy node's /diagnostics status, as status heard it
+        assert "waiting for a goal (the last one: cancelled after" in body["diagnostics"]["policy_node"]["message"], \
+            body["diagnostics"]
         elsewhere = run_memnav(["status", "--namespace", "robot9", "--listen", "1"], env, 60)
         assert elsewhere.returncode == 1 and "a policy node runs in /: try no --namespace" in elsewhere.stdout
         # 2. Ctrl-C of goal send --wait cancels its goal
