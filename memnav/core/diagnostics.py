@@ -5,8 +5,9 @@ Pure logic (no ROS): the node shells gather what they know (their status bodies,
 the dataclasses here and publish what comes out as diagnostic_msgs/DiagnosticArray once a second.
 
 Levels (diagnostic_msgs/DiagnosticStatus):
-    ERROR   the node cannot do its job: the policy node does not know the camera's field of view, or its
-            camera or odometry went silent while it works on a goal; the safety node holds the robot still
+    ERROR   the node cannot do its job: the policy node does not know the camera's field of view, its camera or
+            odometry went silent while it works on a goal, or its long-term memory can no longer be saved (a full
+            disk: it goes on in RAM); the safety node holds the robot still
             because a sensor went silent (its watchdog)
     WARN    it works, with a caveat: an input silent while no goal is worked on, messages dropped since the last
             report, a camera narrower than the encoder was trained on, the e-stop engaged, no command from the
@@ -79,6 +80,8 @@ class PolicyHealth:
         goal: the newest /memnav/goal_status body ({status, actions, mode, ...}) or None (no goal yet).
         dropped_total: messages dropped since the start; dropped_new: since the last report.
         places: places in the long-term memory; localised: whether it knows where the robot is (None: no memory).
+        memory_error: why the long-term memory stopped writing to its database and went on in RAM
+            (SceneGraphMemory.persist_error), or None.
         encoder: the encoder checkpoint's path, for the record.
     """
 
@@ -92,6 +95,7 @@ class PolicyHealth:
     dropped_new: int = 0
     places: int = 0
     localised: bool | None = None
+    memory_error: str | None = None
     encoder: str = ""
 
 
@@ -109,6 +113,9 @@ def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
             level = DiagnosticLevel.ERROR if working else DiagnosticLevel.WARN
             findings.append((level, f"no {', '.join(silent)} for over {INPUT_SILENT_S:g} s"
                                     + (": no decisions" if working else "")))
+    if h.memory_error:
+        findings.append((DiagnosticLevel.ERROR, f"the long-term memory is no longer saved ({h.memory_error}): it goes "
+                                                "on in RAM; free the disk and restart the node to save again"))
     if h.camera_mismatch:
         findings.append((DiagnosticLevel.WARN, h.camera_mismatch))
     if h.dropped_new:

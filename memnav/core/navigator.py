@@ -66,6 +66,7 @@ from memnav.core.exploration import Explorer, ExplorerConfig, face, steer
 from memnav.core.goal_localization import GoalLocalizerConfig, localize_goal, to_odometry_frame
 from memnav.core.goal_photo import check_goal_image
 from memnav.core.memory.scene_graph import Retrieval, SceneGraphMemory
+from memnav.core.memory.store import MemoryStoreError
 from memnav.core.memory.working_buffer import WorkingBuffer
 from memnav.core.policy import (
     MOVES,
@@ -137,6 +138,10 @@ class NavigatorConfig:
         localize: place the goal metrically from RGB-D matches with the goal image and drive there.
         hfov_deg: horizontal field of view of the camera (mapping and localization), degrees.
         camera_height_m: camera height above the floor (mapping), meters.
+        memory_in_ram_on_write_failure: when the long-term memory's database write fails (a full disk), go on
+            with the memory in RAM (`SceneGraphMemory.keep_in_ram`; the file keeps its last commit and
+            `memory.persist_error` says why) instead of raising MemoryStoreError at every step, so a robot keeps
+            navigating.
         localize_min_inliers: matches that must agree on one planar motion to accept a goal pose.
         scan_match: match the goal depth against the occupancy map for goal candidates (needs explore).
         match_every_steps: steps between two scan-matching searches (each takes tens of milliseconds).
@@ -236,6 +241,7 @@ class NavigatorConfig:
     localize: bool = False
     hfov_deg: float = 90.0
     camera_height_m: float = 1.25
+    memory_in_ram_on_write_failure: bool = True
     localize_min_inliers: int = 10
     scan_match: bool = False
     match_every_steps: int = 10
@@ -621,7 +627,13 @@ class Navigator:
                 mask[i] = True
             return tokens, mask
         assert self.memory is not None and self.buffer is not None
-        self.memory.insert_observation(stamp_ns, pose, emb, thumbnail=rgb)
+        try:
+            self.memory.insert_observation(stamp_ns, pose, emb, thumbnail=rgb)
+        except MemoryStoreError as err:
+            if not self.cfg.memory_in_ram_on_write_failure:
+                raise
+            self.memory.keep_in_ram(str(err))    # the file keeps its last commit; this observation goes to RAM
+            self.memory.insert_observation(stamp_ns, pose, emb, thumbnail=rgb)
         self.buffer.add(stamp_ns, emb, pose)
         b_emb, b_rel, b_age, b_mask = self.buffer.as_arrays(origin=pose, now_ns=stamp_ns)
         n = int(b_mask.sum())

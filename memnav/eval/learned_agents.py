@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,7 @@ import numpy as np
 from memnav.core.encoder import Encoder
 from memnav.core.exploration import MapEvidence, OccupancyMap
 from memnav.core.memory.scene_graph import SceneGraphConfig, SceneGraphMemory
+from memnav.core.memory.store import CorruptStoreError, MemoryStoreError, SchemaVersionError
 from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig
 from memnav.core.policy import load_policy
 from memnav.core.stop import load_calibrator
@@ -208,6 +209,7 @@ class LearnedAgent:
         self.navigator = Navigator(self.encoder, calibrator, cfg, policy=policy, stop_params=stop_params)
         self._scene: str | None = None
         self._map_in_memory_frame = True    # lifelong: the occupancy map may be saved beside the memory
+        self._map_error: str | None = None  # why the occupancy map could not be saved (storage_error)
         self._odom_frame: Pose2D | None = None   # odometry_restarts: this visit's odometry frame in the map frame
         self._saved_map: OccupancyMap | None = None   # a rebooted run's house map, until the memory relocalises
         self._lay_tries = 0
@@ -246,8 +248,8 @@ class LearnedAgent:
                     # odometry that keeps its frame from run to run (the simulator's house frame): the stored
                     # memory is localised from the start, and loop closures only refine it
                     persists = self.options.odometry_persists and not self.options.odometry_restarts
-                    nav.memory = SceneGraphMemory.open(lifelong_memory_path(lifelong, place_key),
-                                                       SceneGraphConfig(start_localised=persists))
+                    nav.memory = self._open_memory(lifelong_memory_path(lifelong, place_key),
+                                                   SceneGraphConfig(start_localised=persists))
                     last = nav.memory.stats().last_stamp_ns
                     if last is not None:  # a database from an earlier run: continue its clock
                         self._stamp_ns = max(self._stamp_ns, last)
@@ -482,6 +484,28 @@ class LearnedAgent:
                 "goal_estimate": None if est is None else [round(est.x_m, 3), round(est.y_m, 3)],
                 "candidate": None if cand is None else [round(cand.pose.x_m, 3), round(cand.pose.y_m, 3)]}
 
+    def _open_memory(self, path: Path, config: SceneGraphConfig) -> SceneGraphMemory:
+        """The house's memory database; when it cannot be written (a new file on a full disk, a folder without
+        write permission) and the navigator goes on in RAM after write failures, a memory in RAM only that says
+        why (`persist_error`). A file that is refused (damaged, another program's, a newer schema) still raises."""
+        try:
+            return SceneGraphMemory.open(path, config)
+        except (CorruptStoreError, SchemaVersionError):
+            raise
+        except MemoryStoreError as err:
+            if not self.navigator.cfg.memory_in_ram_on_write_failure:
+                raise
+            memory = SceneGraphMemory(replace(config, db_path=None))
+            memory.persist_error = str(err)
+            return memory
+
+    @property
+    def storage_error(self) -> str | None:
+        """Why this run's long-term memory or occupancy map is no longer saved (a full disk; they go on in RAM), or
+        None."""
+        memory = self.navigator.memory
+        return (memory.persist_error if memory is not None else None) or self._map_error
+
     @property
     def house_map(self) -> str:
         """Where a rebooted run stands with the house map an earlier run saved: "laid" on this run's map,
@@ -509,6 +533,14 @@ class LearnedAgent:
         contradict it where both saw (the lay was wrong after all), writes nothing."""
         if self._scene is None or self.options.lifelong_dir is None or not self.navigator.cfg.persistent_map:
             return
+        try:
+            self._write_map()
+        except OSError as err:   # a full disk: the map file keeps its last whole version (written atomically)
+            if not self.navigator.cfg.memory_in_ram_on_write_failure:
+                raise
+            self._map_error = f"occupancy map not saved: {err}"
+
+    def _write_map(self) -> None:
         path, run = self._map_path(self._scene), self.navigator.explorer.map
         if self._map_in_memory_frame:
             self.navigator.explorer.save_map(path)

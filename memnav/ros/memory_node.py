@@ -24,7 +24,8 @@ Publishes:
                                 markers_period_s and only after a change
 Services (std_srvs/Trigger):
     ~/save    every insert is already committed in its own SQLite transaction: confirms that and reports
-              the counts (fails, saying so, when db_path is empty: a RAM-only memory cannot be saved)
+              the counts (fails, saying so, when db_path is empty: a RAM-only memory cannot be saved, and after
+              a failed write, a full disk, from which on the memory goes on in RAM only)
     ~/clear   forget everything: the working buffer, and the long-term memory with its database file
     ~/query   message = JSON of the top-k places for the latest goal embedding (fails, saying so, before one)
     ~/relocalise  the robot was moved (carried, odometry reset): forget where it is in the memory's frame;
@@ -185,7 +186,13 @@ def build(node) -> Callable[[], None]:
             objects = detections.pop(stamp_ns, ())
             for old in [t for t in detections if t < stamp_ns]:
                 del detections[old]           # frames that never became embeddings
-            result = st["memory"].insert_observation(stamp_ns, pose, emb, objects=objects)
+            try:
+                result = st["memory"].insert_observation(stamp_ns, pose, emb, objects=objects)
+            except MemoryStoreError as err:   # a full disk: the file keeps its last commit, the memory goes on
+                st["memory"].keep_in_ram(str(err))
+                node.get_logger().error(f"the memory is no longer saved: {err}; it goes on in RAM (free the disk, "
+                                        "then restart the node to save again)")
+                result = st["memory"].insert_observation(stamp_ns, pose, emb, objects=objects)
             buffer.add(stamp_ns, emb, pose)
         except (InvalidInputError, MemoryStoreError) as err:
             drop("embedding", err)
@@ -272,9 +279,12 @@ def build(node) -> Callable[[], None]:
     def srv_save(_req, resp):
         stats = st["memory"].stats()
         counts = {"db_path": graph_cfg.db_path, "places": stats.places, "objects": stats.objects, "rooms": stats.rooms}
-        resp.success = graph_cfg.db_path is not None
+        failed = st["memory"].persist_error
+        resp.success = graph_cfg.db_path is not None and failed is None
         resp.message = (json.dumps(dict(counts, committed=True)) if resp.success else
-                        "db_path is empty: the memory lives in RAM only and cannot be saved; set db_path to persist it")
+                        "db_path is empty: the memory lives in RAM only and cannot be saved; set db_path to persist it"
+                        if failed is None else f"the memory is no longer saved since a write failed ({failed}): the "
+                                               "file holds the last commit before it; the rest lives in RAM only")
         return resp
 
     def srv_clear(_req, resp):

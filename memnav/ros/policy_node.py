@@ -21,7 +21,8 @@ Publishes:
                                 localised: the long-term memory knows where the robot is in its frame,
                                 house_map: "laid", "waiting" or "none" (LearnedAgent.house_map)}
     /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (ERROR without
-                                camera_info, or with a silent camera or odometry during a goal; WARN on a silent
+                                camera_info, with a silent camera or odometry during a goal, or a memory no longer
+                                saved (a full disk: it goes on in RAM); WARN on a silent
                                 input while idle, dropped messages or a camera narrower than the encoder was
                                 trained on; else OK, saying what it does; memnav.core.diagnostics)
     (exploring agents, for RViz; in the frame of /odom; none of them with map_period_s 0:)
@@ -282,7 +283,8 @@ def build(node) -> Callable[[], None]:
 
     st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf,
           "actions": 0, "hfov": cfg.camera_hfov_deg or None, "goal_held": False, "started_s": time.monotonic(),
-          "mismatch": None, "goal": None, "reported": 0, "heard": dict.fromkeys(("color", "depth", "odom"))}
+          "mismatch": None, "goal": None, "reported": 0, "heard": dict.fromkeys(("color", "depth", "odom")),
+          "memory_error": None}
     if cfg.camera_hfov_deg > 0:
         nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)
         check_camera(cfg.camera_hfov_deg)
@@ -551,7 +553,12 @@ def build(node) -> Callable[[], None]:
                               dropped_new=st["dropped"] - st["reported"],
                               places=memory.stats().places if memory is not None else 0,
                               localised=memory.localised if memory is not None else None,
+                              memory_error=agent.storage_error,
                               encoder=str(opts.encoder_checkpoint))
+        if health.memory_error and st["memory_error"] != health.memory_error:
+            st["memory_error"] = health.memory_error
+            node.get_logger().error(f"the long-term memory is no longer saved: {health.memory_error}; it goes on in "
+                                    "RAM (free the disk, then restart the node to save again)")
         st["reported"] = st["dropped"]
         pub_diag.publish(diagnostics_msgs.diagnostic_array(node, policy_diagnostic(health)))
 

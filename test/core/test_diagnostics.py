@@ -42,6 +42,8 @@ def test_what_stops_the_policy_node_is_an_error_and_a_caveat_a_warning():
     assert narrow.level is DiagnosticLevel.WARN and narrow.values["dropped"] == "5"
     assert narrow.message == ("the camera's 60.0 deg field of view is narrower; 2 messages dropped since the last "
                               "report (see the node's log)")
+    full = policy_diagnostic(health(memory_error="database or disk is full", places=40, localised=True))
+    assert full.level is DiagnosticLevel.ERROR and "no longer saved (database or disk is full)" in full.message
     both = policy_diagnostic(health(hfov_deg=None, waiting_s=9.0, dropped_new=1))
     assert both.level is DiagnosticLevel.ERROR and both.message.startswith("no camera_info")   # worst first
 

@@ -57,6 +57,32 @@ def test_scene_graph_tokens_hold_buffer_items_and_retrievals(encoder):
     assert (inp.tokens[4:, d] <= 0).all()
 
 
+def test_a_full_disk_under_the_memory_does_not_stop_the_robot(encoder, tmp_path):
+    """The long-term memory's database fills up (SQLite's page limit, as a full disk): the navigator goes on
+    with the memory in RAM and says why; with memory_in_ram_on_write_failure off, the step raises."""
+    from memnav.core.memory import MemoryStoreError, SceneGraphConfig, SceneGraphMemory
+
+    for keep in (True, False):
+        nav = _nav(encoder, MemoryKind.SCENE_GRAPH, memory_in_ram_on_write_failure=keep)
+        nav.memory.close()
+        nav.memory = SceneGraphMemory(SceneGraphConfig(embedding_dim=encoder.embedding_dim,
+                                                       db_path=str(tmp_path / f"m{keep}.db")))
+        nav.reset(*_frame(99))
+        nav.observe(*_frame(0), Pose2D(0.0, 0.0, 0.0), 10**9)
+        pages = nav.memory._store._conn.execute("PRAGMA page_count").fetchone()[0]
+        nav.memory._store._conn.execute(f"PRAGMA max_page_count = {pages}")
+        frames = [(*_frame(i), Pose2D(1.5 * i, 0.0, 0.0), (i + 1) * 10**9) for i in range(1, 12)]
+        if not keep:
+            with pytest.raises(MemoryStoreError, match="full"):
+                for frame in frames:
+                    nav.observe(*frame)
+            continue
+        for frame in frames:
+            nav.observe(*frame)                      # every step goes through
+        assert nav.memory.persist_error is not None and "full" in nav.memory.persist_error
+        assert nav.memory.stats().places == 12       # 1.5 m apart: every frame a new place, in RAM
+
+
 def test_episodic_tokens_fifo_and_none_has_no_tokens(encoder):
     nav = _nav(encoder, MemoryKind.EPISODIC)
     nav.reset(*_frame(50))

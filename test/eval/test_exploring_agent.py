@@ -420,3 +420,27 @@ def test_a_wrong_lay_is_taken_back_once_the_robots_own_walls_contradict_it(two_r
     finally:
         again.close()
         sim.close()
+
+
+def test_a_memory_that_cannot_be_written_goes_on_in_ram_and_a_refused_one_still_stops_the_agent(tmp_path):
+    """A house memory whose file cannot be created (here its folder is a file; on a robot, a full disk) becomes
+    a memory in RAM only that says why (`storage_error`); a damaged file is refused as before."""
+    from memnav.core.memory import CorruptStoreError, MemoryStoreError, SceneGraphConfig
+
+    agent = LearnedAgent("memnav", LearnedAgentOptions(lifelong_dir=str(tmp_path)))
+    assert agent.storage_error is None
+    (tmp_path / "not_a_folder").write_text("a file")
+    memory = agent._open_memory(tmp_path / "not_a_folder" / "house.db", SceneGraphConfig())
+    assert memory.persist_error is not None and "cannot" in memory.persist_error
+    agent.navigator.memory = memory
+    assert agent.storage_error == memory.persist_error
+    memory.insert_observation(1, [0.0, 0.0, 0.0], np.ones(memory.config.embedding_dim))   # it works, in RAM
+    assert memory.stats().places == 1
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(b"x" * 4096)
+    with pytest.raises(CorruptStoreError):
+        agent._open_memory(damaged, SceneGraphConfig())
+    strict = LearnedAgent("memnav", LearnedAgentOptions(lifelong_dir=str(tmp_path)))
+    strict.navigator.cfg = dataclasses.replace(strict.navigator.cfg, memory_in_ram_on_write_failure=False)
+    with pytest.raises(MemoryStoreError):
+        strict._open_memory(tmp_path / "not_a_folder" / "house.db", SceneGraphConfig())

@@ -29,6 +29,7 @@ Not thread-safe: one caller at a time.
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -548,6 +549,7 @@ class SceneGraphMemory:
         self._last_odom: Pose2D | None = None
         self._inserts_since_consolidation = 0
         self._dirty: set[int] = set()
+        self.persist_error: str | None = None   # why the memory stopped writing to its file (keep_in_ram)
         try:
             self._load()
         except BaseException:
@@ -590,6 +592,26 @@ class SceneGraphMemory:
         finally:
             self._frame_places, self._frame_objects = set(), set()
             self._store.close()
+
+    def keep_in_ram(self, why: str) -> None:
+        """Stop writing to the database file and go on in RAM, after a write to it failed (a full disk, a file
+        gone read-only, ...; `insert_observation` raised MemoryStoreError).
+
+        The file keeps its last commit: SQLite rolled the failed transaction back, and nothing is written to it
+        any more. The graph in RAM keeps everything, the failed observation's changes included, and takes every
+        later change (an in-memory SQLite store stands in for the file), so a robot goes on navigating with its
+        memory for the rest of the run; what it learns from the failure on is not saved. Keyframe thumbnails
+        stored in the file before are no longer read (`thumbnail` gives None for them). `persist_error` keeps
+        `why`. A memory already in RAM only is left as it is.
+        """
+        if self.persist_error is not None or self._store.path == ":memory:":
+            return
+        old, self._store = self._store, SceneGraphStore(None, self.config.embedding_dim)
+        self.persist_error = why
+        try:
+            old.close()
+        except sqlite3.Error:   # closing after a failed write: nothing is left to keep
+            pass
 
     def __enter__(self) -> Self:
         return self

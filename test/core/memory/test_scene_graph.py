@@ -852,3 +852,39 @@ def test_invariants_hold_and_survive_restart_under_merges_forgetting_and_rooms(t
             assert (got.pose, got.visit_count, got.room_id) == (info.pose, info.visit_count, info.room_id)
         assert {(min(a, b), max(a, b), d["kind"]) for a, b, d in again.graph.edges(data=True)} == edges
         assert {o.id: (o.room_id, o.observation_count) for o in again.objects()} == objects
+
+
+def test_a_full_disk_keeps_the_file_at_its_last_commit_and_the_memory_goes_on_in_ram(tmp_path):
+    """SQLite's own size limit (max_page_count) makes the database full, as a full disk does: the write fails with
+    SQLITE_FULL, the file keeps its last commit, and after keep_in_ram the memory takes every later observation
+    in RAM, writing nothing more to the file."""
+    from memnav.core.memory import MemoryStoreError
+
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0.0, 3.01, 0.5))
+    pages = m._store._conn.execute("PRAGMA page_count").fetchone()[0]
+    m._store._conn.execute(f"PRAGMA max_page_count = {pages}")      # not one page more: the database is full
+    thumb = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)   # a keyframe needs pages
+    failed = None
+    for i, x in enumerate(np.arange(10.0, 30.01, 1.0)):         # new places far away: new rows
+        saved = db_counts(tmp_path / "m.db")                      # the last commit before this insert
+        try:
+            m.insert_observation((100 + i) * S, [x, 0.0, 0.0], embed(x, 0.0), thumbnail=thumb)
+        except MemoryStoreError as err:
+            failed = err
+            break
+    assert failed is not None and "full" in str(failed), failed
+    assert db_counts(tmp_path / "m.db") == saved                  # the failed transaction was rolled back
+    m.keep_in_ram(str(failed))
+    assert m.persist_error == str(failed)
+    before = m.stats().places
+    drive(m, embed, np.arange(40.0, 43.01, 1.0), start_stamp=200 * S)   # new places, in RAM only
+    assert m.stats().places == before + 4 and m.stats().db_path == ":memory:"
+    assert db_counts(tmp_path / "m.db") == saved                  # nothing more reached the file
+    m.keep_in_ram("again")                                        # once is enough: the first reason stays
+    assert m.persist_error == str(failed)
+    m.close()
+    reopened_memory = SceneGraphMemory(cfg(tmp_path, db_check_integrity=True))   # whole, at its last commit
+    assert reopened_memory.stats().places == saved["places"]
+    reopened_memory.close()
