@@ -1,14 +1,15 @@
 """What the nodes say on ROS's standard /diagnostics topic: one status per node, OK / WARN / ERROR, a message and
 key-value pairs, for rqt_robot_monitor, diagnostic_aggregator, Foxglove's diagnostics panel or a fleet monitor.
 
-Pure logic (no ROS): the node shells gather what they know (their status bodies, input ages, drop counts) into
-the dataclasses here and publish what comes out as diagnostic_msgs/DiagnosticArray once a second.
+Pure logic (no ROS): the node shells (policy, safety and memory node) gather what they know (their status
+bodies, input ages, drop counts) into the dataclasses here and publish what comes out as
+diagnostic_msgs/DiagnosticArray once a second.
 
 Levels (diagnostic_msgs/DiagnosticStatus):
     ERROR   the node cannot do its job: the policy node does not know the camera's field of view, its camera or
             odometry went silent while it works on a goal, or its long-term memory can no longer be saved (a full
-            disk: it goes on in RAM); the safety node holds the robot still
-            because a sensor went silent (its watchdog)
+            disk: it goes on in RAM); the memory node's memory can no longer be saved; the safety node holds the
+            robot still because a sensor went silent (its watchdog)
     WARN    it works, with a caveat: an input silent while no goal is worked on, messages dropped since the last
             report, a camera narrower than the encoder was trained on, the e-stop engaged, no command from the
             policy
@@ -20,8 +21,8 @@ import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-__all__ = ["INPUT_SILENT_S", "DiagnosticLevel", "NodeDiagnostic", "PolicyHealth", "policy_diagnostic",
-           "safety_diagnostic"]
+__all__ = ["INPUT_SILENT_S", "DiagnosticLevel", "NodeDiagnostic", "PolicyHealth", "memory_diagnostic",
+           "policy_diagnostic", "safety_diagnostic"]
 
 INPUT_SILENT_S = 2.0   # the policy node reports an input (colour, depth, odometry) silent after this long, seconds
 
@@ -171,4 +172,26 @@ def safety_diagnostic(body: dict, dropped_new: int = 0) -> NodeDiagnostic:
               "requested_w_radps": f"{body.get('requested_w_radps', 0.0):.3f}",
               **{f"{name}_age_s": _age(age) for name, age in ages.items()},
               **{f"dropped_{name}": str(n) for name, n in (body.get("dropped") or {}).items()}}
+    return NodeDiagnostic(level, message, values)
+
+
+def memory_diagnostic(stats: dict, localised: bool, db_path: str | None, persist_error: str | None,
+                      dropped_total: int = 0, dropped_new: int = 0) -> NodeDiagnostic:
+    """The memory node's status: ERROR once its memory can no longer be saved (`persist_error`: a full disk; it
+    goes on in RAM), WARN on messages dropped since the last report, else OK with the scene graph's size.
+    `stats`: places, objects and rooms."""
+    size = f"{stats.get('places', 0)} places, {stats.get('objects', 0)} objects, {stats.get('rooms', 0)} rooms"
+    doing = f"{size}, {'localised' if localised else 'relocalising'}" + ("" if db_path else ", in RAM only")
+    findings: list[tuple[DiagnosticLevel, str]] = []
+    if persist_error:
+        findings.append((DiagnosticLevel.ERROR, f"the memory is no longer saved ({persist_error}): it goes on in "
+                                                "RAM; free the disk and restart the node to save again"))
+    if dropped_new:
+        findings.append((DiagnosticLevel.WARN, f"{dropped_new} messages dropped since the last report (see the "
+                                               "node's log)"))
+    level, message = _worst(findings, doing)
+    values = {**{k: str(stats.get(k, 0)) for k in ("places", "objects", "rooms")},
+              "localised": str(localised).lower(), "db_path": db_path or "", "dropped": str(dropped_total)}
+    if level is not DiagnosticLevel.OK:
+        values["doing"] = doing
     return NodeDiagnostic(level, message, values)

@@ -22,6 +22,9 @@ Publishes:
     /memnav/scene_graph_markers visualization_msgs/MarkerArray (places as spheres coloured by room, traversability
                                 edges as a line list, room labels; frame `frame_id`), at most every
                                 markers_period_s and only after a change
+    /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (ERROR once its
+                                memory can no longer be saved, WARN on dropped messages, else OK with the scene
+                                graph's size; memnav.core.diagnostics)
 Services (std_srvs/Trigger):
     ~/save    every insert is already committed in its own SQLite transaction: confirms that and reports
               the counts (fails, saying so, when db_path is empty: a RAM-only memory cannot be saved, and after
@@ -137,9 +140,11 @@ def build(node) -> Callable[[], None]:
     from visualization_msgs.msg import MarkerArray
 
     from memnav.core.detections import detections_from_dict
+    from memnav.core.diagnostics import memory_diagnostic
     from memnav.core.memory import InvalidInputError, MemoryStoreError, SceneGraphMemory, WorkingBuffer
     from memnav.core.stamp_sync import StampedQueue
     from memnav.ros import conversions as conv
+    from memnav.ros import diagnostics_msgs
     from memnav.ros.embedding_msgs import image_to_embedding, stamp_to_ns
     from memnav.ros.params import declare_dataclass
     from memnav.ros.scene_graph_msgs import retrievals_body, scene_graph_markers, scene_graph_snapshot
@@ -151,7 +156,8 @@ def build(node) -> Callable[[], None]:
         raise ValueError(f"buffer.embedding_dim {buffer_cfg.embedding_dim} differs from embedding_dim "
                          f"{graph_cfg.embedding_dim}: both must be the encoder's embedding length")
     st = {"memory": SceneGraphMemory.from_config(graph_cfg), "goal": None, "pose": None, "last_ns": None,
-          "dropped": 0, "duplicates": 0, "late_detections": 0, "markers_dirty": True, "snapshot_dirty": True}
+          "dropped": 0, "duplicates": 0, "late_detections": 0, "markers_dirty": True, "snapshot_dirty": True,
+          "reported": 0}
     buffer = WorkingBuffer.from_config(buffer_cfg)
     node.get_logger().info(f"memory {graph_cfg.db_path or 'in RAM only'}: {st['memory'].stats().places} places")
     latched = latched_qos()
@@ -350,6 +356,17 @@ def build(node) -> Callable[[], None]:
     node.create_service(Trigger, "~/query", srv_query)
     node.create_service(Trigger, "~/relocalise", srv_relocalise)
     node.create_subscription(PoseWithCovarianceStamped, "initialpose", on_initialpose, 10)
+    pub_diag = diagnostics_msgs.create_publisher(node)
+
+    def report_health() -> None:
+        memory = st["memory"]
+        stats = memory.stats()
+        new, st["reported"] = st["dropped"] - st["reported"], st["dropped"]
+        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, memory_diagnostic(
+            {"places": stats.places, "objects": stats.objects, "rooms": stats.rooms}, memory.localised,
+            graph_cfg.db_path, memory.persist_error, st["dropped"], new)))
+
+    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
     node.create_timer(max(min(cfg.odom_wait_s / 2.0, 0.1), 0.01), process)
     if cfg.markers_period_s > 0:
         node.create_timer(cfg.markers_period_s, publish_markers)

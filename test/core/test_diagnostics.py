@@ -1,5 +1,12 @@
 """memnav.core.diagnostics: the status the policy and safety nodes put on /diagnostics."""
-from memnav.core.diagnostics import INPUT_SILENT_S, DiagnosticLevel, PolicyHealth, policy_diagnostic, safety_diagnostic
+from memnav.core.diagnostics import (
+    INPUT_SILENT_S,
+    DiagnosticLevel,
+    PolicyHealth,
+    memory_diagnostic,
+    policy_diagnostic,
+    safety_diagnostic,
+)
 
 FRESH = {"color": 0.1, "depth": 0.1, "odom": 0.02}
 
@@ -67,3 +74,16 @@ def test_the_safety_nodes_guard_reason_sets_its_level():
 def test_levels_are_named_as_the_message_carries_them():
     assert DiagnosticLevel.name_of(b"\x01") == "WARN" and DiagnosticLevel.name_of(2) == "ERROR"
     assert DiagnosticLevel.name_of(b"\x07") == "level 7"
+
+
+def test_the_memory_nodes_status_is_its_size_until_it_can_no_longer_save():
+    size = {"places": 40, "objects": 3, "rooms": 2}
+    ok = memory_diagnostic(size, True, "/data/house.db", None, dropped_total=1)
+    assert ok.level is DiagnosticLevel.OK and ok.message == "40 places, 3 objects, 2 rooms, localised"
+    assert ok.values == {"places": "40", "objects": "3", "rooms": "2", "localised": "true",
+                         "db_path": "/data/house.db", "dropped": "1"}
+    in_ram = memory_diagnostic(size, False, None, None)
+    assert in_ram.message == "40 places, 3 objects, 2 rooms, relocalising, in RAM only"
+    full = memory_diagnostic(size, True, "/data/house.db", "database or disk is full", dropped_new=2)
+    assert full.level is DiagnosticLevel.ERROR and full.message.startswith("the memory is no longer saved")
+    assert "2 messages dropped" in full.message and full.values["doing"].startswith("40 places")

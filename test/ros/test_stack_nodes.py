@@ -77,7 +77,7 @@ def test_stack_builds_memory_and_decides_stops(stack):
     rclpy.init(domain_id=domain)
     node = rclpy.create_node("test_stack_observer")
     got = {k: [] for k in ("emb", "goal_img", "goal_depth", "goal_emb", "event", "snap", "markers", "stop", "retr",
-                           "det")}
+                           "det", "diag")}
     frames = {"colour": {}, "depth": {}}   # stamp -> message
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
@@ -107,6 +107,9 @@ def test_stack_builds_memory_and_decides_stops(stack):
     node.create_subscription(String, "/memnav/stop_decision", keep("stop", as_json), 50,
                              event_callbacks=on_match("stop"))
     node.create_subscription(String, "/memnav/retrievals", keep("retr", as_json), 50)
+    from diagnostic_msgs.msg import DiagnosticArray
+    node.create_subscription(DiagnosticArray, "/diagnostics",
+                             lambda m: got["diag"].extend(d for d in m.status if d.name == "/memory_node"), 50)
     pub = node.create_publisher(String, "/memnav/action", 10)
     services = {s: node.create_client(Trigger, f"/memory_node/{s}") for s in ("save", "query", "clear", "relocalise")}
 
@@ -214,6 +217,12 @@ def test_stack_builds_memory_and_decides_stops(stack):
         wait(lambda: got["snap"][-1]["counts"]["objects"] > 0, 5, "a snapshot with objects")
         labels = {o["label"] for o in got["snap"][-1]["objects"]}
         assert labels <= {o["label"] for objs in dets.values() for o in objs}
+
+        # /diagnostics: the memory node reports its size once a second
+        wait(lambda: got["diag"] and got["diag"][-1].level == b"\x00", 5, "the memory node's diagnostics")
+        diag = {v.key: v.value for v in got["diag"][-1].values}
+        assert int(diag["places"]) >= 1 and diag["db_path"].endswith("memory.db"), diag
+        assert got["diag"][-1].message.startswith(f"{diag['places']} places"), got["diag"][-1].message
 
         # services
         saved = call("save")
