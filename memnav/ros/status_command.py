@@ -8,7 +8,8 @@ decision (/memnav/policy_state), the safety node's state (/memnav/safety_status:
 commands, how old its inputs are), the memory node's scene-graph counts (/memnav/scene_graph) and each node's
 newest /diagnostics status (level and message). Status 0 when a
 policy node runs in the namespace, 1 when none does (it then names the namespaces where one runs). `--json FILE`
-writes the same as one object. Summarised by memnav.core.stack_status.
+writes the same as one object. `--watch S` keeps listening and prints the status again every S seconds until
+Ctrl-C. Summarised by memnav.core.stack_status.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import json
 import time
 from pathlib import Path
 
+from memnav.core.files import replace_files
 from memnav.core.stack_status import GraphSettle, Heard, summarize
 from memnav.ros.qos import latched_qos
 from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
@@ -31,12 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="listen this many seconds to the nodes' status topics (the safety node reports every "
                              f"second); longer while the node list still changes (until it is unchanged for "
                              f"{SETTLE_S:g} s, at most {SETTLE_MAX_S:g} s more)")
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the status as JSON")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help="also write the status as JSON (with --watch: replaced at every report)")
+    parser.add_argument("--watch", type=float, default=0.0, metavar="S",
+                        help="keep listening and print the status again every S seconds until Ctrl-C (0 = once); "
+                             "the exit status is the last report's")
     add_ros_args(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.listen, "--listen")
+    check_seconds(args.watch, "--watch", zero_ok=True)
     ros_args = shell_ros_args(args)   # before any ROS work
     from diagnostic_msgs.msg import DiagnosticArray
     from std_msgs.msg import String
@@ -59,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
                 return
         return callback
 
+    ok = False
     try:
         node = ros.node
         node.create_subscription(String, "memnav/goal_status", keep("goal"), latched)
@@ -74,18 +82,32 @@ def run(args: argparse.Namespace) -> int:
         graph = GraphSettle(listen_start + args.listen, SETTLE_S)
         ros.spin_until(lambda: graph.update(node.get_node_names_and_namespaces(), time.monotonic()),
                        args.listen + SETTLE_MAX_S)
-        end = time.monotonic()
-        heard = Heard(namespace=node.get_namespace(), nodes=node.get_node_names_and_namespaces(),
-                      now_s=node.get_clock().now().nanoseconds / 1e9, listened_s=round(end - listen_start, 1),
-                      goal_status=got.get("goal", (0, None))[1], policy_state=got.get("policy", (0, None))[1],
-                      policy_state_age_s=round(end - got["policy"][0], 2) if "policy" in got else None,
-                      safety=got.get("safety", (0, None))[1], scene_graph=got.get("graph", (0, None))[1],
-                      diagnostics=diagnosed)
+        ok = report(node, got, diagnosed, listen_start, args.json)
+        while args.watch > 0:
+            start = time.monotonic()
+            ros.spin_until(lambda: False, args.watch)
+            print(f"\n--- {time.strftime('%H:%M:%S')}")
+            ok = report(node, got, diagnosed, start, args.json)
+    except KeyboardInterrupt:   # the end of --watch
+        if args.watch <= 0:
+            raise
     finally:
         ros.close()
-    lines, body, ok = summarize(heard)
-    print("\n".join(lines))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(body, indent=2) + "\n")
     return 0 if ok else 1
+
+
+def report(node, got: dict, diagnosed: dict, listen_start: float, json_path: Path | None) -> bool:
+    """Print what was heard since the start (the newest of each topic) and write it to `json_path`; whether a
+    policy node runs in the namespace."""
+    end = time.monotonic()
+    heard = Heard(namespace=node.get_namespace(), nodes=node.get_node_names_and_namespaces(),
+                  now_s=node.get_clock().now().nanoseconds / 1e9, listened_s=round(end - listen_start, 1),
+                  goal_status=got.get("goal", (0, None))[1], policy_state=got.get("policy", (0, None))[1],
+                  policy_state_age_s=round(end - got["policy"][0], 2) if "policy" in got else None,
+                  safety=got.get("safety", (0, None))[1], scene_graph=got.get("graph", (0, None))[1],
+                  diagnostics=dict(diagnosed))
+    lines, body, ok = summarize(heard)
+    print("\n".join(lines), flush=True)
+    if json_path is not None:
+        replace_files({json_path: (json.dumps(body, indent=2) + "\n").encode()})
+    return ok

@@ -171,6 +171,19 @@ def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_pat
         # the policy node's /diagnostics status, as status heard it
         assert "waiting for a goal (the last one: cancelled after" in body["diagnostics"]["policy_node"]["message"], \
             body["diagnostics"]
+        # --watch: a report every second until Ctrl-C, which ends it with the last report's status
+        watching = subprocess.Popen([sys.executable, "-m", "memnav.cli", "status", "--watch", "1", "--listen", "1",
+                                     "--json", str(tmp_path / "watch.json")],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "watch.json").exists() and time.monotonic() < deadline and watching.poll() is None:
+            time.sleep(0.2)   # the first report
+        time.sleep(2.5)       # two or three more
+        watching.send_signal(signal.SIGINT)
+        out, err = watching.communicate(timeout=30)
+        assert watching.returncode == 0, out + err
+        assert out.count("memnav status of namespace /") >= 2 and out.count("\n--- ") >= 1, out
+        assert json.loads((tmp_path / "watch.json").read_text())["goal_status"]["status"] == "cancelled"
         elsewhere = run_memnav(["status", "--namespace", "robot9", "--listen", "1"], env, 60)
         assert elsewhere.returncode == 1 and "a policy node runs in /: try no --namespace" in elsewhere.stdout
         # 2. Ctrl-C of goal send --wait cancels its goal
