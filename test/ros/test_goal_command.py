@@ -284,6 +284,8 @@ def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_sta
         (["goal", "send", str(photo), "--depth", str(tmp_path / "g.json")], "is not an image OpenCV can read"),
         (["goal", "send", str(photo), "--wait", "--timeout", "nan"], "--timeout must be a number of seconds"),
         (["goal", "send", str(photo), "--match-timeout", "0"], "--match-timeout must be a number of seconds > 0"),
+        (["status", "--watch", "-1"], "--watch must be a number of seconds >= 0"),
+        (["status", "--listen", "0"], "--listen must be a number of seconds > 0"),
         (["goal", "send", str(photo), "--wait", "--json", str(tmp_path)], "--json"),
         (["goal", "send", str(photo), str(photo)], "2 photos: several goals go one after another"),
         (["goal", "send", str(photo), str(photo), "--wait", "--depth", str(photo)], "names the depth of one photo"),
