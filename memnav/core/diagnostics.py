@@ -1,8 +1,8 @@
 """What the nodes say on ROS's standard /diagnostics topic: one status per node, OK / WARN / ERROR, a message and
 key-value pairs, for rqt_robot_monitor, diagnostic_aggregator, Foxglove's diagnostics panel or a fleet monitor.
 
-Pure logic (no ROS): the node shells (policy, safety and memory node) gather what they know (their status
-bodies, input ages, drop counts) into the dataclasses here and publish what comes out as
+Pure logic (no ROS): the node shells (policy, safety, memory and simulator-bridge node) gather what they know
+(their status bodies, input ages, drop counts) into the dataclasses here and publish what comes out as
 diagnostic_msgs/DiagnosticArray once a second.
 
 Levels (diagnostic_msgs/DiagnosticStatus):
@@ -21,8 +21,8 @@ import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-__all__ = ["INPUT_SILENT_S", "DiagnosticLevel", "NodeDiagnostic", "PolicyHealth", "memory_diagnostic",
-           "policy_diagnostic", "safety_diagnostic"]
+__all__ = ["INPUT_SILENT_S", "DiagnosticLevel", "NodeDiagnostic", "PolicyHealth", "bridge_diagnostic",
+           "memory_diagnostic", "policy_diagnostic", "safety_diagnostic"]
 
 INPUT_SILENT_S = 2.0   # the policy node reports an input (colour, depth, odometry) silent after this long, seconds
 
@@ -192,6 +192,25 @@ def memory_diagnostic(stats: dict, localised: bool, db_path: str | None, persist
     level, message = _worst(findings, doing)
     values = {**{k: str(stats.get(k, 0)) for k in ("places", "objects", "rooms")},
               "localised": str(localised).lower(), "db_path": db_path or "", "dropped": str(dropped_total)}
+    if level is not DiagnosticLevel.OK:
+        values["doing"] = doing
+    return NodeDiagnostic(level, message, values)
+
+
+def bridge_diagnostic(episode: int, episodes: int, episode_id: str, actions: int, over: bool, successes: int,
+                      ended: int, lockstep: bool, dropped_total: int = 0, dropped_new: int = 0) -> NodeDiagnostic:
+    """The simulator bridge's status: the episode it serves (`episode` counts from 1, of `episodes`), its
+    actions so far and whether it is `over`; `successes` of the `ended` episodes so far. WARN on messages dropped
+    since the last report, else OK."""
+    doing = (f"episode {episode} of {episodes} ({episode_id}): "
+             + (f"over after {actions} actions" if over else f"{actions} actions")
+             + (f"; {successes} of {ended} ended episodes successful" if ended else ""))
+    findings = [(DiagnosticLevel.WARN, f"{dropped_new} messages dropped since the last report (see the node's "
+                                       "log)")] if dropped_new else []
+    level, message = _worst(findings, doing)
+    values = {"episode": episode_id, "episode_index": str(episode), "episodes": str(episodes), "actions": str(actions),
+              "over": str(over).lower(), "ended": str(ended), "successes": str(successes),
+              "lockstep": str(lockstep).lower(), "dropped": str(dropped_total)}
     if level is not DiagnosticLevel.OK:
         values["doing"] = doing
     return NodeDiagnostic(level, message, values)

@@ -78,7 +78,10 @@ def _join(namespace: str, name: str) -> str:
 def summarize(heard: Heard) -> tuple[list[str], dict[str, Any], bool]:
     """(lines to print, the JSON object, whether a policy node runs in the namespace)."""
     ours = [name for name, ns in heard.nodes if ns == heard.namespace and name in STACK_NODES]
-    here = sorted(set(ours))
+    # a node whose /diagnostics status came is running too: on a busy machine DDS can deliver a node's messages
+    # before the graph lists its name
+    reporting = {name for name in STACK_NODES if _join(heard.namespace, name) in heard.diagnostics}
+    here = sorted(set(ours) | reporting)
     twice = sorted(name for name in here if ours.count(name) > 1)
     elsewhere = sorted({ns for name, ns in heard.nodes if name == "policy_node" and ns != heard.namespace})
     missing = [n for n in STACK_NODES if n not in here]

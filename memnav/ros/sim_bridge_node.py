@@ -23,6 +23,8 @@ Subscribes:
                                 step limit, the motion comes from /cmd_vel, and STOP ends the episode)
     /memnav/policy_state        std_msgs/String JSON (policy_node's: the layer and belief of each decision go
                                 into the results file's ended_by and stop_belief; see AgentStates)
+    /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (the episode it
+                                serves and its actions, the successes so far; WARN on dropped messages)
 Services (std_srvs/Trigger): ~/reset (restart the episode), ~/next_episode.
 Names: every topic above is relative to the node's namespace (/odom is /robot1/odom under `-r __ns:=/robot1` or
 the launch files' `namespace` argument), as in every memnav node; a recorded bag keeps the names above.
@@ -184,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     from std_msgs.msg import String
     from std_srvs.srv import Trigger
 
+    from memnav.core.diagnostics import bridge_diagnostic
     from memnav.eval.bag_io import BagError, BagWriter, qos_profile
     from memnav.ros import conversions as conv
+    from memnav.ros import diagnostics_msgs
     from memnav.ros.embedding_msgs import stamp_to_ns
     from memnav.ros.params import declare_dataclass
     from memnav.ros.record_command import message_class
@@ -406,6 +410,18 @@ def main(argv: list[str] | None = None) -> int:
         if last["obs"] is not None and not runner.env.done and time.monotonic() - last["wall"] >= cfg.republish_s:
             publish(last["obs"], last["stamp"], record=False)
 
+    pub_diag = diagnostics_msgs.create_publisher(node)
+    reported = {"dropped": 0}
+
+    def report_health() -> None:
+        env, results = runner.env, runner.results
+        new, reported["dropped"] = dropped["count"] - reported["dropped"], dropped["count"]
+        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, bridge_diagnostic(
+            runner.index + 1, len(runner.episodes), env.episode.episode_id if env.episode is not None else "-",
+            env.steps, env.done, sum(r.success > 0 for r in results), len(results), cfg.lockstep, dropped["count"],
+            new)))
+
+    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
     if not cfg.lockstep:
         node.create_timer(1.0 / cfg.rate_hz, on_tick)
     elif cfg.republish_s > 0:

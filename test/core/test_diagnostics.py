@@ -3,6 +3,7 @@ from memnav.core.diagnostics import (
     INPUT_SILENT_S,
     DiagnosticLevel,
     PolicyHealth,
+    bridge_diagnostic,
     memory_diagnostic,
     policy_diagnostic,
     safety_diagnostic,
@@ -87,3 +88,15 @@ def test_the_memory_nodes_status_is_its_size_until_it_can_no_longer_save():
     full = memory_diagnostic(size, True, "/data/house.db", "database or disk is full", dropped_new=2)
     assert full.level is DiagnosticLevel.ERROR and full.message.startswith("the memory is no longer saved")
     assert "2 messages dropped" in full.message and full.values["doing"].startswith("40 places")
+
+
+def test_the_simulator_bridge_says_which_episode_it_serves():
+    running = bridge_diagnostic(3, 12, "house_016_2", 45, False, 1, 2, lockstep=True)
+    assert running.level is DiagnosticLevel.OK
+    assert running.message == "episode 3 of 12 (house_016_2): 45 actions; 1 of 2 ended episodes successful"
+    assert running.values["episode"] == "house_016_2" and running.values["lockstep"] == "true"
+    first = bridge_diagnostic(1, 12, "house_016_0", 0, False, 0, 0, lockstep=False)
+    assert first.message == "episode 1 of 12 (house_016_0): 0 actions"
+    over = bridge_diagnostic(12, 12, "house_017_11", 80, True, 9, 12, lockstep=True, dropped_new=4)
+    assert over.level is DiagnosticLevel.WARN and over.values["doing"].startswith("episode 12 of 12 (house_017_11): "
+                                                                                  "over after 80 actions")

@@ -71,3 +71,11 @@ def test_the_node_list_is_listened_to_until_it_has_not_changed_for_the_settle_ti
     assert settle.update(bridge_late, 3.1)
     quiet = GraphSettle(listen_end_s=2.0, settle_s=1.0)
     assert not quiet.update(policy, 0.0) and quiet.update(policy, 2.0)   # a still list ends with the window
+
+
+def test_a_node_heard_on_diagnostics_runs_even_before_the_graph_lists_it():
+    heard = Heard(namespace="/", listened_s=2.0, now_s=10.0, nodes=[("policy_node", "/")],
+                  diagnostics={"/sim_bridge_node": ("OK", "episode 1 of 3 (house_016_0): 4 actions")})
+    lines, body, ok = summarize(heard)
+    assert ok and body["nodes"] == ["policy_node", "sim_bridge_node"] and "sim_bridge_node" not in body["not_running"]
+    assert "diagnostics: sim_bridge_node OK: episode 1 of 3" in "\n".join(lines)

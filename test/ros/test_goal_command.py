@@ -171,6 +171,7 @@ def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_pat
         # the policy node's /diagnostics status, as status heard it
         assert "waiting for a goal (the last one: cancelled after" in body["diagnostics"]["policy_node"]["message"], \
             body["diagnostics"]
+        assert body["diagnostics"]["sim_bridge_node"]["message"].startswith("episode 1 of 3"), body["diagnostics"]
         # --watch: a report every second until Ctrl-C, which ends it with the last report's status
         watching = subprocess.Popen([sys.executable, "-m", "memnav.cli", "status", "--watch", "1", "--listen", "1",
                                      "--json", str(tmp_path / "watch.json")],
