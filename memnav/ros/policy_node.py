@@ -21,10 +21,10 @@ Publishes:
                                 localised: the long-term memory knows where the robot is in its frame,
                                 house_map: "laid", "waiting" or "none" (LearnedAgent.house_map)}
     /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (ERROR without
-                                camera_info, with a silent camera or odometry during a goal, or a memory no longer
-                                saved (a full disk: it goes on in RAM); WARN on a silent
-                                input while idle, dropped messages or a camera narrower than the encoder was
-                                trained on; else OK, saying what it does; memnav.core.diagnostics)
+                                camera_info, with a silent camera or odometry during a goal, or with a memory no
+                                longer saved, a full disk: it goes on in RAM; WARN on a silent input while idle,
+                                dropped messages or a camera narrower than the encoder was trained on; else OK,
+                                saying what it does; memnav.core.diagnostics)
     (exploring agents, for RViz; in the frame of /odom; none of them with map_period_s 0:)
     /memnav/map                 nav_msgs/OccupancyGrid: the agent's own occupancy map (-1 unknown, 0 free,
                                 100 obstacle), at most every map_period_s and at each STOP

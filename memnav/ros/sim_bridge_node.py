@@ -16,6 +16,9 @@ Publishes (REP-103/105 frames: odom -> base_link):
                                 is importable, i.e. on a full ROS 2 install; it is not on PyPI)
     /memnav/detections          std_msgs/String JSON: the objects of the frame (class, instance id, odometry-
                                 frame position) from the semantic ids, stamped like the frame (`detections`)
+    /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (the episode it
+                                serves and its actions, the successes so far; WARN on dropped messages; not
+                                recorded into record.bag)
 Subscribes:
     /cmd_vel                    geometry_msgs/Twist  (velocity mode: applied every tick; zero when stale)
     /memnav/action              std_msgs/String      (STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT or index;
@@ -23,8 +26,6 @@ Subscribes:
                                 step limit, the motion comes from /cmd_vel, and STOP ends the episode)
     /memnav/policy_state        std_msgs/String JSON (policy_node's: the layer and belief of each decision go
                                 into the results file's ended_by and stop_belief; see AgentStates)
-    /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (the episode it
-                                serves and its actions, the successes so far; WARN on dropped messages)
 Services (std_srvs/Trigger): ~/reset (restart the episode), ~/next_episode.
 Names: every topic above is relative to the node's namespace (/odom is /robot1/odom under `-r __ns:=/robot1` or
 the launch files' `namespace` argument), as in every memnav node; a recorded bag keeps the names above.
