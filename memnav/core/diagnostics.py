@@ -59,12 +59,18 @@ def _age(age_s: float | None) -> str:
     return "never" if age_s is None or not math.isfinite(age_s) else f"{age_s:.2f}"
 
 
-def _worst(findings: list[tuple[DiagnosticLevel, str]], ok_message: str) -> tuple[DiagnosticLevel, str]:
-    """The highest level among the findings and their messages, worst first; `ok_message` when there are none."""
+def _report(findings: list[tuple[DiagnosticLevel, str]], doing: str, values: dict[str, str],
+            dropped_new: int = 0) -> NodeDiagnostic:
+    """The status of a node that is `doing` something, with `findings` (level, text) against it and
+    `dropped_new` messages dropped since the last report (a warning): the worst level, the findings' texts worst
+    first (`doing` when there are none, else also kept as the value `doing`), and `values`."""
+    if dropped_new:
+        findings = [*findings, (DiagnosticLevel.WARN, f"{dropped_new} messages dropped since the last report (see "
+                                                      "the node's log)")]
     if not findings:
-        return DiagnosticLevel.OK, ok_message
+        return NodeDiagnostic(DiagnosticLevel.OK, doing, values)
     findings = sorted(findings, key=lambda f: -f[0])
-    return findings[0][0], "; ".join(text for _, text in findings)
+    return NodeDiagnostic(findings[0][0], "; ".join(text for _, text in findings), {**values, "doing": doing})
 
 
 @dataclass
@@ -119,16 +125,12 @@ def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
                                                 "on in RAM; free the disk and restart the node to save again"))
     if h.camera_mismatch:
         findings.append((DiagnosticLevel.WARN, h.camera_mismatch))
-    if h.dropped_new:
-        findings.append((DiagnosticLevel.WARN, f"{h.dropped_new} messages dropped since the last report (see the "
-                                               "node's log)"))
     if h.goal is None:
         doing = "waiting for a goal"
     elif working:
         doing = f"working on a goal: {h.goal.get('actions', 0)} actions"
     else:
         doing = f"waiting for a goal (the last one: {h.goal.get('status')} after {h.goal.get('actions', 0)} actions)"
-    level, message = _worst(findings, doing)
     values = {"goal": "none" if h.goal is None else str(h.goal.get("status")),
               "actions": str(0 if h.goal is None else h.goal.get("actions", 0)),
               "mode": str((h.goal or {}).get("mode") or ""),
@@ -137,9 +139,7 @@ def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
               "dropped": str(h.dropped_total), "places": str(h.places),
               "localised": "no memory" if h.localised is None else str(h.localised).lower(),
               "encoder": h.encoder, "lockstep": str(h.lockstep).lower()}
-    if level is not DiagnosticLevel.OK:
-        values["doing"] = doing
-    return NodeDiagnostic(level, message, values)
+    return _report(findings, doing, values, h.dropped_new)
 
 
 # the safety node's reasons (memnav.core.velocity_guard.GuardReason values) and what each means here
@@ -161,10 +161,6 @@ def safety_diagnostic(body: dict, dropped_new: int = 0) -> NodeDiagnostic:
     reason = str(body.get("reason"))
     level, text = _SAFETY_REASONS.get(reason, (DiagnosticLevel.ERROR, f"unknown guard reason {reason!r}"))
     findings = [] if level is DiagnosticLevel.OK else [(level, text)]
-    if dropped_new:
-        findings.append((DiagnosticLevel.WARN, f"{dropped_new} messages dropped since the last report (see the "
-                                               "node's log)"))
-    level, message = _worst(findings, text)
     ages = body.get("age_s") or {}
     values = {"reason": reason, "estop": str(bool(body.get("estop"))).lower(),
               "v_mps": f"{body.get('v_mps', 0.0):.3f}", "w_radps": f"{body.get('w_radps', 0.0):.3f}",
@@ -172,7 +168,7 @@ def safety_diagnostic(body: dict, dropped_new: int = 0) -> NodeDiagnostic:
               "requested_w_radps": f"{body.get('requested_w_radps', 0.0):.3f}",
               **{f"{name}_age_s": _age(age) for name, age in ages.items()},
               **{f"dropped_{name}": str(n) for name, n in (body.get("dropped") or {}).items()}}
-    return NodeDiagnostic(level, message, values)
+    return _report(findings, text, values, dropped_new)
 
 
 def memory_diagnostic(stats: dict, localised: bool, db_path: str | None, persist_error: str | None,
@@ -186,15 +182,9 @@ def memory_diagnostic(stats: dict, localised: bool, db_path: str | None, persist
     if persist_error:
         findings.append((DiagnosticLevel.ERROR, f"the memory is no longer saved ({persist_error}): it goes on in "
                                                 "RAM; free the disk and restart the node to save again"))
-    if dropped_new:
-        findings.append((DiagnosticLevel.WARN, f"{dropped_new} messages dropped since the last report (see the "
-                                               "node's log)"))
-    level, message = _worst(findings, doing)
     values = {**{k: str(stats.get(k, 0)) for k in ("places", "objects", "rooms")},
               "localised": str(localised).lower(), "db_path": db_path or "", "dropped": str(dropped_total)}
-    if level is not DiagnosticLevel.OK:
-        values["doing"] = doing
-    return NodeDiagnostic(level, message, values)
+    return _report(findings, doing, values, dropped_new)
 
 
 def bridge_diagnostic(episode: int, episodes: int, episode_id: str, actions: int, over: bool, successes: int,
@@ -205,12 +195,7 @@ def bridge_diagnostic(episode: int, episodes: int, episode_id: str, actions: int
     doing = (f"episode {episode} of {episodes} ({episode_id}): "
              + (f"over after {actions} actions" if over else f"{actions} actions")
              + (f"; {successes} of {ended} ended episodes successful" if ended else ""))
-    findings = [(DiagnosticLevel.WARN, f"{dropped_new} messages dropped since the last report (see the node's "
-                                       "log)")] if dropped_new else []
-    level, message = _worst(findings, doing)
     values = {"episode": episode_id, "episode_index": str(episode), "episodes": str(episodes), "actions": str(actions),
               "over": str(over).lower(), "ended": str(ended), "successes": str(successes),
               "lockstep": str(lockstep).lower(), "dropped": str(dropped_total)}
-    if level is not DiagnosticLevel.OK:
-        values["doing"] = doing
-    return NodeDiagnostic(level, message, values)
+    return _report([], doing, values, dropped_new)
