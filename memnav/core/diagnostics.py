@@ -1,7 +1,8 @@
 """What the nodes say on ROS's standard /diagnostics topic: one status per node, OK / WARN / ERROR, a message and
 key-value pairs, for rqt_robot_monitor, diagnostic_aggregator, Foxglove's diagnostics panel or a fleet monitor.
 
-Pure logic (no ROS): the node shells (policy, safety, memory and simulator-bridge node) gather what they know
+Pure logic (no ROS): the node shells (every memnav node: policy, safety, memory, encoder, stop, simulator
+bridge) gather what they know
 (their status bodies, input ages, drop counts) into the dataclasses here and publish what comes out as
 diagnostic_msgs/DiagnosticArray once a second.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 __all__ = ["INPUT_SILENT_S", "DiagnosticLevel", "NodeDiagnostic", "PolicyHealth", "bridge_diagnostic",
-           "memory_diagnostic", "policy_diagnostic", "safety_diagnostic"]
+           "encoder_diagnostic", "memory_diagnostic", "policy_diagnostic", "safety_diagnostic", "stop_diagnostic"]
 
 INPUT_SILENT_S = 2.0   # the policy node reports an input (colour, depth, odometry) silent after this long, seconds
 
@@ -198,4 +199,26 @@ def bridge_diagnostic(episode: int, episodes: int, episode_id: str, actions: int
     values = {"episode": episode_id, "episode_index": str(episode), "episodes": str(episodes), "actions": str(actions),
               "over": str(over).lower(), "ended": str(ended), "successes": str(successes),
               "lockstep": str(lockstep).lower(), "dropped": str(dropped_total)}
+    return _report([], doing, values, dropped_new)
+
+
+def encoder_diagnostic(frames: int, goal_encoded: bool, rgbd: bool, dropped_total: int = 0,
+                       dropped_new: int = 0) -> NodeDiagnostic:
+    """The encoder node's status: how many frames it encoded (`rgbd`: colour-depth pairs, else colour alone)
+    and whether it encoded a goal photo. WARN on messages dropped since the last report, else OK."""
+    doing = (f"{frames} {'colour-depth pairs' if rgbd else 'colour frames'} encoded; "
+             + ("goal photo encoded" if goal_encoded else "no goal photo yet"))
+    return _report([], doing, {"frames": str(frames), "goal": str(goal_encoded).lower(),
+                               "rgbd": str(rgbd).lower(), "dropped": str(dropped_total)}, dropped_new)
+
+
+def stop_diagnostic(decisions: int, has_goal: bool, last: dict | None, dropped_total: int = 0,
+                    dropped_new: int = 0) -> NodeDiagnostic:
+    """The stop node's status: how many stop decisions it made, whether it has a goal embedding, and the last
+    decision (`last`: its /memnav/stop_decision body). WARN on messages dropped since the last report, else OK."""
+    doing = f"{decisions} stop decisions" + ("" if has_goal else "; no goal embedding yet")
+    values = {"decisions": str(decisions), "goal": str(has_goal).lower(), "dropped": str(dropped_total)}
+    if last is not None:
+        doing += f"; the last: {'STOP' if last.get('stop') else 'go on'} at belief {last.get('belief', 0.0):.2f}"
+        values.update(last_stop=str(bool(last.get("stop"))).lower(), last_belief=f"{last.get('belief', 0.0):.3f}")
     return _report([], doing, values, dropped_new)

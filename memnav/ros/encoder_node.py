@@ -9,6 +9,8 @@ Subscribes:
 Publishes:
     /memnav/embedding           sensor_msgs/Image 32FC1, height 1, width D        (reliable, depth 10)
     /memnav/goal_embedding      sensor_msgs/Image 32FC1, height 1, width D        (reliable, transient local)
+    /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (frames encoded,
+                                the goal photo; WARN on dropped messages; memnav.core.diagnostics)
 An embedding's header is a copy of its colour image's header (the goal embedding's, of the goal image's):
 the stamp names the frame it was computed from, so the memory and stop nodes pair it by stamp with the
 odometry and the colour image of that instant (see memnav.ros.embedding_msgs).
@@ -79,9 +81,11 @@ def build(node) -> Callable[[], None]:
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
+    from memnav.core.diagnostics import encoder_diagnostic
     from memnav.core.encoder import Encoder
     from memnav.core.stamp_sync import StampedQueue
     from memnav.ros import conversions as conv
+    from memnav.ros import diagnostics_msgs
     from memnav.ros.embedding_msgs import embedding_to_image, stamp_to_ns
     from memnav.ros.model_paths import resolve_model_path
     from memnav.ros.params import declare_dataclass
@@ -105,7 +109,7 @@ def build(node) -> Callable[[], None]:
     tolerance_ns = int(round(cfg.sync_tolerance_s * 1e9))
     colours: StampedQueue = StampedQueue(cfg.queue_size)   # raw colour messages awaiting depth
     depths: StampedQueue = StampedQueue(cfg.queue_size)    # raw depth messages awaiting colour
-    st = {"dropped": 0, "last": None}   # last: (colour stamp, embedding message)
+    st = {"dropped": 0, "last": None, "frames": 0, "reported": 0}   # last: (colour stamp, embedding message)
     # rgb: (stamp, array, header); depth: (stamp, array); published: (stamp, with depth) of the last goal embedding
     goal = {"rgb": None, "depth": None, "wall": 0.0, "published": None}
 
@@ -131,6 +135,7 @@ def build(node) -> Callable[[], None]:
         msg = embedding_to_image(emb, colour.header)
         pub_emb.publish(msg)
         st["last"] = (t, msg)
+        st["frames"] += 1
 
     def on_colour(msg: Image) -> None:
         t = stamp_to_ns(msg.header.stamp)
@@ -203,6 +208,14 @@ def build(node) -> Callable[[], None]:
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
     node.create_subscription(Image, "memnav/goal_depth", on_goal_depth, latched)
     node.create_timer(0.05, encode_goal)
+    pub_diag = diagnostics_msgs.create_publisher(node)
+
+    def report_health() -> None:
+        new, st["reported"] = st["dropped"] - st["reported"], st["dropped"]
+        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, encoder_diagnostic(
+            st["frames"], goal["published"] is not None, needs_depth, st["dropped"], new)))
+
+    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
     return lambda: None
 
 

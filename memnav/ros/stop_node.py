@@ -9,6 +9,8 @@ Publishes:
     /memnav/stop_decision       std_msgs/String JSON per embedding once a goal is known {stamp_ns, goal_stamp_ns,
                                 stop, belief, reason (StopReason name), similarity, verification, verification_ran,
                                 voi, value_stop, value_look}
+    /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (its decisions
+                                and the last one; WARN on dropped messages; memnav.core.diagnostics)
 Parameters: the fields of StopNodeConfig, VoIStopConfig (prefix "voi.") and VerificationConfig (prefix
 "verification.").
 Belief: GoalBeliefCalibrator (`memnav train stop`) on the features it was fitted with: the cosine similarity
@@ -74,10 +76,12 @@ def build(node) -> Callable[[], None]:
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
 
+    from memnav.core.diagnostics import stop_diagnostic
     from memnav.core.stamp_sync import StampedQueue
     from memnav.core.stop import VoIStopController
     from memnav.core.verification import extract_features, verify_features
     from memnav.ros import conversions as conv
+    from memnav.ros import diagnostics_msgs
     from memnav.ros.embedding_msgs import image_to_embedding, stamp_to_ns
     from memnav.ros.model_paths import resolve_model_path
     from memnav.ros.params import declare_dataclass
@@ -93,7 +97,8 @@ def build(node) -> Callable[[], None]:
     # goal embedding (stamp, vector); goal image features (stamp, Features): they belong together when the
     # stamps agree (encoder_node copies the goal image's header)
     # dim: length of the embeddings decided so far (a goal embedding of another length is refused)
-    st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None, "dim": None}
+    st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None, "dim": None, "decisions": 0,
+          "last_body": None, "reported": 0}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -139,6 +144,8 @@ def build(node) -> Callable[[], None]:
                 "verification_ran": score is not None, "voi": decision.voi, "value_stop": decision.value_stop,
                 "value_look": decision.value_look}
         st["last"] = (key, String(data=json.dumps(body)))
+        st["decisions"] += 1
+        st["last_body"] = body
         pub.publish(st["last"][1])
 
     def on_goal_embedding(msg: Image) -> None:
@@ -156,6 +163,14 @@ def build(node) -> Callable[[], None]:
     def on_colour(msg: Image) -> None:
         colours.push(stamp_to_ns(msg.header.stamp), msg)   # converted only if verification needs it
 
+    pub_diag = diagnostics_msgs.create_publisher(node)
+
+    def report_health() -> None:
+        new, st["reported"] = st["dropped"] - st["reported"], st["dropped"]
+        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, stop_diagnostic(
+            st["decisions"], st["goal"] is not None, st["last_body"], st["dropped"], new)))
+
+    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
     node.create_subscription(Image, "memnav/embedding", on_embedding, 10)
     node.create_subscription(Image, "memnav/goal_embedding", on_goal_embedding, latched)
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)

@@ -4,9 +4,11 @@ from memnav.core.diagnostics import (
     DiagnosticLevel,
     PolicyHealth,
     bridge_diagnostic,
+    encoder_diagnostic,
     memory_diagnostic,
     policy_diagnostic,
     safety_diagnostic,
+    stop_diagnostic,
 )
 
 FRESH = {"color": 0.1, "depth": 0.1, "odom": 0.02}
@@ -100,3 +102,15 @@ def test_the_simulator_bridge_says_which_episode_it_serves():
     over = bridge_diagnostic(12, 12, "house_017_11", 80, True, 9, 12, lockstep=True, dropped_new=4)
     assert over.level is DiagnosticLevel.WARN and over.values["doing"].startswith("episode 12 of 12 (house_017_11): "
                                                                                   "over after 80 actions")
+
+
+def test_the_encoder_and_stop_nodes_count_what_they_did():
+    enc = encoder_diagnostic(120, True, rgbd=True, dropped_total=2)
+    assert enc.level is DiagnosticLevel.OK and enc.message == "120 colour-depth pairs encoded; goal photo encoded"
+    assert enc.values == {"frames": "120", "goal": "true", "rgbd": "true", "dropped": "2"}
+    assert encoder_diagnostic(0, False, rgbd=False).message == "0 colour frames encoded; no goal photo yet"
+    assert encoder_diagnostic(5, True, rgbd=True, dropped_new=1).level is DiagnosticLevel.WARN
+    stop = stop_diagnostic(30, True, {"stop": False, "belief": 0.234})
+    assert stop.level is DiagnosticLevel.OK and stop.message == "30 stop decisions; the last: go on at belief 0.23"
+    assert (stop.values["last_stop"], stop.values["last_belief"]) == ("false", "0.234")
+    assert stop_diagnostic(0, False, None).message == "0 stop decisions; no goal embedding yet"

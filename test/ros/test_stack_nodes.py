@@ -108,8 +108,7 @@ def test_stack_builds_memory_and_decides_stops(stack):
                              event_callbacks=on_match("stop"))
     node.create_subscription(String, "/memnav/retrievals", keep("retr", as_json), 50)
     from diagnostic_msgs.msg import DiagnosticArray
-    node.create_subscription(DiagnosticArray, "/diagnostics",
-                             lambda m: got["diag"].extend(d for d in m.status if d.name == "/memory_node"), 50)
+    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: got["diag"].extend(m.status), 50)
     pub = node.create_publisher(String, "/memnav/action", 10)
     services = {s: node.create_client(Trigger, f"/memory_node/{s}") for s in ("save", "query", "clear", "relocalise")}
 
@@ -218,11 +217,18 @@ def test_stack_builds_memory_and_decides_stops(stack):
         labels = {o["label"] for o in got["snap"][-1]["objects"]}
         assert labels <= {o["label"] for objs in dets.values() for o in objs}
 
-        # /diagnostics: the memory node reports its size once a second
-        wait(lambda: got["diag"] and got["diag"][-1].level == b"\x00", 5, "the memory node's diagnostics")
-        diag = {v.key: v.value for v in got["diag"][-1].values}
-        assert int(diag["places"]) >= 1 and diag["db_path"].endswith("memory.db"), diag
-        assert got["diag"][-1].message.startswith(f"{diag['places']} places"), got["diag"][-1].message
+        # /diagnostics: every node reports once a second, the memory node its size
+        def newest(name):
+            return next((d for d in reversed(got["diag"]) if d.name == f"/{name}"), None)
+
+        wait(lambda: all(newest(n) is not None for n in NODES), 5, "every node's diagnostics")
+        memory = newest("memory_node")
+        diag = {v.key: v.value for v in memory.values}
+        assert memory.level == b"\x00" and int(diag["places"]) >= 1 and diag["db_path"].endswith("memory.db"), diag
+        assert memory.message.startswith(f"{diag['places']} places"), memory.message
+        assert newest("encoder_node").message.endswith("goal photo encoded"), newest("encoder_node").message
+        assert " stop decisions; the last: " in newest("stop_node").message, newest("stop_node").message
+        assert " of 2 (house_" in newest("sim_bridge_node").message, newest("sim_bridge_node").message
 
         # services
         saved = call("save")
