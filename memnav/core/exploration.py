@@ -21,14 +21,15 @@ move that fell short adds obstacle evidence to the cells ahead).
 """
 from __future__ import annotations
 
+import io
 import math
-import os
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from memnav.core.files import replace_files
 from memnav.core.frames import pixel_ray_offsets
 from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, colour_affinity, goal_scan, match_scan
@@ -255,17 +256,14 @@ class OccupancyMap:
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        """Write the map to `path` (.npz) atomically: a crash mid-write leaves the previous file intact."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, format=np.array(MAP_FORMAT), version=np.array(MAP_VERSION),
-                                cell_m=np.array(self.cfg.cell_m), cells=np.array(self.cfg.cells),
-                                origin=self.origin, free=self.free, occ=self.occ, lo=self._lo, hi=self._hi,
-                                colour_sum=self.colour_sum, colour_hits=self.colour_hits)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        """Write the map to `path` (.npz) atomically: a crash or a failed write (a full disk) leaves the previous
+        file intact and no temporary file behind."""
+        buf = io.BytesIO()
+        np.savez_compressed(buf, format=np.array(MAP_FORMAT), version=np.array(MAP_VERSION),
+                            cell_m=np.array(self.cfg.cell_m), cells=np.array(self.cfg.cells),
+                            origin=self.origin, free=self.free, occ=self.occ, lo=self._lo, hi=self._hi,
+                            colour_sum=self.colour_sum, colour_hits=self.colour_hits)
+        replace_files({Path(path): buf.getvalue()}, sync=True)
 
     @classmethod
     def load(cls, path: str | Path, config: ExplorerConfig) -> OccupancyMap:

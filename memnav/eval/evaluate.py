@@ -240,6 +240,7 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
     env = ImageNavEnv(sim)
     results: list[EpisodeResult] = []
     bar = tqdm(episodes, desc=desc, unit="ep", disable=not progress, file=sys.stderr)
+    storage_warned = False
     try:
         for ep in bar:
             obs = env.reset(ep)
@@ -279,6 +280,11 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
                 _keep_trace(traces, sim, desc, ep, path, goal.rgb, obs.rgb)
             summary = aggregate(results)
             bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
+            lost = getattr(agent, "storage_error", None)   # lifelong: a full disk under --memory-dir
+            if lost and not storage_warned:
+                storage_warned = True
+                print(f"memnav eval: warning: {desc}: from episode {ep.episode_id} on, {lost}; the memory goes on "
+                      "in RAM, so what later visits remember is not saved", file=sys.stderr, flush=True)
     finally:
         sim.close()
     return results
