@@ -1,4 +1,4 @@
-"""memnav.core.diagnostics: the status the policy and safety nodes put on /diagnostics."""
+"""memnav.core.diagnostics: the status every memnav node puts on /diagnostics."""
 from memnav.core.diagnostics import (
     INPUT_SILENT_S,
     DiagnosticLevel,
