@@ -360,10 +360,9 @@ def build(node) -> Callable[[], None]:
 
     def report_health() -> None:
         memory = st["memory"]
-        stats = memory.stats()
         new, st["reported"] = st["dropped"] - st["reported"], st["dropped"]
         pub_diag.publish(diagnostics_msgs.diagnostic_array(node, memory_diagnostic(
-            {"places": stats.places, "objects": stats.objects, "rooms": stats.rooms}, memory.localised,
+            dict(zip(("places", "objects", "rooms"), memory.sizes())), memory.localised,
             graph_cfg.db_path, memory.persist_error, st["dropped"], new)))
 
     node.create_timer(diagnostics_msgs.PERIOD_S, report_health)

@@ -341,7 +341,7 @@ def build(node) -> Callable[[], None]:
         memory = nav.memory
         if not cfg.lifelong_dir or memory is None:
             return ""
-        places = memory.stats().places
+        places = memory.sizes()[0]
         where = "localised" if memory.localised or not places else "relocalising"
         return f"; memory {cfg.memory_key}: {places} places, {where}"
 
@@ -454,7 +454,7 @@ def build(node) -> Callable[[], None]:
         publish_cmd()
         body = {"stamp_ns": frame.stamp_ns, "action": action.name, "belief": inp.belief,
                 "similarity": inp.similarity, "verification": inp.verification, "stop_reason": inp.stop.reason.name,
-                "goal_probability": goal_p, "places": nav.memory.stats().places if nav.memory is not None else 0,
+                "goal_probability": goal_p, "places": nav.memory.sizes()[0] if nav.memory is not None else 0,
                 "mode": mode, "localised": nav.memory.localised if nav.memory is not None else None,
                 "house_map": agent.house_map}
         pub_state.publish(String(data=json.dumps(body)))
@@ -551,7 +551,7 @@ def build(node) -> Callable[[], None]:
                               input_age_s={k: None if t is None else now - t for k, t in st["heard"].items()},
                               lockstep=cfg.lockstep, goal=st["goal"], dropped_total=st["dropped"],
                               dropped_new=st["dropped"] - st["reported"],
-                              places=memory.stats().places if memory is not None else 0,
+                              places=memory.sizes()[0] if memory is not None else 0,
                               localised=memory.localised if memory is not None else None,
                               memory_error=agent.storage_error,
                               encoder=str(opts.encoder_checkpoint))

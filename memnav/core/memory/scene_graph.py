@@ -1655,10 +1655,16 @@ class SceneGraphMemory:
         """Current memory <- odometry correction (tx_m, ty_m, theta_rad)."""
         return tuple(self._correction.tolist())  # type: ignore[return-value]
 
+    def sizes(self) -> tuple[int, int, int]:
+        """(places, objects, rooms): `stats()`'s counts without its pass over every edge (34 ms at 20,000
+        places), for a node that reports them every decision or every second."""
+        return len(self._places.slot_of), len(self._objects), len(self._room_sums)
+
     def stats(self) -> MemoryStats:
         kinds = Counter(d["kind"] for _, _, d in self.graph.edges(data=True))
+        places, objects, rooms = self.sizes()
         return MemoryStats(
-            places=len(self._places.slot_of), objects=len(self._objects), rooms=len(self._room_sums),
+            places=places, objects=objects, rooms=rooms,
             traversable_edges=kinds[EdgeKind.TRAVERSABLE], observed_from_edges=kinds[EdgeKind.OBSERVED_FROM],
             graph_nodes=self.graph.number_of_nodes(), graph_edges=self.graph.number_of_edges(),
             index_mode=self._index.mode, index_lists=self._index.num_lists, index_bytes=self._index.nbytes,

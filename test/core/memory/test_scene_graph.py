@@ -888,3 +888,13 @@ def test_a_full_disk_keeps_the_file_at_its_last_commit_and_the_memory_goes_on_in
     reopened_memory = SceneGraphMemory(cfg(tmp_path, db_check_integrity=True))   # whole, at its last commit
     assert reopened_memory.stats().places == saved["places"]
     reopened_memory.close()
+
+
+def test_sizes_are_the_counts_of_stats():
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg())
+    drive(m, embed, np.arange(0.0, 6.01, 0.5))
+    m.insert_observation(100 * S, [6.0, 0.0, 0.0], embed(6.0, 0.0),
+                         objects=[ObjectDetection(3, (6.5, 0.2, 0.4), instance_id=7, label="chair")])
+    st = m.stats()
+    assert m.sizes() == (st.places, st.objects, st.rooms) and st.places > 1 and st.objects == 1
