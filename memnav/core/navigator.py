@@ -66,7 +66,6 @@ from memnav.core.exploration import Explorer, ExplorerConfig, face, steer
 from memnav.core.goal_localization import GoalLocalizerConfig, localize_goal, to_odometry_frame
 from memnav.core.goal_photo import check_goal_image
 from memnav.core.memory.scene_graph import Retrieval, SceneGraphMemory
-from memnav.core.memory.store import MemoryStoreError
 from memnav.core.memory.working_buffer import WorkingBuffer
 from memnav.core.policy import (
     MOVES,
@@ -627,13 +626,8 @@ class Navigator:
                 mask[i] = True
             return tokens, mask
         assert self.memory is not None and self.buffer is not None
-        try:
-            self.memory.insert_observation(stamp_ns, pose, emb, thumbnail=rgb)
-        except MemoryStoreError as err:
-            if not self.cfg.memory_in_ram_on_write_failure:
-                raise
-            self.memory.keep_in_ram(str(err))    # the file keeps its last commit; this observation goes to RAM
-            self.memory.insert_observation(stamp_ns, pose, emb, thumbnail=rgb)
+        self.memory.insert_observation(stamp_ns, pose, emb, thumbnail=rgb,
+                                       keep_in_ram_on_failure=self.cfg.memory_in_ram_on_write_failure)
         self.buffer.add(stamp_ns, emb, pose)
         b_emb, b_rel, b_age, b_mask = self.buffer.as_arrays(origin=pose, now_ns=stamp_ns)
         n = int(b_mask.sum())

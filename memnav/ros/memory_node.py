@@ -192,13 +192,13 @@ def build(node) -> Callable[[], None]:
             objects = detections.pop(stamp_ns, ())
             for old in [t for t in detections if t < stamp_ns]:
                 del detections[old]           # frames that never became embeddings
-            try:
-                result = st["memory"].insert_observation(stamp_ns, pose, emb, objects=objects)
-            except MemoryStoreError as err:   # a full disk: the file keeps its last commit, the memory goes on
-                st["memory"].keep_in_ram(str(err))
-                node.get_logger().error(f"the memory is no longer saved: {err}; it goes on in RAM (free the disk, "
-                                        "then restart the node to save again)")
-                result = st["memory"].insert_observation(stamp_ns, pose, emb, objects=objects)
+            saving = st["memory"].persist_error is None
+            # a full disk: the file keeps its last commit, the memory goes on in RAM
+            result = st["memory"].insert_observation(stamp_ns, pose, emb, objects=objects,
+                                                     keep_in_ram_on_failure=True)
+            if saving and st["memory"].persist_error is not None:
+                node.get_logger().error(f"the memory is no longer saved: {st['memory'].persist_error}; it goes on "
+                                        "in RAM (free the disk, then restart the node to save again)")
             buffer.add(stamp_ns, emb, pose)
         except (InvalidInputError, MemoryStoreError) as err:
             drop("embedding", err)

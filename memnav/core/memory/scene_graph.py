@@ -51,6 +51,7 @@ from memnav.core.memory.index import (
 )
 from memnav.core.memory.store import (
     CorruptStoreError,
+    MemoryStoreError,
     ObjectRow,
     SceneGraphStore,
     decode_png,
@@ -595,7 +596,8 @@ class SceneGraphMemory:
 
     def keep_in_ram(self, why: str) -> None:
         """Stop writing to the database file and go on in RAM, after a write to it failed (a full disk, a file
-        gone read-only, ...; `insert_observation` raised MemoryStoreError).
+        gone read-only, ...; `insert_observation` raised MemoryStoreError, or called this itself with
+        keep_in_ram_on_failure).
 
         The file keeps its last commit: SQLite rolled the failed transaction back, and nothing is written to it
         any more. The graph in RAM keeps everything, the failed observation's changes included, and takes every
@@ -705,7 +707,8 @@ class SceneGraphMemory:
 
     def insert_observation(self, stamp_ns: int, pose: Pose2D | Sequence[float], embedding: np.ndarray,
                            thumbnail: np.ndarray | None = None, objects: Iterable[ObjectDetection] = (), *,
-                           verifier: LoopClosureVerifier | None = None) -> InsertResult:
+                           verifier: LoopClosureVerifier | None = None,
+                           keep_in_ram_on_failure: bool = False) -> InsertResult:
         """Add one observation: update the matching place, close a loop, or create a place.
 
         Decision (memory frame = odometry pose mapped through the drift correction):
@@ -725,6 +728,8 @@ class SceneGraphMemory:
             thumbnail: optional (H, W, 3) uint8 keyframe image, downscaled to `thumbnail_size_px`.
             objects: detections seen in this observation.
             verifier: geometric loop-closure check for this call (default: the constructor's).
+            keep_in_ram_on_failure: when the database write fails, `keep_in_ram` (the file keeps its last commit,
+                `persist_error` says why) and insert the observation again, in RAM, instead of raising.
 
         Returns:
             What happened, with the place node id.
@@ -732,9 +737,23 @@ class SceneGraphMemory:
         Raises:
             InvalidInputError: a bad stamp, pose, embedding, thumbnail or detection (naming the field); the
                 memory is unchanged.
-            MemoryStoreError: the database write failed (e.g. disk full); the file is rolled back to the last
-                commit, but the in-RAM graph may be ahead of it: reopen the memory.
+            MemoryStoreError: the database write failed (e.g. disk full) and keep_in_ram_on_failure is off; the
+                file is rolled back to the last commit, but the in-RAM graph may be ahead of it: reopen the
+                memory, or call `keep_in_ram`.
         """
+        objects = list(objects)   # a second try must see them too
+        try:
+            return self._insert(stamp_ns, pose, embedding, thumbnail, objects, verifier)
+        except MemoryStoreError as err:
+            if not keep_in_ram_on_failure or self.persist_error is not None:
+                raise
+            self.keep_in_ram(str(err))
+            return self._insert(stamp_ns, pose, embedding, thumbnail, objects, verifier)
+
+    def _insert(self, stamp_ns: int, pose: Pose2D | Sequence[float], embedding: np.ndarray,
+                thumbnail: np.ndarray | None, objects: list[ObjectDetection],
+                verifier: LoopClosureVerifier | None) -> InsertResult:
+        """`insert_observation`, one try."""
         stamp = check_stamp(stamp_ns, self._last_stamp_ns)
         odom = check_pose(pose)
         emb = check_embedding(embedding, self.config.embedding_dim)
