@@ -178,13 +178,17 @@ def build(node) -> Callable[[], None]:
             node.get_logger().warning(f"commanding zero velocity: {out.reason.value}")
         elif changed and st["reason"] is not None and st["reason"].stops:
             node.get_logger().info(f"driving again ({out.reason.value})")
-        if changed or now - st["status_s"] >= cfg.status_period_s:
+        status_due = changed or now - st["status_s"] >= cfg.status_period_s
+        diag_due = changed or now - st["diag_s"] >= diagnostics_msgs.PERIOD_S
+        if not (status_due or diag_due):
+            return
+        body = status_body(guard, out, st["requested"], now, dropped)
+        if status_due:
             st["reason"], st["status_s"] = out.reason, now
-            pub_status.publish(String(data=json.dumps(status_body(guard, out, st["requested"], now, dropped))))
-        if changed or now - st["diag_s"] >= diagnostics_msgs.PERIOD_S:
+            pub_status.publish(String(data=json.dumps(body)))
+        if diag_due:
             total = sum(dropped.values())
             st["diag_s"], new, st["reported"] = now, total - st["reported"], total
-            body = status_body(guard, out, st["requested"], now, dropped)
             pub_diag.publish(diagnostics_msgs.diagnostic_array(node, safety_diagnostic(body, new)))
 
     node.create_subscription(Twist, "memnav/cmd_vel_raw", on_command, 10)
