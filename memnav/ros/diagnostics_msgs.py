@@ -2,6 +2,8 @@
 topic for rqt_robot_monitor, diagnostic_aggregator and Foxglove's diagnostics panel)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from memnav.core.diagnostics import NodeDiagnostic
 
 PERIOD_S = 1.0   # nodes report once a second, as diagnostic_updater does by default
@@ -24,3 +26,17 @@ def diagnostic_array(node, diag: NodeDiagnostic):
     msg = DiagnosticArray(status=[status])
     msg.header.stamp = node.get_clock().now().to_msg()
     return msg
+
+
+def report_every_period(node, diagnose: Callable[[int], NodeDiagnostic], dropped: Callable[[], int]) -> None:
+    """Publish `diagnose(new)` on the node's diagnostics topic every PERIOD_S, `new` being how many messages were
+    dropped since the last report (`dropped()` counts them since the start)."""
+    pub = create_publisher(node)
+    seen = {"dropped": 0}
+
+    def report() -> None:
+        total = dropped()
+        new, seen["dropped"] = total - seen["dropped"], total
+        pub.publish(diagnostic_array(node, diagnose(new)))
+
+    node.create_timer(PERIOD_S, report)

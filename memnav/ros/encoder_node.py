@@ -109,7 +109,7 @@ def build(node) -> Callable[[], None]:
     tolerance_ns = int(round(cfg.sync_tolerance_s * 1e9))
     colours: StampedQueue = StampedQueue(cfg.queue_size)   # raw colour messages awaiting depth
     depths: StampedQueue = StampedQueue(cfg.queue_size)    # raw depth messages awaiting colour
-    st = {"dropped": 0, "last": None, "frames": 0, "reported": 0}   # last: (colour stamp, embedding message)
+    st = {"dropped": 0, "last": None, "frames": 0}   # last: (colour stamp, embedding message)
     # rgb: (stamp, array, header); depth: (stamp, array); published: (stamp, with depth) of the last goal embedding
     goal = {"rgb": None, "depth": None, "wall": 0.0, "published": None}
 
@@ -208,14 +208,8 @@ def build(node) -> Callable[[], None]:
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
     node.create_subscription(Image, "memnav/goal_depth", on_goal_depth, latched)
     node.create_timer(0.05, encode_goal)
-    pub_diag = diagnostics_msgs.create_publisher(node)
-
-    def report_health() -> None:
-        new, st["reported"] = st["dropped"] - st["reported"], st["dropped"]
-        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, encoder_diagnostic(
-            st["frames"], goal["published"] is not None, needs_depth, st["dropped"], new)))
-
-    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
+    diagnostics_msgs.report_every_period(node, lambda new: encoder_diagnostic(
+        st["frames"], goal["published"] is not None, needs_depth, st["dropped"], new), lambda: st["dropped"])
     return lambda: None
 
 

@@ -156,8 +156,7 @@ def build(node) -> Callable[[], None]:
         raise ValueError(f"buffer.embedding_dim {buffer_cfg.embedding_dim} differs from embedding_dim "
                          f"{graph_cfg.embedding_dim}: both must be the encoder's embedding length")
     st = {"memory": SceneGraphMemory.from_config(graph_cfg), "goal": None, "pose": None, "last_ns": None,
-          "dropped": 0, "duplicates": 0, "late_detections": 0, "markers_dirty": True, "snapshot_dirty": True,
-          "reported": 0}
+          "dropped": 0, "duplicates": 0, "late_detections": 0, "markers_dirty": True, "snapshot_dirty": True}
     buffer = WorkingBuffer.from_config(buffer_cfg)
     node.get_logger().info(f"memory {graph_cfg.db_path or 'in RAM only'}: {st['memory'].stats().places} places")
     latched = latched_qos()
@@ -356,16 +355,12 @@ def build(node) -> Callable[[], None]:
     node.create_service(Trigger, "~/query", srv_query)
     node.create_service(Trigger, "~/relocalise", srv_relocalise)
     node.create_subscription(PoseWithCovarianceStamped, "initialpose", on_initialpose, 10)
-    pub_diag = diagnostics_msgs.create_publisher(node)
-
-    def report_health() -> None:
+    def health(new: int):
         memory = st["memory"]
-        new, st["reported"] = st["dropped"] - st["reported"], st["dropped"]
-        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, memory_diagnostic(
-            dict(zip(("places", "objects", "rooms"), memory.sizes())), memory.localised,
-            graph_cfg.db_path, memory.persist_error, st["dropped"], new)))
+        return memory_diagnostic(dict(zip(("places", "objects", "rooms"), memory.sizes())), memory.localised,
+                                 graph_cfg.db_path, memory.persist_error, st["dropped"], new)
 
-    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
+    diagnostics_msgs.report_every_period(node, health, lambda: st["dropped"])
     node.create_timer(max(min(cfg.odom_wait_s / 2.0, 0.1), 0.01), process)
     if cfg.markers_period_s > 0:
         node.create_timer(cfg.markers_period_s, publish_markers)

@@ -283,7 +283,7 @@ def build(node) -> Callable[[], None]:
 
     st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf,
           "actions": 0, "hfov": cfg.camera_hfov_deg or None, "goal_held": False, "started_s": time.monotonic(),
-          "mismatch": None, "goal": None, "reported": 0, "heard": dict.fromkeys(("color", "depth", "odom")),
+          "mismatch": None, "goal": None, "heard": dict.fromkeys(("color", "depth", "odom")),
           "memory_error": None}
     if cfg.camera_hfov_deg > 0:
         nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)
@@ -540,29 +540,24 @@ def build(node) -> Callable[[], None]:
         node.get_logger().info(f"goal cancelled after {st['actions']} actions: waiting for the next goal")
         return resp
 
-    pub_diag = diagnostics_msgs.create_publisher(node)
-
-    def report_health() -> None:
+    def health(new: int):
         now = time.monotonic()
         memory = nav.memory
         if st["goal"] is not None and st["goal"]["status"] == "active":
             st["goal"]["actions"] = st["actions"]
-        health = PolicyHealth(hfov_deg=st["hfov"], waiting_s=now - st["started_s"], camera_mismatch=st["mismatch"],
-                              input_age_s={k: None if t is None else now - t for k, t in st["heard"].items()},
-                              lockstep=cfg.lockstep, goal=st["goal"], dropped_total=st["dropped"],
-                              dropped_new=st["dropped"] - st["reported"],
-                              places=memory.sizes()[0] if memory is not None else 0,
-                              localised=memory.localised if memory is not None else None,
-                              memory_error=agent.storage_error,
-                              encoder=str(opts.encoder_checkpoint))
-        if health.memory_error and st["memory_error"] != health.memory_error:
-            st["memory_error"] = health.memory_error
-            node.get_logger().error(f"the long-term memory is no longer saved: {health.memory_error}; it goes on in "
-                                    "RAM (free the disk, then restart the node to save again)")
-        st["reported"] = st["dropped"]
-        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, policy_diagnostic(health)))
+        h = PolicyHealth(hfov_deg=st["hfov"], waiting_s=now - st["started_s"], camera_mismatch=st["mismatch"],
+                         input_age_s={k: None if t is None else now - t for k, t in st["heard"].items()},
+                         lockstep=cfg.lockstep, goal=st["goal"], dropped_total=st["dropped"], dropped_new=new,
+                         places=memory.sizes()[0] if memory is not None else 0,
+                         localised=memory.localised if memory is not None else None,
+                         memory_error=agent.storage_error, encoder=str(opts.encoder_checkpoint))
+        if h.memory_error and st["memory_error"] != h.memory_error:
+            st["memory_error"] = h.memory_error
+            node.get_logger().error(f"the long-term memory is no longer saved: {h.memory_error}; it goes on in RAM "
+                                    "(free the disk, then restart the node to save again)")
+        return policy_diagnostic(h)
 
-    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
+    diagnostics_msgs.report_every_period(node, health, lambda: st["dropped"])
     node.create_service(Trigger, "~/relocalise", srv_relocalise)
     node.create_service(Trigger, "~/cancel_goal", srv_cancel_goal)
     if not cfg.lockstep:

@@ -411,18 +411,14 @@ def main(argv: list[str] | None = None) -> int:
         if last["obs"] is not None and not runner.env.done and time.monotonic() - last["wall"] >= cfg.republish_s:
             publish(last["obs"], last["stamp"], record=False)
 
-    pub_diag = diagnostics_msgs.create_publisher(node)
-    reported = {"dropped": 0}
-
-    def report_health() -> None:
+    def health(new: int):
         env, results = runner.env, runner.results
-        new, reported["dropped"] = dropped["count"] - reported["dropped"], dropped["count"]
-        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, bridge_diagnostic(
-            runner.index + 1, len(runner.episodes), env.episode.episode_id if env.episode is not None else "-",
-            env.steps, env.done, sum(r.success > 0 for r in results), len(results), cfg.lockstep, dropped["count"],
-            new)))
+        return bridge_diagnostic(runner.index + 1, len(runner.episodes),
+                                 env.episode.episode_id if env.episode is not None else "-", env.steps, env.done,
+                                 sum(r.success > 0 for r in results), len(results), cfg.lockstep, dropped["count"],
+                                 new)
 
-    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
+    diagnostics_msgs.report_every_period(node, health, lambda: dropped["count"])
     if not cfg.lockstep:
         node.create_timer(1.0 / cfg.rate_hz, on_tick)
     elif cfg.republish_s > 0:

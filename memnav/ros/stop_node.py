@@ -98,7 +98,7 @@ def build(node) -> Callable[[], None]:
     # stamps agree (encoder_node copies the goal image's header)
     # dim: length of the embeddings decided so far (a goal embedding of another length is refused)
     st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None, "dim": None, "decisions": 0,
-          "last_body": None, "reported": 0}
+          "last_body": None}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -163,14 +163,8 @@ def build(node) -> Callable[[], None]:
     def on_colour(msg: Image) -> None:
         colours.push(stamp_to_ns(msg.header.stamp), msg)   # converted only if verification needs it
 
-    pub_diag = diagnostics_msgs.create_publisher(node)
-
-    def report_health() -> None:
-        new, st["reported"] = st["dropped"] - st["reported"], st["dropped"]
-        pub_diag.publish(diagnostics_msgs.diagnostic_array(node, stop_diagnostic(
-            st["decisions"], st["goal"] is not None, st["last_body"], st["dropped"], new)))
-
-    node.create_timer(diagnostics_msgs.PERIOD_S, report_health)
+    diagnostics_msgs.report_every_period(node, lambda new: stop_diagnostic(
+        st["decisions"], st["goal"] is not None, st["last_body"], st["dropped"], new), lambda: st["dropped"])
     node.create_subscription(Image, "memnav/embedding", on_embedding, 10)
     node.create_subscription(Image, "memnav/goal_embedding", on_goal_embedding, latched)
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
