@@ -109,6 +109,29 @@ def run_memnav(args: list[str], env: dict, timeout_s: float) -> subprocess.Compl
                           timeout=timeout_s)
 
 
+def robot_odom_pose(folder: Path, env: dict, name: str) -> tuple[float, float, float]:
+    """The simulated robot's odometry pose now (x, y, yaw), as `memnav goal capture` records it in `folder`/`name`.png
+    (replaced if there) from the simulator bridge's camera topics."""
+    from memnav.core.goal_photo import read_goal_photo
+
+    cap = run_memnav(["goal", "capture", str(folder / name), "--color-topic", "/camera/color/image_raw",
+                      "--depth-topic", "/camera/depth/image_raw", "--timeout", "30", "--overwrite"], env, 90)
+    assert cap.returncode == 0, cap.stderr
+    pose = read_goal_photo(folder / f"{name}.png").meta["odom_pose"]
+    return pose["x_m"], pose["y_m"], pose["yaw_rad"]
+
+
+def start_policy_node(env: dict, log: Path, *, lockstep: bool, args: Iterable[str] = ()) -> subprocess.Popen:
+    """A policy node as a process of its own, logging into `log`, in lock-step or in the real time of
+    `start_sim_robot` (an action every 0.25 s); `args` are more --ros-args."""
+    import sys
+
+    mode = ["-p", f"lockstep:={str(lockstep).lower()}"]
+    timing = [] if lockstep else ["-p", "action_duration_s:=0.25", "-p", "collision_fraction:=0.4"]
+    return subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", *mode, *timing, *args],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+
+
 def start_sim_robot(data: Path, env: dict, logs: Path, *, lockstep: bool, ros_args: Iterable[str] = (),
                     bridge_args: Iterable[str] = (), policy_args: Iterable[str] = ()) -> tuple[list, callable]:
     """The simulator bridge standing in for a robot, with its own goal moved off memnav/goal_* (so a policy node's
@@ -121,16 +144,13 @@ def start_sim_robot(data: Path, env: dict, logs: Path, *, lockstep: bool, ros_ar
 
     paths = {name: logs / f"{name}.log" for name in ("bridge", "policy")}
     mode = ["-p", f"lockstep:={str(lockstep).lower()}"]
-    timing = [] if lockstep else ["-p", "action_duration_s:=0.25", "-p", "collision_fraction:=0.4"]
     procs = [
         subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", *ros_args, *mode,
                           "-p", f"data:={data}", "-p", "split:=test", "-p", "rate_hz:=10.0",
                           "-r", "memnav/goal_image:=sim/goal_image", "-r", "memnav/goal_depth:=sim/goal_depth",
                           *bridge_args],
                          stdout=paths["bridge"].open("w"), stderr=subprocess.STDOUT, env=env),
-        subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", *ros_args, *mode, *timing,
-                          *policy_args],
-                         stdout=paths["policy"].open("w"), stderr=subprocess.STDOUT, env=env)]
+        start_policy_node(env, paths["policy"], lockstep=lockstep, args=[*ros_args, *policy_args])]
 
     def report() -> str:
         return "\n".join(f"--- {name}\n{path.read_text()[-2000:]}" for name, path in paths.items())

@@ -12,8 +12,8 @@ Levels (diagnostic_msgs/DiagnosticStatus):
             disk: it goes on in RAM); the memory node's memory can no longer be saved; the safety node holds the
             robot still because a sensor went silent (its watchdog)
     WARN    it works, with a caveat: an input silent while no goal is worked on, messages dropped since the last
-            report, a camera narrower than the encoder was trained on, the e-stop engaged, no command from the
-            policy
+            report, a camera narrower than the encoder was trained on, the goal not kept on disk (goal_state_file),
+            the e-stop engaged, no command from the policy
     OK      anything else; the message says what the node is doing
 """
 from __future__ import annotations
@@ -91,6 +91,8 @@ class PolicyHealth:
         memory_error: why the long-term memory stopped writing to its database and went on in RAM
             (SceneGraphMemory.persist_error), or None.
         encoder: the encoder checkpoint's path, for the record.
+        goal_state_error: why the goal could not be kept in goal_state_file (a restart of the node would lose it),
+            or None.
     """
 
     hfov_deg: float | None
@@ -105,6 +107,7 @@ class PolicyHealth:
     localised: bool | None = None
     memory_error: str | None = None
     encoder: str = ""
+    goal_state_error: str | None = None
 
 
 def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
@@ -126,15 +129,21 @@ def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
                                                 "on in RAM; free the disk and restart the node to save again"))
     if h.camera_mismatch:
         findings.append((DiagnosticLevel.WARN, h.camera_mismatch))
+    if h.goal_state_error:
+        findings.append((DiagnosticLevel.WARN, f"the goal is not kept on disk ({h.goal_state_error}): a restart of "
+                                               "this node would lose it"))
     if h.goal is None:
         doing = "waiting for a goal"
     elif working:
-        doing = f"working on a goal: {h.goal.get('actions', 0)} actions"
+        doing = f"working on a goal: {h.goal.get('actions', 0)} actions" + (
+            f" (resumed after {h.goal['resumed']} restart{'s' if h.goal['resumed'] > 1 else ''} of this node)"
+            if h.goal.get("resumed") else "")
     else:
         doing = f"waiting for a goal (the last one: {h.goal.get('status')} after {h.goal.get('actions', 0)} actions)"
     values = {"goal": "none" if h.goal is None else str(h.goal.get("status")),
               "actions": str(0 if h.goal is None else h.goal.get("actions", 0)),
               "mode": str((h.goal or {}).get("mode") or ""),
+              "resumed": str((h.goal or {}).get("resumed", 0)),
               "camera_hfov_deg": "unknown" if h.hfov_deg is None else f"{h.hfov_deg:.1f}",
               **{f"{name}_age_s": _age(age) for name, age in h.input_age_s.items()},
               "dropped": str(h.dropped_total), "places": str(h.places),

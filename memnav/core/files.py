@@ -33,3 +33,15 @@ def replace_files(files: dict[Path, bytes], sync: bool = False) -> None:
     finally:
         for tmp, _ in written:
             tmp.unlink(missing_ok=True)
+
+
+def state_path_in_namespace(path: str, namespace: str) -> str:
+    """The state file (an e-stop's, a kept goal's) of a node in ROS namespace `namespace`: `path` itself in the
+    root namespace, else a folder named after the namespace beside it (`~/.ros/memnav/estop_state.json` under
+    /robot1 is `~/.ros/memnav/robot1/estop_state.json`), so robots in separate namespaces never share one. ""
+    stays "" (nothing kept)."""
+    ns = namespace.strip("/")
+    if not path or not ns:
+        return path
+    p = Path(path)
+    return str(p.parent.joinpath(*ns.split("/"), p.name))

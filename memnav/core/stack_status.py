@@ -104,8 +104,11 @@ def summarize(heard: Heard) -> tuple[list[str], dict[str, Any], bool]:
         when = f", sent {age:.1f} s ago" if 0 <= age < 86400 else ""
         state = goal.get("status")
         doing = "working on it" if state == "active" else "ended: " + str(state)
+        resumed = goal.get("resumed") or 0
         lines.append(f"goal: {doing}, {goal.get('actions', 0)} actions"
-                     + (f", mode {goal['mode']}" if goal.get("mode") else "") + when)
+                     + (f", mode {goal['mode']}" if goal.get("mode") else "") + when
+                     + (f", resumed after {resumed} restart{'s' if resumed > 1 else ''} of the policy node"
+                        if resumed else ""))
     ps = heard.policy_state
     if ps is not None:
         belief = ps.get("belief")

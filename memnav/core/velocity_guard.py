@@ -182,17 +182,6 @@ class VelocityGuard:
         return None
 
 
-def estop_state_path(path: str, namespace: str) -> str:
-    """The e-stop state file of a guard in ROS namespace `namespace`: `path` itself in the root namespace, else a
-    folder named after the namespace beside it (`~/.ros/memnav/estop_state.json` under /robot1 is
-    `~/.ros/memnav/robot1/estop_state.json`), so robots in separate namespaces never share one e-stop. "" stays ""."""
-    ns = namespace.strip("/")
-    if not path or not ns:
-        return path
-    p = Path(path)
-    return str(p.parent.joinpath(*ns.split("/"), p.name))
-
-
 def read_estop_state(path: Path | str) -> tuple[bool, str]:
     """The emergency-stop state kept in `path` by `write_estop_state`, for a guard that (re)starts.
 

@@ -45,7 +45,8 @@ GOAL_IMAGE_TOPIC = "memnav/goal_image"
 GOAL_DEPTH_TOPIC = "memnav/goal_depth"
 QUIET_HINT_S = 10.0   # send --wait: say what to check when the policy node has not acted after this long
 CANCEL_TIMEOUT_S = 5.0   # send --wait, Ctrl-C: how long the policy node's ~/cancel_goal may take to answer
-ENDED_WITHOUT_STOP = ("cancelled", "ended")   # goal statuses that end a goal without the robot's STOP
+# goal statuses that end a goal without the robot's STOP ("abandoned": the policy node restarted too often on it)
+ENDED_WITHOUT_STOP = ("cancelled", "ended", "abandoned")
 ODOM_WAIT_S = 3.0   # send --wait: how long to wait for odometry (where the robot stops) before the first goal
 ODOM_TOLERANCE_NS = 500_000_000   # the capture's recorded pose: odometry stamped within this of the frame
 
@@ -481,6 +482,10 @@ def _print_result(result: dict, timeout_s: float) -> None:
     if result["ended_by"] == "cancelled":
         print(f"the goal was cancelled after {result['actions']} actions, {result['seconds']:.1f} s: the robot "
               "stands and waits for the next goal", file=sys.stderr)
+        return
+    if result["ended_by"] == "abandoned":
+        print(f"the policy node gave the goal up after {result['actions']} actions: it restarted while working on "
+              "it more often than its max_goal_resumes allows (see its log); send it again to retry", file=sys.stderr)
         return
     if result["ended_by"] == "ended":
         print(f"the simulator ended the episode (its step limit, or a restart) after {result['actions']} actions",

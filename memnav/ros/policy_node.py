@@ -10,9 +10,11 @@ Subscribes:
 Publishes:
     /memnav/action              std_msgs/String  STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT
     /cmd_vel                    geometry_msgs/Twist (each action as a velocity held for `action_duration_s`)
-    /memnav/goal_status         std_msgs/String JSON {goal_stamp_ns, status, actions, mode}: "active" when a goal
-                                starts; then "stopped" (the agent's STOP), "budget" (real time: max_steps spent,
-                                a STOP), "cancelled" (~/cancel_goal) or "ended" (the simulator's episode result)
+    /memnav/goal_status         std_msgs/String JSON {goal_stamp_ns, status, actions, mode, resumed}: "active" when
+                                a goal starts; then "stopped" (the agent's STOP), "budget" (real time: max_steps
+                                spent, a STOP), "cancelled" (~/cancel_goal), "ended" (the simulator's episode result)
+                                or "abandoned" (goal_state_file: the node restarted more than max_goal_resumes times
+                                while working on it); `resumed`: how often a restarted node took this goal up again
                                 (reliable, transient local: a late subscriber gets the newest)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
                                 stop_reason, goal_probability, places, mode: "policy", "homing",
@@ -63,10 +65,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
+from memnav.core.files import state_path_in_namespace
 from memnav.core.frames import camera_hfov_deg
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import latched_qos
+
+KEEP_EVERY_ACTIONS = 10   # a kept goal's action count is brought up to date this often (goal_state_file)
 
 
 @dataclass
@@ -165,6 +170,14 @@ class PolicyNodeConfig(ExploringTuning):
             one has arrived (the robot profile: a RealSense D435's colour camera is well under 90 deg).
         camera_height_m: the camera's height above the floor, meters (1.25: the simulator's); the map tells floor
             from obstacles by it.
+        goal_state_file: keep the goal being worked on in this file ("~" expands; "" = not kept; in a namespace,
+            in a folder of its name beside the path, one file per robot): a policy node that restarts while working
+            on a goal (a crash and `respawn: true`, a reboot) resumes it. Its search starts over from where the
+            robot stands (with lifelong_dir, from what the memory holds), and its action budget (max_steps) counts
+            on from the actions taken before. Written when a goal starts and every KEEP_EVERY_ACTIONS actions,
+            removed when it ends (memnav.core.goal_state).
+        max_goal_resumes: resume a kept goal at most this many times: a goal at which the node dies each time is
+            then given up (goal status "abandoned") instead of restarting it forever.
     """
 
     agent: str = "memnav"
@@ -192,6 +205,8 @@ class PolicyNodeConfig(ExploringTuning):
     odom_frame: str = ""
     camera_hfov_deg: float = 90.0
     camera_height_m: float = 1.25
+    goal_state_file: str = ""
+    max_goal_resumes: int = 3
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.camera_hfov_deg) and (self.camera_hfov_deg == 0 or 0 < self.camera_hfov_deg < 180)):
@@ -213,7 +228,8 @@ class PolicyNodeConfig(ExploringTuning):
                                  f"{low:g}, got {value!r}")
         if self.turn_angle_deg >= 180.0:
             raise ValueError(f"PolicyNodeConfig.turn_angle_deg must be below 180, got {self.turn_angle_deg!r}")
-        for name in ("max_steps", "torch_threads", "min_action_subscribers", "min_state_subscribers"):
+        for name in ("max_steps", "torch_threads", "min_action_subscribers", "min_state_subscribers",
+                     "max_goal_resumes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"PolicyNodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.lifelong_dir and not self.memory_key:
@@ -245,6 +261,14 @@ def build(node) -> Callable[[], None]:
     from visualization_msgs.msg import MarkerArray
 
     from memnav.core.diagnostics import PolicyHealth, policy_diagnostic
+    from memnav.core.goal_state import (
+        KeptGoal,
+        drop_kept_goal,
+        read_kept_goal,
+        resume_or_give_up,
+        set_aside,
+        write_kept_goal,
+    )
     from memnav.core.memory import MemoryStoreError
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
     from memnav.paths import resolve_model_path
@@ -284,7 +308,10 @@ def build(node) -> Callable[[], None]:
     st = {"dropped": 0, "waited_goal": None, "odom_frame": cfg.odom_frame or "odom", "map_wall": -math.inf,
           "actions": 0, "hfov": cfg.camera_hfov_deg or None, "goal_held": False, "started_s": time.monotonic(),
           "mismatch": None, "goal": None, "heard": dict.fromkeys(("color", "depth", "odom")),
-          "memory_error": None}
+          "memory_error": None, "resumes": 0, "resume": None, "started_utc": "", "kept_actions": 0,
+          "goal_file_error": None}
+    # the goal kept across restarts of this node; one file per namespace, as the safety node's e-stop state
+    goal_file = state_path_in_namespace(cfg.goal_state_file, node.get_namespace())
     if cfg.camera_hfov_deg > 0:
         nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)
         check_camera(cfg.camera_hfov_deg)
@@ -311,8 +338,38 @@ def build(node) -> Callable[[], None]:
     def goal_status(status: str, goal_stamp_ns: int | None, mode: str | None = None) -> None:
         """Say what became of the goal stamped `goal_stamp_ns` (see the module's docstring)."""
         if goal_stamp_ns is not None:
-            st["goal"] = {"goal_stamp_ns": goal_stamp_ns, "status": status, "actions": st["actions"], "mode": mode}
+            st["goal"] = {"goal_stamp_ns": goal_stamp_ns, "status": status, "actions": st["actions"], "mode": mode,
+                          "resumed": st["resumes"]}
             pub_status.publish(String(data=json.dumps(st["goal"])))
+            if status != "active":
+                forget_goal()
+
+    def keep_goal() -> None:
+        """Keep the goal being worked on in goal_state_file (a restarted node resumes it); a failed write is
+        logged once and reported on /diagnostics, and the goal goes on."""
+        photo = gate.goal_photo
+        if not goal_file or photo is None:
+            return
+        try:
+            write_kept_goal(goal_file, KeptGoal(int(gate.goal_stamp_ns), photo[0], photo[1], st["actions"],
+                                                st["resumes"], st["started_utc"]))
+        except (OSError, ValueError) as err:
+            if st["goal_file_error"] is None:
+                node.get_logger().error(f"could not keep the goal in {goal_file}: {err}; a restart of this node "
+                                        "would lose it")
+            st["goal_file_error"] = str(err)
+            return
+        st["kept_actions"], st["goal_file_error"] = st["actions"], None
+
+    def forget_goal() -> None:
+        """The goal ended: nothing for a restarted node to resume."""
+        if not goal_file:
+            return
+        try:
+            drop_kept_goal(goal_file)
+        except OSError as err:
+            node.get_logger().error(f"could not remove the ended goal from {goal_file}: {err}; a restarted node "
+                                    "would resume it")
 
     def begin(depth_followed: bool = False) -> None:
         """Start the newest goal; `depth_followed`: it started without depth and its depth came before any
@@ -327,13 +384,19 @@ def build(node) -> Callable[[], None]:
             drop("goal depth" if depth_followed else "goal image", err)
             return
         gate.goal_started(t_goal, rgb, depth, time.monotonic())
-        st["actions"] = 0
+        resume = st["resume"]
+        if resume is not None and resume.goal_stamp_ns == t_goal:   # the goal kept before this node restarted
+            st["actions"], st["resumes"], st["started_utc"] = resume.actions, resume.resumes, resume.started_utc
+        elif not depth_followed:
+            st["actions"], st["resumes"], st["resume"] = 0, 0, None
+            st["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        keep_goal()
         goal_status("active", t_goal)
         if depth_followed:
             node.get_logger().info("goal depth arrived before any decision: the episode goes on with an RGB-D goal")
         else:
-            node.get_logger().info(f"new goal image ({'RGB-D' if depth is not None else 'RGB'}): episode started"
-                                   + memory_note())
+            node.get_logger().info(("resumed goal" if st["resumes"] else "new goal image")
+                                   + f" ({'RGB-D' if depth is not None else 'RGB'}): episode started" + memory_note())
         maybe_act()
 
     def memory_note() -> str:
@@ -355,6 +418,9 @@ def build(node) -> Callable[[], None]:
     def on_goal(msg: Image) -> None:
         got = convert("goal image", conv.image_to_rgb, msg)
         if got is not None:
+            if got[0] == gate.goal_stamp_ns:   # e.g. `memnav goal send --wait` still latching a goal resumed here
+                node.get_logger().info(f"goal {got[0]} is already being worked on: the same photo again is ignored")
+                return
             gate.goal_image(*got)
             if st["hfov"] is None:   # the goal's scan needs the camera: start it once camera_info has come
                 st["goal_held"] = True
@@ -463,6 +529,8 @@ def build(node) -> Callable[[], None]:
         if action == Action.STOP:
             goal_status("budget" if mode == "budget" else "stopped", gate.goal_stamp_ns, mode)
             gate.goal_over()
+        elif goal_file and st["actions"] - st["kept_actions"] >= KEEP_EVERY_ACTIONS:
+            keep_goal()
 
     def over_budget(actions: int) -> bool:
         """Real time (a robot): the goal's last action allowed by max_steps is a STOP, so the robot does not search
@@ -550,18 +618,51 @@ def build(node) -> Callable[[], None]:
                          lockstep=cfg.lockstep, goal=st["goal"], dropped_total=st["dropped"], dropped_new=new,
                          places=memory.sizes()[0] if memory is not None else 0,
                          localised=memory.localised if memory is not None else None,
-                         memory_error=agent.storage_error, encoder=str(opts.encoder_checkpoint))
+                         memory_error=agent.storage_error, encoder=str(opts.encoder_checkpoint),
+                         goal_state_error=st["goal_file_error"])
         if h.memory_error and st["memory_error"] != h.memory_error:
             st["memory_error"] = h.memory_error
             node.get_logger().error(f"the long-term memory is no longer saved: {h.memory_error}; it goes on in RAM "
                                     "(free the disk, then restart the node to save again)")
         return policy_diagnostic(h)
 
+    def resume_kept_goal() -> None:
+        """At start: take up the goal a previous run of this node kept in goal_state_file, unless it was resumed
+        max_goal_resumes times already (then it is given up: status "abandoned") or cannot be read (set aside)."""
+        kept, why = read_kept_goal(goal_file)
+        if kept is None:
+            if Path(goal_file).expanduser().exists():
+                aside = set_aside(goal_file)
+                node.get_logger().error(why + (f"; moved to {aside}" if aside else "; it could not be moved aside"))
+            return
+        taken, why = resume_or_give_up(kept, cfg.max_goal_resumes)
+        if taken is None:
+            node.get_logger().error(why)
+            st["actions"], st["resumes"] = kept.actions, kept.resumes
+            goal_status("abandoned", kept.goal_stamp_ns)
+            return
+        node.get_logger().warning(why)
+        st["resume"] = taken
+        try:   # the resume is counted on disk before the goal starts: a start that kills the node counts too
+            write_kept_goal(goal_file, taken)
+        except OSError as err:
+            node.get_logger().error(f"could not count the resume in {goal_file}: {err}")
+        gate.goal_image(taken.goal_stamp_ns, taken.rgb)
+        if taken.depth is not None:
+            gate.goal_depth(taken.goal_stamp_ns, taken.depth)
+        if st["hfov"] is None:
+            st["goal_held"] = True
+            node.get_logger().info("the resumed goal starts once camera_info has come")
+        else:
+            begin()
+
     diagnostics_msgs.report_every_period(node, health, lambda: st["dropped"])
     node.create_service(Trigger, "~/relocalise", srv_relocalise)
     node.create_service(Trigger, "~/cancel_goal", srv_cancel_goal)
     if not cfg.lockstep:
         node.create_timer(0.05, on_tick)
+    if goal_file:
+        resume_kept_goal()
     return agent.close
 
 

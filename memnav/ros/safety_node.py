@@ -32,12 +32,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memnav.core.files import state_path_in_namespace
 from memnav.core.velocity_guard import (
     GuardOutput,
     Source,
     VelocityGuard,
     VelocityGuardConfig,
-    estop_state_path,
     read_estop_state,
     write_estop_state,
 )
@@ -108,7 +108,8 @@ def build(node) -> Callable[[], None]:
     cfg = declare_dataclass(node, SafetyNodeConfig)
     guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
     # one file per namespace: two robots' safety nodes on one computer keep separate states
-    cfg = dataclasses.replace(cfg, estop_state_file=estop_state_path(cfg.estop_state_file, node.get_namespace()))
+    cfg = dataclasses.replace(cfg, estop_state_file=state_path_in_namespace(cfg.estop_state_file,
+                                                                            node.get_namespace()))
     kept = {"state": None, "failed": False}   # what estop_state_file holds as this node last wrote it
     if cfg.estop_state_file:
         engaged, why = read_estop_state(cfg.estop_state_file)

@@ -29,6 +29,9 @@ def test_a_healthy_policy_node_says_what_it_does():
                                     localised=True))
     assert busy.level is DiagnosticLevel.OK and busy.message == "working on a goal: 12 actions"
     assert (busy.values["mode"], busy.values["places"], busy.values["localised"]) == ("explore", "30", "true")
+    resumed = policy_diagnostic(health(goal={"status": "active", "actions": 31, "mode": "explore", "resumed": 1}))
+    assert resumed.message == "working on a goal: 31 actions (resumed after 1 restart of this node)"
+    assert resumed.values["resumed"] == "1" and busy.values["resumed"] == "0"
     done = policy_diagnostic(health(goal={"status": "stopped", "actions": 80, "mode": "stop"}))
     assert done.message == "waiting for a goal (the last one: stopped after 80 actions)"
 
@@ -54,6 +57,9 @@ def test_what_stops_the_policy_node_is_an_error_and_a_caveat_a_warning():
                               "report (see the node's log)")
     full = policy_diagnostic(health(memory_error="database or disk is full", places=40, localised=True))
     assert full.level is DiagnosticLevel.ERROR and "no longer saved (database or disk is full)" in full.message
+    unkept = policy_diagnostic(health(goal_state_error="[Errno 30] Read-only file system"))
+    assert unkept.level is DiagnosticLevel.WARN and unkept.message == (
+        "the goal is not kept on disk ([Errno 30] Read-only file system): a restart of this node would lose it")
     both = policy_diagnostic(health(hfov_deg=None, waiting_s=9.0, dropped_new=1))
     assert both.level is DiagnosticLevel.ERROR and both.message.startswith("no camera_info")   # worst first
 

@@ -48,6 +48,11 @@ def test_an_ended_goal_and_a_quiet_policy_node_are_said_as_such():
     assert "last decision: none while listening" in text
     heard = Heard(namespace="/", listened_s=2.0, now_s=1.0, nodes=[("policy_node", "/")])
     assert "goal: none since the policy node started" in summarize(heard)[0]
+    heard = Heard(namespace="/", listened_s=2.0, now_s=1e9, nodes=[("policy_node", "/")],
+                  goal_status={"goal_stamp_ns": 5, "status": "active", "actions": 48, "mode": "explore",
+                               "resumed": 2})
+    assert ("goal: working on it, 48 actions, mode explore, resumed after 2 restarts of the policy node"
+            in summarize(heard)[0])
 
 
 def test_a_node_running_twice_in_the_namespace_is_warned_of():

@@ -159,15 +159,16 @@ def test_estop_state_round_trips_and_an_unreadable_file_starts_engaged(tmp_path)
 
 
 def test_each_namespace_keeps_its_own_estop_state_file(tmp_path):
-    from memnav.core.velocity_guard import estop_state_path, read_estop_state, write_estop_state
+    from memnav.core.files import state_path_in_namespace
+    from memnav.core.velocity_guard import read_estop_state, write_estop_state
 
     given = "~/.ros/memnav/estop_state.json"
-    assert estop_state_path(given, "/") == given and estop_state_path(given, "") == given
-    assert estop_state_path(given, "/robot1") == "~/.ros/memnav/robot1/estop_state.json"
-    assert estop_state_path(given, "/fleet/robot2/") == "~/.ros/memnav/fleet/robot2/estop_state.json"
-    assert estop_state_path("", "/robot1") == ""        # not kept stays not kept
+    assert state_path_in_namespace(given, "/") == given and state_path_in_namespace(given, "") == given
+    assert state_path_in_namespace(given, "/robot1") == "~/.ros/memnav/robot1/estop_state.json"
+    assert state_path_in_namespace(given, "/fleet/robot2/") == "~/.ros/memnav/fleet/robot2/estop_state.json"
+    assert state_path_in_namespace("", "/robot1") == ""        # not kept stays not kept
     # robot1 engaged does not start robot2 engaged, nor the robot of the root namespace
     root = str(tmp_path / "estop_state.json")
-    write_estop_state(estop_state_path(root, "/robot1"), True, "2026-11-27T05:00:00Z")
-    assert read_estop_state(estop_state_path(root, "/robot1"))[0] is True
-    assert read_estop_state(estop_state_path(root, "/robot2"))[0] is False and read_estop_state(root)[0] is False
+    write_estop_state(state_path_in_namespace(root, "/robot1"), True, "2026-11-27T05:00:00Z")
+    assert read_estop_state(state_path_in_namespace(root, "/robot1"))[0] is True
+    assert read_estop_state(state_path_in_namespace(root, "/robot2"))[0] is False and read_estop_state(root)[0] is False

@@ -27,6 +27,7 @@ from conftest import (  # noqa: E402
     file_sha256,
     isolated_ros_env,
     make_tiny_dataset,
+    robot_odom_pose,
     run_memnav,
     start_sim_robot,
     stop_processes,
@@ -49,8 +50,9 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
     env = isolated_ros_env(83)
     logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
+    kept = tmp_path / "goal_state.npz"   # kept while a goal is worked on (test_goal_resume), gone at its STOP
     procs, report = start_sim_robot(data, env, tmp_path, lockstep=False, bridge_args=["-p", "auto_next:=true"],
-                                    policy_args=["-p", "max_steps:=12"])
+                                    policy_args=["-p", "max_steps:=12", "-p", f"goal_state_file:={kept}"])
 
     try:
         # 1. capture: the robot's view now (it stands at the episode start; nothing drives it without a goal)
@@ -82,6 +84,7 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
         assert "RGB-D" in sent.stderr
         policy_log = logs["policy"].read_text()
         assert "new goal image" in policy_log and "RGB-D" in policy_log, report()
+        assert not kept.exists()
         # 3. a tour of two goals: the bridge has moved on to its next episode (another start), so each is searched
         # for and ends at a STOP, the robot's own or, in real time, the one policy_node makes its 12th action
         # (max_steps: status 1 then); each is sent after the STOP before it
@@ -94,17 +97,9 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
         assert all(1 <= g["actions"] <= 12 and g["reached"] == (g["ended_by"] != "budget") for g in result["goals"])
         assert tour.returncode == (0 if result["all_reached"] else 1), tour.stdout + tour.stderr
         assert f"{result['goals_reached']} of 2 goals ended at the robot's own STOP" in tour.stdout
+        assert not kept.exists()   # the STOP at the action budget ends a goal too
     finally:
         stop_processes(procs)
-
-
-def _odom_pose(tmp_path, env, name: str) -> tuple[float, float, float]:
-    """The robot's odometry pose now, as `memnav goal capture` records it."""
-    cap = run_memnav(["goal", "capture", str(tmp_path / name), "--color-topic", SIM_COLOR, "--depth-topic",
-                      SIM_DEPTH, "--timeout", "30"], env, 90)
-    assert cap.returncode == 0, cap.stderr
-    pose = read_goal_photo(tmp_path / f"{name}.png").meta["odom_pose"]
-    return pose["x_m"], pose["y_m"], pose["yaw_rad"]
 
 
 @pytest.mark.ros
@@ -156,9 +151,9 @@ def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_pat
         assert result["ended_by"] == "cancelled" and not result["stopped"] and not result["reached"], result
         assert result["actions"] >= 2 and "the goal was cancelled after" in err
         # the robot stands: its odometry does not move over two seconds
-        before = _odom_pose(tmp_path, env, "after_cancel_1")
+        before = robot_odom_pose(tmp_path, env, "after_cancel_1")
         time.sleep(2.0)
-        assert _odom_pose(tmp_path, env, "after_cancel_2") == pytest.approx(before, abs=1e-6)
+        assert robot_odom_pose(tmp_path, env, "after_cancel_2") == pytest.approx(before, abs=1e-6)
         assert "goal cancelled after" in logs["policy"].read_text()
         # memnav status: the nodes that run, and the goal's end
         status = run_memnav(["status", "--json", str(tmp_path / "status.json")], env, 60)

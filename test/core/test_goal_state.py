@@ -1,0 +1,109 @@
+"""memnav.core.goal_state: a goal kept on disk across restarts of the policy node."""
+import json
+
+import numpy as np
+import pytest
+
+from memnav.core.goal_state import (
+    KeptGoal,
+    drop_kept_goal,
+    read_kept_goal,
+    resume_or_give_up,
+    set_aside,
+    write_kept_goal,
+)
+
+
+def _goal(depth: bool = True, **kw) -> KeptGoal:
+    rng = np.random.default_rng(0)
+    return KeptGoal(goal_stamp_ns=kw.pop("goal_stamp_ns", 1_700_000_000_123_456_789),
+                    rgb=rng.integers(0, 256, (48, 64, 3), dtype=np.uint8),
+                    depth=rng.uniform(0.2, 5.0, (48, 64)).astype(np.float32) if depth else None,
+                    started_utc="2026-11-27T12:00:00Z", **kw)
+
+
+@pytest.mark.parametrize("depth", [True, False])
+def test_a_kept_goal_reads_back_exactly(tmp_path, depth):
+    goal = _goal(depth=depth, actions=37, resumes=1)
+    path = tmp_path / "robot" / "goal_state.npz"   # the folder is created
+    write_kept_goal(path, goal)
+    back, why = read_kept_goal(path)
+    assert back is not None, why
+    assert (back.goal_stamp_ns, back.actions, back.resumes, back.started_utc) == (goal.goal_stamp_ns, 37, 1,
+                                                                                   "2026-11-27T12:00:00Z")
+    np.testing.assert_array_equal(back.rgb, goal.rgb)
+    if depth:
+        assert back.depth.dtype == np.float32
+        np.testing.assert_array_equal(back.depth, goal.depth)
+    else:
+        assert back.depth is None
+    assert f"goal {goal.goal_stamp_ns} kept in {path}: 37 actions" in why
+    assert [p.name for p in path.parent.iterdir()] == ["goal_state.npz"]   # no temporary file left
+
+
+def test_no_file_is_no_goal_and_a_dropped_goal_is_gone(tmp_path):
+    path = tmp_path / "goal_state.npz"
+    assert read_kept_goal(path) == (None, f"no goal kept in {path}")
+    drop_kept_goal(path)   # nothing to drop: no error
+    write_kept_goal(path, _goal())
+    drop_kept_goal(path)
+    assert not path.exists() and read_kept_goal(path)[0] is None
+
+
+def test_a_rewrite_replaces_the_goal_and_a_failed_write_raises(tmp_path):
+    path = tmp_path / "goal_state.npz"
+    write_kept_goal(path, _goal(actions=10))
+    write_kept_goal(path, _goal(actions=20))
+    assert read_kept_goal(path)[0].actions == 20
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(OSError):
+        write_kept_goal(blocker / "goal_state.npz", _goal())
+    assert read_kept_goal(path)[0].actions == 20   # a write that failed changed nothing kept
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda p: p.write_bytes(b"PK\x03\x04 half a zip"), "unreadable"),
+    (lambda p: p.write_bytes(b""), "unreadable"),
+    (lambda p: np.savez(p, rgb=np.zeros((4, 4, 3), np.uint8)), "not 'meta' and 'rgb'"),
+    (lambda p: np.savez(p, rgb=np.zeros((4, 4, 3), np.uint8), meta=np.array(json.dumps(
+        {"format": 99, "goal_stamp_ns": 1, "actions": 0, "resumes": 0}))), "format 99"),
+    (lambda p: np.savez(p, rgb=np.zeros((4, 4), np.uint8), meta=np.array(json.dumps(
+        {"format": 1, "goal_stamp_ns": 1, "actions": 0, "resumes": 0}))), "KeptGoal.rgb"),
+    (lambda p: np.savez(p, rgb=np.zeros((4, 4, 3), np.uint8), meta=np.array(json.dumps(
+        {"format": 1, "goal_stamp_ns": "soon", "actions": 0, "resumes": 0}))), "KeptGoal.goal_stamp_ns"),
+    (lambda p: np.savez(p, rgb=np.zeros((4, 4, 3), np.uint8), meta=np.array(json.dumps(
+        {"format": 1, "goal_stamp_ns": 5, "actions": -1, "resumes": 0}))), "KeptGoal.actions"),
+    (lambda p: np.savez(p, rgb=np.zeros((4, 4, 3), np.uint8), meta=np.array("[1, 2]")), "not a JSON object"),
+])
+def test_a_damaged_file_is_not_resumed_and_is_set_aside(tmp_path, damage, named):
+    path = tmp_path / "goal_state.npz"
+    damage(path)
+    goal, why = read_kept_goal(path)
+    assert goal is None and named in why and str(path) in why and "not resumed" in why, why
+    aside = set_aside(path)
+    assert aside == tmp_path / "goal_state.npz.unreadable" and aside.exists() and not path.exists()
+    assert read_kept_goal(path) == (None, f"no goal kept in {path}")
+
+
+def test_a_goal_is_resumed_at_most_max_resumes_times():
+    goal = _goal(actions=12)
+    taken, why = resume_or_give_up(goal, 2)
+    assert taken.resumes == 1 and taken.actions == 12 and taken.goal_stamp_ns == goal.goal_stamp_ns
+    assert "resuming goal" in why and "12 actions before; resume 1 of at most 2" in why
+    taken, _ = resume_or_give_up(taken, 2)
+    assert taken.resumes == 2
+    given_up, why = resume_or_give_up(taken, 2)
+    assert given_up is None and "given up" in why and "restarted 3 times" in why and "max_goal_resumes 2" in why
+    assert resume_or_give_up(goal, 0)[0] is None   # 0: never resumed
+    with pytest.raises(ValueError, match="max_resumes"):
+        resume_or_give_up(goal, -1)
+
+
+@pytest.mark.parametrize("field, value", [("goal_stamp_ns", -1), ("goal_stamp_ns", 1.5), ("rgb", np.zeros((4, 4))),
+                                          ("rgb", np.zeros((4, 4, 3), np.float32)), ("depth", np.zeros((4, 4, 1))),
+                                          ("depth", np.zeros((4, 4), np.uint16)), ("actions", -3), ("resumes", None)])
+def test_a_bad_goal_is_refused_naming_the_field(field, value):
+    kw = {"goal_stamp_ns": 5, "rgb": np.zeros((4, 4, 3), np.uint8), "depth": None, field: value}
+    with pytest.raises(ValueError, match=f"KeptGoal.{field}"):
+        KeptGoal(**kw)
