@@ -109,6 +109,30 @@ def run_memnav(args: list[str], env: dict, timeout_s: float) -> subprocess.Compl
                           timeout=timeout_s)
 
 
+def far_goal_photo(folder: Path):
+    """A tiny dataset (2 houses, 3 test episodes) in `folder`/houses and its first test episode's goal view written
+    as a goal photo `folder`/goal.png, with the goal's odometry pose in the bridge's frame: meters from the
+    episode's start, so a robot sent there has to search. Returns (the dataset folder, the photo's path, the
+    goal's GoalPhoto)."""
+    import numpy as np
+
+    from memnav.core.frames import habitat_to_map
+    from memnav.core.goal_photo import GoalPhoto, write_goal_photo
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+    from memnav.sim.episodes import load_episodes
+
+    data = make_tiny_dataset(folder / "houses", houses=2, seed=4, test=3)
+    episode = load_episodes(data, "test")[0]
+    sim = EmbeddedSimulator(config=SimConfig())
+    sim.reset(episode)
+    goal_xy = habitat_to_map(np.asarray(episode.goal.position, dtype=np.float64))[:2]
+    photo = GoalPhoto(sim.goal_observation.rgb, sim.goal_observation.depth, {"odom_pose": {
+        "x_m": float(goal_xy[0]), "y_m": float(goal_xy[1]), "yaw_rad": float(episode.goal_yaw_rad())}})
+    write_goal_photo(folder / "goal.png", photo)
+    return data, folder / "goal.png", photo
+
+
 def robot_odom_pose(folder: Path, env: dict, name: str) -> tuple[float, float, float]:
     """The simulated robot's odometry pose now (x, y, yaw), as `memnav goal capture` records it in `folder`/`name`.png
     (replaced if there) from the simulator bridge's camera topics."""

@@ -24,6 +24,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from conftest import (  # noqa: E402
+    far_goal_photo,
     file_sha256,
     isolated_ros_env,
     make_tiny_dataset,
@@ -105,19 +106,7 @@ def test_capture_the_robots_view_then_send_it_and_the_policy_node_stops_there(tm
 @pytest.mark.ros
 @pytest.mark.slow
 def test_cancel_stops_the_robot_and_ctrl_c_of_send_wait_cancels_its_goal(tmp_path):
-    from memnav.core.frames import habitat_to_map
-    from memnav.sim.base import SimConfig
-    from memnav.sim.embedded import EmbeddedSimulator
-    from memnav.sim.episodes import load_episodes
-
-    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
-    episode = load_episodes(data, "test")[0]
-    sim = EmbeddedSimulator(config=SimConfig())
-    sim.reset(episode)
-    goal_xy = habitat_to_map(np.asarray(episode.goal.position, dtype=np.float64))[:2]
-    goal = tmp_path / "goal.png"   # the episode's goal view, metres from the start: the robot has to search
-    write_goal_photo(goal, GoalPhoto(sim.goal_observation.rgb, sim.goal_observation.depth, {"odom_pose": {
-        "x_m": float(goal_xy[0]), "y_m": float(goal_xy[1]), "yaw_rad": float(episode.goal_yaw_rad())}}))
+    data, goal, _ = far_goal_photo(tmp_path)   # the robot has to search
     env = isolated_ros_env(113)
     logs = {name: tmp_path / f"{name}.log" for name in ("bridge", "policy")}
     procs, report = start_sim_robot(data, env, tmp_path, lockstep=False, policy_args=["-p", "max_steps:=400"])

@@ -18,8 +18,8 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from conftest import (  # noqa: E402
+    far_goal_photo,
     isolated_ros_env,
-    make_tiny_dataset,
     robot_odom_pose,
     run_memnav,
     start_policy_node,
@@ -27,7 +27,6 @@ from conftest import (  # noqa: E402
     stop_processes,
 )
 
-from memnav.core.goal_photo import GoalPhoto, write_goal_photo  # noqa: E402
 from memnav.core.goal_state import read_kept_goal  # noqa: E402
 
 
@@ -45,16 +44,7 @@ def _wait_for(check, timeout_s: float, every_s: float = 0.3):
 @pytest.mark.ros
 @pytest.mark.slow
 def test_a_killed_policy_node_resumes_its_goal_and_gives_it_up_after_max_goal_resumes(tmp_path):
-    from memnav.sim.base import SimConfig
-    from memnav.sim.embedded import EmbeddedSimulator
-    from memnav.sim.episodes import load_episodes
-
-    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)
-    episode = load_episodes(data, "test")[0]
-    sim = EmbeddedSimulator(config=SimConfig())
-    sim.reset(episode)
-    goal = tmp_path / "goal.png"   # the episode's goal view, meters from the start: the robot has to search
-    write_goal_photo(goal, GoalPhoto(sim.goal_observation.rgb, sim.goal_observation.depth, {}))
+    data, goal, photo = far_goal_photo(tmp_path)   # meters from the start: the robot has to search
     env = isolated_ros_env(127)
     kept = tmp_path / "state" / "goal_state.npz"
     args = ["-p", f"goal_state_file:={kept}", "-p", "max_goal_resumes:=1", "-p", "max_steps:=400"]
@@ -84,8 +74,8 @@ def test_a_killed_policy_node_resumes_its_goal_and_gives_it_up_after_max_goal_re
         assert sent.returncode == 0, sent.stdout + sent.stderr + logs_report()
         first = _wait_for(lambda: (g := kept_goal()) is not None and g.actions >= 10 and g, 90)
         assert first, logs_report()
-        assert first.resumes == 0 and first.depth is not None and first.rgb.shape == sim.goal_observation.rgb.shape
-        np.testing.assert_array_equal(first.rgb, sim.goal_observation.rgb)
+        assert first.resumes == 0 and first.depth is not None and first.rgb.shape == photo.rgb.shape
+        np.testing.assert_array_equal(first.rgb, photo.rgb)
 
         # 2. killed and started again: the same goal goes on, its action count too
         restart("policy_2")
