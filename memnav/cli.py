@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "capture a goal photo with the robot's camera; send one to the robot (and follow it to its STOP); "
              "cancel the goal it works on"),
     "estop": ("memnav.ros.estop_command", "engage or release the safety node's emergency stop, confirmed"),
+    "param": ("memnav.ros.param_command",
+              "list, read, change or dump a running node's parameters (what `ros2 param` does)"),
     "status": ("memnav.ros.status_command",
                "what the running stack is doing: its nodes, the goal, the last decision, the safety node, memory"),
     "record": ("memnav.ros.record_command", "record live topics into a rosbag2 bag (mcap or sqlite3)"),

@@ -12,13 +12,21 @@ Which overrides count as addressed to a node (rcl's command-line rules):
 Sections with wildcards (`/**:`, `/*/x`, ...) may be shared by many nodes and are not checked; neither is
 `use_sim_time`, which every rclpy node takes. A params file with no section for the node but one whose name is
 a typo of it (`safty_node:`) only gets a warning (`misnamed_sections`): shared files hold other nodes' sections.
+
+Changes at run time (`memnav param set`, `ros2 param set`, any SetParameters call): `guard_parameter_changes`
+refuses a change to a parameter the node reads only at start, naming it and saying how to change it (the
+parameter file and a restart), instead of taking a value that would change nothing. A group that `live_group`
+marks as live (the safety node's `guard.` limits) is checked the way a start is, by building its dataclass,
+and applied at once; a value the dataclass rejects is refused with its message, and nothing of that request is
+set.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import typing
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +46,19 @@ class ParameterTypeError(ValueError):
 
 class UnknownParameterError(ValueError):
     """Parameter overrides addressed to a node that declares no parameter of that name."""
+
+
+@dataclasses.dataclass
+class _Group:
+    """Parameters a node declared from one dataclass: under `prefix`, its current value `config`, and `apply` (set
+    by live_group: the group changes at run time; None: read at start only)."""
+
+    prefix: str
+    config: Any
+    apply: Callable[[Any], None] | None = None
+
+
+_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # rclpy Node -> its [_Group]
 
 
 def declare_dataclass(node: Any, cls: type[T], prefix: str = "") -> T:
@@ -70,7 +91,65 @@ def declare_dataclass(node: Any, cls: type[T], prefix: str = "") -> T:
         # the override is already in `declared`, converted to the field's type
         value = node.declare_parameter(name, declared, ignore_override=True).value
         values[f.name] = tuple(value) if isinstance(default, tuple) else value
-    return cls(**values)
+    config = cls(**values)
+    _GROUPS.setdefault(node, []).append(_Group(prefix, config))
+    return config
+
+
+def live_group(node: Any, prefix: str, apply: Callable[[Any], None]) -> None:
+    """Let the parameters `node` declared under `prefix` (with declare_dataclass) change while it runs: a change is
+    validated by building the dataclass anew, then `apply(new config)` is called (guard_parameter_changes)."""
+    for group in _GROUPS.get(node, []):
+        if group.prefix == prefix:
+            group.apply = apply
+            return
+    raise KeyError(f"{node.get_name()} declared no parameters under {prefix!r}")
+
+
+def guard_parameter_changes(node: Any) -> None:
+    """Check every later change of `node`'s declared parameters (see the module docstring): refused when read at
+    start only or rejected by its dataclass, else applied (live groups) and logged."""
+    from rcl_interfaces.msg import SetParametersResult
+
+    def on_set(params: list) -> SetParametersResult:
+        try:
+            changes = _changes(node, params)
+        except ValueError as err:
+            return SetParametersResult(successful=False, reason=str(err))
+        for group, new in changes:
+            old, group.config = group.config, new
+            group.apply(new)
+            for f in dataclasses.fields(new):
+                if getattr(old, f.name) != getattr(new, f.name):
+                    node.get_logger().info(f"parameter {group.prefix}{f.name} changed at run time: "
+                                           f"{getattr(old, f.name)!r} -> {getattr(new, f.name)!r}")
+        return SetParametersResult(successful=True)
+
+    node.add_on_set_parameters_callback(on_set)
+
+
+def _changes(node: Any, params: Sequence[Any]) -> list[tuple[_Group, Any]]:
+    """(group, its new config) for each live group that `params` (rclpy Parameters) change. Raises ValueError, one
+    line for the caller of set_parameters, when one is read at start only or its dataclass refuses the values."""
+    wanted: dict[int, dict[str, Any]] = {}
+    groups = _GROUPS.get(node, [])
+    for param in params:
+        found = [(g, param.name[len(g.prefix):]) for g in groups if param.name.startswith(g.prefix)
+                 and param.name[len(g.prefix):] in {f.name for f in dataclasses.fields(g.config)}]
+        if not found:
+            continue   # not a memnav parameter (use_sim_time: rclpy's own)
+        group, field_name = found[-1]
+        if group.apply is None:
+            raise ValueError(f"{param.name} is read when {node.get_name()} starts: set it in the node's parameter "
+                             "file (config/robot.yaml) or on its command line and restart the node")
+        current = getattr(group.config, field_name)
+        value = coerce_parameter(param.name, param.value, list(current) if isinstance(current, tuple) else current)
+        wanted.setdefault(id(group), {})[field_name] = tuple(value) if isinstance(current, tuple) else value
+    out = []
+    for group in groups:
+        if id(group) in wanted:
+            out.append((group, dataclasses.replace(group.config, **wanted[id(group)])))   # ValueError: refused
+    return out
 
 
 def coerce_parameter(name: str, value: Any, default: Any) -> Any:

@@ -103,10 +103,13 @@ def build(node) -> Callable[[], None]:
     from memnav.core.diagnostics import safety_diagnostic
     from memnav.ros import conversions as conv
     from memnav.ros import diagnostics_msgs
-    from memnav.ros.params import declare_dataclass
+    from memnav.ros.params import declare_dataclass, live_group
 
     cfg = declare_dataclass(node, SafetyNodeConfig)
     guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
+    # the limits may change while the robot runs (`memnav param set safety_node guard.max_linear_mps 0.3`): checked
+    # as at a start, then in force from the next control tick
+    live_group(node, "guard.", lambda new: setattr(guard, "config", new))
     # one file per namespace: two robots' safety nodes on one computer keep separate states
     cfg = dataclasses.replace(cfg, estop_state_file=state_path_in_namespace(cfg.estop_state_file,
                                                                             node.get_namespace()))

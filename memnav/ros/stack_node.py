@@ -106,7 +106,7 @@ def start_nodes(program: str, parts: Sequence[tuple[str, Callable[[Any], T]]], a
     import rclpy
     from rclpy.node import Node
 
-    from memnav.ros.params import check_overrides, misnamed_sections
+    from memnav.ros.params import check_overrides, guard_parameter_changes, misnamed_sections
 
     status = init_rclpy(program, args)
     if status is not None:
@@ -126,6 +126,8 @@ def start_nodes(program: str, parts: Sequence[tuple[str, Callable[[Any], T]]], a
                     raise
             starting = program
             check_overrides([node for node, _ in built], args)
+            for node, _ in built:
+                guard_parameter_changes(node)
             after = then([value for _, value in built]) if then is not None else None
         except (*config_errors(), *errors) as err:
             return report_config_error(starting, err)

@@ -92,6 +92,42 @@ def test_declare_dataclass_declares_an_integer_override_of_a_float_as_double(mak
     assert node.get_parameter("verify_min_similarity").value == 0.5
 
 
+def test_a_change_at_run_time_is_refused_when_read_at_start_and_checked_and_applied_when_live(make_node):
+    from rclpy.parameter import Parameter
+
+    from memnav.core.velocity_guard import VelocityGuardConfig
+    from memnav.ros.params import guard_parameter_changes, live_group
+
+    node = make_node("safety_node")
+    declare_dataclass(node, StopNodeConfig)
+    declare_dataclass(node, VelocityGuardConfig, prefix="guard.")
+    applied = []
+    live_group(node, "guard.", applied.append)
+    with pytest.raises(KeyError, match="no parameters under 'limits.'"):
+        live_group(node, "limits.", applied.append)
+    guard_parameter_changes(node)
+    # read at start only: refused, naming it, the value in force kept
+    result = node.set_parameters([Parameter("verify_min_similarity", value=0.5)])[0]
+    assert not result.successful and "verify_min_similarity is read when safety_node starts" in result.reason
+    assert node.get_parameter("verify_min_similarity").value != 0.5
+    # live: built anew and applied; two limits of one request together
+    result = node.set_parameters_atomically([Parameter("guard.max_linear_mps", value=0.3),
+                                             Parameter("guard.watchdog_s", value=0.8)])
+    assert result.successful, result.reason
+    assert len(applied) == 1 and (applied[0].max_linear_mps, applied[0].watchdog_s) == (0.3, 0.8)
+    # refused by the dataclass: nothing of the request is set, nothing applied
+    result = node.set_parameters_atomically([Parameter("guard.max_angular_radps", value=0.5),
+                                             Parameter("guard.max_linear_mps", value=-1.0)])
+    assert not result.successful and "VelocityGuardConfig.max_linear_mps must be finite and >= 0" in result.reason
+    assert len(applied) == 1 and node.get_parameter("guard.max_angular_radps").value == 1.0
+    assert node.get_parameter("guard.max_linear_mps").value == 0.3
+    # a live change after a refused one starts from what is in force
+    assert node.set_parameters([Parameter("guard.max_angular_radps", value=0.5)])[0].successful
+    assert (applied[-1].max_angular_radps, applied[-1].max_linear_mps, applied[-1].watchdog_s) == (0.5, 0.3, 0.8)
+    # not memnav's: left to rclpy
+    assert node.set_parameters([Parameter("use_sim_time", value=False)])[0].successful
+
+
 def test_declare_dataclass_refuses_a_string_for_a_float_by_name(make_node):
     node = make_node("stop_node", verify_min_similarity="high")
     with pytest.raises(ParameterTypeError, match="parameter 'verify_min_similarity' expects a double, got string"):

@@ -1,0 +1,215 @@
+"""`memnav param list|get|set|dump NODE ...`: a running node's parameters from a shell, through its standard
+parameter services (rcl_interfaces ListParameters, GetParameters, SetParameters), where pip-installed ROS 2 has no
+`ros2 param`. Works with any ROS 2 node, memnav's or not.
+
+NODE is a node name (`safety_node`), under --namespace when one is given (`/robot1/safety_node`), or a full name
+(`/robot1/safety_node`). `set` parses VALUE as YAML (as `ros2 param set` does: `0.3`, `true`, `[1, 2]`, text) and
+converts it to the parameter's current type (an integer for a double parameter becomes a double); the node may
+refuse a change, and memnav's nodes refuse a change to a parameter they read only at start, saying so
+(memnav.ros.params.guard_parameter_changes): the safety node's `guard.` limits change live, the rest is set in the
+parameter file before a (re)start. `dump` writes the node's parameters in the ROS 2 params-file format, which
+`--params-file` (and memnav launch's `param: [{from: FILE}]`) reads back.
+
+Exit status: 0 done; 1 the node refused the change (its reason on stderr); 2 no such node or parameter, a value of
+the wrong type, or no answer within --timeout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
+
+REFUSED_EXIT = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    helps = {"list": "the node's parameters with their values and types",
+             "get": "one parameter's value",
+             "set": "change a parameter while the node runs (the node may refuse: status 1, with its reason)",
+             "dump": "all parameters as a ROS 2 params file (YAML), on stdout or into --out"}
+    parsers = {}
+    for action, text in helps.items():
+        p = parsers[action] = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".",
+                                             formatter_class=parser.formatter_class)
+        p.add_argument("node", metavar="NODE",
+                       help="the node's name (safety_node, policy_node, ...: under --namespace when given) or full "
+                            "name (/robot1/safety_node)")
+    parsers["get"].add_argument("name", metavar="NAME", help="the parameter (e.g. guard.max_linear_mps)")
+    parsers["set"].add_argument("name", metavar="NAME", help="the parameter (e.g. guard.max_linear_mps)")
+    parsers["set"].add_argument("value", metavar="VALUE",
+                                help="its new value, as YAML (0.3, true, [1.0, 2.0], text), converted to the "
+                                     "parameter's type")
+    parsers["list"].add_argument("--json", type=Path, default=None, metavar="PATH",
+                                 help="also write {name: {type, value}} to this file")
+    parsers["dump"].add_argument("--out", type=Path, default=None, metavar="FILE",
+                                 help="write the params file here instead of stdout (an existing file is replaced)")
+    for p in parsers.values():
+        p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                       help="fail when the node's parameter services have not answered within this many seconds")
+        add_ros_args(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_seconds(args.timeout, "--timeout")
+    ros_args = shell_ros_args(args)
+    ros = Ros("memnav_param", ros_args)
+    try:
+        target = node_name(ros.node.get_namespace(), args.node)
+        client = ParameterClient(ros, target, args.timeout)
+        if args.action == "get":
+            print(_text(client.get([args.name])[args.name]))
+            return 0
+        if args.action == "set":
+            current = client.get([args.name])[args.name]
+            new = to_type(args.name, yaml_value(args.value), current)
+            ok, reason = client.set(args.name, new)
+            if not ok:
+                print(f"memnav param: {target} refused {args.name} = {_text(new)}: {reason or 'no reason given'}",
+                      file=sys.stderr)
+                return REFUSED_EXIT
+            print(f"{target}: {args.name} = {_text(new)} (was {_text(current)})", file=sys.stderr)
+            return 0
+        values = client.get(client.names())
+    finally:
+        ros.close()
+    if args.action == "list":
+        for name, value in values.items():
+            print(f"{name}: {_text(value)}  ({_type_name(value)})")
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({n: {"type": _type_name(v), "value": v} for n, v in values.items()},
+                                            indent=2) + "\n")
+        return 0
+    text = params_file(target, values)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        from memnav.core.files import replace_files
+
+        replace_files({args.out: text.encode()})
+        print(f"wrote {args.out} ({len(values)} parameters of {target})", file=sys.stderr)
+    return 0
+
+
+def node_name(namespace: str, node: str) -> str:
+    """The full name of `node` as given on the command line: a full name stays, a relative one goes under
+    `namespace` (this command's, from --namespace)."""
+    if not node or node.endswith("/") or "//" in node:
+        raise ValueError(f"NODE must be a node name such as safety_node or /robot1/safety_node, got {node!r}")
+    if node.startswith("/"):
+        return node
+    return f"{namespace.rstrip('/')}/{node}"
+
+
+def yaml_value(text: str) -> Any:
+    """VALUE as `ros2 param set` reads it: YAML (`0.3`, `true`, `[1, 2]`), text that is not YAML as itself."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def to_type(name: str, value: Any, current: Any) -> Any:
+    """`value` as the type of the parameter's `current` value (an int for a float parameter becomes a float; for a
+    string parameter, the text as typed). Raises ValueError naming the parameter and the type it takes."""
+    from memnav.ros.params import coerce_parameter
+
+    if isinstance(current, str) and not isinstance(value, str):
+        value = "true" if value is True else "false" if value is False else str(value)
+    if current is None:   # not set: any type
+        return value
+    return coerce_parameter(name, value, current)
+
+
+def params_file(node: str, values: dict[str, Any]) -> str:
+    """`values` as a ROS 2 params file for node `node`, given by its full name: the section is the node's name in
+    the root namespace, else its full name (`/robot1/safety_node:`); dotted names nest (`guard.max_linear_mps`
+    under `guard:`)."""
+    tree: dict[str, Any] = {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        *groups, leaf = name.split(".")
+        at = tree
+        for g in groups:
+            at = at.setdefault(g, {})
+        at[leaf] = value
+    namespace, name = node.rsplit("/", 1)
+    doc = {node if namespace else name: {"ros__parameters": tree}}
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (str, list, bool)) or value is None else repr(value)
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, list):
+        return f"{_type_name(value[0]) if value else 'empty'} array"
+    return {bool: "bool", int: "integer", float: "double", str: "string", bytes: "bytes"}.get(type(value), "not set")
+
+
+class ParameterClient:
+    """The parameter services of the node named `target`, called from `ros`'s node."""
+
+    def __init__(self, ros: Ros, target: str, timeout_s: float) -> None:
+        from rcl_interfaces.srv import GetParameters, ListParameters, SetParameters
+
+        self.ros, self.target, self.timeout_s = ros, target, timeout_s
+        self.clients = {name: ros.node.create_client(srv, f"{target}/{name}")
+                        for name, srv in (("list_parameters", ListParameters), ("get_parameters", GetParameters),
+                                          ("set_parameters", SetParameters))}
+
+    def _call(self, service: str, request: Any) -> Any:
+        client = self.clients[service]
+        if not self.ros.spin_until(client.service_is_ready, self.timeout_s):
+            raise RuntimeError(f"no node {self.target} answered within {self.timeout_s:g} s (no service "
+                               f"{client.service_name}): is it running on this ROS_DOMAIN_ID, in this namespace "
+                               "(--namespace)? `memnav status` lists memnav's nodes")
+        future = client.call_async(request)
+        if not self.ros.spin_until(future.done, self.timeout_s):
+            raise RuntimeError(f"{client.service_name} did not answer within {self.timeout_s:g} s")
+        return future.result()
+
+    def names(self) -> list[str]:
+        from rcl_interfaces.srv import ListParameters
+
+        return sorted(self._call("list_parameters", ListParameters.Request()).result.names)
+
+    def get(self, names: list[str]) -> dict[str, Any]:
+        """name -> value (None: declared, not set). Raises ValueError naming a parameter the node does not have."""
+        from rcl_interfaces.msg import ParameterType
+        from rcl_interfaces.srv import GetParameters
+        from rclpy.parameter import parameter_value_to_python
+
+        known = set(self.names())
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise ValueError(f"{self.target} has no parameter {', '.join(missing)} (`memnav param list "
+                           f"{self.target}` lists them)")
+        values = self._call("get_parameters", GetParameters.Request(names=list(names))).values
+        return {n: None if v.type == ParameterType.PARAMETER_NOT_SET else _plain(parameter_value_to_python(v))
+                for n, v in zip(names, values)}
+
+    def set(self, name: str, value: Any) -> tuple[bool, str]:
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+
+        result = self._call("set_parameters", SetParameters.Request(
+            parameters=[Parameter(name, value=value).to_parameter_msg()])).results[0]
+        return bool(result.successful), str(result.reason)
+
+
+def _plain(value: Any) -> Any:
+    """A parameter value as plain Python (arrays come back as array.array or numpy arrays)."""
+    if isinstance(value, (str, bytes, bool, int, float)) or value is None:
+        return value
+    return [_plain(v) for v in value]
