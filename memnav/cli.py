@@ -34,6 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "capture a goal photo with the robot's camera; send one to the robot (and follow it to its STOP); "
              "cancel the goal it works on"),
     "estop": ("memnav.ros.estop_command", "engage or release the safety node's emergency stop, confirmed"),
+    "topic": ("memnav.ros.topic_command",
+              "list topics, show a topic's publishers and subscribers with their QoS, measure its rate, print its "
+              "messages (what `ros2 topic` does)"),
     "param": ("memnav.ros.param_command",
               "list, read, change or dump a running node's parameters (what `ros2 param` does)"),
     "status": ("memnav.ros.status_command",

@@ -1,0 +1,116 @@
+"""`memnav topic list|info|hz|echo` against a real safety node process over DDS (it publishes /cmd_vel at 50 Hz,
+its status and /diagnostics, and subscribes the e-stop), plus the pure pieces: messages made plain for YAML, QoS
+mismatches, the rate summary."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+
+from conftest import stop_processes  # noqa: E402
+
+from memnav.ros.topic_command import field_of, qos_mismatches, rate_summary, to_plain  # noqa: E402
+
+
+def test_messages_become_plain_yaml_with_long_arrays_shortened():
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    from memnav.ros import conversions as conv
+
+    image = to_plain(conv.rgb_to_image(np.zeros((4, 8, 3), np.uint8)), max_array=16)
+    assert (image["height"], image["width"], image["encoding"]) == (4, 8, "rgb8")
+    assert image["data"] == "<96 values: 0, 0, 0, ...>" and set(image["header"]) == {"stamp", "frame_id"}
+    assert len(to_plain(conv.rgb_to_image(np.zeros((4, 8, 3), np.uint8)), max_array=0)["data"]) == 96
+    status = to_plain(DiagnosticStatus(level=b"\x02", name="/policy_node", message="no camera_info"), 16)
+    assert status["level"] == 2 and status["name"] == "/policy_node" and status["values"] == []
+    assert yaml.safe_load(yaml.safe_dump(image)) == image
+    assert field_of(image, "header.frame_id") == image["header"]["frame_id"]
+    with pytest.raises(ValueError, match=r"--field header.seq: no field 'seq' \(fields here: stamp, frame_id\)"):
+        field_of(image, "header.seq")
+
+
+def test_qos_mismatches_and_the_rate_summary():
+    pub = {"node": "/cam", "reliability": "best_effort", "durability": "volatile"}
+    sub = {"node": "/policy_node", "reliability": "reliable", "durability": "transient_local"}
+    lines = qos_mismatches([pub], [sub])
+    assert len(lines) == 2 and "subscribes reliable but /cam publishes best effort" in lines[0]
+    assert qos_mismatches([{**pub, "reliability": "reliable", "durability": "transient_local"}], [sub]) == []
+    assert qos_mismatches([pub], [{**sub, "reliability": "best_effort", "durability": "volatile"}]) == []
+    summary = rate_summary([0.0, 0.1, 0.2, 0.35, 0.4], [100, 100, 100, 100, 100])
+    assert summary["messages"] == 5 and summary["rate_hz"] == pytest.approx(10.0)
+    assert summary["period_min_s"] == pytest.approx(0.05) and summary["period_max_s"] == pytest.approx(0.15)
+    assert summary["bandwidth_bytes_per_s"] == pytest.approx(1000.0) and summary["mean_bytes"] == 100
+    assert rate_summary([1.0], [10])["rate_hz"] is None
+
+
+PEER = """
+import rclpy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Bool
+
+rclpy.init()
+node = rclpy.create_node("test_topic_peer")
+node.create_publisher(Bool, "/memnav/estop", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+try:
+    rclpy.spin(node)
+except KeyboardInterrupt:
+    pass
+"""
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_topic_lists_measures_and_prints_a_running_nodes_topics(monkeypatch, tmp_path):
+    domain = 40 + ((os.getpid() + 137) % 150)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    procs = [subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args", "-p",
+                               "status_period_s:=0.2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+             # an e-stop button that publishes best effort: the safety node's reliable subscription never hears it
+             subprocess.Popen([sys.executable, "-c", PEER], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)]
+
+    def topic(*args: str) -> subprocess.CompletedProcess:
+        """`memnav topic ARGS` as its own process."""
+        return subprocess.run([sys.executable, "-m", "memnav.cli", "topic", *args], capture_output=True, text=True,
+                              timeout=90)
+
+    try:
+        listed = topic("list", "--wait", "3", "--json", str(tmp_path / "list.json"))
+        assert listed.returncode == 0, listed.stderr
+        topics = json.loads((tmp_path / "list.json").read_text())["topics"]
+        assert topics["/cmd_vel"]["types"] == ["geometry_msgs/msg/Twist"] and topics["/cmd_vel"]["publishers"] == 1
+        assert "/cmd_vel  [geometry_msgs/msg/Twist]  1 pub" in listed.stdout
+        rate = topic("hz", "/cmd_vel", "--window", "2", "--json", str(tmp_path / "hz.json"))
+        assert rate.returncode == 0, rate.stderr
+        summary = json.loads((tmp_path / "hz.json").read_text())
+        assert 25.0 < summary["rate_hz"] < 75.0 and summary["messages"] > 50, summary   # rate_hz 50
+        assert summary["mean_bytes"] > 0 and "Hz over" in rate.stdout
+        echoed = topic("echo", "/memnav/safety_status", "--count", "2")
+        assert echoed.returncode == 0 and echoed.stdout.count("---\n") == 2, echoed.stderr
+        body = json.loads(yaml.safe_load(echoed.stdout.split("---\n")[0])["data"])
+        assert body["reason"] == "stale_color"   # no sensors: the watchdog holds it still
+        linear = topic("echo", "/cmd_vel", "--count", "1", "--field", "linear")
+        assert linear.returncode == 0 and yaml.safe_load(linear.stdout.split("---")[0]) == {"x": 0.0, "y": 0.0,
+                                                                                             "z": 0.0}
+        wrong = topic("echo", "/cmd_vel", "--count", "1", "--field", "linear.w")
+        assert wrong.returncode == 2 and "no field 'w' (fields here: x, y, z)" in wrong.stderr
+        info = topic("info", "/memnav/estop", "--json", str(tmp_path / "info.json"))
+        assert info.returncode == 0, info.stderr
+        found = json.loads((tmp_path / "info.json").read_text())
+        assert [s["node"] for s in found["subscribers"]] == ["/safety_node"]
+        assert found["subscribers"][0]["reliability"] == "reliable"
+        assert any("/safety_node subscribes reliable but /test_topic_peer publishes best effort" in line
+                   for line in found["qos_mismatches"]), found
+        assert "QoS mismatch: /safety_node subscribes reliable" in info.stdout
+        silent = topic("hz", "/nothing_here", "--timeout", "1")
+        assert silent.returncode == 1 and "no message on /nothing_here within 1 s" in silent.stderr
+        absent = topic("info", "/nothing_here", "--wait", "0.5")
+        assert absent.returncode == 1 and "/nothing_here is not in the graph" in absent.stderr
+    finally:
+        stop_processes(procs)
