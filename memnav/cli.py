@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topic": ("memnav.ros.topic_command",
               "list topics, show a topic's publishers and subscribers with their QoS, measure its rate, print its "
               "messages (what `ros2 topic` does)"),
+    "rviz": ("memnav.ros.rviz_command",
+             "write the RViz 2 view of a namespaced robot (or the robot profile's camera) from config/memnav.rviz"),
     "param": ("memnav.ros.param_command",
               "list, read, change or dump a running node's parameters (what `ros2 param` does)"),
     "status": ("memnav.ros.status_command",

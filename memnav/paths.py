@@ -12,15 +12,18 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
-def _models_dir() -> Path:
-    repo = PACKAGE_ROOT / "models"
-    if repo.is_dir():
+def shipped_file(relative: str) -> Path:
+    """A file or folder memnav ships (`models`, `config/memnav.rviz`): the repository's in an editable install,
+    else the installed copy under `<prefix>/share/memnav` (setup.py data_files); the repository's path when
+    neither exists."""
+    repo = PACKAGE_ROOT / relative
+    if repo.exists():
         return repo
-    installed = Path(sys.prefix) / "share" / "memnav" / "models"
-    return installed if installed.is_dir() else repo
+    installed = Path(sys.prefix) / "share" / "memnav" / relative
+    return installed if installed.exists() else repo
 
 
-MODELS = _models_dir()
+MODELS = shipped_file("models")
 
 
 def resolve_model_path(path: str, parameter: str, folder: bool = False) -> Path:

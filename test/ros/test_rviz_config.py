@@ -50,3 +50,46 @@ def test_every_display_shows_a_memnav_topic_of_its_type_in_the_odometry_frame():
         if not reliable:
             assert qos["Reliability Policy"] == "Best Effort", topic
         assert qos["Durability Policy"] == ("Transient Local" if latched else "Volatile"), topic
+
+
+def test_memnav_rviz_moves_every_display_to_a_namespaced_robots_topics(tmp_path):
+    from memnav.cli import main
+    from memnav.ros.rviz_command import resolve, rviz_config
+
+    shipped = (ROOT / "config" / "memnav.rviz").read_text()
+    out = tmp_path / "robot1.rviz"
+    assert main(["rviz", "--namespace", "robot1", "--profile", "robot", "--out", str(out)]) == 0
+    made = yaml.safe_load(out.read_text())
+    root = yaml.safe_load(shipped)
+    published = _published()
+    displays = root["Visualization Manager"]["Displays"], made["Visualization Manager"]["Displays"]
+    assert len(displays[0]) == len(displays[1])
+    pairs = list(zip(*displays))
+    for before, after in pairs:
+        assert {k: v for k, v in before.items() if k != "Topic"} == {k: v for k, v in after.items() if k != "Topic"}
+        if "Topic" not in before:
+            continue
+        topic = after["Topic"]["Value"]
+        assert {k: v for k, v in before["Topic"].items() if k != "Value"} == {
+            k: v for k, v in after["Topic"].items() if k != "Value"}   # the same QoS
+        assert topic.startswith("/robot1/"), topic
+        if before["Name"] == "Camera":   # the robot driver's topic, under the namespace
+            assert topic == "/robot1/camera/camera/color/image_raw"
+        else:   # what memnav's nodes publish there, as in the root namespace
+            assert topic[len("/robot1"):] == before["Topic"]["Value"] and topic[len("/robot1"):] in published
+    assert made["Visualization Manager"]["Global Options"] == root["Visualization Manager"]["Global Options"]
+    # options: an absolute odometry topic stays as given, relative ones follow the namespace; the root namespace
+    # with the simulator's camera gives back the shipped topics
+    text = rviz_config(shipped, "/fleet/r2", {"Camera": "cam/rgb", "Odometry": "/wheel/odom"})
+    topics = {d["Name"]: d["Topic"]["Value"] for d in yaml.safe_load(text)["Visualization Manager"]["Displays"]
+              if "Topic" in d}
+    assert topics["Camera"] == "/fleet/r2/cam/rgb" and topics["Odometry"] == "/wheel/odom"
+    assert topics["Agent occupancy map"] == "/fleet/r2/memnav/map"
+    same = rviz_config(shipped, "/", {"Camera": "camera/color/image_raw", "Odometry": "odom"})
+    assert yaml.safe_load(same) == root
+    assert resolve("odom", "/") == "/odom" and resolve("/x", "/r1") == "/x"
+    with pytest.raises(ValueError, match="no display named 'Lidar'"):
+        rviz_config(shipped, "/", {"Lidar": "scan"})
+    with pytest.raises(ValueError, match="not an RViz configuration"):
+        rviz_config("Panels: []\n", "/", {})
+    assert main(["rviz", "--namespace", "9robot"]) == 2   # not a namespace: refused by name
