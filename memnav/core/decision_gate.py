@@ -10,6 +10,12 @@ Lock-step (evaluation against a simulator that publishes one frame per action): 
 and odometry of exactly the same stamp and decides once per new frame. Real time: it pairs the newest colour
 and depth within `sync_tolerance_s` with the odometry nearest the colour frame's instant, and decides only once
 the previous action has been carried out for `action_duration_s`.
+
+Odometry that jumps (a base driver restarted at (0, 0, 0), a localiser's correction, a robot carried while its
+odometry was off) is told apart from motion when configured (`odometry_jump_m` / `odometry_jump_deg`): two
+consecutive odometry messages farther apart than a robot moves between two of them. The gate then forgets the
+poses before the jump and decides on no frame taken before it, and says so (`odometry` returns why), so that
+the agent can relocalise as after being carried.
 """
 from __future__ import annotations
 
@@ -37,6 +43,17 @@ def action_velocity(action: Action, forward_step_m: float, turn_angle_deg: float
     return 0.0, 0.0
 
 
+def odometry_jump(before: Pose2D, after: Pose2D, max_m: float, max_deg: float) -> str | None:
+    """One line saying how far odometry jumped from `before` to `after` when the move is over `max_m` meters or
+    the turn over `max_deg` degrees (either 0: not checked), else None."""
+    moved = math.hypot(after.x_m - before.x_m, after.y_m - before.y_m)
+    turned = abs(math.degrees((after.yaw_rad - before.yaw_rad + math.pi) % (2 * math.pi) - math.pi))
+    if (max_m > 0 and moved > max_m) or (max_deg > 0 and turned > max_deg):
+        return (f"odometry jumped {moved:.2f} m and {turned:.0f} deg between two messages, from ({before.x_m:.2f}, "
+                f"{before.y_m:.2f}) to ({after.x_m:.2f}, {after.y_m:.2f})")
+    return None
+
+
 @dataclass(frozen=True)
 class DecisionInput:
     """The frame a decision is due on: its colour stamp, colour image, depth image and odometry pose."""
@@ -58,13 +75,21 @@ class DecisionGate:
         goal_depth_wait_s: a goal photo that came without depth waits this long for it before the first
             decision (a photo from a user has none), seconds.
         odometry_history: odometry poses kept to pair frames with.
+        odometry_jump_m: consecutive odometry poses farther apart than this are a jump, meters (0 = off).
+        odometry_jump_deg: ... or turned by more than this, degrees (0 = off).
     """
 
     def __init__(self, *, lockstep: bool, sync_tolerance_s: float, action_duration_s: float,
-                 goal_depth_wait_s: float, odometry_history: int = 64) -> None:
+                 goal_depth_wait_s: float, odometry_history: int = 64, odometry_jump_m: float = 0.0,
+                 odometry_jump_deg: float = 0.0) -> None:
         if action_duration_s <= 0 or sync_tolerance_s < 0 or goal_depth_wait_s < 0:
             raise ValueError("DecisionGate: action_duration_s must be > 0, sync_tolerance_s and goal_depth_wait_s "
                              f">= 0; got {action_duration_s!r}, {sync_tolerance_s!r}, {goal_depth_wait_s!r}")
+        if not (math.isfinite(odometry_jump_m) and odometry_jump_m >= 0
+                and math.isfinite(odometry_jump_deg) and odometry_jump_deg >= 0):
+            raise ValueError("DecisionGate: odometry_jump_m and odometry_jump_deg must be >= 0 (0 = off); got "
+                             f"{odometry_jump_m!r}, {odometry_jump_deg!r}")
+        self.odometry_jump_m, self.odometry_jump_deg = odometry_jump_m, odometry_jump_deg
         self.lockstep = lockstep
         self.sync_tolerance_ns = 0 if lockstep else int(sync_tolerance_s * 1e9)
         self.action_duration_s = action_duration_s
@@ -134,9 +159,19 @@ class DecisionGate:
     def depth(self, stamp_ns: int, depth: np.ndarray) -> None:
         self._depth = (int(stamp_ns), depth)
 
-    def odometry(self, stamp_ns: int, pose: Pose2D) -> None:
+    def odometry(self, stamp_ns: int, pose: Pose2D) -> str | None:
+        """A new odometry pose. Returns None, or when it jumped from the pose before (see the module docstring)
+        one line saying how far; the poses before it are then forgotten, and frames taken before it are not
+        decided on."""
+        jump = None
+        if self._newest_pose is not None:
+            jump = odometry_jump(self._newest_pose[1], pose, self.odometry_jump_m, self.odometry_jump_deg)
+        if jump is not None:
+            self._poses.clear()
+            self.acted_ns = max(self.acted_ns, int(stamp_ns) - 1)
         self._newest_pose = (int(stamp_ns), pose)
         self._poses.push(stamp_ns, pose)
+        return jump
 
     def due(self, now_s: float, wall_s: float) -> DecisionInput | None:
         """The frame to decide on now, or None while there is no goal, no new paired frame, (lock-step) no

@@ -93,6 +93,7 @@ class PolicyHealth:
         encoder: the encoder checkpoint's path, for the record.
         goal_state_error: why the goal could not be kept in goal_state_file (a restart of the node would lose it),
             or None.
+        odometry_jumps: odometry jumps seen since the start (each relocalised the agent).
     """
 
     hfov_deg: float | None
@@ -108,6 +109,7 @@ class PolicyHealth:
     memory_error: str | None = None
     encoder: str = ""
     goal_state_error: str | None = None
+    odometry_jumps: int = 0
 
 
 def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
@@ -148,7 +150,7 @@ def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
               **{f"{name}_age_s": _age(age) for name, age in h.input_age_s.items()},
               "dropped": str(h.dropped_total), "places": str(h.places),
               "localised": "no memory" if h.localised is None else str(h.localised).lower(),
-              "encoder": h.encoder, "lockstep": str(h.lockstep).lower()}
+              "encoder": h.encoder, "lockstep": str(h.lockstep).lower(), "odometry_jumps": str(h.odometry_jumps)}
     return _report(findings, doing, values, h.dropped_new)
 
 

@@ -178,6 +178,12 @@ class PolicyNodeConfig(ExploringTuning):
             removed when it ends (memnav.core.goal_state).
         max_goal_resumes: resume a kept goal at most this many times: a goal at which the node dies each time is
             then given up (goal status "abandoned") instead of restarting it forever.
+        odometry_jump_m: two consecutive /odom poses farther apart than this are a jump, not motion (a base driver
+            restarted at zero, a localiser's correction): the node relocalises as ~/relocalise does (the memory
+            from agreeing loop closures, the occupancy map dropped, a goal's search started over from where the
+            robot stands), and decides on no frame taken before the jump; meters, 0 = off (the robot profile: 0.5,
+            ten times a 10 Hz odometry's step at the safety node's 0.5 m/s).
+        odometry_jump_deg: ... or turned by more than this between them, degrees (0 = off; the robot profile: 45).
     """
 
     agent: str = "memnav"
@@ -207,6 +213,8 @@ class PolicyNodeConfig(ExploringTuning):
     camera_height_m: float = 1.25
     goal_state_file: str = ""
     max_goal_resumes: int = 3
+    odometry_jump_m: float = 0.0
+    odometry_jump_deg: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.camera_hfov_deg) and (self.camera_hfov_deg == 0 or 0 < self.camera_hfov_deg < 180)):
@@ -220,7 +228,8 @@ class PolicyNodeConfig(ExploringTuning):
         # right, NaN or inf durations stall every action
         for name, low, strict in (("action_duration_s", 0.0, True), ("forward_step_m", 0.0, True),
                                   ("turn_angle_deg", 0.0, True), ("sync_tolerance_s", 0.0, False),
-                                  ("goal_depth_wait_s", 0.0, False), ("subscriber_wait_s", 0.0, False)):
+                                  ("goal_depth_wait_s", 0.0, False), ("subscriber_wait_s", 0.0, False),
+                                  ("odometry_jump_m", 0.0, False), ("odometry_jump_deg", 0.0, False)):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value)
                     and (value > low if strict else value >= low)):
@@ -309,7 +318,7 @@ def build(node) -> Callable[[], None]:
           "actions": 0, "hfov": cfg.camera_hfov_deg or None, "goal_held": False, "started_s": time.monotonic(),
           "mismatch": None, "goal": None, "heard": dict.fromkeys(("color", "depth", "odom")),
           "memory_error": None, "resumes": 0, "resume": None, "started_utc": "", "kept_actions": 0,
-          "goal_file_error": None}
+          "goal_file_error": None, "odometry_jumps": 0}
     # the goal kept across restarts of this node; one file per namespace, as the safety node's e-stop state
     goal_file = state_path_in_namespace(cfg.goal_state_file, node.get_namespace())
     if cfg.camera_hfov_deg > 0:
@@ -326,6 +335,7 @@ def build(node) -> Callable[[], None]:
         pub_plan = node.create_publisher(PathMsg, "memnav/plan", 10)
         pub_markers = node.create_publisher(MarkerArray, "memnav/search_markers", 10)
     gate = DecisionGate(lockstep=cfg.lockstep, sync_tolerance_s=cfg.sync_tolerance_s,
+                        odometry_jump_m=cfg.odometry_jump_m, odometry_jump_deg=cfg.odometry_jump_deg,
                         action_duration_s=cfg.action_duration_s, goal_depth_wait_s=cfg.goal_depth_wait_s)
 
     def drop(what: str, err: Exception) -> None:
@@ -488,7 +498,14 @@ def build(node) -> Callable[[], None]:
         st["heard"]["odom"] = time.monotonic()
         if not cfg.odom_frame and msg.header.frame_id:
             st["odom_frame"] = msg.header.frame_id
-        gate.odometry(*got)
+        jump = gate.odometry(*got)
+        if jump is not None:
+            st["odometry_jumps"] += 1
+            goal = gate.goal_photo
+            agent.relocalise(*(goal or (None, None)))
+            node.get_logger().warning(f"{jump} (a restarted base driver? a localiser's correction?): relocalising, "
+                                      "as ~/relocalise does" + ("; the goal's search starts over from here"
+                                                                if goal is not None else ""))
         maybe_act()
 
     def maybe_act() -> None:
@@ -619,7 +636,7 @@ def build(node) -> Callable[[], None]:
                          places=memory.sizes()[0] if memory is not None else 0,
                          localised=memory.localised if memory is not None else None,
                          memory_error=agent.storage_error, encoder=str(opts.encoder_checkpoint),
-                         goal_state_error=st["goal_file_error"])
+                         goal_state_error=st["goal_file_error"], odometry_jumps=st["odometry_jumps"])
         if h.memory_error and st["memory_error"] != h.memory_error:
             st["memory_error"] = h.memory_error
             node.get_logger().error(f"the long-term memory is no longer saved: {h.memory_error}; it goes on in RAM "

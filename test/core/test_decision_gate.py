@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from memnav.core.decision_gate import DecisionGate, action_velocity
+from memnav.core.decision_gate import DecisionGate, action_velocity, odometry_jump
 from memnav.core.types import Action, Pose2D
 
 RGB = np.zeros((4, 4, 3), np.uint8)
@@ -140,8 +140,35 @@ def test_a_goal_without_depth_is_acted_on_after_the_wait_and_then_keeps_its_star
     assert not g.goal_depth(100 * MS, DEPTH)       # too late: a decision was taken on the goal already
 
 
+def test_an_odometry_jump_is_told_apart_from_motion_and_frames_before_it_are_not_decided_on():
+    assert odometry_jump(Pose2D(0, 0, 0), Pose2D(0.4, 0.0, 0.5), 0.5, 45.0) is None   # motion
+    assert odometry_jump(Pose2D(0, 0, 3.1), Pose2D(0, 0, -3.1), 0.5, 45.0) is None   # across +-pi: 4 deg
+    moved = odometry_jump(Pose2D(3.0, 4.0, 0.0), Pose2D(0.0, 0.0, 0.0), 0.5, 45.0)
+    assert moved == "odometry jumped 5.00 m and 0 deg between two messages, from (3.00, 4.00) to (0.00, 0.00)"
+    assert "and 90 deg" in odometry_jump(Pose2D(0, 0, 0), Pose2D(0, 0, 1.5708), 0.5, 45.0)
+    assert odometry_jump(Pose2D(0, 0, 0), Pose2D(9, 0, 3), 0.0, 0.0) is None   # off
+    g = gate(False, odometry_jump_m=0.5, odometry_jump_deg=45.0)
+    start_goal(g, 0)
+    frame(g, 1000 * MS, x_m=3.0)
+    assert g.odometry(1050 * MS, Pose2D(3.05, 0.0, 0.0)) is None
+    g.colour(1100 * MS, RGB)                       # a frame of just before the jump
+    g.depth(1100 * MS, DEPTH)
+    assert "jumped 3.05 m" in g.odometry(1150 * MS, Pose2D(0.0, 0.0, 0.0))   # the base driver restarted
+    assert g.due(10.0, 10.0) is None               # taken before the jump: its pose is in the old frame
+    frame(g, 1200 * MS, x_m=0.02)
+    got = g.due(10.0, 10.0)
+    assert got.stamp_ns == 1200 * MS and got.pose.x_m == 0.02
+    g.colour(1300 * MS, RGB)
+    g.depth(1300 * MS, DEPTH)
+    assert g.due(11.0, 11.0).pose.x_m == 0.02      # no pose of before the jump is paired any more
+    off = gate(False)                              # the default: not checked
+    assert off.odometry(5, Pose2D(0, 0, 0)) is None and off.odometry(6, Pose2D(9, 9, 3)) is None
+
+
 def test_bad_arguments_and_a_missing_goal_are_named():
     with pytest.raises(ValueError, match="action_duration_s"):
         gate(False, action_duration_s=0.0)
+    with pytest.raises(ValueError, match="odometry_jump_m and odometry_jump_deg must be >= 0"):
+        gate(False, odometry_jump_m=float("nan"))
     with pytest.raises(RuntimeError, match="no goal photo"):
         gate(False).goal_to_start()
