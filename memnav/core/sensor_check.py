@@ -8,6 +8,7 @@ colour-depth pairing tolerance. No ROS here: times are arguments.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -203,10 +204,23 @@ def check_streams(color: StreamLog, depth: StreamLog, odom: StreamLog, duration_
     return out
 
 
-def check_command_topic(topic: str, subscribers: int, publishers: int) -> list[Finding]:
-    """The base's velocity input: something must listen (the base driver), and nothing else should command it
-    (a teleop node left running would fight the safety node, which publishes there at 50 Hz)."""
+TWIST, TWIST_STAMPED = "geometry_msgs/msg/Twist", "geometry_msgs/msg/TwistStamped"
+
+
+def check_command_topic(topic: str, subscribers: int, publishers: int, subscriber_types: Sequence[str] = (),
+                        stamped: bool = False) -> list[Finding]:
+    """The base's velocity input: something must listen (the base driver), of the message type the safety node
+    will publish (`stamped`: TwistStamped, else Twist; `subscriber_types`: each subscriber's), and nothing else
+    should command it (a teleop node left running would fight the safety node, which publishes there at 50 Hz)."""
     out = []
+    ours, other = (TWIST_STAMPED, TWIST) if stamped else (TWIST, TWIST_STAMPED)
+    if subscriber_types and ours not in subscriber_types:
+        hint = ("cmd_vel_stamped:=false" if stamped else "cmd_vel_stamped:=true (ros2_control's diff_drive_controller "
+                "on Jazzy and later)") if other in subscriber_types else "remap cmd_vel_topic to the base's input"
+        out.append(Finding(Level.FAIL, topic, f"the base subscribes {', '.join(sorted(set(subscriber_types)))}, but "
+                                              f"the safety node will publish {ours}: the base would never move "
+                                              f"(robot.launch.yaml {hint}; memnav check --cmd-vel-stamped checks "
+                                              "the stamped one)"))
     if subscribers == 0:
         out.append(Finding(Level.WARN, topic, "nothing subscribes: the base driver is not running or listens on "
                                               "another topic (robot.launch.yaml cmd_vel_topic:=...)"))
@@ -214,7 +228,7 @@ def check_command_topic(topic: str, subscribers: int, publishers: int) -> list[F
         out.append(Finding(Level.WARN, topic, f"{publishers} publisher(s) already (teleop?): with memnav running they "
                                               "would fight the safety node's commands"))
     if not out:
-        out.append(Finding(Level.OK, topic, f"{subscribers} subscriber(s), no other publisher"))
+        out.append(Finding(Level.OK, topic, f"{subscribers} subscriber(s) of {ours}, no other publisher"))
     return out
 
 

@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "simulator bridge's: camera/color/camera_info)")
     parser.add_argument("--cmd-vel-topic", default="cmd_vel", metavar="TOPIC",
                         help="the base's velocity input (robot.launch.yaml cmd_vel_topic)")
+    parser.add_argument("--cmd-vel-stamped", action="store_true",
+                        help="the safety node will publish geometry_msgs/TwistStamped (robot.launch.yaml "
+                             "cmd_vel_stamped:=true), not Twist: check that the base takes that")
     parser.add_argument("--encoder", default=ROBOT_ENCODER, metavar="PATH",
                         help="the encoder checkpoint the policy node will run (its encoder_checkpoint; config/"
                              "robot.yaml's by default): the camera's field of view is checked against the ones it "
@@ -77,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     encoder = check_camera_for_encoder(args.camera_info_topic, camera and camera["hfov_deg"], args.encoder,
                                        trained_hfov)
     findings += [encoder] if encoder is not None else []
-    findings += check_command_topic(cmd["topic"], cmd["subscribers"], cmd["publishers"])
+    findings += check_command_topic(cmd["topic"], cmd["subscribers"], cmd["publishers"], cmd["subscriber_types"],
+                                    args.cmd_vel_stamped)
     return report(args, (color, depth, odom), cmd, camera, findings, transports)
 
 
@@ -152,7 +156,9 @@ def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
             log.same_type_topics = sorted(name for name, types in graph if msgtype in types and name != log.topic
                                           and node.count_publishers(name))
         cmd = {"topic": args.cmd_vel_topic, "subscribers": node.count_subscribers(args.cmd_vel_topic),
-               "publishers": node.count_publishers(args.cmd_vel_topic)}
+               "publishers": node.count_publishers(args.cmd_vel_topic),
+               "subscriber_types": sorted({i.topic_type for i in
+                                           node.get_subscriptions_info_by_topic(args.cmd_vel_topic)})}
     finally:
         ros.close()
     return color, depth, odom, cmd, infos[-1] if infos else None

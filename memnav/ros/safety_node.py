@@ -10,6 +10,8 @@ Subscribes:
                                 across restarts of the node too when estop_state_file is set
 Publishes:
     /cmd_vel                    geometry_msgs/Twist  every 1/rate_hz: the guarded command, zero on any fault
+                                (geometry_msgs/TwistStamped with cmd_vel_stamped: ros2_control's diff_drive_controller
+                                on Jazzy and later takes only that)
     /memnav/safety_status       std_msgs/String JSON {reason, v_mps, w_radps, requested_v_mps,
                                 requested_w_radps, estop, age_s: {color, depth, odom} (null = never), dropped}
                                 on every change of reason and every status_period_s (reliable, depth 10)
@@ -56,11 +58,17 @@ class SafetyNodeConfig:
             cannot be read starts it engaged too; one that cannot be written is logged as an error at each change.
             In a namespace other than the root, the file is kept in a folder of that name beside the path given
             (`~/.ros/memnav/robot1/estop_state.json` under /robot1), one per robot.
+        cmd_vel_stamped: publish geometry_msgs/TwistStamped on /cmd_vel instead of Twist (stamped with this node's
+            clock), for bases that take only that (ros2_control's diff_drive_controller on Jazzy and later by
+            default; `memnav check` says which one the base subscribes).
+        cmd_vel_frame_id: header.frame_id of the stamped command (the robot's base frame).
     """
 
     rate_hz: float = 50.0
     status_period_s: float = 1.0
     estop_state_file: str = ""
+    cmd_vel_stamped: bool = False
+    cmd_vel_frame_id: str = "base_link"
 
     def __post_init__(self) -> None:
         # the base's command stream: inf would busy-loop the timer, a rate below 1 Hz would leave the base without
@@ -94,7 +102,7 @@ def build(node) -> Callable[[], None]:
     """Declare this node's parameters on `node` (an rclpy Node named safety_node) and create its publishers,
     subscriptions and timer; nothing spins here. Returns the clean-up to call before the node is destroyed."""
     import rclpy
-    from geometry_msgs.msg import Twist
+    from geometry_msgs.msg import Twist, TwistStamped
     from nav_msgs.msg import Odometry
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
@@ -119,7 +127,18 @@ def build(node) -> Callable[[], None]:
         guard.set_estop(engaged)
         (node.get_logger().warning if engaged else node.get_logger().info)(
             why + ("; `memnav estop release` to drive" if engaged else ""))
-    pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
+    pub_cmd = node.create_publisher(TwistStamped if cfg.cmd_vel_stamped else Twist, "cmd_vel", 10)
+
+    def command(v_mps: float, w_radps: float):
+        """The base's command message: a Twist, or with cmd_vel_stamped a TwistStamped of now."""
+        twist = Twist()
+        twist.linear.x, twist.angular.z = float(v_mps), float(w_radps)
+        if not cfg.cmd_vel_stamped:
+            return twist
+        msg = TwistStamped(twist=twist)
+        msg.header.stamp = node.get_clock().now().to_msg()
+        msg.header.frame_id = cfg.cmd_vel_frame_id
+        return msg
     pub_status = node.create_publisher(String, "memnav/safety_status", 10)
     pub_diag = diagnostics_msgs.create_publisher(node)
     st = {"requested": (0.0, 0.0), "reason": None, "status_s": -math.inf, "diag_s": -math.inf, "reported": 0}
@@ -174,9 +193,7 @@ def build(node) -> Callable[[], None]:
     def on_tick() -> None:
         now = time.monotonic()
         out = guard.update(now)
-        msg = Twist()
-        msg.linear.x, msg.angular.z = out.v_mps, out.w_radps
-        pub_cmd.publish(msg)
+        pub_cmd.publish(command(out.v_mps, out.w_radps))
         changed = out.reason != st["reason"]
         if changed and out.reason.stops and st["reason"] is not None:
             node.get_logger().warning(f"commanding zero velocity: {out.reason.value}")
@@ -206,7 +223,7 @@ def build(node) -> Callable[[], None]:
 
     def close() -> None:
         if rclpy.ok():                 # leave the base commanded to stand still
-            pub_cmd.publish(Twist())
+            pub_cmd.publish(command(0.0, 0.0))
 
     return close
 

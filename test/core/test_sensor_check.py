@@ -75,6 +75,22 @@ def test_the_base_topic_must_have_a_listener_and_no_other_commander():
     assert any("nothing subscribes" in t for t in texts) and any("teleop" in t for t in texts)
 
 
+def test_the_base_must_take_the_message_type_the_safety_node_publishes():
+    twist, stamped = "geometry_msgs/msg/Twist", "geometry_msgs/msg/TwistStamped"
+    ok = check_command_topic("/cmd_vel", 1, 0, [twist])
+    assert [f.level for f in ok] == [Level.OK] and "1 subscriber(s) of geometry_msgs/msg/Twist" in ok[0].text
+    assert [f.level for f in check_command_topic("/cmd_vel", 1, 0, [stamped], stamped=True)] == [Level.OK]
+    # a diff_drive_controller of Jazzy listens for TwistStamped: Twist would never reach it
+    wrong = check_command_topic("/diff_drive_controller/cmd_vel", 1, 0, [stamped])
+    assert wrong[0].level is Level.FAIL and "cmd_vel_stamped:=true" in wrong[0].text
+    assert "the base subscribes geometry_msgs/msg/TwistStamped, but the safety node will publish " \
+           "geometry_msgs/msg/Twist" in wrong[0].text
+    back = check_command_topic("/cmd_vel", 1, 0, [twist], stamped=True)
+    assert back[0].level is Level.FAIL and "cmd_vel_stamped:=false" in back[0].text
+    other = check_command_topic("/cmd_vel", 1, 0, ["std_msgs/msg/Float64MultiArray"])
+    assert other[0].level is Level.FAIL and "remap cmd_vel_topic" in other[0].text
+
+
 def test_thresholds_are_the_robot_profiles():
     from pathlib import Path
 

@@ -179,3 +179,54 @@ def test_robot_yaml_builds_the_robot_profile_configs():
     assert built[1].watchdog_s == 0.5
     policy = PolicyNodeConfig(**doc["policy_node"]["ros__parameters"])
     assert policy.lockstep is False
+
+
+BASE = """
+import rclpy
+from geometry_msgs.msg import TwistStamped
+
+rclpy.init()
+node = rclpy.create_node("stamped_base")   # a base that takes TwistStamped only (diff_drive_controller, Jazzy)
+seen = []
+
+
+def on_cmd(msg):
+    if len(seen) < 5:
+        seen.append(msg)
+        print(msg.header.frame_id, msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.twist.linear.x,
+              flush=True)
+
+
+node.create_subscription(TwistStamped, "/cmd_vel", on_cmd, 10)
+try:
+    rclpy.spin(node)
+except KeyboardInterrupt:
+    pass
+"""
+
+
+def test_a_stamped_base_gets_twist_stamped_and_check_names_the_setting(monkeypatch, tmp_path):
+    domain = 40 + ((os.getpid() + 149) % 150)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    base = subprocess.Popen([sys.executable, "-c", BASE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # 1. memnav check with the default (Twist) finds a base that takes TwistStamped only, and says what to set
+        check = subprocess.run([sys.executable, "-m", "memnav.cli", "check", "--duration", "1", "--json",
+                                str(tmp_path / "check.json")], capture_output=True, text=True, timeout=120)
+        body = json.loads((tmp_path / "check.json").read_text())
+        assert body["cmd_vel"]["subscriber_types"] == ["geometry_msgs/msg/TwistStamped"], check.stdout
+        wrong = [f for f in body["findings"] if f["topic"] == "/cmd_vel" and f["level"] == "FAIL"]
+        assert wrong and "cmd_vel_stamped:=true" in wrong[0]["text"], body["findings"]
+        # 2. the safety node with cmd_vel_stamped: the base gets stamped commands (zero: no sensors, the watchdog)
+        safety = subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args", "-p",
+                                   "cmd_vel_stamped:=true", "-p", "cmd_vel_frame_id:=base_footprint"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(8.0)
+        stop_processes([safety])
+    finally:
+        out = stop_processes([base])[0]
+    lines = [line.split() for line in out.splitlines() if line.startswith("base_footprint")]
+    assert len(lines) == 5, out
+    stamps = [float(stamp) for _, stamp, _ in lines]
+    assert stamps == sorted(stamps) and stamps[0] > 1e9 and all(float(v) == 0.0 for _, _, v in lines), lines
