@@ -102,11 +102,21 @@ def isolated_ros_env(offset: int) -> dict:
 
 
 def run_memnav(args: list[str], env: dict, timeout_s: float) -> subprocess.CompletedProcess:
-    """`memnav ARGS` as a process of its own (as a user runs it), its output captured as text."""
+    """`memnav ARGS` as a process of its own (as a user runs it), its output captured as text. One that runs past
+    `timeout_s` is made to print every thread's Python stack (faulthandler, on SIGABRT) before the test fails,
+    so that a hang says where it hangs."""
     import sys
 
-    return subprocess.run([sys.executable, "-m", "memnav.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout_s)
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "memnav.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"memnav {' '.join(args)} ran past {timeout_s:g} s; its stacks then:\n{err[-6000:]}"
+                             f"\n--- stdout\n{out[-2000:]}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def far_goal_photo(folder: Path):

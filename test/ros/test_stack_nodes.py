@@ -222,6 +222,10 @@ def test_stack_builds_memory_and_decides_stops(stack):
             return next((d for d in reversed(got["diag"]) if d.name == f"/{name}"), None)
 
         wait(lambda: all(newest(n) is not None for n in NODES), 5, "every node's diagnostics")
+        # the newest memory report after the inserts (one a second: on a loaded machine the one heard first may
+        # still be from before them)
+        wait(lambda: int({v.key: v.value for v in newest("memory_node").values}["places"]) >= 1, 5,
+             "a memory node report with its places")
         memory = newest("memory_node")
         diag = {v.key: v.value for v in memory.values}
         assert memory.level == b"\x00" and int(diag["places"]) >= 1 and diag["db_path"].endswith("memory.db"), diag
