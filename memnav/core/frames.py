@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from memnav.core.types import Pose2D
+
 _HAB_TO_MAP = np.array([[0.0, 0.0, -1.0],
                         [-1.0, 0.0, 0.0],
                         [0.0, 1.0, 0.0]])
@@ -30,6 +32,13 @@ def habitat_to_map(points: np.ndarray) -> np.ndarray:
 def map_to_habitat(points: np.ndarray) -> np.ndarray:
     """Convert map-frame points (..., 3) to Habitat world points (..., 3)."""
     return np.asarray(points, dtype=np.float64) @ _MAP_TO_HAB.T
+
+
+def camera_pose(base: Pose2D, forward_m: float) -> Pose2D:
+    """The pose of a camera mounted `forward_m` meters ahead of the robot's turning axis (where odometry puts
+    `base`), looking the same way: what depth is mapped from."""
+    return Pose2D(base.x_m + forward_m * math.cos(base.yaw_rad), base.y_m + forward_m * math.sin(base.yaw_rad),
+                  base.yaw_rad)
 
 
 def camera_hfov_deg(width_px: int, fx_px: float) -> float | None:

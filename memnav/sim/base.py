@@ -29,6 +29,9 @@ class SimConfig:
         height_px: camera image height, pixels.
         hfov_deg: horizontal field of view, degrees.
         sensor_height_m: camera height above the floor, meters.
+        sensor_forward_m: camera ahead of the agent's centre (its turning axis, where odometry is), meters (0: on
+            it, as Habitat's agents; a robot's camera is often mounted 0.1-0.3 m ahead: the policy node's
+            camera_forward_m tells the agent).
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
         agent_radius_m: radius of the agent's collision cylinder, meters.
@@ -59,6 +62,7 @@ class SimConfig:
     height_px: int = 128
     hfov_deg: float = 90.0
     sensor_height_m: float = 1.25
+    sensor_forward_m: float = 0.0
     forward_step_m: float = 0.25
     turn_angle_deg: float = 30.0
     agent_radius_m: float = 0.18
@@ -85,6 +89,9 @@ class SimConfig:
                 raise ValueError(f"SimConfig.{name} must be a positive number, got {value!r}")
         if not 0 < self.hfov_deg < 180:
             raise ValueError(f"SimConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
+        if not np.isfinite(self.sensor_forward_m) or abs(self.sensor_forward_m) > 2.0:
+            raise ValueError(f"SimConfig.sensor_forward_m must be a finite offset within 2 m, got "
+                             f"{self.sensor_forward_m!r}")
         for name in ("odom_noise_trans_std", "odom_noise_rot_std", "max_climb_m"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")

@@ -180,7 +180,8 @@ class EmbeddedSimulator:
 
     # --- internals ----------------------------------------------------------------------------
     def _render(self, position: np.ndarray, yaw_rad: float):
-        eye = position + np.array([0.0, self.config.sensor_height_m, 0.0])
+        eye = (position + np.array([0.0, self.config.sensor_height_m, 0.0])
+               + heading_habitat(yaw_rad) * self.config.sensor_forward_m)
         return self.scene.caster.render(eye[None], np.array([yaw_rad]), self._camera,
                                         max_depth_m=self.config.max_depth_m,
                                         semantic=self.scene.has_semantics)[0]

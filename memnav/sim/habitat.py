@@ -60,7 +60,9 @@ def import_habitat_sim() -> Any:
 # --- pure functions (no habitat-sim) ------------------------------------------------------------------
 def sensor_specs(config: SimConfig, semantic: bool) -> list[dict]:
     """Plain description of the sensors: uuid, sensor_type, resolution [H, W], position [x, y, z] (m), hfov (deg)."""
-    base = {"resolution": [config.height_px, config.width_px], "position": [0.0, config.sensor_height_m, 0.0],
+    # a habitat-sim agent looks along its -Z axis: a camera ahead of it is at -sensor_forward_m
+    base = {"resolution": [config.height_px, config.width_px],
+            "position": [0.0, config.sensor_height_m, -config.sensor_forward_m],
             "hfov": float(config.hfov_deg)}
     specs = [dict(base, uuid="color", sensor_type="COLOR"), dict(base, uuid="depth", sensor_type="DEPTH")]
     if semantic:

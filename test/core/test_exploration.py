@@ -105,6 +105,38 @@ def test_a_narrower_camera_is_mapped_where_the_walls_are_once_set(two_room_scene
         right.set_camera(180.0, 1.25)
 
 
+def test_a_camera_ahead_of_the_turning_axis_is_mapped_where_the_walls_are_from_its_own_pose(two_room_scene):
+    """A camera mounted 0.3 m ahead of the robot's turning axis (where odometry is): mapped from the odometry pose,
+    the walls seen while turning land off the walls, out in the room; mapped from the camera's pose
+    (memnav.core.frames.camera_pose, the policy node's camera_forward_m) they land on them."""
+    from memnav.core.frames import camera_pose, habitat_position_from_map
+
+    def on_walls(forward_m: float, told_m: float) -> tuple[int, float]:
+        """(obstacle cells mapped in a full turn on the spot, the share of them off the navigable area: on a
+        wall, not out in the room where nothing stands)."""
+        explorer = Explorer(ExplorerConfig())
+        sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, sensor_forward_m=forward_m))
+        try:
+            obs = _start(sim, 2.0, 2.5)
+            for _ in range(12):
+                explorer.update(obs.depth, camera_pose(obs.pose, told_m))
+                obs = sim.step(Action.TURN_LEFT)
+            m = explorer.map
+            rows, cols = np.nonzero(m.obstacles((slice(None), slice(None))))
+            xs = m.origin[0] + (cols + 0.5) * m.cfg.cell_m
+            ys = m.origin[1] + (rows + 0.5) * m.cfg.cell_m
+            free = [sim.grid.is_navigable(habitat_position_from_map(x, y, 0.0)) for x, y in zip(xs, ys)]
+        finally:
+            sim.close()
+        return len(free), 1.0 - float(np.mean(free))
+
+    n_axis, axis = on_walls(0.0, 0.0)     # the camera on the axis, as the simulator's
+    n_wrong, wrong = on_walls(0.3, 0.0)   # 0.3 m ahead, mapped from the odometry pose
+    n_fixed, fixed = on_walls(0.3, 0.3)   # ... from the camera's pose
+    assert min(n_axis, n_wrong, n_fixed) > 30
+    assert fixed >= axis - 0.02 and wrong < fixed - 0.1, (axis, wrong, fixed)   # measured: 1.0, 0.57, 1.0
+
+
 def test_exploration_covers_both_rooms_through_the_door_without_collisions(sim):
     obs = _start(sim, 1.0, 3.0)
     explorer = Explorer(ExplorerConfig())

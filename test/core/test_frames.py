@@ -46,3 +46,15 @@ def test_bad_quaternion_is_rejected():
         frames.yaw_from_quat_xyzw([0, 0, 0, 0])
     with pytest.raises(ValueError, match="quaternion"):
         frames.yaw_from_quat_xyzw([0, float("nan"), 0, 1])
+
+
+def test_the_camera_pose_is_the_odometry_pose_moved_along_the_heading():
+    import math
+
+    from memnav.core.frames import camera_pose
+    from memnav.core.types import Pose2D
+
+    assert camera_pose(Pose2D(1.0, 2.0, 0.0), 0.2) == Pose2D(1.2, 2.0, 0.0)
+    cam = camera_pose(Pose2D(1.0, 2.0, math.pi / 2), 0.2)
+    assert (cam.x_m, cam.y_m, cam.yaw_rad) == (pytest.approx(1.0), pytest.approx(2.2), math.pi / 2)
+    assert camera_pose(Pose2D(1.0, 2.0, 0.3), 0.0) == Pose2D(1.0, 2.0, 0.3)
