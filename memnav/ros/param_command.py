@@ -23,22 +23,18 @@ from typing import Any
 
 import yaml
 
-from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import Ros, add_actions, add_ros_args, check_seconds, shell_ros_args
 
 REFUSED_EXIT = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    sub.required = True
-    helps = {"list": "the node's parameters with their values and types",
-             "get": "one parameter's value",
-             "set": "change a parameter while the node runs (the node may refuse: status 1, with its reason)",
-             "dump": "all parameters as a ROS 2 params file (YAML), on stdout or into --out"}
-    parsers = {}
-    for action, text in helps.items():
-        p = parsers[action] = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".",
-                                             formatter_class=parser.formatter_class)
+    parsers = add_actions(parser, {
+        "list": "the node's parameters with their values and types",
+        "get": "one parameter's value",
+        "set": "change a parameter while the node runs (the node may refuse: status 1, with its reason)",
+        "dump": "all parameters as a ROS 2 params file (YAML), on stdout or into --out"})
+    for p in parsers.values():
         p.add_argument("node", metavar="NODE",
                        help="the node's name (safety_node, policy_node, ...: under --namespace when given) or full "
                             "name (/robot1/safety_node)")

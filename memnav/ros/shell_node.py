@@ -94,6 +94,15 @@ def shell_ros_args(args: argparse.Namespace) -> list[str]:
     return ns + list(args.ros_args)
 
 
+def add_actions(parser: argparse.ArgumentParser, helps: dict[str, str]) -> dict[str, argparse.ArgumentParser]:
+    """A required ACTION sub-command per entry of `helps` (action -> one-line help, also its description);
+    action -> its parser, for the caller's own arguments."""
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    return {action: sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".",
+                                   formatter_class=parser.formatter_class) for action, text in helps.items()}
+
+
 def add_ros_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default="", metavar="NS",
                         help="the robot's namespace (the launch file's namespace:=NS): relative topic names, "

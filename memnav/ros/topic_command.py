@@ -25,22 +25,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import Ros, add_actions, add_ros_args, check_seconds, shell_ros_args
 
 NO_MESSAGE_EXIT = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    sub.required = True
-    helps = {"list": "every topic with its type and how many publish and subscribe it",
-             "info": "a topic's type, publishers and subscribers with their QoS (and any mismatch between them)",
-             "hz": "a topic's message rate, period spread and bandwidth",
-             "echo": "print a topic's messages as YAML"}
-    parsers = {}
-    for action, text in helps.items():
-        p = parsers[action] = sub.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".",
-                                             formatter_class=parser.formatter_class)
+    parsers = add_actions(parser, {
+        "list": "every topic with its type and how many publish and subscribe it",
+        "info": "a topic's type, publishers and subscribers with their QoS (and any mismatch between them)",
+        "hz": "a topic's message rate, period spread and bandwidth",
+        "echo": "print a topic's messages as YAML"})
+    for action, p in parsers.items():
         if action != "list":
             p.add_argument("topic", metavar="TOPIC", help="the topic (relative names resolve under --namespace)")
     parsers["list"].add_argument("--wait", type=float, default=2.0, metavar="S",
