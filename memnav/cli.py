@@ -71,9 +71,10 @@ def config_from_options(cls: type[T], options: Mapping[str, str], **fields: Any)
 
 
 def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    """--hfov-deg, --camera-height-m and --image-px: the simulated camera `what` (e.g. "the views are rendered
-    with"), for measuring what a robot's own camera changes; SimConfig's camera is the default. `camera_options`
-    reads them back. (SimConfig is imported here, not at the top: `memnav estop` and the like never need it.)"""
+    """--hfov-deg, --camera-height-m, --image-px and --camera-forward-m: the simulated camera `what` (e.g. "the
+    views are rendered with"), for measuring what a robot's own camera changes; SimConfig's camera is the default.
+    `camera_options` reads them back. (SimConfig is imported here, not at the top: `memnav estop` and the like
+    never need it.)"""
     from memnav.sim.base import SimConfig
 
     parser.add_argument("--hfov-deg", type=float, default=SimConfig.hfov_deg, metavar="DEG",
@@ -89,10 +90,14 @@ def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
                              "pixels, so 160 120 is a 4:3 camera whose vertical field of view is narrower than "
                              "--hfov-deg): the encoder stretches any image to its square input, as it does a "
                              "robot's")
+    parser.add_argument("--camera-forward-m", type=float, default=SimConfig.sensor_forward_m, metavar="M",
+                        help=f"how far ahead of the agent's turning axis the simulated camera {what} is mounted "
+                             "(SimConfig.sensor_forward_m; the agents are not told: they map depth from odometry's "
+                             "pose, as on a robot): 0 is the simulator's; a robot's camera is often 0.1-0.3 m ahead")
 
 
 CAMERA_OPTIONS = {"hfov_deg": "--hfov-deg", "sensor_height_m": "--camera-height-m", "width_px": "--image-px",
-                  "height_px": "--image-px"}
+                  "height_px": "--image-px", "sensor_forward_m": "--camera-forward-m"}
 
 
 def camera_options(args: argparse.Namespace) -> dict[str, float]:
@@ -102,7 +107,7 @@ def camera_options(args: argparse.Namespace) -> dict[str, float]:
 
     width, height = args.image_px
     cfg = config_from_options(SimConfig, CAMERA_OPTIONS, hfov_deg=args.hfov_deg, sensor_height_m=args.camera_height_m,
-                              width_px=width, height_px=height)
+                              width_px=width, height_px=height, sensor_forward_m=args.camera_forward_m)
     return {name: getattr(cfg, name) for name in CAMERA_OPTIONS}
 
 

@@ -643,6 +643,7 @@ def run(args: argparse.Namespace) -> int:
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
             "lifelong": bool(args.lifelong), "odometry_origin": args.odometry_origin,
             "hfov_deg": config.hfov_deg, "camera_height_m": config.sensor_height_m,
+            "camera_forward_m": config.sensor_forward_m,
             "image_px": [config.width_px, config.height_px]}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True

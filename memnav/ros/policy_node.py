@@ -66,7 +66,7 @@ from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
 from memnav.core.files import state_path_in_namespace
-from memnav.core.frames import camera_hfov_deg, camera_pose
+from memnav.core.frames import camera_hfov_deg
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import latched_qos
@@ -170,11 +170,6 @@ class PolicyNodeConfig(ExploringTuning):
             one has arrived (the robot profile: a RealSense D435's colour camera is well under 90 deg).
         camera_height_m: the camera's height above the floor, meters (1.25: the simulator's); the map tells floor
             from obstacles by it.
-        camera_forward_m: how far ahead of the robot's turning axis (the odometry's origin, base_link) the camera
-            is mounted, meters (0: on it, as the simulator's; measure yours): the agent maps depth, places memories
-            and judges the goal from the camera's pose, the odometry pose moved this far along the heading
-            (memnav.core.frames.camera_pose). Left at 0 for a camera 0.2 m ahead, walls seen while turning land up
-            to 0.4 m apart.
         goal_state_file: keep the goal being worked on in this file ("~" expands; "" = not kept; in a namespace,
             in a folder of its name beside the path, one file per robot): a policy node that restarts while working
             on a goal (a crash and `respawn: true`, a reboot) resumes it. Its search starts over from where the
@@ -216,7 +211,6 @@ class PolicyNodeConfig(ExploringTuning):
     odom_frame: str = ""
     camera_hfov_deg: float = 90.0
     camera_height_m: float = 1.25
-    camera_forward_m: float = 0.0
     goal_state_file: str = ""
     max_goal_resumes: int = 3
     odometry_jump_m: float = 0.0
@@ -228,9 +222,6 @@ class PolicyNodeConfig(ExploringTuning):
                              f"got {self.camera_hfov_deg!r}")
         if not (math.isfinite(self.camera_height_m) and self.camera_height_m > 0):
             raise ValueError(f"PolicyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
-        if not (math.isfinite(self.camera_forward_m) and abs(self.camera_forward_m) <= 2.0):
-            raise ValueError(f"PolicyNodeConfig.camera_forward_m must be a finite offset within 2 m, got "
-                             f"{self.camera_forward_m!r}")
         if not 0.0 < self.collision_fraction <= 1.0:
             raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
         # one message per field: a negative step would drive MOVE_FORWARD backwards, a negative turn swap left and
@@ -530,7 +521,7 @@ def build(node) -> Callable[[], None]:
         gate.taking(frame.stamp_ns)
         # lock-step: memory time advances one second per action, exactly as in the in-process evaluation
         try:
-            action, inp, goal_p = agent.step(frame.rgb, frame.depth, camera_pose(frame.pose, cfg.camera_forward_m),
+            action, inp, goal_p = agent.step(frame.rgb, frame.depth, frame.pose,
                                              None if cfg.lockstep else frame.stamp_ns)
         except (ValueError, MemoryStoreError) as err:   # e.g. colour and depth of one stamp, different sizes
             drop("frame", err)

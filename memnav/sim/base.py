@@ -30,8 +30,8 @@ class SimConfig:
         hfov_deg: horizontal field of view, degrees.
         sensor_height_m: camera height above the floor, meters.
         sensor_forward_m: camera ahead of the agent's centre (its turning axis, where odometry is), meters (0: on
-            it, as Habitat's agents; a robot's camera is often mounted 0.1-0.3 m ahead: the policy node's
-            camera_forward_m tells the agent).
+            it, as Habitat's agents; a robot's camera is often mounted 0.1-0.3 m ahead). The agents are not told:
+            they map depth from odometry's pose, as on a robot (README "What the robot must provide").
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
         agent_radius_m: radius of the agent's collision cylinder, meters.

@@ -107,8 +107,8 @@ def test_a_narrower_camera_is_mapped_where_the_walls_are_once_set(two_room_scene
 
 def test_a_camera_ahead_of_the_turning_axis_is_mapped_where_the_walls_are_from_its_own_pose(two_room_scene):
     """A camera mounted 0.3 m ahead of the robot's turning axis (where odometry is): mapped from the odometry pose,
-    the walls seen while turning land off the walls, out in the room; mapped from the camera's pose
-    (memnav.core.frames.camera_pose, the policy node's camera_forward_m) they land on them."""
+    as the agent does, the walls seen while turning land off the walls, out in the room; mapped from the camera's
+    pose (memnav.core.frames.camera_pose) they land on them (README "What the robot must provide")."""
     from memnav.core.frames import camera_pose, habitat_position_from_map
 
     def on_walls(forward_m: float, told_m: float) -> tuple[int, float]:
