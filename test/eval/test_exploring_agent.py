@@ -57,12 +57,13 @@ def test_memnav_explores_into_the_other_room_and_stops_at_the_goal(two_room_scen
         sim.close()
 
 
-def test_the_agent_maps_with_the_simulators_camera_as_a_robot_with_its_camera_info(two_room_scene):
-    """`memnav eval --hfov-deg 60 --camera-height-m 0.8`: the agent reads the camera from the simulator at reset,
-    as the policy node reads a robot's camera_info, and still finds the goal behind the wall."""
+def _behind_the_wall(scene, config: SimConfig, check_reset=None) -> None:
+    """The memnav agent in `scene` with the simulator's camera `config`: from the first room to a goal photo taken
+    behind the wall in the second, it stops within 1 m of the goal in 300 steps. `check_reset(agent)` runs after
+    the agent's reset (what it took from the simulator)."""
     from types import SimpleNamespace
 
-    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, hfov_deg=60.0, sensor_height_m=0.8))
+    sim = EmbeddedSimulator(scene, config)
     agent = LearnedAgent("memnav", LearnedAgentOptions())
     try:
         goal_pos, start = np.array([7.0, 0.0, 3.0]), np.array([1.0, 0.0, 3.0])
@@ -70,10 +71,8 @@ def test_the_agent_maps_with_the_simulators_camera_as_a_robot_with_its_camera_in
         sim.set_agent_pose(start, 0.0)
         obs = sim.render_at(start, 0.0)
         agent.reset(SimpleNamespace(scene_name="two_rooms"), goal, sim)
-        nav = agent.navigator
-        assert (nav.cfg.hfov_deg, nav.cfg.camera_height_m) == (60.0, 0.8)
-        assert (nav.explorer.cfg.hfov_deg, nav.explorer.cfg.camera_height_m) == (60.0, 0.8)
-        assert nav.localizer_cfg.hfov_deg == 60.0
+        if check_reset is not None:
+            check_reset(agent)
         for _ in range(300):
             action = agent.act(obs)
             if action == Action.STOP:
@@ -84,31 +83,24 @@ def test_the_agent_maps_with_the_simulators_camera_as_a_robot_with_its_camera_in
     finally:
         agent.close()
         sim.close()
+
+
+def test_the_agent_maps_with_the_simulators_camera_as_a_robot_with_its_camera_info(two_room_scene):
+    """`memnav eval --hfov-deg 60 --camera-height-m 0.8`: the agent reads the camera from the simulator at reset,
+    as the policy node reads a robot's camera_info, and still finds the goal behind the wall."""
+    def took_the_camera(agent) -> None:
+        nav = agent.navigator
+        assert (nav.cfg.hfov_deg, nav.cfg.camera_height_m) == (60.0, 0.8)
+        assert (nav.explorer.cfg.hfov_deg, nav.explorer.cfg.camera_height_m) == (60.0, 0.8)
+        assert nav.localizer_cfg.hfov_deg == 60.0
+
+    _behind_the_wall(two_room_scene, SimConfig(seed=3, hfov_deg=60.0, sensor_height_m=0.8), took_the_camera)
 
 
 def test_a_camera_mounted_ahead_of_the_turning_axis_still_finds_the_goal(two_room_scene):
     """`memnav eval --camera-forward-m 0.3`: the simulator's camera 0.3 m ahead of the agent's axis, the agent not
     told (it maps from odometry's pose, as on a robot), finds the goal behind the wall and stops within 1 m."""
-    from types import SimpleNamespace
-
-    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, sensor_forward_m=0.3))
-    agent = LearnedAgent("memnav", LearnedAgentOptions())
-    try:
-        goal_pos, start = np.array([7.0, 0.0, 3.0]), np.array([1.0, 0.0, 3.0])
-        goal = sim.render_at(goal_pos, 1.57)
-        sim.set_agent_pose(start, 0.0)
-        obs = sim.render_at(start, 0.0)
-        agent.reset(SimpleNamespace(scene_name="two_rooms"), goal, sim)
-        for _ in range(300):
-            action = agent.act(obs)
-            if action == Action.STOP:
-                break
-            obs = sim.step(action)
-        assert action == Action.STOP
-        assert sim.geodesic_distance(sim.agent_state.position, goal_pos) < 1.0
-    finally:
-        agent.close()
-        sim.close()
+    _behind_the_wall(two_room_scene, SimConfig(seed=3, sensor_forward_m=0.3))
 
 
 def test_without_exploration_the_policy_drives_alone(two_room_scene):
