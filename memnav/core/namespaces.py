@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["absolute_namespace", "under_namespace"]
+__all__ = ["absolute_namespace", "resolve_name", "under_namespace"]
 
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -28,3 +28,11 @@ def under_namespace(topic: str, namespace: str) -> str:
     if not topic:
         return topic
     return f"{absolute_namespace(namespace).rstrip('/')}/{topic.lstrip('/')}"
+
+
+def resolve_name(name: str, namespace: str) -> str:
+    """`name` (a topic or node name) as a node in `namespace` resolves it: an absolute name stays, a relative one
+    goes under the namespace (`odom` in /robot1 is /robot1/odom; in the root namespace, "" or "/", /odom)."""
+    if name.startswith("/"):
+        return name
+    return under_namespace(name, namespace) if namespace.strip("/") else "/" + name

@@ -159,14 +159,10 @@ def cancel_goal(ros: Ros, node_name: str, timeout_s: float) -> tuple[bool, str]:
     from std_srvs.srv import Trigger
 
     client = ros.node.create_client(Trigger, f"{node_name}/cancel_goal")
-    if not ros.spin_until(client.service_is_ready, timeout_s):
-        raise RuntimeError(f"no service {client.service_name} within {timeout_s:g} s: is policy_node running (memnav "
-                           "launch robot.launch.yaml) on this ROS_DOMAIN_ID, in this namespace (--namespace), under "
-                           "this name (--node)? Nothing was cancelled")
-    future = client.call_async(Trigger.Request())
-    if not ros.spin_until(future.done, timeout_s):
-        raise RuntimeError(f"{client.service_name} did not answer within {timeout_s:g} s")
-    resp = future.result()
+    resp = ros.call(client, Trigger.Request(), timeout_s,
+                    f"no service {client.service_name} within {timeout_s:g} s: is policy_node running (memnav launch "
+                    "robot.launch.yaml) on this ROS_DOMAIN_ID, in this namespace (--namespace), under this name "
+                    "(--node)? Nothing was cancelled")
     return bool(resp.success), str(resp.message)
 
 

@@ -98,11 +98,11 @@ def run(args: argparse.Namespace) -> int:
 def node_name(namespace: str, node: str) -> str:
     """The full name of `node` as given on the command line: a full name stays, a relative one goes under
     `namespace` (this command's, from --namespace)."""
+    from memnav.core.namespaces import resolve_name
+
     if not node or node.endswith("/") or "//" in node:
         raise ValueError(f"NODE must be a node name such as safety_node or /robot1/safety_node, got {node!r}")
-    if node.startswith("/"):
-        return node
-    return f"{namespace.rstrip('/')}/{node}"
+    return resolve_name(node, namespace)
 
 
 def yaml_value(text: str) -> Any:
@@ -160,25 +160,24 @@ class ParameterClient:
         from rcl_interfaces.srv import GetParameters, ListParameters, SetParameters
 
         self.ros, self.target, self.timeout_s = ros, target, timeout_s
+        self._names: list[str] | None = None
         self.clients = {name: ros.node.create_client(srv, f"{target}/{name}")
                         for name, srv in (("list_parameters", ListParameters), ("get_parameters", GetParameters),
                                           ("set_parameters", SetParameters))}
 
     def _call(self, service: str, request: Any) -> Any:
         client = self.clients[service]
-        if not self.ros.spin_until(client.service_is_ready, self.timeout_s):
-            raise RuntimeError(f"no node {self.target} answered within {self.timeout_s:g} s (no service "
-                               f"{client.service_name}): is it running on this ROS_DOMAIN_ID, in this namespace "
-                               "(--namespace)? `memnav status` lists memnav's nodes")
-        future = client.call_async(request)
-        if not self.ros.spin_until(future.done, self.timeout_s):
-            raise RuntimeError(f"{client.service_name} did not answer within {self.timeout_s:g} s")
-        return future.result()
+        return self.ros.call(client, request, self.timeout_s, f"no node {self.target} answered within "
+                             f"{self.timeout_s:g} s (no service {client.service_name}): is it running on this "
+                             "ROS_DOMAIN_ID, in this namespace (--namespace)? `memnav status` lists memnav's nodes")
 
     def names(self) -> list[str]:
+        """The node's parameter names, asked once per command (`get` checks the names it is given against them)."""
         from rcl_interfaces.srv import ListParameters
 
-        return sorted(self._call("list_parameters", ListParameters.Request()).result.names)
+        if self._names is None:
+            self._names = sorted(self._call("list_parameters", ListParameters.Request()).result.names)
+        return self._names
 
     def get(self, names: list[str]) -> dict[str, Any]:
         """name -> value (None: declared, not set). Raises ValueError naming a parameter the node does not have."""

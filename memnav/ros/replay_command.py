@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from memnav.cli import config_from_options
-from memnav.core.namespaces import absolute_namespace, under_namespace
+from memnav.core.namespaces import absolute_namespace, resolve_name
 from memnav.eval.bag_io import BagFile
 
 
@@ -269,8 +269,7 @@ def _summary(bag: BagFile, published: Counter, remaps: dict[str, str], namespace
     """The line printed at the end: messages per topic under the name they were published as."""
     skipped = {k: v for k, v in bag.counts.to_json().items() if v and k not in ("read",)}
     names = {t: published_name(t, remaps) for t in published}
-    names = {t: n if n.startswith("/") else under_namespace(n, namespace) if namespace.strip("/") else "/" + n
-             for t, n in names.items()}
+    names = {t: resolve_name(n, namespace) for t, n in names.items()}
     return (f"published {sum(published.values())} messages "
             f"({', '.join(f'{names[t]}: {n}' for t, n in sorted(published.items()))})"
             + (f"; skipped {skipped}" if skipped else ""))

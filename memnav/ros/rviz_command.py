@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from memnav.core.namespaces import absolute_namespace
+from memnav.core.namespaces import absolute_namespace, resolve_name
 
 SIM_COLOR_TOPIC = "camera/color/image_raw"   # the simulator bridge's, the shipped file's
 ROBOT_COLOR_TOPIC = "camera/camera/color/image_raw"   # robot.launch.yaml's color_topic default
@@ -64,9 +64,7 @@ def resolve(topic: str, namespace: str) -> str:
     """`topic` as a node in `namespace` resolves it: absolute names stay, relative ones go under the namespace."""
     if not topic or topic.endswith("/") or "//" in topic:
         raise ValueError(f"not a topic name: {topic!r}")
-    if topic.startswith("/"):
-        return topic
-    return f"{namespace.rstrip('/')}/{topic}"
+    return resolve_name(topic, namespace)
 
 
 def rviz_config(text: str, namespace: str, topics: dict[str, str]) -> str:

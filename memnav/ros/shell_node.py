@@ -11,6 +11,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from memnav.core.namespaces import absolute_namespace
 
@@ -56,6 +57,16 @@ class Ros:
                 return False
             self.rclpy.spin_once(self.node, timeout_sec=min(0.1, left))
         return bool(done())
+
+    def call(self, client: Any, request: Any, timeout_s: float, unavailable: str) -> Any:
+        """`client`'s service called with `request`: its response. Raises RuntimeError: `unavailable` when the
+        service is not there within `timeout_s`, or saying it did not answer within `timeout_s` more."""
+        if not self.spin_until(client.service_is_ready, timeout_s):
+            raise RuntimeError(unavailable)
+        future = client.call_async(request)
+        if not self.spin_until(future.done, timeout_s):
+            raise RuntimeError(f"{client.service_name} did not answer within {timeout_s:g} s")
+        return future.result()
 
     def close(self) -> None:
         self.node.destroy_node()
