@@ -92,8 +92,8 @@ def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
                              "robot's")
     parser.add_argument("--camera-forward-m", type=float, default=SimConfig.sensor_forward_m, metavar="M",
                         help=f"how far ahead of the agent's turning axis the simulated camera {what} is mounted "
-                             "(SimConfig.sensor_forward_m; the agents are not told: they map depth from odometry's "
-                             "pose, as on a robot): 0 is the simulator's; a robot's camera is often 0.1-0.3 m ahead")
+                             "(SimConfig.sensor_forward_m): 0 is the simulator's; a robot's camera is often 0.1-0.3 m "
+                             "ahead")
 
 
 CAMERA_OPTIONS = {"hfov_deg": "--hfov-deg", "sensor_height_m": "--camera-height-m", "width_px": "--image-px",

@@ -30,13 +30,16 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.files import replace_files
-from memnav.core.frames import pixel_ray_offsets
+from memnav.core.frames import camera_pose, check_camera_forward, pixel_ray_offsets
 from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, colour_affinity, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
 
 MAP_FORMAT = "memnav-occupancy-map"
 MAP_VERSION = 2   # 2: surface colours (colour_sum, colour_hits); version-1 maps load without them
+
+
+_NEAREST_DEPTH_M = 0.05   # depth readings this near or nearer (but > 0: 0 is no return) are not mapped
 
 
 class MapFileError(ValueError):
@@ -52,6 +55,10 @@ class ExplorerConfig:
         size_m: side of the square map centred on the first pose, meters (points outside are ignored).
         hfov_deg: horizontal field of view of the depth camera, degrees.
         camera_height_m: height of the camera above the floor, meters.
+        camera_forward_m: how far ahead of the robot's turning axis (the pose the map is given, odometry's
+            base_link) the camera sits, meters (0: on it, as the simulator's camera by default). Depth is mapped
+            from the camera's pose (`memnav.core.frames.camera_pose`) and the goal scan is placed that far ahead
+            of the goal pose, so the map, plans and scan-matched goal poses all stay the robot's.
         max_range_m: depth beyond this is not integrated (free space is marked up to it), meters.
         obstacle_min_height_m: points at least this high above the floor are obstacles, meters.
         obstacle_max_height_m: points higher than this (ceilings, overhangs above the robot) are ignored, meters.
@@ -84,6 +91,7 @@ class ExplorerConfig:
     size_m: float = 64.0
     hfov_deg: float = 90.0
     camera_height_m: float = 1.25
+    camera_forward_m: float = 0.0
     max_range_m: float = 4.0
     obstacle_min_height_m: float = 0.1
     obstacle_max_height_m: float = 1.6
@@ -118,6 +126,7 @@ class ExplorerConfig:
                 raise ValueError(f"ExplorerConfig.{name} must be a number >= 0, got {value!r}")
         if self.obstacle_max_height_m <= self.obstacle_min_height_m:
             raise ValueError("ExplorerConfig.obstacle_max_height_m must exceed obstacle_min_height_m")
+        check_camera_forward("ExplorerConfig.camera_forward_m", self.camera_forward_m)
 
     @property
     def cells(self) -> int:
@@ -179,10 +188,11 @@ class OccupancyMap:
 
     # -- integration ---------------------------------------------------------------------------------
     def integrate(self, depth: np.ndarray, pose: Pose2D, rgb: np.ndarray | None = None) -> None:
-        """Add one depth frame (z-depth in meters, 0 = no return) seen from `pose`; with `rgb` (H', W', 3) uint8
-        registered to it (same field of view, any resolution), also the colours of the surfaces at obstacle
-        height."""
+        """Add one depth frame (z-depth in meters, 0 = no return) taken with the robot at `pose` (its camera
+        `camera_forward_m` ahead); with `rgb` (H', W', 3) uint8 registered to it (same field of view, any
+        resolution), also the colours of the surfaces at obstacle height."""
         cfg = self.cfg
+        robot, pose = pose, camera_pose(pose, cfg.camera_forward_m)
         depth = np.asarray(depth, dtype=np.float32)
         h, w = depth.shape
         s = cfg.pixel_stride
@@ -191,13 +201,18 @@ class OccupancyMap:
         lat = fwd_per_col[None, ::s] * d           # left of the optical axis, meters
         height = cfg.camera_height_m + up_per_row[::s, None] * d
         rng = np.hypot(d, lat)
-        valid = (d > 0.05) & np.isfinite(d)
+        valid = (d > _NEAREST_DEPTH_M) & np.isfinite(d)
         seen = valid & (rng <= cfg.max_range_m)
         floor = seen & (height < cfg.obstacle_min_height_m)
         tall = valid & (height >= cfg.obstacle_min_height_m) & (height <= cfg.obstacle_max_height_m)
 
-        # free space: each column is clear up to its nearest obstacle (or the range limit)
+        # free space: each column is clear up to its nearest obstacle (or the range limit). A column is clear
+        # nowhere when it holds a surface nearer than depth is trusted (0 < d <= _NEAREST_DEPTH_M: a camera
+        # pressed against a wall) or no return at all (a real depth camera reads 0 where it cannot tell, e.g. a
+        # wall inside its minimum range): else the wall in front of it would be cleared away
         obst_rng = np.where(tall, rng, np.inf).min(axis=0)
+        blind = ((d > 0) & (d <= _NEAREST_DEPTH_M)).any(axis=0) | ~valid.any(axis=0)
+        obst_rng[blind] = 0.0
         obstacle = tall & seen
         clear = np.minimum(obst_rng - 0.75 * cfg.cell_m, cfg.max_range_m)
         ux, uy = self._pixel_rays(h, w)[2][:, ::s]
@@ -225,7 +240,7 @@ class OccupancyMap:
             full = cells[hits[cells] >= 30000]      # a cell seen very often: halve both, the mean stays
             hits[full] //= 2
             sums[full] *= 0.5
-        self.mark_footprint(pose)
+        self.mark_footprint(robot)
 
     def _pixel_rays(self, h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per column: left offset per meter of depth; per row: up offset per meter; column unit vectors."""
@@ -537,14 +552,18 @@ class Explorer:
     def from_config(cls, cfg: ExplorerConfig) -> Explorer:
         return cls(cfg)
 
-    def set_camera(self, hfov_deg: float, camera_height_m: float) -> None:
+    def set_camera(self, hfov_deg: float, camera_height_m: float, camera_forward_m: float | None = None) -> None:
         """The camera the depth comes from (a robot's, known once its camera_info arrives): frames from now on are
-        mapped with this field of view and height; what the map holds stays.
+        mapped with this field of view, height and (given) offset ahead of the turning axis; what the map holds
+        stays.
 
         Raises:
-            ValueError: a field of view outside (0, 180) degrees or a height <= 0, naming the field.
+            ValueError: a field of view outside (0, 180) degrees, a height <= 0 or an offset beyond 2 m, naming
+                the field.
         """
-        self.cfg = replace(self.cfg, hfov_deg=float(hfov_deg), camera_height_m=float(camera_height_m))
+        forward = self.cfg.camera_forward_m if camera_forward_m is None else float(camera_forward_m)
+        self.cfg = replace(self.cfg, hfov_deg=float(hfov_deg), camera_height_m=float(camera_height_m),
+                           camera_forward_m=forward)
         if self.map is not None:
             self.map.cfg = self.cfg
             self.map._rays.clear()   # the per-pixel rays of the old camera
@@ -682,10 +701,12 @@ class Explorer:
     def goal_scan(self, depth: np.ndarray, cfg: ScanMatchConfig | None = None,
                   rgb: np.ndarray | None = None) -> GoalScan:
         """The goal image's depth as a scan (with colours, given `rgb`), with this map's camera and obstacle
-        heights."""
+        heights, in the frame of the robot that took it: its points `camera_forward_m` further ahead than the
+        camera saw them, so scan-matched poses are where that robot stood."""
         c = self.cfg
-        return goal_scan(depth, c.hfov_deg, c.camera_height_m, c.obstacle_min_height_m, c.obstacle_max_height_m, cfg,
-                         rgb=rgb, band_m=c.cell_m)
+        scan = goal_scan(depth, c.hfov_deg, c.camera_height_m, c.obstacle_min_height_m, c.obstacle_max_height_m,
+                         cfg, rgb=rgb, band_m=c.cell_m)
+        return scan.moved_ahead(c.camera_forward_m)
 
     def colour_fit(self, scan: GoalScan, pose: Pose2D, sigma: float = 0.1, min_points: int = 8) -> float | None:
         """How well the goal scan's colours agree with the map's surface colours with the goal camera at `pose`

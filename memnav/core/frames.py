@@ -41,6 +41,18 @@ def camera_pose(base: Pose2D, forward_m: float) -> Pose2D:
                   base.yaw_rad)
 
 
+MAX_CAMERA_FORWARD_M = 2.0   # a camera farther ahead of (or behind) the turning axis than this is a typo
+
+
+def check_camera_forward(field: str, forward_m: float) -> None:
+    """Raise ValueError naming `field` (e.g. "SimConfig.sensor_forward_m") unless `forward_m` is a finite offset
+    within 2 m."""
+    if not (isinstance(forward_m, (int, float)) and math.isfinite(forward_m)
+            and abs(forward_m) <= MAX_CAMERA_FORWARD_M):
+        raise ValueError(f"{field} must be a finite offset within {MAX_CAMERA_FORWARD_M:g} m, "
+                         f"got {forward_m!r}")
+
+
 def camera_hfov_deg(width_px: int, fx_px: float) -> float | None:
     """The horizontal field of view of a pinhole camera `width_px` wide with focal length `fx_px` (a camera_info's
     K[0]), degrees; None when either is not a positive number."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memnav.core.frames import pixel_ray_offsets
+from memnav.core.frames import camera_pose, pixel_ray_offsets
 from memnav.core.types import Pose2D, wrap_angle
 from memnav.core.verification import Features, VerificationConfig, match_features
 
@@ -135,6 +135,9 @@ def localize_goal(goal: Features, goal_depth: np.ndarray, current: Features, cur
     return GoalEstimate(Pose2D(float(t[0]), float(t[1]), wrap_angle(theta)), best_count, n)
 
 
-def to_odometry_frame(estimate: GoalEstimate, robot: Pose2D) -> Pose2D:
-    """A goal pose relative to the robot, expressed in the robot's odometry frame."""
-    return robot.compose(estimate.relative)
+def to_odometry_frame(estimate: GoalEstimate, robot: Pose2D, camera_forward_m: float = 0.0) -> Pose2D:
+    """The goal in the robot's odometry frame: where the robot that took the goal photo stood, given the robot's
+    pose now. The estimate is camera to camera; with the camera mounted `camera_forward_m` ahead of the turning
+    axis (the pose odometry gives), both ends are moved along their headings by it."""
+    goal_camera = camera_pose(robot, camera_forward_m).compose(estimate.relative)
+    return camera_pose(goal_camera, -camera_forward_m)

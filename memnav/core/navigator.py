@@ -63,6 +63,7 @@ import torch
 
 from memnav.core.encoder import Encoder
 from memnav.core.exploration import Explorer, ExplorerConfig, face, steer
+from memnav.core.frames import check_camera_forward
 from memnav.core.goal_localization import GoalLocalizerConfig, localize_goal, to_odometry_frame
 from memnav.core.goal_photo import check_goal_image
 from memnav.core.memory.scene_graph import Retrieval, SceneGraphMemory
@@ -137,6 +138,9 @@ class NavigatorConfig:
         localize: place the goal metrically from RGB-D matches with the goal image and drive there.
         hfov_deg: horizontal field of view of the camera (mapping and localization), degrees.
         camera_height_m: camera height above the floor (mapping), meters.
+        camera_forward_m: how far ahead of the turning axis (the pose odometry gives) the camera is mounted,
+            meters (0: on it, as the simulator's by default). Depth is mapped and the goal placed from the camera's
+            pose; plans, look-arounds, memories and goal poses stay the robot's (`ExplorerConfig.camera_forward_m`).
         memory_in_ram_on_write_failure: when the long-term memory's database write fails (a full disk), go on
             with the memory in RAM (`SceneGraphMemory.keep_in_ram`; the file keeps its last commit and
             `memory.persist_error` says why) instead of raising MemoryStoreError at every step, so a robot keeps
@@ -240,6 +244,7 @@ class NavigatorConfig:
     localize: bool = False
     hfov_deg: float = 90.0
     camera_height_m: float = 1.25
+    camera_forward_m: float = 0.0
     memory_in_ram_on_write_failure: bool = True
     localize_min_inliers: int = 10
     scan_match: bool = False
@@ -279,6 +284,7 @@ class NavigatorConfig:
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
+        check_camera_forward("NavigatorConfig.camera_forward_m", self.camera_forward_m)
         for name in ("verify_every_steps", "frontier_look_turns"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -409,6 +415,7 @@ class Navigator:
         self._homing_dropped = 0  # remembered places that route homing gave up this episode
         self.mode = "policy"  # what chose the last move (see the module docstring's priority of layers)
         self.explorer = Explorer(ExplorerConfig(hfov_deg=cfg.hfov_deg, camera_height_m=cfg.camera_height_m,
+                                                camera_forward_m=cfg.camera_forward_m,
                                                 forward_step_m=cfg.forward_step_m, max_range_m=cfg.map_range_m,
                                                 heading_tolerance_rad=cfg.heading_tolerance_rad,
                                                 frontier_colour_weight=cfg.frontier_colour_weight))
@@ -501,16 +508,19 @@ class Navigator:
             self.buffer.set_goal(self.goal)
 
     # -- per step ----------------------------------------------------------------------------------------
-    def set_camera(self, hfov_deg: float, camera_height_m: float) -> None:
-        """The robot's camera: its horizontal field of view (from its camera_info) and its height above the floor,
-        for mapping depth, the goal's scan and RGB-D goal localization from the next frame on (the defaults are the
-        simulator's camera: 90 deg at 1.25 m).
+    def set_camera(self, hfov_deg: float, camera_height_m: float, camera_forward_m: float | None = None) -> None:
+        """The robot's camera: its horizontal field of view (from its camera_info), its height above the floor and
+        (given; else as configured) how far ahead of the turning axis it sits, for mapping depth, the goal's scan
+        and RGB-D goal localization from the next frame on (the defaults are the simulator's camera: 90 deg at
+        1.25 m, on the axis).
 
         Raises:
-            ValueError: a field of view outside (0, 180) degrees or a height <= 0, naming the field.
+            ValueError: a field of view outside (0, 180) degrees, a height <= 0 or an offset beyond 2 m, naming
+                the field.
         """
-        self.explorer.set_camera(hfov_deg, camera_height_m)
-        self.cfg = replace(self.cfg, hfov_deg=float(hfov_deg), camera_height_m=float(camera_height_m))
+        self.explorer.set_camera(hfov_deg, camera_height_m, camera_forward_m)
+        self.cfg = replace(self.cfg, hfov_deg=float(hfov_deg), camera_height_m=float(camera_height_m),
+                           camera_forward_m=self.explorer.cfg.camera_forward_m)
         self.localizer_cfg = replace(self.localizer_cfg, hfov_deg=float(hfov_deg))
 
     def observe(self, rgb: np.ndarray, depth: np.ndarray, pose: Pose2D, stamp_ns: int,
@@ -599,7 +609,7 @@ class Navigator:
                             self.verification_cfg, matches)
         if est is None or est.inliers < self._goal_support or (self.goal_estimate is not None and self._spin):
             return                              # nothing better, or the current estimate is being judged
-        goal = to_odometry_frame(est, pose)
+        goal = to_odometry_frame(est, pose, self.cfg.camera_forward_m)
         if self._was_rejected(goal):
             return                              # looked there already: not the goal
         old = self.goal_estimate

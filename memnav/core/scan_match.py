@@ -59,6 +59,14 @@ class GoalScan:
     free_points: np.ndarray
     colours: np.ndarray | None = None
 
+    def moved_ahead(self, forward_m: float) -> GoalScan:
+        """This scan in the frame of a point `forward_m` behind the camera (a robot's turning axis, its camera
+        mounted that far ahead): every point `forward_m` further forward."""
+        if forward_m == 0.0:
+            return self
+        shift = np.array([forward_m, 0.0])
+        return GoalScan(self.endpoints + shift, self.free_points + shift, self.colours)
+
 
 @dataclass
 class Candidate:

@@ -91,6 +91,9 @@ class LearnedAgentOptions(ExploringTuning):
             thread on a copy of the map, and their result is applied at the first step after they finish, so
             no step waits for one (the policy node in real time). False: each runs inside the step that starts
             it, so runs are reproducible (evaluation, lock-step).
+        camera_forward_told: the agent reads how far ahead of its turning axis the simulator's camera sits
+            (SimConfig.sensor_forward_m) as the policy node is given camera_forward_m; False: it maps depth as if
+            the camera sat on the axis (a policy node with camera_forward_m left at 0).
     """
 
     policy_dir: Path = MODELS
@@ -106,6 +109,7 @@ class LearnedAgentOptions(ExploringTuning):
     collision_fraction: float = 0.9
     max_steps: int = 500
     map_checks_in_background: bool = False
+    camera_forward_told: bool = True
 
 
 _LAY_MIN_SCORE = 0.6     # share of this run's obstacle cells that must land on the saved map's to lay it
@@ -223,9 +227,10 @@ class LearnedAgent:
 
     def reset(self, episode: Episode, goal: Observation, sim: Simulator) -> None:
         # not a privileged agent: of the simulator it reads only its camera, as a robot reads its camera_info
-        cam = sim.config
-        if (self.navigator.cfg.hfov_deg, self.navigator.cfg.camera_height_m) != (cam.hfov_deg, cam.sensor_height_m):
-            self.navigator.set_camera(cam.hfov_deg, cam.sensor_height_m)
+        cam, nav = sim.config, self.navigator.cfg
+        forward = cam.sensor_forward_m if self.options.camera_forward_told else 0.0
+        if (nav.hfov_deg, nav.camera_height_m, nav.camera_forward_m) != (cam.hfov_deg, cam.sensor_height_m, forward):
+            self.navigator.set_camera(cam.hfov_deg, cam.sensor_height_m, forward)
         self.begin(episode.scene_name, goal.rgb, goal.depth)
 
     def begin(self, place_key: str, goal_rgb, goal_depth=None) -> None:

@@ -66,7 +66,7 @@ from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
 from memnav.core.files import state_path_in_namespace
-from memnav.core.frames import camera_hfov_deg
+from memnav.core.frames import camera_hfov_deg, check_camera_forward
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import latched_qos
@@ -170,6 +170,11 @@ class PolicyNodeConfig(ExploringTuning):
             one has arrived (the robot profile: a RealSense D435's colour camera is well under 90 deg).
         camera_height_m: the camera's height above the floor, meters (1.25: the simulator's); the map tells floor
             from obstacles by it.
+        camera_forward_m: how far ahead of the robot's turning axis (odometry's origin, base_link) the camera is
+            mounted, meters (0: on it, as the simulator's; measure yours). Depth is mapped, and goal photos are
+            matched and placed, from the camera's pose; plans, look-arounds and memories stay the robot's
+            (`NavigatorConfig.camera_forward_m`). Left at 0 for a camera 0.3 m ahead, walls seen while turning land
+            on the floor out in the room.
         goal_state_file: keep the goal being worked on in this file ("~" expands; "" = not kept; in a namespace,
             in a folder of its name beside the path, one file per robot): a policy node that restarts while working
             on a goal (a crash and `respawn: true`, a reboot) resumes it. Its search starts over from where the
@@ -211,6 +216,7 @@ class PolicyNodeConfig(ExploringTuning):
     odom_frame: str = ""
     camera_hfov_deg: float = 90.0
     camera_height_m: float = 1.25
+    camera_forward_m: float = 0.0
     goal_state_file: str = ""
     max_goal_resumes: int = 3
     odometry_jump_m: float = 0.0
@@ -222,6 +228,7 @@ class PolicyNodeConfig(ExploringTuning):
                              f"got {self.camera_hfov_deg!r}")
         if not (math.isfinite(self.camera_height_m) and self.camera_height_m > 0):
             raise ValueError(f"PolicyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
+        check_camera_forward("PolicyNodeConfig.camera_forward_m", self.camera_forward_m)
         if not 0.0 < self.collision_fraction <= 1.0:
             raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
         # one message per field: a negative step would drive MOVE_FORWARD backwards, a negative turn swap left and
@@ -321,8 +328,9 @@ def build(node) -> Callable[[], None]:
           "goal_file_error": None, "odometry_jumps": 0}
     # the goal kept across restarts of this node; one file per namespace, as the safety node's e-stop state
     goal_file = state_path_in_namespace(cfg.goal_state_file, node.get_namespace())
+    nav.set_camera(cfg.camera_hfov_deg if cfg.camera_hfov_deg > 0 else nav.cfg.hfov_deg, cfg.camera_height_m,
+                   cfg.camera_forward_m)
     if cfg.camera_hfov_deg > 0:
-        nav.set_camera(cfg.camera_hfov_deg, cfg.camera_height_m)
         check_camera(cfg.camera_hfov_deg)
     latched = latched_qos()
     pub_action = node.create_publisher(String, "memnav/action", 10)
@@ -459,7 +467,8 @@ def build(node) -> Callable[[], None]:
             drop("camera_info", err)
             return
         node.get_logger().info(f"camera: {hfov:.1f} deg horizontal field of view ({width} px wide, fx {fx:.1f} px "
-                               f"on {sub_info.topic_name}), {cfg.camera_height_m:g} m above the floor"
+                               f"on {sub_info.topic_name}), {cfg.camera_height_m:g} m above the floor, "
+                               f"{cfg.camera_forward_m:g} m ahead of the turning axis"
                                + ("" if st["hfov"] is None else f"; was {st['hfov']:.1f} deg"))
         st["hfov"] = hfov
         check_camera(hfov)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
+from memnav.core.frames import check_camera_forward
 from memnav.core.types import Action, Observation
 
 if TYPE_CHECKING:
@@ -30,8 +31,9 @@ class SimConfig:
         hfov_deg: horizontal field of view, degrees.
         sensor_height_m: camera height above the floor, meters.
         sensor_forward_m: camera ahead of the agent's centre (its turning axis, where odometry is), meters (0: on
-            it, as Habitat's agents; a robot's camera is often mounted 0.1-0.3 m ahead). The agents are not told:
-            they map depth from odometry's pose, as on a robot (README "What the robot must provide").
+            it, as Habitat's agents; a robot's camera is often mounted 0.1-0.3 m ahead). Less than agent_radius_m:
+            a camera outside the body passes into the walls the body touches. The exploring agents are told it
+            as the policy node is by camera_forward_m (README "What the robot must provide").
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
         agent_radius_m: radius of the agent's collision cylinder, meters.
@@ -89,9 +91,12 @@ class SimConfig:
                 raise ValueError(f"SimConfig.{name} must be a positive number, got {value!r}")
         if not 0 < self.hfov_deg < 180:
             raise ValueError(f"SimConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
-        if not np.isfinite(self.sensor_forward_m) or abs(self.sensor_forward_m) > 2.0:
-            raise ValueError(f"SimConfig.sensor_forward_m must be a finite offset within 2 m, got "
-                             f"{self.sensor_forward_m!r}")
+        check_camera_forward("SimConfig.sensor_forward_m", self.sensor_forward_m)
+        if abs(self.sensor_forward_m) >= self.agent_radius_m:
+            raise ValueError(f"SimConfig.sensor_forward_m must be less than agent_radius_m ({self.agent_radius_m:g} "
+                             f"m), got {self.sensor_forward_m!r}: a camera outside the simulated body passes into the "
+                             "walls the body touches (a robot's camera sits within its footprint; simulate a larger "
+                             "robot with agent_radius_m)")
         for name in ("odom_noise_trans_std", "odom_noise_rot_std", "max_climb_m"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimConfig.{name} must be >= 0, got {getattr(self, name)}")

@@ -106,35 +106,93 @@ def test_a_narrower_camera_is_mapped_where_the_walls_are_once_set(two_room_scene
 
 
 def test_a_camera_ahead_of_the_turning_axis_is_mapped_where_the_walls_are_from_its_own_pose(two_room_scene):
-    """A camera mounted 0.3 m ahead of the robot's turning axis (where odometry is): mapped from the odometry pose,
-    as the agent does, the walls seen while turning land off the walls, out in the room; mapped from the camera's
-    pose (memnav.core.frames.camera_pose) they land on them (README "What the robot must provide")."""
-    from memnav.core.frames import camera_pose, habitat_position_from_map
-
-    def on_walls(forward_m: float, told_m: float) -> tuple[int, float]:
-        """(obstacle cells mapped in a full turn on the spot, the share of them off the navigable area: on a
-        wall, not out in the room where nothing stands)."""
-        explorer = Explorer(ExplorerConfig())
+    """A camera mounted 0.15 m ahead of the robot's turning axis (where odometry is), turning on the spot: mapped
+    as if it sat on the axis, the walls it sees land a cell or so off the cells a camera on the axis maps them in;
+    told `camera_forward_m` 0.15, the map takes depth from the camera's pose and they land in them (README "What
+    the robot must provide"). The robot's own footprint is still marked where odometry puts it, not under the
+    camera."""
+    def obstacles(forward_m: float, told_m: float) -> tuple[set, Explorer, Pose2D]:
+        """(the obstacle cells mapped in a full turn on the spot, the explorer, the robot's pose)."""
+        explorer = Explorer(ExplorerConfig(camera_forward_m=told_m))
         sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, sensor_forward_m=forward_m))
         try:
             obs = _start(sim, 2.0, 2.5)
             for _ in range(12):
-                explorer.update(obs.depth, camera_pose(obs.pose, told_m))
+                explorer.update(obs.depth, obs.pose)
                 obs = sim.step(Action.TURN_LEFT)
-            m = explorer.map
-            rows, cols = np.nonzero(m.obstacles((slice(None), slice(None))))
-            xs = m.origin[0] + (cols + 0.5) * m.cfg.cell_m
-            ys = m.origin[1] + (rows + 0.5) * m.cfg.cell_m
-            free = [sim.grid.is_navigable(habitat_position_from_map(x, y, 0.0)) for x, y in zip(xs, ys)]
         finally:
             sim.close()
-        return len(free), 1.0 - float(np.mean(free))
+        rows, cols = np.nonzero(explorer.map.obstacles((slice(None), slice(None))))
+        return set(zip(rows.tolist(), cols.tolist())), explorer, obs.pose
 
-    n_axis, axis = on_walls(0.0, 0.0)     # the camera on the axis, as the simulator's
-    n_wrong, wrong = on_walls(0.3, 0.0)   # 0.3 m ahead, mapped from the odometry pose
-    n_fixed, fixed = on_walls(0.3, 0.3)   # ... from the camera's pose
-    assert min(n_axis, n_wrong, n_fixed) > 30
-    assert fixed >= axis - 0.02 and wrong < fixed - 0.1, (axis, wrong, fixed)   # measured: 1.0, 0.57, 1.0
+    truth, _, _ = obstacles(0.0, 0.0)                       # the camera on the axis, as the simulator's
+    wrong, _, _ = obstacles(0.15, 0.0)                      # 0.15 m ahead, mapped as if on the axis
+    fixed, explorer, pose = obstacles(0.15, 0.15)           # ... told where it is
+    assert min(len(truth), len(wrong), len(fixed)) > 100
+    share_wrong, share_fixed = (len(cells & truth) / len(cells) for cells in (wrong, fixed))
+    assert share_fixed > 0.85 and share_wrong < 0.6, (share_wrong, share_fixed)   # measured: 0.39, 0.91
+    # one frame facing +x: the camera sees nothing behind itself, so the cell 0.15 m behind the axis is free only
+    # by the robot's footprint, marked around the axis (one around the camera would reach 0.03 m behind it)
+    one = Explorer(ExplorerConfig(camera_forward_m=0.15))
+    one.update(np.full((64, 64), 3.0, np.float32), Pose2D(0.0, 0.0, 0.0))
+    r, c, inside = one.map.to_cells(np.array([-0.15]), np.array([0.0]))
+    assert inside[0] and one.map.free[r[0], c[0]] > 0
+    with pytest.raises(ValueError, match="ExplorerConfig.camera_forward_m"):
+        ExplorerConfig(camera_forward_m=float("nan"))
+    with pytest.raises(ValueError, match="camera_forward_m"):
+        explorer.set_camera(90.0, 1.25, 2.5)
+    assert explorer.cfg.camera_forward_m == 0.15          # a refused offset changes nothing
+    explorer.set_camera(60.0, 1.25)                       # camera_info: field of view only, the offset stays
+    assert (explorer.cfg.hfov_deg, explorer.cfg.camera_forward_m) == (60.0, 0.15)
+
+
+@pytest.mark.parametrize("near", [0.03, 0.0, float("nan")], ids=["3cm", "no-return", "nan"])
+def test_a_wall_too_near_to_measure_clears_nothing_behind_it(near):
+    """Columns the camera cannot measure (depth nearer than 5 cm: a camera ahead of the axis touching a wall;
+    0 or NaN: a real depth camera's no-return, e.g. a wall inside its minimum range) mark no free space: before,
+    they counted as seeing nothing up to the range limit and cleared the wall away."""
+    depth = np.full((64, 64), 3.0, np.float32)            # a wall 3 m ahead
+    depth[:, 24:41] = near                                 # ... and across the middle, one too near to measure
+    explorer = Explorer(ExplorerConfig())
+    explorer.update(depth, Pose2D(0.0, 0.0, 0.0))
+    m = explorer.map
+    r, c, _ = m.to_cells(np.array([1.5, 1.5, 0.0]), np.array([0.0, 1.2, 0.0]))
+    assert m.free[r[0], c[0]] == 0 and m.occ[r[0], c[0]] == 0    # straight ahead, behind the near wall: unknown
+    assert m.free[r[1], c[1]] > 0                                 # off to the side, where the far wall was seen
+    assert m.free[r[2], c[2]] > 0                                 # the robot's own footprint
+
+
+def test_a_goal_photo_from_a_camera_ahead_of_the_axis_matches_where_the_robot_stood(sim, two_room_scene):
+    """The goal photo of a robot whose camera sits 0.15 m ahead of its turning axis: told `camera_forward_m`, the
+    goal scan is placed that far ahead of the pose it is matched at, so the best fit near the goal is where the
+    robot stood (the ImageNav goal); taken as a photo from the axis, it fits about where the camera was, 0.15 m
+    on."""
+    obs = _start(sim, 1.0, 3.0)
+    explorer = Explorer(ExplorerConfig())
+    _explore(sim, explorer, obs)                  # the map: both rooms, from a camera on the axis
+    ahead = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, sensor_forward_m=0.15))
+    try:
+        goal = ahead.render_at(np.array([6.5, 0.0, 1.0]), 0.6)   # second room, into its back-left corner
+    finally:
+        ahead.close()
+    g = goal.gt_pose                             # the robot's pose; its camera is 0.15 m further on
+
+    def best_near_goal(forward_m: float) -> tuple[float, float]:
+        explorer.cfg = dataclasses.replace(explorer.cfg, camera_forward_m=forward_m)
+        cands = explorer.match_goal(g, explorer.goal_scan(goal.depth), radius_m=0.45)
+        assert cands
+        c = cands[0]
+        return math.hypot(c.pose.x_m - g.x_m, c.pose.y_m - g.y_m), c.score
+
+    told_off, told_score = best_near_goal(0.15)
+    untold_off, untold_score = best_near_goal(0.0)
+    assert told_off < 0.1 and told_score > 0.85, (told_off, told_score)       # measured: 0.07 m, 0.90
+    assert untold_off > told_off + 0.05, (untold_off, told_off)                # measured: 0.16 m
+    on_axis = explorer.goal_scan(goal.depth)           # the offset last set is 0
+    explorer.cfg = dataclasses.replace(explorer.cfg, camera_forward_m=0.15)
+    moved = explorer.goal_scan(goal.depth)
+    assert np.allclose(moved.endpoints, on_axis.endpoints + [0.15, 0.0])
+    assert np.allclose(moved.free_points, on_axis.free_points + [0.15, 0.0])
 
 
 def test_exploration_covers_both_rooms_through_the_door_without_collisions(sim):

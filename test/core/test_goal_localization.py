@@ -51,6 +51,19 @@ def test_recovers_the_goal_camera_pose():
     assert world.x_m == pytest.approx(2.0 + 0.3, abs=0.1) and world.y_m == pytest.approx(1.6, abs=0.1)
 
 
+def test_with_the_camera_ahead_of_the_axis_the_goal_is_where_the_robot_stood():
+    """Cameras 0.3 m ahead of the turning axis: the estimate (camera to camera) is moved to the robots' axes at
+    both ends. The goal robot stands 2 m ahead of the current one, turned 90 deg left: its camera is 0.3 m
+    further on its own heading, so the goal camera is seen 1.7 m ahead and 0.3 m left of the current camera."""
+    est = GoalEstimate(Pose2D(1.7, 0.3, math.pi / 2), 40, 40)
+    robot = Pose2D(1.0, -1.0, 0.0)
+    goal = to_odometry_frame(est, robot, camera_forward_m=0.3)
+    assert (goal.x_m, goal.y_m, goal.yaw_rad) == pytest.approx((3.0, -1.0, math.pi / 2), abs=1e-9)
+    # taken as cameras on the axis: off by the offset at both ends
+    wrong = to_odometry_frame(est, robot)
+    assert math.hypot(wrong.x_m - 3.0, wrong.y_m + 1.0) == pytest.approx(math.hypot(0.3, 0.3), abs=1e-9)
+
+
 def test_unrelated_views_give_no_pose():
     rng = np.random.default_rng(1)
     a, b = _scene(rng), _scene(rng)

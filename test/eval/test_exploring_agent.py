@@ -98,9 +98,13 @@ def test_the_agent_maps_with_the_simulators_camera_as_a_robot_with_its_camera_in
 
 
 def test_a_camera_mounted_ahead_of_the_turning_axis_still_finds_the_goal(two_room_scene):
-    """`memnav eval --camera-forward-m 0.3`: the simulator's camera 0.3 m ahead of the agent's axis, the agent not
-    told (it maps from odometry's pose, as on a robot), finds the goal behind the wall and stops within 1 m."""
-    _behind_the_wall(two_room_scene, SimConfig(seed=3, sensor_forward_m=0.3))
+    """`memnav eval --camera-forward-m 0.15`: the simulator's camera 0.15 m ahead of the agent's axis; the agent
+    reads the offset from the simulator at reset, as the policy node is given camera_forward_m, maps from the
+    camera's pose, finds the goal behind the wall and stops within 1 m."""
+    def took_the_offset(agent) -> None:
+        assert agent.navigator.cfg.camera_forward_m == agent.navigator.explorer.cfg.camera_forward_m == 0.15
+
+    _behind_the_wall(two_room_scene, SimConfig(seed=3, sensor_forward_m=0.15), took_the_offset)
 
 
 def test_without_exploration_the_policy_drives_alone(two_room_scene):

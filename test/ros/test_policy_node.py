@@ -33,6 +33,9 @@ def test_bad_config_fields_are_named():
             PolicyNodeConfig(camera_hfov_deg=hfov)
     with pytest.raises(ValueError, match="camera_height_m"):
         PolicyNodeConfig(camera_height_m=0.0)
+    for forward in (2.5, -3.0, float("nan")):
+        with pytest.raises(ValueError, match="PolicyNodeConfig.camera_forward_m"):
+            PolicyNodeConfig(camera_forward_m=forward)
 
 
 def test_policy_node_defaults_are_the_eval_agents_defaults():

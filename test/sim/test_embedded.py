@@ -246,19 +246,19 @@ def test_bad_config_fields_are_named(field, value):
 
 
 def test_a_camera_ahead_of_the_turning_axis_renders_from_there(two_room_scene):
-    """SimConfig.sensor_forward_m: the view of an agent whose camera is 0.3 m ahead of it is the view of an agent
-    0.3 m further on with its camera on its axis; its odometry stays at the axis (memnav.core.frames.camera_pose
+    """SimConfig.sensor_forward_m: the view of an agent whose camera is 0.15 m ahead of it is the view of an agent
+    0.15 m further on with its camera on its axis; its odometry stays at the axis (memnav.core.frames.camera_pose
     gives the camera's pose from it)."""
     from memnav.core.frames import camera_pose, habitat_position_from_map
 
-    ahead = EmbeddedSimulator(two_room_scene, SimConfig(sensor_forward_m=0.3))
+    ahead = EmbeddedSimulator(two_room_scene, SimConfig(sensor_forward_m=0.15))
     axis = EmbeddedSimulator(two_room_scene, SimConfig())
     try:
         for yaw in (0.0, 1.0, -2.5):
             base = np.array([2.0, 0.0, 2.5])
             seen = ahead.render_at(base, yaw)
-            cam = camera_pose(seen.pose, 0.3)
-            assert math.hypot(cam.x_m - seen.pose.x_m, cam.y_m - seen.pose.y_m) == pytest.approx(0.3)
+            cam = camera_pose(seen.pose, 0.15)
+            assert math.hypot(cam.x_m - seen.pose.x_m, cam.y_m - seen.pose.y_m) == pytest.approx(0.15)
             there = axis.render_at(habitat_position_from_map(cam.x_m, cam.y_m, 0.0), yaw)
             np.testing.assert_allclose(seen.depth, there.depth, atol=1e-4)
             assert not np.allclose(seen.depth, axis.render_at(base, yaw).depth, atol=1e-2)   # not the axis's view
@@ -267,3 +267,7 @@ def test_a_camera_ahead_of_the_turning_axis_renders_from_there(two_room_scene):
         axis.close()
     with pytest.raises(ValueError, match="sensor_forward_m"):
         SimConfig(sensor_forward_m=float("nan"))
+    # ahead of the body (agent_radius_m 0.18), the camera would pass into the walls the body touches
+    with pytest.raises(ValueError, match="sensor_forward_m must be less than agent_radius_m"):
+        SimConfig(sensor_forward_m=0.2)
+    assert SimConfig(sensor_forward_m=0.2, agent_radius_m=0.3).sensor_forward_m == 0.2   # a larger robot
