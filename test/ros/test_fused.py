@@ -30,7 +30,8 @@ def test_fused_argument_selects_the_processes():
         assert stack.name is None and stack.output.value == "screen"
         assert {p.name: p.value for p in stack.params if hasattr(p, "name")} == {
             "agent": "memnav", "policy_dir": "", "explore": "true", "max_steps": "500", "lockstep": "true",
-            "collision_fraction": "0.9", "lifelong_dir": "", "memory_key": "", "odometry_restarts": "false"}
+            "collision_fraction": "0.9", "lifelong_dir": "", "memory_key": "", "odometry_restarts": "false",
+            "camera_forward_m": "0.0"}
     assert len(resolve_launch(launch, {"fused": "0"}).nodes) == 5
 
 
