@@ -162,6 +162,8 @@ _SAFETY_REASONS = {
     "stale_odom": (DiagnosticLevel.ERROR, "no odometry within the watchdog: the robot is held still"),
     "stale_command": (DiagnosticLevel.WARN, "no command from the policy: the robot is held still (is policy_node "
                                             "running?)"),
+    "obstacle_ahead": (DiagnosticLevel.WARN, "forward held: a surface in the robot's path nearer than "
+                                             "guard.stop_distance_m, or no depth image measured yet (turns pass)"),
     "limited": (DiagnosticLevel.OK, "passing the policy's command, limited by the speed or acceleration limits"),
     "ok": (DiagnosticLevel.OK, "passing the policy's command"),
 }
@@ -179,6 +181,7 @@ def safety_diagnostic(body: dict, dropped_new: int = 0) -> NodeDiagnostic:
               "requested_v_mps": f"{body.get('requested_v_mps', 0.0):.3f}",
               "requested_w_radps": f"{body.get('requested_w_radps', 0.0):.3f}",
               **{f"{name}_age_s": _age(age) for name, age in ages.items()},
+              "ahead_m": "" if body.get("ahead_m") is None else f"{body['ahead_m']:.3f}",
               **{f"dropped_{name}": str(n) for name, n in (body.get("dropped") or {}).items()}}
     return _report(findings, text, values, dropped_new)
 

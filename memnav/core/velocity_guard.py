@@ -2,19 +2,25 @@
 
 It limits speed and acceleration, and commands zero when the robot is driving blind (the newest colour or
 depth image or odometry is older than the watchdog), when the policy has gone quiet, or while the
-emergency stop is engaged (latched until released). Time is always an argument (seconds on one monotonic
+emergency stop is engaged (latched until released). With `stop_distance_m` set it also holds forward speed at
+zero while the newest depth image shows a surface in the robot's path nearer than that (`nearest_ahead_m`): a
+bumper made of the camera; turning on the spot still passes. Time is always an argument (seconds on one monotonic
 clock), so the guard is deterministic and needs no ROS. `read_estop_state` / `write_estop_state` keep the
 emergency stop's state in a file, so that a guard restarted while it is engaged starts engaged.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+import numpy as np
+
 from memnav.core.files import replace_files
+from memnav.core.frames import pixel_ray_offsets
 
 
 class GuardReason(Enum):
@@ -25,13 +31,15 @@ class GuardReason(Enum):
     STALE_DEPTH = "stale_depth"      # no depth image within watchdog_s: zero
     STALE_ODOM = "stale_odom"        # no odometry within watchdog_s: zero
     STALE_COMMAND = "stale_command"  # no policy command within cmd_timeout_s: zero
+    OBSTACLE = "obstacle_ahead"      # a surface in the robot's path nearer than stop_distance_m, or none measured
+                                     # yet: forward speed zero; turns and reversing pass within the limits
     LIMITED = "limited"              # the command, clipped by the speed or acceleration limits
     OK = "ok"                        # the command as requested
 
     @property
     def stops(self) -> bool:
-        """Whether this reason forces zero velocity."""
-        return self not in (GuardReason.OK, GuardReason.LIMITED)
+        """Whether this reason forces zero velocity (an obstacle ahead forces zero forward speed only)."""
+        return self not in (GuardReason.OK, GuardReason.LIMITED, GuardReason.OBSTACLE)
 
 
 class Source(Enum):
@@ -61,6 +69,12 @@ class VelocityGuardConfig:
         cmd_timeout_s: send zero when the newest policy command is older than this, seconds.
         max_dt_s: a gap between two updates longer than this counts as this long when applying the
             acceleration limits (a stalled control loop must not allow a jump), seconds.
+        stop_distance_m: hold forward speed at zero while the newest depth image shows a surface in the robot's
+            path nearer than this to the camera (`nearest_ahead_m`; until a depth image has been measured, too),
+            meters; 0 = off. A depth camera reads nothing inside its minimum range (a RealSense D435 about 0.2-0.3
+            m), so keep this above it: a wall that close is not seen at all.
+        corridor_half_width_m: the robot's path is this far left and right of the camera's optical axis, meters
+            (half the robot's width plus a margin).
     """
 
     max_linear_mps: float = 0.5
@@ -71,6 +85,8 @@ class VelocityGuardConfig:
     watchdog_s: float = 0.5
     cmd_timeout_s: float = 0.5
     max_dt_s: float = 0.1
+    stop_distance_m: float = 0.0
+    corridor_half_width_m: float = 0.25
 
     def __post_init__(self) -> None:
         for name in ("max_linear_mps", "max_reverse_mps", "max_angular_radps"):
@@ -82,6 +98,42 @@ class VelocityGuardConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"VelocityGuardConfig.{name} must be finite and > 0, got {value}")
+        if not (math.isfinite(self.stop_distance_m) and 0.0 <= self.stop_distance_m <= MAX_STOP_DISTANCE_M):
+            raise ValueError(f"VelocityGuardConfig.stop_distance_m must be in [0, {MAX_STOP_DISTANCE_M:g}] m "
+                             f"(0 = off), got {self.stop_distance_m}")
+        if not (math.isfinite(self.corridor_half_width_m) and 0.0 < self.corridor_half_width_m <= 2.0):
+            raise ValueError(f"VelocityGuardConfig.corridor_half_width_m must be in (0, 2] m, got "
+                             f"{self.corridor_half_width_m}")
+
+
+MAX_STOP_DISTANCE_M = 5.0
+OBSTACLE_MIN_HEIGHT_M = 0.1   # points lower than this above the floor are floor (as the occupancy map's)
+OBSTACLE_MAX_HEIGHT_M = 1.6   # ... higher than this pass over the robot
+
+
+def nearest_ahead_m(depth: np.ndarray, hfov_deg: float, camera_height_m: float, half_width_m: float,
+                    stride: int = 2) -> float:
+    """The nearest surface in the robot's path in a depth image (z-depth in meters along a level optical axis;
+    0, NaN or inf = no return): the least depth over every `stride`-th pixel whose point lies within
+    `half_width_m` left or right of the axis and between OBSTACLE_MIN_HEIGHT_M and OBSTACLE_MAX_HEIGHT_M above
+    the floor, the camera `camera_height_m` above it. inf when no such point.
+
+    Raises:
+        ValueError: an image that is not 2-D, a field of view outside (0, 180) degrees or a height <= 0.
+    """
+    d = np.asarray(depth, dtype=np.float32)
+    if d.ndim != 2 or d.size == 0:
+        raise ValueError(f"depth must be a 2-D image, got shape {d.shape}")
+    if not (0.0 < hfov_deg < 180.0) or not (camera_height_m > 0.0):
+        raise ValueError(f"hfov_deg must be in (0, 180) and camera_height_m > 0, got {hfov_deg}, {camera_height_m}")
+    h, w = d.shape
+    left, up = pixel_ray_offsets(np.arange(0, w, stride), np.arange(0, h, stride), w, h, hfov_deg)
+    d = d[::stride, ::stride]
+    with np.errstate(invalid="ignore"):
+        height = camera_height_m + up[:, None] * d
+        inside = (np.isfinite(d) & (d > 0) & (np.abs(left[None, :] * d) <= half_width_m)
+                  & (height >= OBSTACLE_MIN_HEIGHT_M) & (height <= OBSTACLE_MAX_HEIGHT_M))
+    return float(d[inside].min()) if inside.any() else math.inf
 
 
 @dataclass(frozen=True)
@@ -100,24 +152,20 @@ def _clip(value: float, lo: float, hi: float) -> float:
 class VelocityGuard:
     """Turns the requested twist into the twist to send, given how fresh the inputs are and the e-stop."""
 
-    def __init__(self, *, max_linear_mps: float = 0.5, max_reverse_mps: float = 0.0, max_angular_radps: float = 1.0,
-                 max_linear_accel_mps2: float = 0.5, max_angular_accel_radps2: float = 2.0, watchdog_s: float = 0.5,
-                 cmd_timeout_s: float = 0.5, max_dt_s: float = 0.1) -> None:
-        self.config = VelocityGuardConfig(max_linear_mps, max_reverse_mps, max_angular_radps, max_linear_accel_mps2,
-                                          max_angular_accel_radps2, watchdog_s, cmd_timeout_s, max_dt_s)
+    def __init__(self, **limits: float) -> None:
+        """`limits`: fields of VelocityGuardConfig by name (the others keep their defaults)."""
+        self.config = VelocityGuardConfig(**limits)
         self._heard: dict[Source, float | None] = {s: None for s in Source}
         self._cmd: tuple[float, float] = (0.0, 0.0)
         self._cmd_s: float | None = None
         self._estop = False
         self._out = (0.0, 0.0)
         self._last_update_s: float | None = None
+        self._ahead_m: float | None = None     # the newest depth image's nearest surface in the path (None: none yet)
 
     @classmethod
     def from_config(cls, cfg: VelocityGuardConfig) -> VelocityGuard:
-        return cls(max_linear_mps=cfg.max_linear_mps, max_reverse_mps=cfg.max_reverse_mps,
-                   max_angular_radps=cfg.max_angular_radps, max_linear_accel_mps2=cfg.max_linear_accel_mps2,
-                   max_angular_accel_radps2=cfg.max_angular_accel_radps2, watchdog_s=cfg.watchdog_s,
-                   cmd_timeout_s=cfg.cmd_timeout_s, max_dt_s=cfg.max_dt_s)
+        return cls(**dataclasses.asdict(cfg))
 
     @property
     def estop(self) -> bool:
@@ -137,6 +185,20 @@ class VelocityGuard:
         t = self._heard[source]
         return math.inf if t is None else now_s - t
 
+    @property
+    def ahead_m(self) -> float | None:
+        """The nearest surface in the robot's path in the newest depth image measured (inf: none; None: no image
+        measured yet)."""
+        return self._ahead_m
+
+    def obstacle(self, distance_m: float | None) -> None:
+        """The newest depth image's nearest surface in the robot's path (`nearest_ahead_m`; inf: none; None:
+        forget it, nothing measured). Its freshness is the depth image's: the watchdog stops the robot when depth
+        goes stale."""
+        if distance_m is not None and (math.isnan(distance_m) or distance_m < 0):
+            raise ValueError(f"obstacle distance must be >= 0 m or inf, got {distance_m}")
+        self._ahead_m = None if distance_m is None else float(distance_m)
+
     def command(self, v_mps: float, w_radps: float, now_s: float) -> None:
         """The policy requests (v m/s, w rad/s) at `now_s`.
 
@@ -152,7 +214,8 @@ class VelocityGuard:
 
         Faults (e-stop, a stale input, a silent policy) give zero at once. Otherwise the command is clipped
         to the speed limits and moved from the last output by at most the acceleration limits times the
-        time since the last update.
+        time since the last update; forward speed drops to zero at once while an obstacle is ahead
+        (`stop_distance_m`).
         """
         dt = 0.0 if self._last_update_s is None else _clip(now_s - self._last_update_s, 0.0, self.config.max_dt_s)
         self._last_update_s = now_s
@@ -167,9 +230,19 @@ class VelocityGuard:
         v_prev, w_prev = self._out
         v = _clip(v, v_prev - c.max_linear_accel_mps2 * dt, v_prev + c.max_linear_accel_mps2 * dt)
         w = _clip(w, w_prev - c.max_angular_accel_radps2 * dt, w_prev + c.max_angular_accel_radps2 * dt)
+        held = v > 0.0 and self.obstacle_ahead
+        if held:
+            v = 0.0
         self._out = (v, w)
         exact = math.isclose(v, v_req, abs_tol=1e-9) and math.isclose(w, w_req, abs_tol=1e-9)
-        return GuardOutput(v, w, GuardReason.OK if exact else GuardReason.LIMITED)
+        return GuardOutput(v, w, GuardReason.OBSTACLE if held else GuardReason.OK if exact else GuardReason.LIMITED)
+
+    @property
+    def obstacle_ahead(self) -> bool:
+        """Whether forward motion is held: stop_distance_m is set and the newest depth image measured shows a
+        surface in the path nearer than it, or none has been measured yet."""
+        d = self.config.stop_distance_m
+        return d > 0.0 and (self._ahead_m is None or self._ahead_m < d)
 
     def _fault(self, now_s: float) -> GuardReason | None:
         if self._estop:

@@ -3,7 +3,10 @@
 Subscribes:
     /memnav/cmd_vel_raw         geometry_msgs/Twist  the policy's command (reliable, depth 10)
     /camera/color/image_raw     sensor_msgs/Image    colour stream watched for freshness (sensor-data QoS)
-    /camera/depth/image_raw     sensor_msgs/Image    depth stream watched for freshness  (sensor-data QoS)
+    /camera/depth/image_raw     sensor_msgs/Image    depth stream watched for freshness  (sensor-data QoS), and with
+                                guard.stop_distance_m for surfaces in the robot's path
+    /camera/color/camera_info   sensor_msgs/CameraInfo  with guard.stop_distance_m and camera_hfov_deg 0: the field
+                                of view the depth image (registered to the colour image) is measured with
     /odom                       nav_msgs/Odometry    odometry watched for freshness      (sensor-data QoS)
     /memnav/estop               std_msgs/Bool        true engages the emergency stop, false releases it; it stays
                                 as last set (reliable, volatile: any reliable publisher, latched or not, connects),
@@ -13,7 +16,9 @@ Publishes:
                                 (geometry_msgs/TwistStamped with cmd_vel_stamped: ros2_control's diff_drive_controller
                                 on Jazzy and later takes only that)
     /memnav/safety_status       std_msgs/String JSON {reason, v_mps, w_radps, requested_v_mps,
-                                requested_w_radps, estop, age_s: {color, depth, odom} (null = never), dropped}
+                                requested_w_radps, estop, age_s: {color, depth, odom} (null = never), dropped,
+                                ahead_m: the nearest surface in the robot's path in the newest depth image, meters
+                                (null: none there, or not measured: stop_distance_m 0 or no field of view yet)}
                                 on every change of reason and every status_period_s (reliable, depth 10)
     /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status (ERROR while a silent sensor
                                 holds the robot still, WARN on the e-stop, no policy command or dropped messages,
@@ -35,11 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.files import state_path_in_namespace
+from memnav.core.frames import camera_hfov_deg
 from memnav.core.velocity_guard import (
     GuardOutput,
+    GuardReason,
     Source,
     VelocityGuard,
     VelocityGuardConfig,
+    nearest_ahead_m,
     read_estop_state,
     write_estop_state,
 )
@@ -62,6 +70,11 @@ class SafetyNodeConfig:
             clock), for bases that take only that (ros2_control's diff_drive_controller on Jazzy and later by
             default; `memnav check` says which one the base subscribes).
         cmd_vel_frame_id: header.frame_id of the stamped command (the robot's base frame).
+        camera_hfov_deg: the depth image's horizontal field of view, for guard.stop_distance_m (which pixels lie in
+            the robot's path), degrees; 0 = from camera/color/camera_info (the depth image registered to the
+            colour image, as the policy node takes it), forward held until one has come.
+        camera_height_m: the camera's height above the floor, for guard.stop_distance_m (floor is not an
+            obstacle), meters: the policy node's camera_height_m.
     """
 
     rate_hz: float = 50.0
@@ -69,6 +82,8 @@ class SafetyNodeConfig:
     estop_state_file: str = ""
     cmd_vel_stamped: bool = False
     cmd_vel_frame_id: str = "base_link"
+    camera_hfov_deg: float = 90.0
+    camera_height_m: float = 1.25
 
     def __post_init__(self) -> None:
         # the base's command stream: inf would busy-loop the timer, a rate below 1 Hz would leave the base without
@@ -78,6 +93,11 @@ class SafetyNodeConfig:
         if not (math.isfinite(self.status_period_s) and self.status_period_s > 0):
             raise ValueError(f"SafetyNodeConfig.status_period_s must be a finite number > 0, got "
                              f"{self.status_period_s!r}")
+        if not (math.isfinite(self.camera_hfov_deg) and (self.camera_hfov_deg == 0 or 0 < self.camera_hfov_deg < 180)):
+            raise ValueError(f"SafetyNodeConfig.camera_hfov_deg must be in (0, 180) degrees, or 0 (from camera_info), "
+                             f"got {self.camera_hfov_deg!r}")
+        if not (math.isfinite(self.camera_height_m) and self.camera_height_m > 0):
+            raise ValueError(f"SafetyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
 
 
 PARAMETER_GROUPS = (("", SafetyNodeConfig), ("guard.", VelocityGuardConfig))
@@ -87,9 +107,11 @@ def status_body(guard: VelocityGuard, out: GuardOutput, requested: tuple[float, 
                 dropped: dict[str, int]) -> dict:
     """The JSON body of /memnav/safety_status."""
     ages = {s.value: (None if math.isinf(a := guard.age_s(s, now_s)) else round(a, 4)) for s in Source}
+    ahead = guard.ahead_m
     return {"reason": out.reason.value, "v_mps": out.v_mps, "w_radps": out.w_radps,
             "requested_v_mps": requested[0], "requested_w_radps": requested[1], "estop": guard.estop,
-            "age_s": ages, "dropped": dict(dropped)}
+            "age_s": ages, "dropped": dict(dropped),
+            "ahead_m": None if ahead is None or math.isinf(ahead) else round(ahead, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +127,7 @@ def build(node) -> Callable[[], None]:
     from geometry_msgs.msg import Twist, TwistStamped
     from nav_msgs.msg import Odometry
     from rclpy.qos import qos_profile_sensor_data
-    from sensor_msgs.msg import Image
+    from sensor_msgs.msg import CameraInfo, Image
     from std_msgs.msg import Bool, String
 
     from memnav.core.diagnostics import safety_diagnostic
@@ -117,7 +139,11 @@ def build(node) -> Callable[[], None]:
     guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
     # the limits may change while the robot runs (`memnav param set safety_node guard.max_linear_mps 0.3`): checked
     # as at a start, then in force from the next control tick
-    live_group(node, "guard.", lambda new: setattr(guard, "config", new))
+    def new_limits(new: VelocityGuardConfig) -> None:
+        guard.config = new
+        guard.obstacle(None)      # measured afresh with the new corridor from the next depth image
+
+    live_group(node, "guard.", new_limits)
     # one file per namespace: two robots' safety nodes on one computer keep separate states
     cfg = dataclasses.replace(cfg, estop_state_file=state_path_in_namespace(cfg.estop_state_file,
                                                                             node.get_namespace()))
@@ -141,8 +167,9 @@ def build(node) -> Callable[[], None]:
         return msg
     pub_status = node.create_publisher(String, "memnav/safety_status", 10)
     pub_diag = diagnostics_msgs.create_publisher(node)
-    st = {"requested": (0.0, 0.0), "reason": None, "status_s": -math.inf, "diag_s": -math.inf, "reported": 0}
-    dropped = {"command": 0, "color": 0, "depth": 0, "odom": 0}
+    st = {"requested": (0.0, 0.0), "reason": None, "status_s": -math.inf, "diag_s": -math.inf, "reported": 0,
+          "hfov": cfg.camera_hfov_deg or None}
+    dropped = {"command": 0, "color": 0, "depth": 0, "odom": 0, "camera_info": 0}
 
     warned = dict.fromkeys(dropped, -math.inf)
 
@@ -172,6 +199,27 @@ def build(node) -> Callable[[], None]:
             guard.heard(source, time.monotonic())
         return callback
 
+    def on_depth(msg: Image) -> None:
+        try:
+            depth = conv.image_to_depth(msg)
+        except conv.MessageError as err:
+            drop("depth", err)
+            return
+        guard.heard(Source.DEPTH, time.monotonic())
+        if guard.config.stop_distance_m > 0 and st["hfov"] is not None:
+            guard.obstacle(nearest_ahead_m(depth, st["hfov"], cfg.camera_height_m,
+                                           guard.config.corridor_half_width_m))
+
+    def on_camera_info(msg: CameraInfo) -> None:
+        hfov = camera_hfov_deg(int(msg.width), float(msg.k[0]))
+        if hfov is None or not 0.0 < hfov < 180.0:
+            drop("camera_info", ValueError(f"no field of view from width {msg.width} and K[0] {msg.k[0]!r}"))
+            return
+        if st["hfov"] is None or abs(hfov - st["hfov"]) >= 0.1:
+            node.get_logger().info(f"depth image: {hfov:.1f} deg horizontal field of view (camera_info), for "
+                                   "guard.stop_distance_m")
+            st["hfov"] = hfov
+
     def on_estop(msg: Bool) -> None:
         changed = bool(msg.data) != guard.estop
         if changed:
@@ -197,7 +245,14 @@ def build(node) -> Callable[[], None]:
         changed = out.reason != st["reason"]
         if changed and out.reason.stops and st["reason"] is not None:
             node.get_logger().warning(f"commanding zero velocity: {out.reason.value}")
-        elif changed and st["reason"] is not None and st["reason"].stops:
+        elif changed and out.reason is GuardReason.OBSTACLE:
+            ahead = guard.ahead_m
+            node.get_logger().info(
+                "forward held: " + (f"a surface {ahead:.2f} m ahead in the robot's path" if ahead is not None else
+                                    "no depth image measured yet" + ("" if st["hfov"] is not None else
+                                                                     " (no camera_info: field of view unknown)"))
+                + f" (guard.stop_distance_m {guard.config.stop_distance_m:g}); turns pass")
+        elif changed and st["reason"] is not None and (st["reason"].stops or st["reason"] is GuardReason.OBSTACLE):
             node.get_logger().info(f"driving again ({out.reason.value})")
         status_due = changed or now - st["status_s"] >= cfg.status_period_s
         diag_due = changed or now - st["diag_s"] >= diagnostics_msgs.PERIOD_S
@@ -215,8 +270,9 @@ def build(node) -> Callable[[], None]:
     node.create_subscription(Twist, "memnav/cmd_vel_raw", on_command, 10)
     node.create_subscription(Image, "camera/color/image_raw", watch(Source.COLOR, conv.image_to_rgb),
                              qos_profile_sensor_data)
-    node.create_subscription(Image, "camera/depth/image_raw", watch(Source.DEPTH, conv.image_to_depth),
-                             qos_profile_sensor_data)
+    node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
+    if not cfg.camera_hfov_deg:
+        node.create_subscription(CameraInfo, "camera/color/camera_info", on_camera_info, qos_profile_sensor_data)
     node.create_subscription(Odometry, "odom", watch(Source.ODOM, conv.odometry_to_pose), qos_profile_sensor_data)
     node.create_subscription(Bool, "memnav/estop", on_estop, 10)
     node.create_timer(1.0 / cfg.rate_hz, on_tick)

@@ -78,6 +78,9 @@ def test_the_safety_nodes_guard_reason_sets_its_level():
     assert safety_diagnostic({**body, "reason": "stale_command"}).level is DiagnosticLevel.WARN
     assert safety_diagnostic({**body, "reason": "ok"}, dropped_new=1).level is DiagnosticLevel.WARN
     assert safety_diagnostic({**body, "reason": "???"}).level is DiagnosticLevel.ERROR
+    held = safety_diagnostic({**body, "reason": "obstacle_ahead", "ahead_m": 0.24})
+    assert held.level is DiagnosticLevel.WARN and held.message.startswith("forward held")
+    assert held.values["ahead_m"] == "0.240" and ok.values["ahead_m"] == ""
 
 
 def test_levels_are_named_as_the_message_carries_them():

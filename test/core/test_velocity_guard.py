@@ -1,9 +1,10 @@
 """VelocityGuard: limits, ramps, watchdog, command timeout and latched e-stop, all on explicit times."""
 import math
 
+import numpy as np
 import pytest
 
-from memnav.core.velocity_guard import GuardReason, Source, VelocityGuard, VelocityGuardConfig
+from memnav.core.velocity_guard import GuardReason, Source, VelocityGuard, VelocityGuardConfig, nearest_ahead_m
 
 
 def fresh_guard(**kw) -> VelocityGuard:
@@ -132,8 +133,65 @@ def test_bad_commands_and_configs_are_refused():
         VelocityGuardConfig(max_angular_radps=math.inf)
 
 
+def _wall(distance_m: float, cols: slice = slice(None), size: int = 64) -> np.ndarray:
+    """A depth image (90 deg, camera 1.25 m up) of a floor, with a wall `distance_m` ahead in columns `cols` and
+    no return elsewhere above the floor."""
+    from memnav.core.frames import pixel_ray_offsets
+
+    _, up = pixel_ray_offsets(np.arange(size), np.arange(size), size, size, 90.0)
+    floor = np.where(up < 0, 1.25 / np.maximum(-up, 1e-9), 0.0).astype(np.float32)   # the floor's z-depth per row
+    depth = np.repeat(floor[:, None], size, axis=1)
+    wall = np.zeros_like(depth)
+    wall[:, cols] = distance_m
+    nearer = (wall > 0) & ((depth == 0) | (wall < depth))
+    depth[nearer] = wall[nearer]
+    return depth
+
+
+def test_nearest_ahead_is_the_nearest_surface_in_the_robots_path():
+    """Floor, ceiling, surfaces beside the path and no-returns do not count; a wall across the path does."""
+    args = (90.0, 1.25, 0.25)
+    assert math.isinf(nearest_ahead_m(_wall(0.0), *args))                          # floor only
+    assert nearest_ahead_m(_wall(1.0), *args) == pytest.approx(1.0)                # a wall 1 m ahead
+    # a wall 1 m ahead only in the leftmost columns: 0.5-1.0 m left of the axis, beside a 0.25 m path
+    assert math.isinf(nearest_ahead_m(_wall(1.0, slice(0, 16)), *args))
+    assert nearest_ahead_m(_wall(1.0, slice(0, 16)), 90.0, 1.25, 0.8) == pytest.approx(1.0)   # a wider robot
+    hole = _wall(0.5)
+    hole[:, 16:49] = 0.0                             # no return across the path (the wall stays beside it)
+    hole[:2, :] = 1.0                                # a shelf 1 m ahead, 2.2 m up: above the robot
+    assert math.isinf(nearest_ahead_m(hole, *args))
+    hole[:, 30:34] = np.nan
+    hole[40:44, 30:34] = 0.4                                                       # a box on the floor
+    assert nearest_ahead_m(hole, *args) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="2-D"):
+        nearest_ahead_m(np.zeros((4, 4, 3)), *args)
+
+
+def test_an_obstacle_ahead_holds_forward_speed_and_lets_turns_pass():
+    guard = fresh_guard(stop_distance_m=0.3, max_reverse_mps=0.1, max_linear_accel_mps2=100.0,
+                        max_angular_accel_radps2=100.0)
+    out = drive(guard, 0.2, 0.4, 0.0, 0.1)[-1]           # no depth image measured yet: held
+    assert (out.v_mps, out.w_radps, out.reason) == (0.0, pytest.approx(0.4), GuardReason.OBSTACLE)
+    assert not out.reason.stops and guard.ahead_m is None
+    guard.obstacle(1.0)
+    assert drive(guard, 0.2, 0.4, 0.12, 0.2)[-1].v_mps == pytest.approx(0.2)
+    guard.obstacle(0.25)                                   # at full speed: zero at once, not ramped down
+    out = drive(guard, 0.2, 0.4, 0.22, 0.22)[-1]
+    assert (out.v_mps, out.reason) == (0.0, GuardReason.OBSTACLE) and out.w_radps == pytest.approx(0.4)
+    assert drive(guard, -0.1, 0.0, 0.24, 0.3)[-1].v_mps == pytest.approx(-0.1)   # backing away passes
+    guard.obstacle(math.inf)                               # nothing in the path
+    assert drive(guard, 0.2, 0.0, 0.32, 0.4)[-1].reason is GuardReason.OK
+    off = fresh_guard()                                    # stop_distance_m 0: off, nothing measured needed
+    assert drive(off, 0.2, 0.0, 0.0, 1.0)[-1].v_mps == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="obstacle distance"):
+        guard.obstacle(math.nan)
+    for bad in ({"stop_distance_m": -0.1}, {"stop_distance_m": math.nan}, {"corridor_half_width_m": 0.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            VelocityGuardConfig(**bad)
+
+
 def test_from_config_round_trip():
-    cfg = VelocityGuardConfig(max_linear_mps=0.7, watchdog_s=0.3, max_dt_s=0.05)
+    cfg = VelocityGuardConfig(max_linear_mps=0.7, watchdog_s=0.3, max_dt_s=0.05, stop_distance_m=0.4)
     assert VelocityGuard.from_config(cfg).config == cfg
     assert math.isinf(VelocityGuard().age_s(Source.ODOM, 10.0))
 

@@ -157,6 +157,94 @@ def test_safety_node_guards_the_command(monkeypatch):
 
 
 
+def test_a_surface_ahead_holds_forward_speed_until_it_is_gone_or_the_stop_distance_is_lowered(monkeypatch):
+    """guard.stop_distance_m 0.3 with the field of view from camera_info: forward is held until one has come; a
+    wall 2 m ahead passes the command, one 0.2 m ahead holds forward speed at zero while the turn passes (status,
+    /diagnostics and the log say so); `memnav param set` lowering the distance to 0.1 drives again."""
+    from conftest import run_memnav
+    from diagnostic_msgs.msg import DiagnosticArray
+    from geometry_msgs.msg import Twist
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CameraInfo, Image
+    from std_msgs.msg import String
+
+    from memnav.ros import conversions as conv
+
+    domain = 40 + ((os.getpid() + 151) % 150)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args",
+                             "-p", "guard.max_linear_accel_mps2:=100.0", "-p", "guard.max_angular_accel_radps2:=100.0",
+                             "-p", "guard.stop_distance_m:=0.3", "-p", "camera_hfov_deg:=0.0",
+                             "-p", "status_period_s:=0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_safety_client")
+    got = {"cmd": [], "status": [], "diag": []}
+    node.create_subscription(Twist, "/cmd_vel", lambda m: got["cmd"].append((m.linear.x, m.angular.z)), 100)
+    node.create_subscription(String, "/memnav/safety_status", lambda m: got["status"].append(json.loads(m.data)), 50)
+    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: got["diag"].extend(m.status), 50)
+    pubs = {name: node.create_publisher(kind, topic, qos_profile_sensor_data) for name, kind, topic in (
+        ("rgb", Image, "/camera/color/image_raw"), ("depth", Image, "/camera/depth/image_raw"),
+        ("odom", Odometry, "/odom"), ("info", CameraInfo, "/camera/color/camera_info"))}
+    pub_cmd = node.create_publisher(Twist, "/memnav/cmd_vel_raw", 10)
+    feed = {"wall_m": 2.0, "info": False}
+    rgb = conv.rgb_to_image(np.zeros((64, 64, 3), np.uint8))
+    info = CameraInfo(width=64, height=64, k=[32.0, 0.0, 32.0, 0.0, 32.0, 32.0, 0.0, 0.0, 1.0])   # 90 deg
+
+    def on_feed() -> None:
+        pubs["rgb"].publish(rgb)
+        pubs["depth"].publish(conv.depth_to_image(np.full((64, 64), feed["wall_m"], np.float32)))
+        pubs["odom"].publish(conv.pose_to_odometry(Pose2D(0.0, 0.0, 0.0)))
+        if feed["info"]:
+            pubs["info"].publish(info)
+        twist = Twist()
+        twist.linear.x, twist.angular.z = 0.3, 0.2
+        pub_cmd.publish(twist)
+
+    node.create_timer(0.05, on_feed)
+
+    def wait_for(cond, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.02)
+            if cond():
+                return True
+        return False
+
+    def sending(v: float, w: float, reason: str):
+        return lambda: (bool(got["cmd"]) and got["cmd"][-1] == pytest.approx((v, w)) and bool(got["status"])
+                        and got["status"][-1]["reason"] == reason)
+
+    try:
+        # no camera_info yet: the depth image cannot be measured, so forward is held and the turn passes
+        assert wait_for(sending(0.0, 0.2, "obstacle_ahead"), 60.0), (got["cmd"][-3:], got["status"][-1:])
+        assert got["status"][-1]["ahead_m"] is None
+        feed["info"] = True
+        assert wait_for(sending(0.3, 0.2, "ok"), 10.0), got["status"][-1:]
+        assert got["status"][-1]["ahead_m"] == pytest.approx(2.0)
+        feed["wall_m"] = 0.2
+        assert wait_for(sending(0.0, 0.2, "obstacle_ahead"), 5.0), got["status"][-1:]
+        assert got["status"][-1]["ahead_m"] == pytest.approx(0.2)
+        assert wait_for(lambda: any(d.name == "/safety_node" and d.level == bytes([1])
+                                    and d.message.startswith("forward held") for d in got["diag"][-3:]), 5.0)
+        env = dict(os.environ)
+        lowered = run_memnav(["param", "set", "safety_node", "guard.stop_distance_m", "0.1"], env, 60)
+        assert lowered.returncode == 0, lowered.stdout + lowered.stderr
+        assert wait_for(sending(0.3, 0.2, "ok"), 5.0), got["status"][-1:]
+        assert proc.poll() is None
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        out = stop_processes([proc])[0]
+        print(out[-4000:])
+    assert proc.returncode == 0, out[-3000:]
+    assert "depth image: 90.0 deg horizontal field of view (camera_info)" in out, out[-3000:]
+    assert "forward held: no depth image measured yet (no camera_info: field of view unknown)" in out, out[-3000:]
+    assert "forward held: a surface 0.20 m ahead in the robot's path (guard.stop_distance_m 0.3)" in out, out[-3000:]
+
+
 def test_robot_yaml_builds_the_robot_profile_configs():
     import dataclasses
     from pathlib import Path
