@@ -101,6 +101,21 @@ def isolated_ros_env(offset: int) -> dict:
                 ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
 
 
+def spin_until(node, cond, timeout_s: float, step_s: float = 0.02) -> bool:
+    """Spin `node` (an rclpy node, `step_s` at most per turn) until `cond()` holds (True) or `timeout_s` passes
+    (False)."""
+    import time
+
+    import rclpy
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=step_s)
+        if cond():
+            return True
+    return False
+
+
 def run_memnav(args: list[str], env: dict, timeout_s: float) -> subprocess.CompletedProcess:
     """`memnav ARGS` as a process of its own (as a user runs it), its output captured as text. One that runs past
     `timeout_s` is made to print every thread's Python stack (faulthandler, on SIGABRT) before the test fails,

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ import yaml
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import stop_processes  # noqa: E402
+from conftest import spin_until, stop_processes  # noqa: E402
 
 from memnav.core.types import Pose2D  # noqa: E402
 
@@ -59,12 +58,7 @@ def test_param_reads_changes_and_dumps_a_running_nodes_parameters(monkeypatch, t
     node.create_timer(0.05, feed)
 
     def spin_for(cond, timeout_s: float) -> bool:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.02)
-            if cond():
-                return True
-        return False
+        return spin_until(node, cond, timeout_s)
 
     def param(*args: str) -> subprocess.CompletedProcess:
         """`memnav param ARGS` as its own process, the feed going on meanwhile."""

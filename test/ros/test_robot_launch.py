@@ -27,7 +27,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset  # noqa: E402
+from conftest import make_tiny_dataset, spin_until  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,12 +142,7 @@ def test_robot_launch_reaches_goal_and_watchdog_stops(tmp_path, monkeypatch):
     reset = node.create_client(Trigger, "/sim_bridge_node/reset")
 
     def wait_for(cond, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.01)
-            if cond():
-                return True
-        return False
+        return spin_until(node, cond, timeout, 0.01)
 
     def report() -> str:
         return "\n".join(f"--- {name}\n{path.read_text()[-2500:]}" for name, path in logs.items())

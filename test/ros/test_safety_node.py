@@ -12,7 +12,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import stop_processes  # noqa: E402
+from conftest import spin_until, stop_processes  # noqa: E402
 
 from memnav.core.types import Pose2D  # noqa: E402
 from memnav.ros.safety_node import PARAMETER_GROUPS, SafetyNodeConfig  # noqa: E402
@@ -80,12 +80,7 @@ def test_safety_node_guards_the_command(monkeypatch):
     node.create_timer(0.05, on_feed)
 
     def wait_for(cond, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.02)
-            if cond():
-                return True
-        return False
+        return spin_until(node, cond, timeout)
 
     def last_cmd():
         return got["cmd"][-1][1:] if got["cmd"] else None
@@ -206,12 +201,7 @@ def test_a_surface_ahead_holds_forward_speed_until_it_is_gone_or_the_stop_distan
     node.create_timer(0.05, on_feed)
 
     def wait_for(cond, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.02)
-            if cond():
-                return True
-        return False
+        return spin_until(node, cond, timeout)
 
     def sending(v: float, w: float, reason: str):
         return lambda: (bool(got["cmd"]) and got["cmd"][-1] == pytest.approx((v, w)) and bool(got["status"])

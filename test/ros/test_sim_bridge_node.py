@@ -10,7 +10,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset, stop_processes  # noqa: E402
+from conftest import make_tiny_dataset, spin_until, stop_processes  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -29,12 +29,7 @@ def ros_env(monkeypatch):
 
 
 def _wait(node, cond, timeout=20.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        rclpy.spin_once(node, timeout_sec=0.05)
-        if cond():
-            return True
-    return False
+    return spin_until(node, cond, timeout, 0.05)
 
 
 def test_bridge_serves_episodes_over_dds(data, ros_env):

@@ -16,7 +16,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset, stop_processes  # noqa: E402
+from conftest import make_tiny_dataset, spin_until, stop_processes  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -345,12 +345,7 @@ def test_encoder_pairs_by_stamp_and_encodes_rgb_only_checkpoints(tmp_path, monke
     rng = np.random.default_rng(0)
 
     def spin(seconds: float, cond=lambda: False) -> bool:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.02)
-            if cond():
-                return True
-        return False
+        return spin_until(node, cond, seconds)
 
     def colour(t_ns: int) -> None:
         pub_rgb.publish(rgb_to_image(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8), ns_to_stamp(t_ns)))
