@@ -121,8 +121,10 @@ def summarize(heard: Heard) -> tuple[list[str], dict[str, Any], bool]:
     safety = heard.safety
     if safety is not None:
         ages = ", ".join(f"{k} {'-' if v is None else f'{v:.2f} s'}" for k, v in (safety.get("age_s") or {}).items())
+        ahead = safety.get("ahead_m")
         lines.append(f"safety: e-stop {'ENGAGED' if safety.get('estop') else 'released'}; commanding "
                      f"{safety.get('v_mps', 0):.2f} m/s, {safety.get('w_radps', 0):.2f} rad/s ({safety.get('reason')})"
+                     + (f"; nearest in the path {ahead:.2f} m" if isinstance(ahead, (int, float)) else "")
                      + (f"; input ages: {ages}" if ages else ""))
     elif "safety_node" in here:
         lines.append("safety: no status heard (it publishes one every second)")

@@ -29,6 +29,11 @@ def test_a_robot_at_work_is_summarised_with_its_goal_decision_safety_and_memory(
     assert "not running: sim_bridge_node" in text and "not running: policy_node" not in text
     assert body["goal_status"]["actions"] == 45 and body["policy_node_elsewhere"] == ["/robot2"]
     assert "/robot2/policy_node" in body["node_names"]
+    # forward held by the depth image: the nearest surface in the path is named
+    heard.safety = {"estop": False, "v_mps": 0.0, "w_radps": 0.4, "reason": "obstacle_ahead", "ahead_m": 0.214,
+                    "age_s": {}}
+    assert "safety: e-stop released; commanding 0.00 m/s, 0.40 rad/s (obstacle_ahead); nearest in the path " \
+           "0.21 m" in summarize(heard)[0]
 
 
 def test_no_policy_node_in_the_namespace_names_where_one_runs():
