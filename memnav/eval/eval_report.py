@@ -617,10 +617,16 @@ def _path_table(agents: dict[str, dict]) -> str:
             + _html_table(["agent", "episodes", "path (m)", "shortest path (m)", "by layer (m)"], rows))
 
 
+# the settings `memnav eval --json` records of the simulated robot, shown at the head of a report
+RUN_SETTINGS = ("odometry_origin", "hfov_deg", "camera_height_m", "camera_forward_m", "camera_forward_told",
+                "image_px", "odometry_restarts")
+
+
 def render_html(results: dict, agents: dict[str, dict], focus: str, figures: list[tuple[str, str]],
                 reliabilities: dict[str, Reliability], command: str | None = None) -> str:
     meta = [("split", results.get("split")), ("data", results.get("data")), ("backend", results.get("backend")),
-            ("episodes", results.get("episodes")), ("lifelong", results.get("lifelong"))]
+            ("episodes", results.get("episodes")), ("lifelong", results.get("lifelong")),
+            *((key, results.get(key)) for key in RUN_SETTINGS)]
     if command:
         meta.append(("command", command))
     parts = [page_head("memnav eval report"),
@@ -750,7 +756,15 @@ def merge_runs(runs: list[tuple[str, dict]]) -> dict:
             if key in merged:
                 raise ValueError(f"two runs are both named {key!r}: rename a file or pass --names")
             merged[key] = a
-    return {**{k: first.get(k) for k in ("split", "data", "backend", "episodes", "lifelong")}, "agents": merged}
+    # a setting the runs share is shown as it is; one they differ in, run by run
+    settings = {}
+    for key in RUN_SETTINGS:
+        values = [results.get(key) for _, results in runs]
+        if any(v is not None for v in values):
+            settings[key] = values[0] if all(v == values[0] for v in values) else \
+                "; ".join(f"{label} {v}" for (label, _), v in zip(runs, values))
+    return {**{k: first.get(k) for k in ("split", "data", "backend", "episodes", "lifelong")}, **settings,
+            "agents": merged}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
