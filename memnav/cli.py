@@ -94,10 +94,15 @@ def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"how far ahead of the agent's turning axis the simulated camera {what} is mounted "
                              "(SimConfig.sensor_forward_m): 0 is the simulator's; a robot's camera is often 0.1-0.3 m "
                              "ahead")
+    parser.add_argument("--camera-pitch-deg", type=float, default=SimConfig.sensor_pitch_deg, metavar="DEG",
+                        help=f"how far the simulated camera {what} looks down from level (SimConfig.sensor_pitch_deg; "
+                             "negative: up): 0 is the simulator's; a robot's camera often looks 5-20 deg down to see "
+                             "the floor near it")
 
 
 CAMERA_OPTIONS = {"hfov_deg": "--hfov-deg", "sensor_height_m": "--camera-height-m", "width_px": "--image-px",
-                  "height_px": "--image-px", "sensor_forward_m": "--camera-forward-m"}
+                  "height_px": "--image-px", "sensor_forward_m": "--camera-forward-m",
+                  "sensor_pitch_deg": "--camera-pitch-deg"}
 
 
 def camera_options(args: argparse.Namespace) -> dict[str, float]:
@@ -107,7 +112,8 @@ def camera_options(args: argparse.Namespace) -> dict[str, float]:
 
     width, height = args.image_px
     cfg = config_from_options(SimConfig, CAMERA_OPTIONS, hfov_deg=args.hfov_deg, sensor_height_m=args.camera_height_m,
-                              width_px=width, height_px=height, sensor_forward_m=args.camera_forward_m)
+                              width_px=width, height_px=height, sensor_forward_m=args.camera_forward_m,
+                              sensor_pitch_deg=args.camera_pitch_deg)
     return {name: getattr(cfg, name) for name in CAMERA_OPTIONS}
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.files import replace_files
-from memnav.core.frames import camera_pose, check_camera_forward, pixel_ray_offsets
+from memnav.core.frames import camera_pose, check_camera_forward, check_camera_pitch, level_points, pixel_ray_offsets
 from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, colour_affinity, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
@@ -59,6 +59,8 @@ class ExplorerConfig:
             base_link) the camera sits, meters (0: on it, as the simulator's camera by default). Depth is mapped
             from the camera's pose (`memnav.core.frames.camera_pose`) and the goal scan is placed that far ahead
             of the goal pose, so the map, plans and scan-matched goal poses all stay the robot's.
+        camera_pitch_deg: how far the camera's optical axis looks down from level, degrees (negative: up; 0 as the
+            simulator's by default): depth is turned level before it is mapped, so the floor stays floor.
         max_range_m: depth beyond this is not integrated (free space is marked up to it), meters.
         obstacle_min_height_m: points at least this high above the floor are obstacles, meters.
         obstacle_max_height_m: points higher than this (ceilings, overhangs above the robot) are ignored, meters.
@@ -92,6 +94,7 @@ class ExplorerConfig:
     hfov_deg: float = 90.0
     camera_height_m: float = 1.25
     camera_forward_m: float = 0.0
+    camera_pitch_deg: float = 0.0
     max_range_m: float = 4.0
     obstacle_min_height_m: float = 0.1
     obstacle_max_height_m: float = 1.6
@@ -127,6 +130,7 @@ class ExplorerConfig:
         if self.obstacle_max_height_m <= self.obstacle_min_height_m:
             raise ValueError("ExplorerConfig.obstacle_max_height_m must exceed obstacle_min_height_m")
         check_camera_forward("ExplorerConfig.camera_forward_m", self.camera_forward_m)
+        check_camera_pitch("ExplorerConfig.camera_pitch_deg", self.camera_pitch_deg)
 
     @property
     def cells(self) -> int:
@@ -162,7 +166,7 @@ class OccupancyMap:
         self.colour_hits = np.zeros((n, n), np.uint16)
         self._lo = np.array([n, n])       # bounding box of cells with any evidence (rows, cols)
         self._hi = np.array([-1, -1])
-        self._rays: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._rays: dict[tuple[int, int, float], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     # -- cells ---------------------------------------------------------------------------------------
     def to_cells(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -196,11 +200,12 @@ class OccupancyMap:
         depth = np.asarray(depth, dtype=np.float32)
         h, w = depth.shape
         s = cfg.pixel_stride
-        fwd_per_col, up_per_row = self._pixel_rays(h, w)[:2]
+        left_per_col, up_per_row = self._pixel_rays(h, w)[:2]
         d = depth[::s, ::s]
-        lat = fwd_per_col[None, ::s] * d           # left of the optical axis, meters
-        height = cfg.camera_height_m + up_per_row[::s, None] * d
-        rng = np.hypot(d, lat)
+        # level points at the camera: ahead, left of the optical axis, up (the depth itself ahead when level)
+        ahead, lat, rise = level_points(d, left_per_col[None, ::s], up_per_row[::s, None], cfg.camera_pitch_deg)
+        height = cfg.camera_height_m + rise
+        rng = np.hypot(ahead, lat)
         valid = (d > _NEAREST_DEPTH_M) & np.isfinite(d)
         seen = valid & (rng <= cfg.max_range_m)
         floor = seen & (height < cfg.obstacle_min_height_m)
@@ -222,8 +227,8 @@ class OccupancyMap:
         fx = (along * ux[None, :])[keep]
         fy = (along * uy[None, :])[keep]
         self._add(self.free, *pose.apply(fx, fy))
-        self._add(self.free, *pose.apply(d[floor], lat[floor]))
-        obstacle_xy = pose.apply(d[obstacle], lat[obstacle])
+        self._add(self.free, *pose.apply(ahead[floor], lat[floor]))
+        obstacle_xy = pose.apply(ahead[obstacle], lat[obstacle])
         self._add(self.occ, *obstacle_xy)
         if rgb is not None and np.ndim(rgb) == 3 and np.shape(rgb)[2] == 3:
             rgb = np.asarray(rgb)
@@ -243,12 +248,15 @@ class OccupancyMap:
         self.mark_footprint(robot)
 
     def _pixel_rays(self, h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per column: left offset per meter of depth; per row: up offset per meter; column unit vectors."""
-        key = (h, w)
+        """Per column: left offset per meter of depth; per row: up offset per meter; per column, the unit
+        vector (ahead, left) of its ray at the horizon, along which free space is marked."""
+        key = (h, w, self.cfg.camera_pitch_deg)
         if key not in self._rays:
             left, up = pixel_ray_offsets(np.arange(w), np.arange(h), w, h, self.cfg.hfov_deg)
-            norm = np.hypot(1.0, left)
-            self._rays[key] = (left, up, np.stack([1.0 / norm, left / norm]))
+            # a pitched column's level ray: (1 / cos, left) per meter of depth, i.e. along (1, left cos pitch)
+            flat = left * math.cos(math.radians(self.cfg.camera_pitch_deg)) if self.cfg.camera_pitch_deg else left
+            norm = np.hypot(1.0, flat)
+            self._rays[key] = (left, up, np.stack([1.0 / norm, flat / norm]))
         return self._rays[key]
 
     def mark_footprint(self, pose: Pose2D) -> None:
@@ -552,18 +560,20 @@ class Explorer:
     def from_config(cls, cfg: ExplorerConfig) -> Explorer:
         return cls(cfg)
 
-    def set_camera(self, hfov_deg: float, camera_height_m: float, camera_forward_m: float | None = None) -> None:
+    def set_camera(self, hfov_deg: float, camera_height_m: float, camera_forward_m: float | None = None,
+                   camera_pitch_deg: float | None = None) -> None:
         """The camera the depth comes from (a robot's, known once its camera_info arrives): frames from now on are
-        mapped with this field of view, height and (given) offset ahead of the turning axis; what the map holds
-        stays.
+        mapped with this field of view, height and (given) offset ahead of the turning axis and pitch; what the
+        map holds stays.
 
         Raises:
-            ValueError: a field of view outside (0, 180) degrees, a height <= 0 or an offset beyond 2 m, naming
-                the field.
+            ValueError: a field of view outside (0, 180) degrees, a height <= 0, an offset beyond 2 m or a pitch
+                beyond 45 degrees, naming the field.
         """
         forward = self.cfg.camera_forward_m if camera_forward_m is None else float(camera_forward_m)
+        pitch = self.cfg.camera_pitch_deg if camera_pitch_deg is None else float(camera_pitch_deg)
         self.cfg = replace(self.cfg, hfov_deg=float(hfov_deg), camera_height_m=float(camera_height_m),
-                           camera_forward_m=forward)
+                           camera_forward_m=forward, camera_pitch_deg=pitch)
         if self.map is not None:
             self.map.cfg = self.cfg
             self.map._rays.clear()   # the per-pixel rays of the old camera
@@ -705,7 +715,7 @@ class Explorer:
         camera saw them, so scan-matched poses are where that robot stood."""
         c = self.cfg
         scan = goal_scan(depth, c.hfov_deg, c.camera_height_m, c.obstacle_min_height_m, c.obstacle_max_height_m,
-                         cfg, rgb=rgb, band_m=c.cell_m)
+                         cfg, rgb=rgb, band_m=c.cell_m, pitch_deg=c.camera_pitch_deg)
         return scan.moved_ahead(c.camera_forward_m)
 
     def colour_fit(self, scan: GoalScan, pose: Pose2D, sigma: float = 0.1, min_points: int = 8) -> float | None:

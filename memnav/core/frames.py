@@ -99,6 +99,32 @@ def pixel_ray_offsets(cols: np.ndarray, rows: np.ndarray, width: int, height: in
     return -(np.asarray(cols) + 0.5 - width / 2.0) / f, -(np.asarray(rows) + 0.5 - height / 2.0) / f
 
 
+MAX_CAMERA_PITCH_DEG = 45.0   # a camera pitched further than this sees too little ahead to navigate by
+
+
+def check_camera_pitch(field: str, pitch_deg: float) -> None:
+    """Raise ValueError naming `field` unless `pitch_deg` is a finite pitch within 45 degrees."""
+    if not (isinstance(pitch_deg, (int, float)) and math.isfinite(pitch_deg)
+            and abs(pitch_deg) <= MAX_CAMERA_PITCH_DEG):
+        raise ValueError(f"{field} must be a finite pitch within {MAX_CAMERA_PITCH_DEG:g} degrees (positive: "
+                         f"looking down), got {pitch_deg!r}")
+
+
+def level_points(depth: np.ndarray, left_per_m: np.ndarray, up_per_m: np.ndarray,
+                 pitch_deg: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Depth pixels as points in the level frame at the camera: (forward, left, up) meters.
+
+    `depth` is z-depth along the optical axis; `left_per_m` / `up_per_m` are the pixels' ray offsets
+    (`pixel_ray_offsets`), broadcast against it; `pitch_deg` how far the optical axis looks down from level
+    (negative: up). At 0 the forward coordinate is the depth itself (the same array)."""
+    d = np.asarray(depth)
+    if pitch_deg == 0.0:
+        return d, left_per_m * d, up_per_m * d
+    c, s = math.cos(math.radians(pitch_deg)), math.sin(math.radians(pitch_deg))
+    up = up_per_m * d
+    return d * c + up * s, left_per_m * d, up * c - d * s
+
+
 def quat_xyzw_from_yaw(yaw_rad: float) -> np.ndarray:
     """Habitat rotation quaternion [x, y, z, w] for a rotation of yaw_rad about +Y."""
     return np.array([0.0, math.sin(yaw_rad / 2.0), 0.0, math.cos(yaw_rad / 2.0)])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memnav.core.frames import camera_pose, pixel_ray_offsets
+from memnav.core.frames import camera_pose, level_points, pixel_ray_offsets
 from memnav.core.types import Pose2D, wrap_angle
 from memnav.core.verification import Features, VerificationConfig, match_features
 
@@ -26,6 +26,7 @@ class GoalLocalizerConfig:
 
     Attributes:
         hfov_deg: horizontal field of view of both images, degrees.
+        pitch_deg: how far both cameras look down from level, degrees.
         min_inliers: matches that must agree before a pose is reported.
         min_inlier_ratio: and at least this fraction of the matches with valid depth.
         inlier_m: planar residual of an inlier, meters.
@@ -36,6 +37,7 @@ class GoalLocalizerConfig:
     """
 
     hfov_deg: float = 90.0
+    pitch_deg: float = 0.0
     min_inliers: int = 10
     min_inlier_ratio: float = 0.3
     inlier_m: float = 0.15
@@ -55,8 +57,9 @@ class GoalEstimate:
 
 
 def lift_keypoints(points_px: np.ndarray, depth: np.ndarray, hfov_deg: float,
-                   max_depth_m: float) -> tuple[np.ndarray, np.ndarray]:
-    """Keypoints (N, 2) -> (N, 3) camera points (forward, left, up) in meters, and which had valid depth."""
+                   max_depth_m: float, pitch_deg: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Keypoints (N, 2) -> (N, 3) points (forward, left, up) in meters in the level frame at the camera (pitched
+    `pitch_deg` down), and which had valid depth."""
     depth = np.asarray(depth, dtype=np.float32)
     h, w = depth.shape
     u = np.clip(points_px[:, 0], 0, w - 1)
@@ -71,7 +74,7 @@ def lift_keypoints(points_px: np.ndarray, depth: np.ndarray, hfov_deg: float,
     valid = np.isfinite(best) & (best <= max_depth_m)
     d = np.where(valid, best, 0.0)
     left_per_m, up_per_m = pixel_ray_offsets(u, v, w, h, hfov_deg)
-    pts = np.stack([d, left_per_m * d, up_per_m * d], axis=1)
+    pts = np.stack(level_points(d, left_per_m, up_per_m, pitch_deg), axis=1)
     return pts, valid
 
 
@@ -98,8 +101,8 @@ def localize_goal(goal: Features, goal_depth: np.ndarray, current: Features, cur
     pg, pc = matches if matches is not None else match_features(goal, current, verification)
     if len(pg) < cfg.min_inliers:
         return None
-    xg, vg = lift_keypoints(pg, goal_depth, cfg.hfov_deg, cfg.max_depth_m)
-    xc, vc = lift_keypoints(pc, current_depth, cfg.hfov_deg, cfg.max_depth_m)
+    xg, vg = lift_keypoints(pg, goal_depth, cfg.hfov_deg, cfg.max_depth_m, cfg.pitch_deg)
+    xc, vc = lift_keypoints(pc, current_depth, cfg.hfov_deg, cfg.max_depth_m, cfg.pitch_deg)
     ok = vg & vc
     xg, xc = xg[ok], xc[ok]
     n = len(xg)

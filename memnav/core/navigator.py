@@ -63,7 +63,7 @@ import torch
 
 from memnav.core.encoder import Encoder
 from memnav.core.exploration import Explorer, ExplorerConfig, face, steer
-from memnav.core.frames import check_camera_forward
+from memnav.core.frames import check_camera_forward, check_camera_pitch
 from memnav.core.goal_localization import GoalLocalizerConfig, localize_goal, to_odometry_frame
 from memnav.core.goal_photo import check_goal_image
 from memnav.core.memory.scene_graph import Retrieval, SceneGraphMemory
@@ -141,6 +141,8 @@ class NavigatorConfig:
         camera_forward_m: how far ahead of the turning axis (the pose odometry gives) the camera is mounted,
             meters (0: on it, as the simulator's by default). Depth is mapped and the goal placed from the camera's
             pose; plans, look-arounds, memories and goal poses stay the robot's (`ExplorerConfig.camera_forward_m`).
+        camera_pitch_deg: how far the camera looks down from level, degrees (0: level, as the simulator's by
+            default): depth is turned level for mapping, the goal's scan and RGB-D goal localization.
         memory_in_ram_on_write_failure: when the long-term memory's database write fails (a full disk), go on
             with the memory in RAM (`SceneGraphMemory.keep_in_ram`; the file keeps its last commit and
             `memory.persist_error` says why) instead of raising MemoryStoreError at every step, so a robot keeps
@@ -245,6 +247,7 @@ class NavigatorConfig:
     hfov_deg: float = 90.0
     camera_height_m: float = 1.25
     camera_forward_m: float = 0.0
+    camera_pitch_deg: float = 0.0
     memory_in_ram_on_write_failure: bool = True
     localize_min_inliers: int = 10
     scan_match: bool = False
@@ -285,6 +288,7 @@ class NavigatorConfig:
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
         check_camera_forward("NavigatorConfig.camera_forward_m", self.camera_forward_m)
+        check_camera_pitch("NavigatorConfig.camera_pitch_deg", self.camera_pitch_deg)
         for name in ("verify_every_steps", "frontier_look_turns"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -416,11 +420,13 @@ class Navigator:
         self.mode = "policy"  # what chose the last move (see the module docstring's priority of layers)
         self.explorer = Explorer(ExplorerConfig(hfov_deg=cfg.hfov_deg, camera_height_m=cfg.camera_height_m,
                                                 camera_forward_m=cfg.camera_forward_m,
+                                                camera_pitch_deg=cfg.camera_pitch_deg,
                                                 forward_step_m=cfg.forward_step_m, max_range_m=cfg.map_range_m,
                                                 heading_tolerance_rad=cfg.heading_tolerance_rad,
                                                 frontier_colour_weight=cfg.frontier_colour_weight))
         self._match_cfg = ScanMatchConfig(max_candidates=cfg.candidate_pool)
-        self.localizer_cfg = GoalLocalizerConfig(hfov_deg=cfg.hfov_deg, min_inliers=cfg.localize_min_inliers)
+        self.localizer_cfg = GoalLocalizerConfig(hfov_deg=cfg.hfov_deg, pitch_deg=cfg.camera_pitch_deg,
+                                                 min_inliers=cfg.localize_min_inliers)
         self._goal_depth: np.ndarray | None = None
         self._scan: GoalScan | None = None
         self._candidate = None
@@ -508,20 +514,22 @@ class Navigator:
             self.buffer.set_goal(self.goal)
 
     # -- per step ----------------------------------------------------------------------------------------
-    def set_camera(self, hfov_deg: float, camera_height_m: float, camera_forward_m: float | None = None) -> None:
+    def set_camera(self, hfov_deg: float, camera_height_m: float, camera_forward_m: float | None = None,
+                   camera_pitch_deg: float | None = None) -> None:
         """The robot's camera: its horizontal field of view (from its camera_info), its height above the floor and
-        (given; else as configured) how far ahead of the turning axis it sits, for mapping depth, the goal's scan
-        and RGB-D goal localization from the next frame on (the defaults are the simulator's camera: 90 deg at
-        1.25 m, on the axis).
+        (given; else as configured) how far ahead of the turning axis it sits and how far it looks down, for
+        mapping depth, the goal's scan and RGB-D goal localization from the next frame on (the defaults are the
+        simulator's camera: 90 deg at 1.25 m, on the axis, level).
 
         Raises:
-            ValueError: a field of view outside (0, 180) degrees, a height <= 0 or an offset beyond 2 m, naming
-                the field.
+            ValueError: a field of view outside (0, 180) degrees, a height <= 0, an offset beyond 2 m or a pitch
+                beyond 45 degrees, naming the field.
         """
-        self.explorer.set_camera(hfov_deg, camera_height_m, camera_forward_m)
+        self.explorer.set_camera(hfov_deg, camera_height_m, camera_forward_m, camera_pitch_deg)
+        cam = self.explorer.cfg
         self.cfg = replace(self.cfg, hfov_deg=float(hfov_deg), camera_height_m=float(camera_height_m),
-                           camera_forward_m=self.explorer.cfg.camera_forward_m)
-        self.localizer_cfg = replace(self.localizer_cfg, hfov_deg=float(hfov_deg))
+                           camera_forward_m=cam.camera_forward_m, camera_pitch_deg=cam.camera_pitch_deg)
+        self.localizer_cfg = replace(self.localizer_cfg, hfov_deg=float(hfov_deg), pitch_deg=cam.camera_pitch_deg)
 
     def observe(self, rgb: np.ndarray, depth: np.ndarray, pose: Pose2D, stamp_ns: int,
                 collided: bool | None = None) -> StepInput:

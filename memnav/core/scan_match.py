@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from memnav.core.frames import pixel_ray_offsets
+from memnav.core.frames import level_points, pixel_ray_offsets
 from memnav.core.grid_path import cell_centers
 from memnav.core.types import Pose2D, wrap_angle
 
@@ -77,32 +77,36 @@ class Candidate:
 
 
 def surface_columns(depth: np.ndarray, hfov_deg: float, camera_height_m: float, min_height_m: float,
-                    max_height_m: float, columns: int, max_range_m: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    max_height_m: float, columns: int, max_range_m: float,
+                    pitch_deg: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per sampled image column, the nearest surface between min_height_m and max_height_m above the floor.
 
-    Returns (endpoints (K, 2) as (forward, left) meters in the camera frame, image rows (K,), image columns (K,))
-    for the columns that see such a surface within max_range_m. Non-finite or <= 5 cm depths are ignored.
+    Returns (endpoints (K, 2) as (forward, left) meters in the level frame at the camera, image rows (K,), image
+    columns (K,)) for the columns that see such a surface within max_range_m. Non-finite or <= 5 cm depths are
+    ignored. `pitch_deg`: how far the camera looks down from level.
     """
-    cols, left_per_m, d, height = _sampled_columns(depth, hfov_deg, camera_height_m, columns)
+    cols, ahead, lat, height, d = _sampled_columns(depth, hfov_deg, camera_height_m, columns, pitch_deg)
     tall = (d > 0.05) & np.isfinite(d) & (height >= min_height_m) & (height <= max_height_m)
-    masked = np.where(tall, d, np.inf)
+    masked = np.where(tall, ahead, np.inf)
     rows = masked.argmin(axis=0)
-    fwd = masked.min(axis=0)
-    ok = np.isfinite(fwd) & (np.hypot(fwd, fwd * left_per_m) <= max_range_m)
-    ends = np.stack([fwd[ok], fwd[ok] * left_per_m[ok]], axis=1)
+    k = np.arange(masked.shape[1])
+    fwd, left = masked[rows, k], lat[rows, k]
+    ok = np.isfinite(fwd) & (np.hypot(fwd, left) <= max_range_m)
+    ends = np.stack([fwd[ok], left[ok]], axis=1)
     return ends, rows[ok], cols[ok]
 
 
-def _sampled_columns(depth: np.ndarray, hfov_deg: float, camera_height_m: float,
-                     columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The image columns a scan samples (K,), their left offset per meter of depth (K,), and their depths and
-    heights above the floor (H, K), meters."""
+def _sampled_columns(depth: np.ndarray, hfov_deg: float, camera_height_m: float, columns: int,
+                     pitch_deg: float = 0.0) -> tuple[np.ndarray, ...]:
+    """The image columns a scan samples (K,), and per pixel of them (H, K): its point ahead of and left of the
+    camera and its height above the floor (`memnav.core.frames.level_points`), and its depth; meters."""
     depth = np.asarray(depth, dtype=np.float32)
     h, w = depth.shape
     cols = np.linspace(0, w - 1, min(columns, w)).round().astype(np.int64)
     left_per_m, up_per_m = pixel_ray_offsets(cols, np.arange(h), w, h, hfov_deg)
     d = depth[:, cols]
-    return cols, left_per_m, d, camera_height_m + up_per_m[:, None] * d
+    ahead, lat, rise = level_points(d, left_per_m[None, :], up_per_m[:, None], pitch_deg)
+    return cols, ahead, lat, camera_height_m + rise, d
 
 
 def free_space_points(endpoints: np.ndarray) -> np.ndarray:
@@ -119,16 +123,17 @@ def colour_affinity(a: np.ndarray, b: np.ndarray, sigma: float) -> np.ndarray:
 
 def goal_scan(depth: np.ndarray, hfov_deg: float, camera_height_m: float, min_height_m: float,
               max_height_m: float, cfg: ScanMatchConfig | None = None, rgb: np.ndarray | None = None,
-              band_m: float = 0.1) -> GoalScan:
+              band_m: float = 0.1, pitch_deg: float = 0.0) -> GoalScan:
     """The goal image's 2D scan: per sampled column, the nearest surface at obstacle height; with `rgb` (H, W, 3)
     uint8 of the depth's size, also each endpoint's colour: the mean over its column's pixels at obstacle
-    height within `band_m` of its depth, as an occupancy map's cell averages what it saw there."""
+    height within `band_m` of its depth, as an occupancy map's cell averages what it saw there. `pitch_deg`:
+    how far the camera looks down from level."""
     cfg = cfg or ScanMatchConfig()
     ends, _, cols = surface_columns(depth, hfov_deg, camera_height_m, min_height_m, max_height_m, cfg.columns,
-                                    cfg.max_range_m)
+                                    cfg.max_range_m, pitch_deg)
     colours = None
     if rgb is not None and np.shape(rgb) == (*np.shape(depth), 3):
-        all_cols, _, d, height = _sampled_columns(depth, hfov_deg, camera_height_m, cfg.columns)
+        all_cols, d, _, height, _ = _sampled_columns(depth, hfov_deg, camera_height_m, cfg.columns, pitch_deg)
         keep = np.searchsorted(all_cols, cols)          # the sampled columns that saw a surface
         d, height = d[:, keep], height[:, keep]
         near = (np.isfinite(d) & (height >= min_height_m) & (height <= max_height_m)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.files import replace_files
-from memnav.core.frames import pixel_ray_offsets
+from memnav.core.frames import level_points, pixel_ray_offsets
 
 
 class GuardReason(Enum):
@@ -112,11 +112,12 @@ OBSTACLE_MAX_HEIGHT_M = 1.6   # ... higher than this pass over the robot
 
 
 def nearest_ahead_m(depth: np.ndarray, hfov_deg: float, camera_height_m: float, half_width_m: float,
-                    stride: int = 2) -> float:
-    """The nearest surface in the robot's path in a depth image (z-depth in meters along a level optical axis;
-    0, NaN or inf = no return): the least depth over every `stride`-th pixel whose point lies within
-    `half_width_m` left or right of the axis and between OBSTACLE_MIN_HEIGHT_M and OBSTACLE_MAX_HEIGHT_M above
-    the floor, the camera `camera_height_m` above it. inf when no such point.
+                    stride: int = 2, pitch_deg: float = 0.0) -> float:
+    """The nearest surface in the robot's path in a depth image (z-depth in meters along the optical axis,
+    pitched `pitch_deg` down from level; 0, NaN or inf = no return): the least distance ahead over every
+    `stride`-th pixel whose point lies within `half_width_m` left or right of the camera and between
+    OBSTACLE_MIN_HEIGHT_M and OBSTACLE_MAX_HEIGHT_M above the floor, the camera `camera_height_m` above it.
+    inf when no such point.
 
     Raises:
         ValueError: an image that is not 2-D, a field of view outside (0, 180) degrees or a height <= 0.
@@ -130,10 +131,11 @@ def nearest_ahead_m(depth: np.ndarray, hfov_deg: float, camera_height_m: float, 
     left, up = pixel_ray_offsets(np.arange(0, w, stride), np.arange(0, h, stride), w, h, hfov_deg)
     d = d[::stride, ::stride]
     with np.errstate(invalid="ignore"):
-        height = camera_height_m + up[:, None] * d
-        inside = (np.isfinite(d) & (d > 0) & (np.abs(left[None, :] * d) <= half_width_m)
+        ahead, lat, rise = level_points(d, left[None, :], up[:, None], pitch_deg)
+        height = camera_height_m + rise
+        inside = (np.isfinite(d) & (d > 0) & (np.abs(lat) <= half_width_m)
                   & (height >= OBSTACLE_MIN_HEIGHT_M) & (height <= OBSTACLE_MAX_HEIGHT_M))
-    return float(d[inside].min()) if inside.any() else math.inf
+    return float(ahead[inside].min()) if inside.any() else math.inf
 
 
 @dataclass(frozen=True)

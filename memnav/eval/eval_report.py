@@ -618,7 +618,8 @@ def _path_table(agents: dict[str, dict]) -> str:
 
 
 # the settings `memnav eval --json` records of the simulated robot, shown at the head of a report
-RUN_SETTINGS = ("odometry_origin", "hfov_deg", "camera_height_m", "camera_forward_m", "camera_forward_told",
+RUN_SETTINGS = ("odometry_origin", "hfov_deg", "camera_height_m", "camera_forward_m", "camera_pitch_deg",
+                "camera_mount_told",
                 "image_px", "odometry_restarts")
 
 

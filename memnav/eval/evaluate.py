@@ -80,12 +80,12 @@ def add_data_arguments(parser: argparse.ArgumentParser, run_options: bool = True
         parser.add_argument("--max-steps", type=int, default=500, metavar="STEPS",
                             help="step limit per episode, actions (Habitat ImageNav uses 500)")
         add_camera_arguments(parser, "that views and goal photos are rendered with; agents are told it as the "
-                                     "policy node is by a robot's camera_info, camera_height_m and "
-                                     "camera_forward_m")
-        parser.add_argument("--camera-forward-untold", action="store_true",
-                            help="with --camera-forward-m: the exploring agents are not told the offset and map "
-                                 "depth as if the camera sat on the turning axis (what a policy node whose "
-                                 "camera_forward_m is left at 0 does)")
+                                     "policy node is by a robot's camera_info, camera_height_m, "
+                                     "camera_forward_m and camera_pitch_deg")
+        parser.add_argument("--camera-mount-untold", action="store_true",
+                            help="with --camera-forward-m or --camera-pitch-deg: the exploring agents are not told "
+                                 "them and map depth as if the camera sat on the turning axis, level (what a policy "
+                                 "node whose camera_forward_m and camera_pitch_deg are left at 0 does)")
         parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")
 
 
@@ -608,7 +608,7 @@ def run(args: argparse.Namespace) -> int:
                                           odometry_restarts=args.odometry_restarts,
                                           random_odometry_frame=args.odometry_origin == "house",
                                           map_checks_in_background=args.map_checks_in_background,
-                                          camera_forward_told=not args.camera_forward_untold,
+                                          camera_mount_told=not args.camera_mount_untold,
                                           homing=not args.no_homing, explore=not args.no_explore,
                                           max_steps=args.max_steps, **ExploringTuning.values_of(args))
             job = AgentJob(name, options, args.seed, config, args.backend, episodes, traces is not None,
@@ -649,8 +649,8 @@ def run(args: argparse.Namespace) -> int:
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
             "lifelong": bool(args.lifelong), "odometry_origin": args.odometry_origin,
             "hfov_deg": config.hfov_deg, "camera_height_m": config.sensor_height_m,
-            "camera_forward_m": config.sensor_forward_m,
-            "camera_forward_told": not args.camera_forward_untold,
+            "camera_forward_m": config.sensor_forward_m, "camera_pitch_deg": config.sensor_pitch_deg,
+            "camera_mount_told": not args.camera_mount_untold,
             "image_px": [config.width_px, config.height_px]}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True

@@ -91,9 +91,10 @@ class LearnedAgentOptions(ExploringTuning):
             thread on a copy of the map, and their result is applied at the first step after they finish, so
             no step waits for one (the policy node in real time). False: each runs inside the step that starts
             it, so runs are reproducible (evaluation, lock-step).
-        camera_forward_told: the agent reads how far ahead of its turning axis the simulator's camera sits
-            (SimConfig.sensor_forward_m) as the policy node is given camera_forward_m; False: it maps depth as if
-            the camera sat on the axis (a policy node with camera_forward_m left at 0).
+        camera_mount_told: the agent reads how far ahead of its turning axis the simulator's camera sits and how
+            far it looks down (SimConfig.sensor_forward_m, sensor_pitch_deg) as the policy node is given
+            camera_forward_m and camera_pitch_deg; False: it maps depth as if the camera sat on the axis, level (a
+            policy node with both left at 0).
     """
 
     policy_dir: Path = MODELS
@@ -109,7 +110,7 @@ class LearnedAgentOptions(ExploringTuning):
     collision_fraction: float = 0.9
     max_steps: int = 500
     map_checks_in_background: bool = False
-    camera_forward_told: bool = True
+    camera_mount_told: bool = True
 
 
 _LAY_MIN_SCORE = 0.6     # share of this run's obstacle cells that must land on the saved map's to lay it
@@ -228,9 +229,11 @@ class LearnedAgent:
     def reset(self, episode: Episode, goal: Observation, sim: Simulator) -> None:
         # not a privileged agent: of the simulator it reads only its camera, as a robot reads its camera_info
         cam, nav = sim.config, self.navigator.cfg
-        forward = cam.sensor_forward_m if self.options.camera_forward_told else 0.0
-        if (nav.hfov_deg, nav.camera_height_m, nav.camera_forward_m) != (cam.hfov_deg, cam.sensor_height_m, forward):
-            self.navigator.set_camera(cam.hfov_deg, cam.sensor_height_m, forward)
+        told = self.options.camera_mount_told
+        forward, pitch = (cam.sensor_forward_m, cam.sensor_pitch_deg) if told else (0.0, 0.0)
+        if (nav.hfov_deg, nav.camera_height_m, nav.camera_forward_m, nav.camera_pitch_deg) != (
+                cam.hfov_deg, cam.sensor_height_m, forward, pitch):
+            self.navigator.set_camera(cam.hfov_deg, cam.sensor_height_m, forward, pitch)
         self.begin(episode.scene_name, goal.rgb, goal.depth)
 
     def begin(self, place_key: str, goal_rgb, goal_depth=None) -> None:

@@ -66,7 +66,7 @@ from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
 from memnav.core.files import state_path_in_namespace
-from memnav.core.frames import camera_hfov_deg, check_camera_forward
+from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_camera_pitch
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import latched_qos
@@ -175,6 +175,10 @@ class PolicyNodeConfig(ExploringTuning):
             matched and placed, from the camera's pose; plans, look-arounds and memories stay the robot's
             (`NavigatorConfig.camera_forward_m`). Left at 0 for a camera 0.3 m ahead, walls seen while turning land
             on the floor out in the room.
+        camera_pitch_deg: how far the camera looks down from level, degrees (negative: up; 0: level, as the
+            simulator's; measure yours): depth is turned level before it is mapped, scanned for the goal and
+            lifted for RGB-D goal localization. Left at 0 for a camera looking 10 deg down, the floor 3 m ahead
+            comes out 0.5 m high: an obstacle.
         goal_state_file: keep the goal being worked on in this file ("~" expands; "" = not kept; in a namespace,
             in a folder of its name beside the path, one file per robot): a policy node that restarts while working
             on a goal (a crash and `respawn: true`, a reboot) resumes it. Its search starts over from where the
@@ -217,6 +221,7 @@ class PolicyNodeConfig(ExploringTuning):
     camera_hfov_deg: float = 90.0
     camera_height_m: float = 1.25
     camera_forward_m: float = 0.0
+    camera_pitch_deg: float = 0.0
     goal_state_file: str = ""
     max_goal_resumes: int = 3
     odometry_jump_m: float = 0.0
@@ -229,6 +234,7 @@ class PolicyNodeConfig(ExploringTuning):
         if not (math.isfinite(self.camera_height_m) and self.camera_height_m > 0):
             raise ValueError(f"PolicyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
         check_camera_forward("PolicyNodeConfig.camera_forward_m", self.camera_forward_m)
+        check_camera_pitch("PolicyNodeConfig.camera_pitch_deg", self.camera_pitch_deg)
         if not 0.0 < self.collision_fraction <= 1.0:
             raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
         # one message per field: a negative step would drive MOVE_FORWARD backwards, a negative turn swap left and
@@ -329,7 +335,7 @@ def build(node) -> Callable[[], None]:
     # the goal kept across restarts of this node; one file per namespace, as the safety node's e-stop state
     goal_file = state_path_in_namespace(cfg.goal_state_file, node.get_namespace())
     nav.set_camera(cfg.camera_hfov_deg if cfg.camera_hfov_deg > 0 else nav.cfg.hfov_deg, cfg.camera_height_m,
-                   cfg.camera_forward_m)
+                   cfg.camera_forward_m, cfg.camera_pitch_deg)
     if cfg.camera_hfov_deg > 0:
         check_camera(cfg.camera_hfov_deg)
     latched = latched_qos()
@@ -468,7 +474,8 @@ def build(node) -> Callable[[], None]:
             return
         node.get_logger().info(f"camera: {hfov:.1f} deg horizontal field of view ({width} px wide, fx {fx:.1f} px "
                                f"on {sub_info.topic_name}), {cfg.camera_height_m:g} m above the floor, "
-                               f"{cfg.camera_forward_m:g} m ahead of the turning axis"
+                               f"{cfg.camera_forward_m:g} m ahead of the turning axis, "
+                               f"{cfg.camera_pitch_deg:g} deg down"
                                + ("" if st["hfov"] is None else f"; was {st['hfov']:.1f} deg"))
         st["hfov"] = hfov
         check_camera(hfov)

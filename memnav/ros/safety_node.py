@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.files import state_path_in_namespace
-from memnav.core.frames import camera_hfov_deg
+from memnav.core.frames import camera_hfov_deg, check_camera_pitch
 from memnav.core.velocity_guard import (
     GuardOutput,
     GuardReason,
@@ -75,6 +75,8 @@ class SafetyNodeConfig:
             colour image, as the policy node takes it), forward held until one has come.
         camera_height_m: the camera's height above the floor, for guard.stop_distance_m (floor is not an
             obstacle), meters: the policy node's camera_height_m.
+        camera_pitch_deg: how far the camera looks down from level, for guard.stop_distance_m, degrees: the
+            policy node's camera_pitch_deg.
     """
 
     rate_hz: float = 50.0
@@ -84,6 +86,7 @@ class SafetyNodeConfig:
     cmd_vel_frame_id: str = "base_link"
     camera_hfov_deg: float = 90.0
     camera_height_m: float = 1.25
+    camera_pitch_deg: float = 0.0
 
     def __post_init__(self) -> None:
         # the base's command stream: inf would busy-loop the timer, a rate below 1 Hz would leave the base without
@@ -98,6 +101,7 @@ class SafetyNodeConfig:
                              f"got {self.camera_hfov_deg!r}")
         if not (math.isfinite(self.camera_height_m) and self.camera_height_m > 0):
             raise ValueError(f"SafetyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
+        check_camera_pitch("SafetyNodeConfig.camera_pitch_deg", self.camera_pitch_deg)
 
 
 PARAMETER_GROUPS = (("", SafetyNodeConfig), ("guard.", VelocityGuardConfig))
@@ -208,7 +212,7 @@ def build(node) -> Callable[[], None]:
         guard.heard(Source.DEPTH, time.monotonic())
         if guard.config.stop_distance_m > 0 and st["hfov"] is not None:
             guard.obstacle(nearest_ahead_m(depth, st["hfov"], cfg.camera_height_m,
-                                           guard.config.corridor_half_width_m))
+                                           guard.config.corridor_half_width_m, pitch_deg=cfg.camera_pitch_deg))
 
     def on_camera_info(msg: CameraInfo) -> None:
         hfov = camera_hfov_deg(int(msg.width), float(msg.k[0]))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from memnav.core.frames import check_camera_forward
+from memnav.core.frames import check_camera_forward, check_camera_pitch
 from memnav.core.types import Action, Observation
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ class SimConfig:
             as the policy node is by camera_forward_m (README "What the robot must provide").
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
+        sensor_pitch_deg: how far the camera looks down from level, degrees (negative: up; 0: level, as Habitat's
+            agents). The embedded simulator renders a pitched camera with its BVH ray caster (the object-order
+            one draws level views). The exploring agents are told it as the policy node is by camera_pitch_deg.
         agent_radius_m: radius of the agent's collision cylinder, meters.
         agent_height_m: height of the agent's collision cylinder, meters.
         max_climb_m: largest floor step the agent may climb, meters.
@@ -65,6 +68,7 @@ class SimConfig:
     hfov_deg: float = 90.0
     sensor_height_m: float = 1.25
     sensor_forward_m: float = 0.0
+    sensor_pitch_deg: float = 0.0
     forward_step_m: float = 0.25
     turn_angle_deg: float = 30.0
     agent_radius_m: float = 0.18
@@ -92,6 +96,7 @@ class SimConfig:
         if not 0 < self.hfov_deg < 180:
             raise ValueError(f"SimConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
         check_camera_forward("SimConfig.sensor_forward_m", self.sensor_forward_m)
+        check_camera_pitch("SimConfig.sensor_pitch_deg", self.sensor_pitch_deg)
         if abs(self.sensor_forward_m) >= self.agent_radius_m:
             raise ValueError(f"SimConfig.sensor_forward_m must be less than agent_radius_m ({self.agent_radius_m:g} "
                              f"m), got {self.sensor_forward_m!r}: a camera outside the simulated body passes into the "

@@ -51,7 +51,8 @@ class EmbeddedSimulator:
     def __init__(self, scene_path: Path | str | None = None, config: SimConfig | None = None) -> None:
         self.config = config or SimConfig()
         self._rng = np.random.default_rng(self.config.seed)
-        self._camera = Camera(self.config.width_px, self.config.height_px, self.config.hfov_deg)
+        self._camera = Camera(self.config.width_px, self.config.height_px, self.config.hfov_deg,
+                              self.config.sensor_pitch_deg)
         self._scenes: dict[Path, _LoadedScene] = {}
         self._scene: _LoadedScene | None = None
         self._position = np.zeros(3)

@@ -61,8 +61,10 @@ def import_habitat_sim() -> Any:
 def sensor_specs(config: SimConfig, semantic: bool) -> list[dict]:
     """Plain description of the sensors: uuid, sensor_type, resolution [H, W], position [x, y, z] (m), hfov (deg)."""
     # a habitat-sim agent looks along its -Z axis: a camera ahead of it is at -sensor_forward_m
+    # its orientation is Euler angles about x, y, z: a camera looking down turns negatively about x
     base = {"resolution": [config.height_px, config.width_px],
             "position": [0.0, config.sensor_height_m, -config.sensor_forward_m],
+            "orientation": [-math.radians(config.sensor_pitch_deg), 0.0, 0.0],
             "hfov": float(config.hfov_deg)}
     specs = [dict(base, uuid="color", sensor_type="COLOR"), dict(base, uuid="depth", sensor_type="DEPTH")]
     if semantic:
@@ -200,6 +202,7 @@ def _sensor(hs: Any, spec: dict) -> Any:
     s.sensor_type = getattr(hs.SensorType, spec["sensor_type"])
     s.resolution = list(spec["resolution"])
     s.position = list(spec["position"])
+    s.orientation = list(spec["orientation"])
     if camera is not None:
         if hasattr(hs, "SensorSubType"):
             s.sensor_subtype = hs.SensorSubType.PINHOLE

@@ -37,11 +37,13 @@ if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY
 
 @dataclass(frozen=True)
 class Camera:
-    """Pinhole camera: square pixels, optical axis along the agent heading, -Z forward (Habitat)."""
+    """Pinhole camera: square pixels, optical axis along the agent heading, -Z forward (Habitat), pitched
+    `pitch_deg` down from level (negative: up)."""
 
     width_px: int
     height_px: int
     hfov_deg: float
+    pitch_deg: float = 0.0
 
     @property
     def focal_px(self) -> float:
@@ -59,6 +61,10 @@ def camera_rays(camera: Camera) -> np.ndarray:
     rows = -(np.arange(camera.height_px) + 0.5 - camera.height_px / 2.0) / f
     xx, yy = np.meshgrid(cols, rows)
     dirs = np.stack([xx, yy, -np.ones_like(xx)], axis=-1).reshape(-1, 3)
+    if camera.pitch_deg:   # turned down about the camera's x axis: still unit along the (pitched) optical axis
+        c, s = np.cos(np.deg2rad(camera.pitch_deg)), np.sin(np.deg2rad(camera.pitch_deg))
+        y, z = dirs[:, 1].copy(), dirs[:, 2].copy()
+        dirs[:, 1], dirs[:, 2] = c * y + s * z, -s * y + c * z
     dirs.setflags(write=False)
     return dirs.astype(np.float32)
 
@@ -155,7 +161,9 @@ class RayCaster:
         n = base.shape[0]
         rays = np.empty((b * n, 6), dtype=np.float32)
         _make_rays(base, positions, yaws, rays)
-        if self.renderer == "object":
+        # the object-order caster draws level views only: a pitched camera goes through the BVH
+        object_order = self.renderer == "object" and camera.pitch_deg == 0
+        if object_order:
             hits = self._object_cast(positions, yaws, camera)
         else:
             out = self._scene.cast_rays(self._o3d.core.Tensor.from_numpy(rays))
@@ -164,14 +172,14 @@ class RayCaster:
         depth = np.empty(b * n, dtype=np.float32)
         sem = np.empty(b * n, dtype=np.int32)
         shade = _shade
-        if self.threads > 1 and self.renderer == "object":
+        if self.threads > 1 and object_order:
             # Behind the BVH shading stays on one thread: numba's OpenMP workers spin for a while after a
             # parallel region and took the cores from Embree's threads in the next cast (on the bench's old
             # heavy mesh, 197-213 steps/s with 2 shading threads, 280-392 with one).
             numba.set_num_threads(self.threads)   # numba's thread count is process-wide: set it for each call
             shade = _shade_parallel
         shade(hits["t_hit"], hits["primitive_ids"], hits["primitive_uvs"], hits["primitive_normals"],
-              self.renderer == "object", rays, self._face_records, self._tex_flat, self._tex_size,
+              object_order, rays, self._face_records, self._tex_flat, self._tex_size,
               self.mesh.face_semantic, semantic, np.float32(max_depth_m), rgb, depth, sem)
         h, w = camera.height_px, camera.width_px
         rgb = rgb.reshape(b, h, w, 3)

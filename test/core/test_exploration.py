@@ -146,6 +146,34 @@ def test_a_camera_ahead_of_the_turning_axis_is_mapped_where_the_walls_are_from_i
     assert (explorer.cfg.hfov_deg, explorer.cfg.camera_forward_m) == (60.0, 0.15)
 
 
+def test_a_camera_looking_down_maps_the_floor_as_floor_once_told_its_pitch(two_room_scene):
+    """A camera pitched 20 deg down, turning on the spot: told `camera_pitch_deg` 20, depth is turned level and
+    the walls land in the cells a level camera maps them in, the floor free; taken as level, the floor ahead
+    comes out above obstacle height and fills the room with obstacles (README "What the robot must provide")."""
+    def mapped(pitch_deg: float, told_deg: float) -> tuple[set, int]:
+        """(obstacle cells, free cells) after a full turn on the spot."""
+        explorer = Explorer(ExplorerConfig(camera_pitch_deg=told_deg))
+        sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, sensor_pitch_deg=pitch_deg))
+        try:
+            obs = _start(sim, 2.0, 2.5)
+            for _ in range(12):
+                explorer.update(obs.depth, obs.pose)
+                obs = sim.step(Action.TURN_LEFT)
+        finally:
+            sim.close()
+        rows, cols = np.nonzero(explorer.map.obstacles((slice(None), slice(None))))
+        return set(zip(rows.tolist(), cols.tolist())), int((explorer.map.free > 0).sum())
+
+    truth, truth_free = mapped(0.0, 0.0)
+    told, told_free = mapped(20.0, 20.0)
+    untold, untold_free = mapped(20.0, 0.0)
+    assert len(told & truth) / len(told) > 0.8 and len(told & truth) / len(truth) > 0.95   # measured: 0.88, 1.0
+    assert told_free > 0.9 * truth_free                                                     # 1847 against 1811
+    assert len(untold) > 4 * len(truth) and untold_free < 0.5 * truth_free                  # 1992 / 280, 486
+    with pytest.raises(ValueError, match="ExplorerConfig.camera_pitch_deg"):
+        ExplorerConfig(camera_pitch_deg=50.0)
+
+
 @pytest.mark.parametrize("near", [0.03, 0.0, float("nan")], ids=["3cm", "no-return", "nan"])
 def test_a_wall_too_near_to_measure_clears_nothing_behind_it(near):
     """Columns the camera cannot measure (depth nearer than 5 cm: a camera ahead of the axis touching a wall;

@@ -64,6 +64,19 @@ def test_with_the_camera_ahead_of_the_axis_the_goal_is_where_the_robot_stood():
     assert math.hypot(wrong.x_m - 3.0, wrong.y_m + 1.0) == pytest.approx(math.hypot(0.3, 0.3), abs=1e-9)
 
 
+def test_keypoints_of_a_camera_looking_down_are_lifted_level():
+    """A camera pitched 30 deg down, 1.25 m up: the pixel at the image centre with depth 2.5 m is the floor point
+    2.17 m ahead, 1.25 m below the camera; taken as level, 2.5 m ahead at the camera's height."""
+    from memnav.core.goal_localization import lift_keypoints
+
+    depth = np.full((H, W), 2.5, np.float32)
+    centre = np.array([[W / 2.0 - 0.5, H / 2.0 - 0.5]])
+    pts, valid = lift_keypoints(centre, depth, 90.0, 8.0, pitch_deg=30.0)
+    assert valid[0] and pts[0] == pytest.approx([2.5 * math.cos(math.radians(30.0)), 0.0, -1.25], abs=1e-3)
+    level, _ = lift_keypoints(centre, depth, 90.0, 8.0)
+    assert level[0] == pytest.approx([2.5, 0.0, 0.0], abs=1e-3)
+
+
 def test_unrelated_views_give_no_pose():
     rng = np.random.default_rng(1)
     a, b = _scene(rng), _scene(rng)

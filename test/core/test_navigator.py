@@ -212,12 +212,15 @@ def test_candidate_prior_is_what_the_memory_saw_there_facing_that_way(encoder):
 
 
 def test_the_cameras_offset_ahead_of_the_axis_reaches_the_map_and_stays_through_camera_info(encoder):
-    """NavigatorConfig.camera_forward_m goes to the occupancy map; a camera_info (field of view and height only)
-    keeps it; an offset beyond 2 m is refused naming the field, and changes nothing."""
-    nav = _nav(encoder, MemoryKind.SCENE_GRAPH, camera_forward_m=0.3)
+    """NavigatorConfig.camera_forward_m (and camera_pitch_deg, also to the RGB-D goal localizer) goes to the
+    occupancy map; a camera_info (field of view and height only) keeps them; an offset beyond 2 m is refused
+    naming the field, and changes nothing."""
+    nav = _nav(encoder, MemoryKind.SCENE_GRAPH, camera_forward_m=0.3, camera_pitch_deg=15.0)
     assert nav.explorer.cfg.camera_forward_m == 0.3
+    assert nav.explorer.cfg.camera_pitch_deg == nav.localizer_cfg.pitch_deg == 15.0
     nav.set_camera(60.0, 0.9)
     assert (nav.cfg.hfov_deg, nav.cfg.camera_forward_m, nav.explorer.cfg.camera_forward_m) == (60.0, 0.3, 0.3)
+    assert (nav.cfg.camera_pitch_deg, nav.explorer.cfg.camera_pitch_deg, nav.localizer_cfg.pitch_deg) == (15.0,) * 3
     with pytest.raises(ValueError, match="camera_forward_m"):
         nav.set_camera(60.0, 0.9, 2.5)
     assert (nav.cfg.camera_forward_m, nav.explorer.cfg.camera_forward_m) == (0.3, 0.3)

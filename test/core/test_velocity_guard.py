@@ -167,6 +167,19 @@ def test_nearest_ahead_is_the_nearest_surface_in_the_robots_path():
         nearest_ahead_m(np.zeros((4, 4, 3)), *args)
 
 
+def test_a_camera_looking_down_sees_the_floor_as_floor_once_told_its_pitch():
+    """A camera pitched 20 deg down over an empty floor: told, nothing is in the path; taken as level, the floor
+    a few meters ahead comes out at obstacle height and would hold the robot."""
+    from memnav.core.frames import level_points, pixel_ray_offsets
+
+    size, pitch = 64, 20.0
+    left, up = pixel_ray_offsets(np.arange(size), np.arange(size), size, size, 90.0)
+    _, _, rise = level_points(np.ones((size, size)), left[None, :], up[:, None], pitch)   # per meter of depth
+    floor = np.where(rise < 0, 1.25 / np.maximum(-rise, 1e-9), 0.0).astype(np.float32)
+    assert math.isinf(nearest_ahead_m(floor, 90.0, 1.25, 0.25, pitch_deg=pitch))
+    assert nearest_ahead_m(floor, 90.0, 1.25, 0.25) < 5.0
+
+
 def test_an_obstacle_ahead_holds_forward_speed_and_lets_turns_pass():
     guard = fresh_guard(stop_distance_m=0.3, max_reverse_mps=0.1, max_linear_accel_mps2=100.0,
                         max_angular_accel_radps2=100.0)

@@ -198,9 +198,9 @@ def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys,
     # the camera each run's robot had is at the head of the report; where the runs differ, run by run
     for name, told in (("told", True), ("untold", False)):
         (tmp_path / f"{name}.json").write_text(json.dumps({"agent": "memnav", "split": "val", "per_episode": base,
-                                                           "camera_forward_m": 0.15, "camera_forward_told": told,
+                                                           "camera_forward_m": 0.15, "camera_mount_told": told,
                                                            "hfov_deg": 90.0}))
     assert main(["eval-report", "told.json", "untold.json", "--out", str(out)]) == 0
     page = (out / "report.html").read_text()
     assert "<td>camera_forward_m</td><td>0.15</td>" in page and "<td>hfov_deg</td><td>90.0</td>" in page
-    assert "<td>camera_forward_told</td><td>told True; untold False</td>" in page
+    assert "<td>camera_mount_told</td><td>told True; untold False</td>" in page

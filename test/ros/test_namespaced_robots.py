@@ -67,11 +67,11 @@ def test_two_simulated_robots_in_namespaces_share_a_domain_without_hearing_each_
         return json.loads(res_path.read_text())
 
     body = in_process_eval()
-    assert (body["camera_forward_m"], body["camera_forward_told"]) == (0.15, True)
+    assert (body["camera_forward_m"], body["camera_mount_told"]) == (0.15, True)
     in_process = body["per_episode"]
     # the offset matters to these episodes: an agent not told drives elsewhere (measured: SoftSPL 0.30 / 0.78
     # against 0.31 / 0.31), so the match below shows the policy nodes were told
-    untold = in_process_eval("--camera-forward-untold")["per_episode"]
+    untold = in_process_eval("--camera-mount-untold")["per_episode"]
     assert [round(e["soft_spl"], 4) for e in untold] != [round(e["soft_spl"], 4) for e in in_process]
     for robot, e in zip(("robot1", "robot2"), in_process):
         ep, succ, spl, soft, steps = over_dds[robot]

@@ -36,6 +36,8 @@ def test_bad_config_fields_are_named():
     for forward in (2.5, -3.0, float("nan")):
         with pytest.raises(ValueError, match="PolicyNodeConfig.camera_forward_m"):
             PolicyNodeConfig(camera_forward_m=forward)
+    with pytest.raises(ValueError, match="PolicyNodeConfig.camera_pitch_deg"):
+        PolicyNodeConfig(camera_pitch_deg=90.0)
 
 
 def test_policy_node_defaults_are_the_eval_agents_defaults():

@@ -271,3 +271,27 @@ def test_a_camera_ahead_of_the_turning_axis_renders_from_there(two_room_scene):
     with pytest.raises(ValueError, match="sensor_forward_m must be less than agent_radius_m"):
         SimConfig(sensor_forward_m=0.2)
     assert SimConfig(sensor_forward_m=0.2, agent_radius_m=0.3).sensor_forward_m == 0.2   # a larger robot
+
+
+@pytest.mark.parametrize("renderer", ["object", "bvh"])
+def test_a_camera_pitched_down_sees_the_floor_where_its_geometry_puts_it(two_room_scene, renderer):
+    """SimConfig.sensor_pitch_deg 30, 2 m from a wall: the centre ray meets the wall 2 / cos 30 = 2.31 m along
+    the optical axis (z-depth), just above the floor, and the bottom row (45 deg below the axis) the floor at
+    1.25 cos 45 / sin 75 = 0.92 m; a level camera sees the wall at 2.0 m and the floor at 1.26 m. The
+    object-order caster draws level views only, so a pitched camera goes through the BVH."""
+    pitched = EmbeddedSimulator(two_room_scene, SimConfig(sensor_pitch_deg=30.0, renderer=renderer))
+    level = EmbeddedSimulator(two_room_scene, SimConfig(renderer=renderer))
+    try:
+        pos = np.array([2.0, 0.0, 2.5])
+        down, flat = pitched.render_at(pos, math.pi / 2).depth, level.render_at(pos, math.pi / 2).depth
+        h, w = down.shape
+        assert flat[h // 2, w // 2] == pytest.approx(2.0, abs=0.02)
+        assert flat[-1, w // 2] == pytest.approx(1.26, abs=0.02)
+        assert down[h // 2, w // 2] == pytest.approx(2.0 / math.cos(math.radians(30.0)), abs=0.03)
+        assert down[-1, w // 2] == pytest.approx(1.25 * math.cos(math.radians(45.0)) / math.sin(math.radians(75.0)),
+                                                abs=0.02)
+    finally:
+        pitched.close()
+        level.close()
+    with pytest.raises(ValueError, match="sensor_pitch_deg"):
+        SimConfig(sensor_pitch_deg=60.0)

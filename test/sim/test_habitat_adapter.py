@@ -54,7 +54,9 @@ def test_sensor_action_and_navmesh_specs_follow_config():
     assert all(s["resolution"] == [120, 160] and s["position"] == [0.0, 0.88, 0.0] and s["hfov"] == 79 for s in specs)
     assert [s["uuid"] for s in hab.sensor_specs(cfg, semantic=False)] == ["color", "depth"]
     # a camera ahead of the agent: habitat-sim agents look along -Z
-    assert hab.sensor_specs(SimConfig(sensor_forward_m=0.15), semantic=False)[0]["position"] == [0.0, 1.25, -0.15]
+    spec = hab.sensor_specs(SimConfig(sensor_forward_m=0.15, sensor_pitch_deg=20.0), semantic=False)[0]
+    assert spec["position"] == [0.0, 1.25, -0.15]
+    assert spec["orientation"] == pytest.approx([-math.radians(20.0), 0.0, 0.0])   # looking down: about -x
     acts = hab.action_space_spec(cfg)
     assert acts["move_forward"] == ("move_forward", 0.25)
     assert acts["turn_left"] == ("turn_left", 15) and acts["turn_right"] == ("turn_right", 15)
