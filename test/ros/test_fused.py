@@ -31,7 +31,7 @@ def test_fused_argument_selects_the_processes():
         assert {p.name: p.value for p in stack.params if hasattr(p, "name")} == {
             "agent": "memnav", "policy_dir": "", "explore": "true", "max_steps": "500", "lockstep": "true",
             "collision_fraction": "0.9", "lifelong_dir": "", "memory_key": "", "odometry_restarts": "false",
-            "camera_forward_m": "0.0"}
+            "camera_forward_m": "0.0", "camera_pitch_deg": "0.0"}
     assert len(resolve_launch(launch, {"fused": "0"}).nodes) == 5
 
 
