@@ -14,9 +14,10 @@ from enum import Enum
 
 import numpy as np
 
-from memnav.core.frames import camera_hfov_deg, camera_mismatch
+from memnav.core.frames import camera_hfov_deg, camera_mismatch, pixel_ray_offsets
 
-__all__ = ["CheckConfig", "Finding", "Level", "StreamLog", "check_camera_for_encoder", "check_camera_info",
+__all__ = ["CheckConfig", "Finding", "FloorFit", "Level", "StreamLog", "check_camera_for_encoder", "check_camera_info",
+           "check_camera_mount", "fit_floor",
            "check_command_topic", "check_streams", "stream_summary"]
 
 
@@ -264,3 +265,85 @@ def check_camera_for_encoder(topic: str, hfov_deg: float | None, encoder: str,
     trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
     return Finding(Level.OK, topic, f"the encoder {encoder} was trained on {trained} fields of view, which cover this "
                                     f"camera's {hfov_deg:.1f} deg")
+
+
+@dataclass(frozen=True)
+class FloorFit:
+    """The floor plane seen in a depth image, in the camera's terms.
+
+    Attributes:
+        height_m: the camera's height above it, meters (the policy node's camera_height_m).
+        pitch_deg: how far the optical axis looks down from level, degrees (camera_pitch_deg; negative: up).
+        roll_deg: how far the camera is turned about its optical axis, degrees (not modelled: should be ~0).
+        share: the share of the sampled pixels on the floor.
+    """
+
+    height_m: float
+    pitch_deg: float
+    roll_deg: float
+    share: float
+
+
+def fit_floor(depth: np.ndarray, hfov_deg: float, max_depth_m: float = 5.0, inlier_m: float = 0.03,
+              iterations: int = 300, seed: int = 0) -> FloorFit | None:
+    """The floor plane in a depth image (z-depth in meters along the optical axis; 0 / NaN = no return): the plane
+    with the most points within `inlier_m` among those below the camera that face up within 45 degrees of its
+    up axis (RANSAC over about 4,000 evenly spread pixels, then a least-squares fit to its points). None when
+    fewer than 100 points, or less than 10% of them, lie on such a plane (too little floor in view to tell)."""
+    d = np.asarray(depth, dtype=np.float64)
+    h, w = d.shape
+    stride = max(1, int(math.sqrt(h * w / 4000.0)))
+    left, up = pixel_ray_offsets(np.arange(0, w, stride), np.arange(0, h, stride), w, h, hfov_deg)
+    d = d[::stride, ::stride]
+    ok = np.isfinite(d) & (d > 0.1) & (d <= max_depth_m)
+    pts = np.stack([d, left[None, :] * d, up[:, None] * d], axis=-1)[ok]     # (forward, left, up) camera frame
+    if len(pts) < 100:
+        return None
+    rng = np.random.default_rng(seed)
+    best, best_count = None, 0
+    for _ in range(iterations):
+        a, b, c = pts[rng.choice(len(pts), 3, replace=False)]
+        n = np.cross(b - a, c - a)
+        norm = np.linalg.norm(n)
+        if norm < 1e-9:
+            continue
+        n = n / norm * (1.0 if n[2] >= 0 else -1.0)          # pointing up out of the floor
+        offset = -float(n @ a)                               # the camera's height above the plane
+        if n[2] < math.cos(math.radians(45.0)) or offset < 0.05:
+            continue
+        count = int((np.abs(pts @ n + offset) < inlier_m).sum())
+        if count > best_count:
+            best, best_count = (n, offset), count
+    if best is None or best_count < max(100, 0.1 * len(pts)):
+        return None
+    on = pts[np.abs(pts @ best[0] + best[1]) < inlier_m]
+    centre = on.mean(axis=0)
+    n = np.linalg.svd(on - centre, full_matrices=False)[2][-1]
+    n = n * (1.0 if n[2] >= 0 else -1.0)
+    return FloorFit(height_m=float(-(n @ centre)), pitch_deg=math.degrees(math.atan2(-n[0], n[2])),
+                    roll_deg=math.degrees(math.atan2(n[1], n[2])), share=len(on) / len(pts))
+
+
+def check_camera_mount(topic: str, fit: FloorFit | None, camera_height_m: float, camera_pitch_deg: float,
+                       height_tolerance_m: float = 0.1, pitch_tolerance_deg: float = 3.0) -> Finding:
+    """The camera's height and pitch as the floor in its depth image shows them (`fit_floor`), against the values
+    the policy node will map with (its camera_height_m and camera_pitch_deg, given): WARN naming the values to set
+    when they differ by more than the tolerances, or when the camera is rolled; WARN when no floor was seen."""
+    if fit is None:
+        return Finding(Level.WARN, topic, "no floor in view: the camera's height and pitch could not be checked "
+                                          "(point it at open floor, or check camera_height_m and camera_pitch_deg "
+                                          "by hand)")
+    seen = (f"the floor in view puts the camera {fit.height_m:.2f} m above it, looking {fit.pitch_deg:.1f} deg "
+            f"down, rolled {fit.roll_deg:.1f} deg ({100 * fit.share:.0f}% of the depth image on it)")
+    wrong = []
+    if abs(fit.height_m - camera_height_m) > height_tolerance_m:
+        wrong.append(f"camera_height_m {fit.height_m:.2f} (set: {camera_height_m:g})")
+    if abs(fit.pitch_deg - camera_pitch_deg) > pitch_tolerance_deg:
+        wrong.append(f"camera_pitch_deg {fit.pitch_deg:.1f} (set: {camera_pitch_deg:g})")
+    if wrong:
+        return Finding(Level.WARN, topic, f"{seen}: set {' and '.join(wrong)} for policy_node and safety_node "
+                                          "(config/robot.yaml), or the floor is mapped as obstacles")
+    if abs(fit.roll_deg) > pitch_tolerance_deg:
+        return Finding(Level.WARN, topic, f"{seen}: a rolled camera is not modelled; mount it level side to side")
+    return Finding(Level.OK, topic, f"{seen}, as camera_height_m {camera_height_m:g} and camera_pitch_deg "
+                                    f"{camera_pitch_deg:g} say")

@@ -7,7 +7,9 @@ as robot.launch.yaml sets it, unless the environment sets it otherwise):
     --depth-topic   sensor_msgs/Image      likewise; valid share and median depth per frame
     --odom-topic    nav_msgs/Odometry
 and counts the publishers and subscribers of --cmd-vel-topic. The colour camera's field of view (from
---camera-info-topic) is checked against the ones the --encoder checkpoint was trained on. The timed window starts
+--camera-info-topic) is checked against the ones the --encoder checkpoint was trained on, and the floor in the
+newest depth images gives the camera's height and pitch, checked against --camera-height-m and --camera-pitch-deg
+(the policy node's camera_height_m and camera_pitch_deg). The timed window starts
 once every stream has delivered a message (or after DISCOVERY_S), so DDS discovery does not count as a gap. The
 findings (memnav.core.sensor_check) use the robot profile's thresholds: the safety node's watchdog (0.5 s) and the
 policy node's colour-depth pairing tolerance (0.02 s). Exit status 0 when nothing FAILs, 1 otherwise.
@@ -19,6 +21,7 @@ import json
 import os
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 from memnav.core.frames import camera_hfov_deg
@@ -29,8 +32,10 @@ from memnav.core.sensor_check import (
     StreamLog,
     check_camera_for_encoder,
     check_camera_info,
+    check_camera_mount,
     check_command_topic,
     check_streams,
+    fit_floor,
     stream_summary,
 )
 from memnav.ros.shell_node import (
@@ -60,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the encoder checkpoint the policy node will run (its encoder_checkpoint; config/"
                              "robot.yaml's by default): the camera's field of view is checked against the ones it "
                              f"was trained on (default {ROBOT_ENCODER})")
+    parser.add_argument("--camera-height-m", type=float, default=1.25, metavar="M",
+                        help="the camera height the policy node will map with (its camera_height_m, config/"
+                             "robot.yaml: 1.25), checked against the floor in the depth image")
+    parser.add_argument("--camera-pitch-deg", type=float, default=0.0, metavar="DEG",
+                        help="how far down the policy node will take the camera to look (its camera_pitch_deg, "
+                             "config/robot.yaml: 0), checked against the floor in the depth image")
     parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="how long to listen, seconds")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="also write the per-topic figures and the findings to this JSON file")
@@ -70,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     check_seconds(args.duration, "--duration")
     ros_args = shell_ros_args(args)   # before any ROS work
     trained_hfov = encoder_fields_of_view(args.encoder)   # a wrong path is said before listening
-    color, depth, odom, cmd, info = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs the nodes
+    color, depth, odom, cmd, info, frames = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs them
     transports = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "")
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
     findings.append(check_camera_info(args.camera_info_topic, info,
@@ -80,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
     encoder = check_camera_for_encoder(args.camera_info_topic, camera and camera["hfov_deg"], args.encoder,
                                        trained_hfov)
     findings += [encoder] if encoder is not None else []
+    if camera is not None and camera["hfov_deg"] is not None and frames:
+        # the newest depth image that shows enough floor (a person walking past the camera hides it in some)
+        fit = next((f for f in (fit_floor(d, camera["hfov_deg"]) for d in reversed(frames)) if f is not None), None)
+        findings.append(check_camera_mount(args.depth_topic, fit, args.camera_height_m, args.camera_pitch_deg))
     findings += check_command_topic(cmd["topic"], cmd["subscribers"], cmd["publishers"], cmd["subscriber_types"],
                                     args.cmd_vel_stamped)
     return report(args, (color, depth, odom), cmd, camera, findings, transports)
@@ -97,7 +112,7 @@ def encoder_fields_of_view(path: str) -> tuple[float, float]:
 
 def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
     """Record the three streams for --duration seconds; (colour, depth, odometry StreamLogs, /cmd_vel counts, the
-    newest camera_info's (width, height, fx) or None)."""
+    newest camera_info's (width, height, fx) or None, the newest depth images)."""
     import numpy as np
     from nav_msgs.msg import Odometry
     from rclpy.qos import qos_profile_sensor_data
@@ -111,6 +126,7 @@ def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
     ros.resolve_topics(args, "color_topic", "depth_topic", "odom_topic", "camera_info_topic", "cmd_vel_topic")
     color = StreamLog(args.color_topic, "color")
     depth = StreamLog(args.depth_topic, "depth")
+    frames: deque = deque(maxlen=5)   # the newest depth images, for the floor
     odom = StreamLog(args.odom_topic, "odom")
 
     def record(log: StreamLog, convert):
@@ -128,6 +144,7 @@ def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
             if log.kind != "odom":
                 log.width, log.height, log.encoding = int(msg.width), int(msg.height), msg.encoding
             if log.kind == "depth":
+                frames.append(value)
                 valid = value[value > 0]
                 log.valid_depth.append(valid.size / value.size)
                 if valid.size:
@@ -161,7 +178,7 @@ def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
                                            node.get_subscriptions_info_by_topic(args.cmd_vel_topic)})}
     finally:
         ros.close()
-    return color, depth, odom, cmd, infos[-1] if infos else None
+    return color, depth, odom, cmd, infos[-1] if infos else None, list(frames)
 
 
 def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, camera: dict | None,

@@ -1,8 +1,19 @@
 """memnav.core.sensor_check: what `memnav check` concludes from recorded streams, on explicit times."""
+import numpy as np
 import pytest
 import yaml
 
-from memnav.core.sensor_check import CheckConfig, Level, StreamLog, check_command_topic, check_streams, stream_summary
+from memnav.core.sensor_check import (
+    CheckConfig,
+    FloorFit,
+    Level,
+    StreamLog,
+    check_camera_mount,
+    check_command_topic,
+    check_streams,
+    fit_floor,
+    stream_summary,
+)
 
 
 def _stream(topic: str, kind: str, hz: float, seconds: float = 5.0, stamp_lag_s: float = 0.0, start_s: float = 100.0,
@@ -145,3 +156,33 @@ def test_the_checks_default_encoder_is_the_robot_profiles():
 
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "robot.yaml").read_text())
     assert ROBOT_ENCODER == doc["policy_node"]["ros__parameters"]["encoder_checkpoint"]
+
+
+def test_the_floor_in_a_depth_image_gives_the_cameras_height_and_pitch(two_room_scene):
+    """fit_floor on the simulator's views: a camera 0.8 m up, 69 deg wide, looking 12 deg down, and one 0.5 m up
+    looking 25 deg down, are measured within 2 cm and 0.5 deg; a view of a wall alone shows no floor."""
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    for height, pitch, hfov in ((0.8, 12.0, 69.0), (0.5, 25.0, 60.0)):
+        sim = EmbeddedSimulator(two_room_scene, SimConfig(sensor_height_m=height, sensor_pitch_deg=pitch,
+                                                          hfov_deg=hfov, width_px=160, height_px=120))
+        try:
+            fit = fit_floor(sim.render_at(np.array([2.0, 0.0, 2.5]), 1.5708).depth, hfov)
+        finally:
+            sim.close()
+        assert fit is not None and fit.height_m == pytest.approx(height, abs=0.02), fit
+        assert fit.pitch_deg == pytest.approx(pitch, abs=0.5) and abs(fit.roll_deg) < 0.5 and fit.share > 0.2
+    assert fit_floor(np.full((120, 160), 1.5, np.float32), 69.0) is None     # a wall 1.5 m ahead fills the view
+
+
+def test_the_camera_mount_is_checked_against_the_policy_nodes_settings():
+    fit = FloorFit(height_m=0.81, pitch_deg=12.2, roll_deg=0.3, share=0.3)
+    ok = check_camera_mount("/depth", fit, 0.8, 12.0)
+    assert ok.level is Level.OK and "0.81 m above it, looking 12.2 deg down" in ok.text
+    wrong = check_camera_mount("/depth", fit, 1.25, 0.0)
+    assert wrong.level is Level.WARN and "set camera_height_m 0.81 (set: 1.25) and camera_pitch_deg 12.2 (set: 0)" \
+        in wrong.text
+    rolled = check_camera_mount("/depth", FloorFit(0.8, 12.0, 6.0, 0.3), 0.8, 12.0)
+    assert rolled.level is Level.WARN and "rolled camera is not modelled" in rolled.text
+    assert check_camera_mount("/depth", None, 0.8, 12.0).level is Level.WARN

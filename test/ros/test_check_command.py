@@ -1,5 +1,6 @@
 """`memnav check` against the simulator bridge in real time (a real process over DDS), standing in for a robot."""
 import json
+import re
 import subprocess
 import sys
 
@@ -15,16 +16,22 @@ from memnav.cli import main  # noqa: E402
 @pytest.mark.ros
 @pytest.mark.slow
 def test_check_passes_the_simulated_robot_and_fails_topics_nobody_publishes(tmp_path):
+    """The simulator bridge's camera 0.9 m up, looking 15 deg down: told so, every finding is OK, the floor in the
+    depth image giving the camera's height and pitch; with the robot profile's 1.25 m and 0 deg, the check warns
+    naming the values to set; topics nobody publishes FAIL."""
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=1)
     env = isolated_ros_env(101)
     log = tmp_path / "bridge.log"
     bridge = subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p",
                                f"data:={data}", "-p", "split:=test", "-p", "lockstep:=false", "-p", "rate_hz:=10.0",
-                               "-p", "auto_next:=false"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+                               "-p", "auto_next:=false", "-p", "sim.sensor_height_m:=0.9",
+                               "-p", "sim.sensor_pitch_deg:=15.0"], stdout=log.open("w"), stderr=subprocess.STDOUT,
+                              env=env)
     try:
         good = run_memnav(["check", "--color-topic", "/camera/color/image_raw", "--depth-topic",
                            "/camera/depth/image_raw", "--camera-info-topic", "camera/color/camera_info",
-                           "--duration", "4", "--json", str(tmp_path / "ok.json")], env, 120)
+                           "--duration", "4", "--json", str(tmp_path / "ok.json"), "--camera-height-m", "0.9",
+                           "--camera-pitch-deg", "15"], env, 120)
         assert good.returncode == 0, good.stdout + good.stderr + log.read_text()
         res = json.loads((tmp_path / "ok.json").read_text())
         assert res["ok"] is True and all(f["level"] == "OK" for f in res["findings"]), res["findings"]
@@ -39,6 +46,18 @@ def test_check_passes_the_simulated_robot_and_fails_topics_nobody_publishes(tmp_
         assert "OK    /camera/color/camera_info: 90.0 deg horizontal field of view (128x128" in good.stdout
         assert "the encoder models/encoder_fov60.pt was trained on 60-90 deg fields of view" in good.stdout
         assert "memnav can run on these inputs" in good.stdout
+        mount = re.search(r"OK    /camera/depth/image_raw: the floor in view puts the camera ([0-9.]+) m above it, "
+                          r"looking ([0-9.-]+) deg down", good.stdout)
+        assert mount and float(mount[1]) == pytest.approx(0.9, abs=0.03) and float(mount[2]) == pytest.approx(
+            15.0, abs=1.0), good.stdout
+        # the robot profile's camera_height_m 1.25 and camera_pitch_deg 0: a warning naming what to set
+        level = run_memnav(["check", "--color-topic", "/camera/color/image_raw", "--depth-topic",
+                            "/camera/depth/image_raw", "--camera-info-topic", "camera/color/camera_info",
+                            "--duration", "2"], env, 120)
+        assert level.returncode == 0, level.stdout + level.stderr
+        assert re.search(r"WARN  /camera/depth/image_raw: .*: set camera_height_m 0\.9\d \(set: 1\.25\) and "
+                         r"camera_pitch_deg 1[45]\.\d \(set: 0\) for policy_node and safety_node", level.stdout), \
+            level.stdout
         # the robot profile's RealSense topics: nobody publishes them here, and the check names what is published
         bad = run_memnav(["check", "--duration", "2"], env, 120)
         assert bad.returncode == 1, bad.stdout + bad.stderr
