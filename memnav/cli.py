@@ -91,11 +91,11 @@ def add_camera_arguments(parser: argparse.ArgumentParser, what: str) -> None:
                              "--hfov-deg): the encoder stretches any image to its square input, as it does a "
                              "robot's")
     parser.add_argument("--camera-forward-m", type=float, default=SimConfig.sensor_forward_m, metavar="M",
-                        help=f"how far ahead of the agent's turning axis the simulated camera {what} is mounted "
-                             "(SimConfig.sensor_forward_m): 0 is the simulator's; a robot's camera is often 0.1-0.3 m "
-                             "ahead")
+                        help=f"offset ahead of the agent's turning axis of the simulated camera {what} "
+                             "(SimConfig.sensor_forward_m; less than the agent's 0.18 m radius): 0 is the "
+                             "simulator's; a robot's camera is often 0.1-0.3 m ahead")
     parser.add_argument("--camera-pitch-deg", type=float, default=SimConfig.sensor_pitch_deg, metavar="DEG",
-                        help=f"how far the simulated camera {what} looks down from level (SimConfig.sensor_pitch_deg; "
+                        help=f"pitch down from level of the simulated camera {what} (SimConfig.sensor_pitch_deg; "
                              "negative: up): 0 is the simulator's; a robot's camera often looks 5-20 deg down to see "
                              "the floor near it")
 
