@@ -75,6 +75,10 @@ class VelocityGuardConfig:
             m), so keep this above it: a wall that close is not seen at all.
         corridor_half_width_m: the robot's path is this far left and right of the camera's optical axis, meters
             (half the robot's width plus a margin).
+        max_blind_share: with stop_distance_m set, forward is held too while more than this share of the middle
+            third of the depth image (its columns) reads no return (`blind_share`): a depth camera reads nothing
+            of a surface inside its minimum range, so a wall the robot was turned against looks like open space.
+            1 = never.
     """
 
     max_linear_mps: float = 0.5
@@ -87,6 +91,7 @@ class VelocityGuardConfig:
     max_dt_s: float = 0.1
     stop_distance_m: float = 0.0
     corridor_half_width_m: float = 0.25
+    max_blind_share: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("max_linear_mps", "max_reverse_mps", "max_angular_radps"):
@@ -104,11 +109,26 @@ class VelocityGuardConfig:
         if not (math.isfinite(self.corridor_half_width_m) and 0.0 < self.corridor_half_width_m <= 2.0):
             raise ValueError(f"VelocityGuardConfig.corridor_half_width_m must be in (0, 2] m, got "
                              f"{self.corridor_half_width_m}")
+        if not (math.isfinite(self.max_blind_share) and 0.0 <= self.max_blind_share <= 1.0):
+            raise ValueError(f"VelocityGuardConfig.max_blind_share must be in [0, 1] (1 = never), got "
+                             f"{self.max_blind_share}")
 
 
 MAX_STOP_DISTANCE_M = 5.0
 OBSTACLE_MIN_HEIGHT_M = 0.1   # points lower than this above the floor are floor (as the occupancy map's)
 OBSTACLE_MAX_HEIGHT_M = 1.6   # ... higher than this pass over the robot
+
+
+def blind_share(depth: np.ndarray) -> float:
+    """The share of the middle third of a depth image (its columns, every row) with no return: 0, NaN or
+    infinite. 1 for an empty image."""
+    d = np.asarray(depth)
+    if d.ndim != 2 or d.size == 0:
+        return 1.0
+    w = d.shape[1]
+    middle = d[:, w // 3: w - w // 3] if w >= 3 else d
+    with np.errstate(invalid="ignore"):
+        return float(1.0 - (np.isfinite(middle) & (middle > 0)).mean())
 
 
 def nearest_ahead_m(depth: np.ndarray, hfov_deg: float, camera_height_m: float, half_width_m: float,
@@ -164,6 +184,7 @@ class VelocityGuard:
         self._out = (0.0, 0.0)
         self._last_update_s: float | None = None
         self._ahead_m: float | None = None     # the newest depth image's nearest surface in the path (None: none yet)
+        self._blind = 0.0                      # ... and its share of no return in the middle (blind_share)
 
     @classmethod
     def from_config(cls, cfg: VelocityGuardConfig) -> VelocityGuard:
@@ -193,13 +214,21 @@ class VelocityGuard:
         measured yet)."""
         return self._ahead_m
 
-    def obstacle(self, distance_m: float | None) -> None:
+    @property
+    def blind(self) -> float:
+        """The newest depth image's share of no return in the middle of its view (`blind_share`)."""
+        return self._blind
+
+    def obstacle(self, distance_m: float | None, blind: float = 0.0) -> None:
         """The newest depth image's nearest surface in the robot's path (`nearest_ahead_m`; inf: none; None:
-        forget it, nothing measured). Its freshness is the depth image's: the watchdog stops the robot when depth
-        goes stale."""
+        forget it, nothing measured) and its share of no return in the middle of the view (`blind_share`). Its
+        freshness is the depth image's: the watchdog stops the robot when depth goes stale."""
         if distance_m is not None and (math.isnan(distance_m) or distance_m < 0):
             raise ValueError(f"obstacle distance must be >= 0 m or inf, got {distance_m}")
+        if not 0.0 <= blind <= 1.0:
+            raise ValueError(f"blind share must be in [0, 1], got {blind}")
         self._ahead_m = None if distance_m is None else float(distance_m)
+        self._blind = float(blind)
 
     def command(self, v_mps: float, w_radps: float, now_s: float) -> None:
         """The policy requests (v m/s, w rad/s) at `now_s`.
@@ -242,9 +271,10 @@ class VelocityGuard:
     @property
     def obstacle_ahead(self) -> bool:
         """Whether forward motion is held: stop_distance_m is set and the newest depth image measured shows a
-        surface in the path nearer than it, or none has been measured yet."""
+        surface in the path nearer than it or no return in more than max_blind_share of its middle, or none has
+        been measured yet."""
         d = self.config.stop_distance_m
-        return d > 0.0 and (self._ahead_m is None or self._ahead_m < d)
+        return d > 0.0 and (self._ahead_m is None or self._ahead_m < d or self._blind > self.config.max_blind_share)
 
     def _fault(self, now_s: float) -> GuardReason | None:
         if self._estop:

@@ -47,6 +47,7 @@ from memnav.core.velocity_guard import (
     Source,
     VelocityGuard,
     VelocityGuardConfig,
+    blind_share,
     nearest_ahead_m,
     read_estop_state,
     write_estop_state,
@@ -115,7 +116,8 @@ def status_body(guard: VelocityGuard, out: GuardOutput, requested: tuple[float, 
     return {"reason": out.reason.value, "v_mps": out.v_mps, "w_radps": out.w_radps,
             "requested_v_mps": requested[0], "requested_w_radps": requested[1], "estop": guard.estop,
             "age_s": ages, "dropped": dict(dropped),
-            "ahead_m": None if ahead is None or math.isinf(ahead) else round(ahead, 3)}
+            "ahead_m": None if ahead is None or math.isinf(ahead) else round(ahead, 3),
+            "blind_share": round(guard.blind, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,7 +214,8 @@ def build(node) -> Callable[[], None]:
         guard.heard(Source.DEPTH, time.monotonic())
         if guard.config.stop_distance_m > 0 and st["hfov"] is not None:
             guard.obstacle(nearest_ahead_m(depth, st["hfov"], cfg.camera_height_m,
-                                           guard.config.corridor_half_width_m, pitch_deg=cfg.camera_pitch_deg))
+                                           guard.config.corridor_half_width_m, pitch_deg=cfg.camera_pitch_deg),
+                           blind_share(depth))
 
     def on_camera_info(msg: CameraInfo) -> None:
         hfov = camera_hfov_deg(int(msg.width), float(msg.k[0]))
@@ -250,12 +253,16 @@ def build(node) -> Callable[[], None]:
         if changed and out.reason.stops and st["reason"] is not None:
             node.get_logger().warning(f"commanding zero velocity: {out.reason.value}")
         elif changed and out.reason is GuardReason.OBSTACLE:
-            ahead = guard.ahead_m
-            node.get_logger().info(
-                "forward held: " + (f"a surface {ahead:.2f} m ahead in the robot's path" if ahead is not None else
-                                    "no depth image measured yet" + ("" if st["hfov"] is not None else
-                                                                     " (no camera_info: field of view unknown)"))
-                + f" (guard.stop_distance_m {guard.config.stop_distance_m:g}); turns pass")
+            ahead, c = guard.ahead_m, guard.config
+            if ahead is None:
+                why = "no depth image measured yet" + ("" if st["hfov"] is not None else
+                                                       " (no camera_info: field of view unknown)")
+            elif ahead < c.stop_distance_m:
+                why = f"a surface {ahead:.2f} m ahead in the robot's path"
+            else:
+                why = (f"no return in {100 * guard.blind:.0f}% of the middle of the depth image (more than "
+                       f"guard.max_blind_share {c.max_blind_share:g}): a surface inside the camera's minimum range?")
+            node.get_logger().info(f"forward held: {why} (guard.stop_distance_m {c.stop_distance_m:g}); turns pass")
         elif changed and st["reason"] is not None and (st["reason"].stops or st["reason"] is GuardReason.OBSTACLE):
             node.get_logger().info(f"driving again ({out.reason.value})")
         status_due = changed or now - st["status_s"] >= cfg.status_period_s

@@ -4,7 +4,14 @@ import math
 import numpy as np
 import pytest
 
-from memnav.core.velocity_guard import GuardReason, Source, VelocityGuard, VelocityGuardConfig, nearest_ahead_m
+from memnav.core.velocity_guard import (
+    GuardReason,
+    Source,
+    VelocityGuard,
+    VelocityGuardConfig,
+    blind_share,
+    nearest_ahead_m,
+)
 
 
 def fresh_guard(**kw) -> VelocityGuard:
@@ -194,11 +201,22 @@ def test_an_obstacle_ahead_holds_forward_speed_and_lets_turns_pass():
     assert drive(guard, -0.1, 0.0, 0.24, 0.3)[-1].v_mps == pytest.approx(-0.1)   # backing away passes
     guard.obstacle(math.inf)                               # nothing in the path
     assert drive(guard, 0.2, 0.0, 0.32, 0.4)[-1].reason is GuardReason.OK
+    # nothing in the path, but the middle of the view reads no return (a wall inside the minimum range): held
+    blank = np.zeros((48, 64), np.float32)
+    blank[:, :20] = 2.0                                    # only the left side sees something
+    assert blind_share(blank) == 1.0 and blind_share(_wall(1.0)) == 0.0
+    guard.obstacle(math.inf, blind_share(blank))
+    assert drive(guard, 0.2, 0.0, 0.42, 0.5)[-1].reason is GuardReason.OBSTACLE and guard.blind == 1.0
+    guard.obstacle(math.inf, 0.3)                          # some holes: below max_blind_share 0.5
+    assert drive(guard, 0.2, 0.0, 0.52, 0.6)[-1].reason is GuardReason.OK
+    with pytest.raises(ValueError, match="blind share"):
+        guard.obstacle(1.0, 1.5)
     off = fresh_guard()                                    # stop_distance_m 0: off, nothing measured needed
     assert drive(off, 0.2, 0.0, 0.0, 1.0)[-1].v_mps == pytest.approx(0.2)
     with pytest.raises(ValueError, match="obstacle distance"):
         guard.obstacle(math.nan)
-    for bad in ({"stop_distance_m": -0.1}, {"stop_distance_m": math.nan}, {"corridor_half_width_m": 0.0}):
+    for bad in ({"stop_distance_m": -0.1}, {"stop_distance_m": math.nan}, {"corridor_half_width_m": 0.0},
+                {"max_blind_share": 1.5}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             VelocityGuardConfig(**bad)
 

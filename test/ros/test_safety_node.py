@@ -223,6 +223,10 @@ def test_a_surface_ahead_holds_forward_speed_until_it_is_gone_or_the_stop_distan
         lowered = run_memnav(["param", "set", "safety_node", "guard.stop_distance_m", "0.1"], env, 60)
         assert lowered.returncode == 0, lowered.stdout + lowered.stderr
         assert wait_for(sending(0.3, 0.2, "ok"), 5.0), got["status"][-1:]
+        # a depth image with no return at all (a wall inside the camera's minimum range): held as well
+        feed["wall_m"] = 0.0
+        assert wait_for(sending(0.0, 0.2, "obstacle_ahead"), 5.0), got["status"][-1:]
+        assert got["status"][-1]["blind_share"] == 1.0 and got["status"][-1]["ahead_m"] is None
         assert proc.poll() is None
     finally:
         node.destroy_node()
@@ -233,6 +237,7 @@ def test_a_surface_ahead_holds_forward_speed_until_it_is_gone_or_the_stop_distan
     assert "depth image: 90.0 deg horizontal field of view (camera_info)" in out, out[-3000:]
     assert "forward held: no depth image measured yet (no camera_info: field of view unknown)" in out, out[-3000:]
     assert "forward held: a surface 0.20 m ahead in the robot's path (guard.stop_distance_m 0.3)" in out, out[-3000:]
+    assert "forward held: no return in 100% of the middle of the depth image" in out, out[-3000:]
 
 
 def test_robot_yaml_builds_the_robot_profile_configs():
