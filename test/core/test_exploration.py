@@ -105,29 +105,39 @@ def test_a_narrower_camera_is_mapped_where_the_walls_are_once_set(two_room_scene
         right.set_camera(180.0, 1.25)
 
 
+def _turn_on_the_spot(scene, sim_cfg: SimConfig, cfg: ExplorerConfig) -> Explorer:
+    """An explorer of `cfg` that mapped a full turn on the spot at (2.0, 2.5) of `scene` with the camera `sim_cfg`."""
+    explorer = Explorer(cfg)
+    sim = EmbeddedSimulator(scene, sim_cfg)
+    try:
+        obs = _start(sim, 2.0, 2.5)
+        for _ in range(12):
+            explorer.update(obs.depth, obs.pose)
+            obs = sim.step(Action.TURN_LEFT)
+    finally:
+        sim.close()
+    return explorer
+
+
+def _obstacle_cells(explorer: Explorer) -> set[tuple[int, int]]:
+    rows, cols = np.nonzero(explorer.map.obstacles((slice(None), slice(None))))
+    return set(zip(rows.tolist(), cols.tolist()))
+
+
 def test_a_camera_ahead_of_the_turning_axis_is_mapped_where_the_walls_are_from_its_own_pose(two_room_scene):
     """A camera mounted 0.15 m ahead of the robot's turning axis (where odometry is), turning on the spot: mapped
     as if it sat on the axis, the walls it sees land a cell or so off the cells a camera on the axis maps them in;
     told `camera_forward_m` 0.15, the map takes depth from the camera's pose and they land in them (README "What
     the robot must provide"). The robot's own footprint is still marked where odometry puts it, not under the
     camera."""
-    def obstacles(forward_m: float, told_m: float) -> tuple[set, Explorer, Pose2D]:
-        """(the obstacle cells mapped in a full turn on the spot, the explorer, the robot's pose)."""
-        explorer = Explorer(ExplorerConfig(camera_forward_m=told_m))
-        sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, sensor_forward_m=forward_m))
-        try:
-            obs = _start(sim, 2.0, 2.5)
-            for _ in range(12):
-                explorer.update(obs.depth, obs.pose)
-                obs = sim.step(Action.TURN_LEFT)
-        finally:
-            sim.close()
-        rows, cols = np.nonzero(explorer.map.obstacles((slice(None), slice(None))))
-        return set(zip(rows.tolist(), cols.tolist())), explorer, obs.pose
+    def obstacles(forward_m: float, told_m: float) -> tuple[set, Explorer]:
+        explorer = _turn_on_the_spot(two_room_scene, SimConfig(seed=3, sensor_forward_m=forward_m),
+                                     ExplorerConfig(camera_forward_m=told_m))
+        return _obstacle_cells(explorer), explorer
 
-    truth, _, _ = obstacles(0.0, 0.0)                       # the camera on the axis, as the simulator's
-    wrong, _, _ = obstacles(0.15, 0.0)                      # 0.15 m ahead, mapped as if on the axis
-    fixed, explorer, pose = obstacles(0.15, 0.15)           # ... told where it is
+    truth, _ = obstacles(0.0, 0.0)                       # the camera on the axis, as the simulator's
+    wrong, _ = obstacles(0.15, 0.0)                      # 0.15 m ahead, mapped as if on the axis
+    fixed, explorer = obstacles(0.15, 0.15)              # ... told where it is
     assert min(len(truth), len(wrong), len(fixed)) > 100
     share_wrong, share_fixed = (len(cells & truth) / len(cells) for cells in (wrong, fixed))
     assert share_fixed > 0.85 and share_wrong < 0.6, (share_wrong, share_fixed)   # measured: 0.39, 0.91
@@ -152,17 +162,9 @@ def test_a_camera_looking_down_maps_the_floor_as_floor_once_told_its_pitch(two_r
     comes out above obstacle height and fills the room with obstacles (README "What the robot must provide")."""
     def mapped(pitch_deg: float, told_deg: float) -> tuple[set, int]:
         """(obstacle cells, free cells) after a full turn on the spot."""
-        explorer = Explorer(ExplorerConfig(camera_pitch_deg=told_deg))
-        sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, sensor_pitch_deg=pitch_deg))
-        try:
-            obs = _start(sim, 2.0, 2.5)
-            for _ in range(12):
-                explorer.update(obs.depth, obs.pose)
-                obs = sim.step(Action.TURN_LEFT)
-        finally:
-            sim.close()
-        rows, cols = np.nonzero(explorer.map.obstacles((slice(None), slice(None))))
-        return set(zip(rows.tolist(), cols.tolist())), int((explorer.map.free > 0).sum())
+        explorer = _turn_on_the_spot(two_room_scene, SimConfig(seed=3, sensor_pitch_deg=pitch_deg),
+                                     ExplorerConfig(camera_pitch_deg=told_deg))
+        return _obstacle_cells(explorer), int((explorer.map.free > 0).sum())
 
     truth, truth_free = mapped(0.0, 0.0)
     told, told_free = mapped(20.0, 20.0)
