@@ -94,6 +94,8 @@ class PolicyHealth:
         goal_state_error: why the goal could not be kept in goal_state_file (a restart of the node would lose it),
             or None.
         odometry_jumps: odometry jumps seen since the start (each relocalised the agent).
+        mount_warning: the camera's height or pitch as the floor in view shows them differ from the ones it maps
+            with (`sensor_check.check_camera_mount`'s warning), or None.
     """
 
     hfov_deg: float | None
@@ -110,6 +112,7 @@ class PolicyHealth:
     encoder: str = ""
     goal_state_error: str | None = None
     odometry_jumps: int = 0
+    mount_warning: str | None = None
 
 
 def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
@@ -131,6 +134,8 @@ def policy_diagnostic(h: PolicyHealth) -> NodeDiagnostic:
                                                 "on in RAM; free the disk and restart the node to save again"))
     if h.camera_mismatch:
         findings.append((DiagnosticLevel.WARN, h.camera_mismatch))
+    if h.mount_warning:
+        findings.append((DiagnosticLevel.WARN, f"camera mount: {h.mount_warning}"))
     if h.goal_state_error:
         findings.append((DiagnosticLevel.WARN, f"the goal is not kept on disk ({h.goal_state_error}): a restart of "
                                                "this node would lose it"))

@@ -193,6 +193,10 @@ class PolicyNodeConfig(ExploringTuning):
             robot stands), and decides on no frame taken before the jump; meters, 0 = off (the robot profile: 0.5,
             ten times a 10 Hz odometry's step at the safety node's 0.5 m/s).
         odometry_jump_deg: ... or turned by more than this between them, degrees (0 = off; the robot profile: 45).
+        mount_check_s: every this many seconds until a depth image shows enough floor, fit the floor
+            (`sensor_check.fit_floor`, as `memnav check` does) and compare the camera's height and pitch it gives
+            with camera_height_m and camera_pitch_deg: a difference is logged and reported on /diagnostics (WARN,
+            naming the values to set); 0 = never.
     """
 
     agent: str = "memnav"
@@ -226,6 +230,7 @@ class PolicyNodeConfig(ExploringTuning):
     max_goal_resumes: int = 3
     odometry_jump_m: float = 0.0
     odometry_jump_deg: float = 0.0
+    mount_check_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.camera_hfov_deg) and (self.camera_hfov_deg == 0 or 0 < self.camera_hfov_deg < 180)):
@@ -292,6 +297,7 @@ def build(node) -> Callable[[], None]:
         write_kept_goal,
     )
     from memnav.core.memory import MemoryStoreError
+    from memnav.core.sensor_check import Level, check_camera_mount, fit_floor
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
     from memnav.paths import resolve_model_path
     from memnav.ros import conversions as conv
@@ -331,7 +337,7 @@ def build(node) -> Callable[[], None]:
           "actions": 0, "hfov": cfg.camera_hfov_deg or None, "goal_held": False, "started_s": time.monotonic(),
           "mismatch": None, "goal": None, "heard": dict.fromkeys(("color", "depth", "odom")),
           "memory_error": None, "resumes": 0, "resume": None, "started_utc": "", "kept_actions": 0,
-          "goal_file_error": None, "odometry_jumps": 0}
+          "goal_file_error": None, "odometry_jumps": 0, "mount": None, "mount_tried": -math.inf}
     # the goal kept across restarts of this node; one file per namespace, as the safety node's e-stop state
     goal_file = state_path_in_namespace(cfg.goal_state_file, node.get_namespace())
     nav.set_camera(cfg.camera_hfov_deg if cfg.camera_hfov_deg > 0 else nav.cfg.hfov_deg, cfg.camera_height_m,
@@ -506,6 +512,23 @@ def build(node) -> Callable[[], None]:
             st["heard"]["depth"] = time.monotonic()
             gate.depth(*got)
             maybe_act()
+            check_mount(got[-1])
+
+    def check_mount(depth) -> None:
+        """Now and then until a depth image shows enough floor: the camera's height and pitch as the floor shows
+        them, against camera_height_m and camera_pitch_deg (memnav check's finding), logged once; a difference
+        stays on /diagnostics."""
+        now = time.monotonic()
+        if (not cfg.mount_check_s or st["mount"] is not None or st["hfov"] is None
+                or now - st["mount_tried"] < cfg.mount_check_s):
+            return
+        st["mount_tried"] = now
+        fit = fit_floor(depth, st["hfov"])
+        if fit is None:
+            return
+        st["mount"] = check_camera_mount(sub_depth.topic_name, fit, cfg.camera_height_m, cfg.camera_pitch_deg)
+        (node.get_logger().warning if st["mount"].level is Level.WARN else node.get_logger().info)(
+            f"camera mount: {st['mount'].text}")
 
     def on_odom(msg: Odometry) -> None:
         got = convert("odometry", conv.odometry_to_pose, msg)
@@ -608,7 +631,7 @@ def build(node) -> Callable[[], None]:
         publish_cmd()
 
     node.create_subscription(Image, "camera/color/image_raw", on_rgb, qos_profile_sensor_data)
-    node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
+    sub_depth = node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
     # the camera's field of view from its intrinsics only when not given (camera_hfov_deg 0): a value set wins
     sub_info = node.create_subscription(CameraInfo, "camera/color/camera_info", on_camera_info,
                                         qos_profile_sensor_data) if not cfg.camera_hfov_deg else None
@@ -652,7 +675,9 @@ def build(node) -> Callable[[], None]:
                          places=memory.sizes()[0] if memory is not None else 0,
                          localised=memory.localised if memory is not None else None,
                          memory_error=agent.storage_error, encoder=str(opts.encoder_checkpoint),
-                         goal_state_error=st["goal_file_error"], odometry_jumps=st["odometry_jumps"])
+                         goal_state_error=st["goal_file_error"], odometry_jumps=st["odometry_jumps"],
+                         mount_warning=st["mount"].text if st["mount"] is not None and st["mount"].level is Level.WARN
+                         else None)
         if h.memory_error and st["memory_error"] != h.memory_error:
             st["memory_error"] = h.memory_error
             node.get_logger().error(f"the long-term memory is no longer saved: {h.memory_error}; it goes on in RAM "

@@ -60,6 +60,9 @@ def test_what_stops_the_policy_node_is_an_error_and_a_caveat_a_warning():
     unkept = policy_diagnostic(health(goal_state_error="[Errno 30] Read-only file system"))
     assert unkept.level is DiagnosticLevel.WARN and unkept.message == (
         "the goal is not kept on disk ([Errno 30] Read-only file system): a restart of this node would lose it")
+    mount = policy_diagnostic(health(mount_warning="the floor in view puts the camera 0.90 m above it: set "
+                                                   "camera_height_m 0.90 (set: 1.25)"))
+    assert mount.level is DiagnosticLevel.WARN and mount.message.startswith("camera mount: the floor in view")
     both = policy_diagnostic(health(hfov_deg=None, waiting_s=9.0, dropped_new=1))
     assert both.level is DiagnosticLevel.ERROR and both.message.startswith("no camera_info")   # worst first
 

@@ -152,3 +152,33 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def test_a_policy_node_whose_camera_mount_is_wrong_says_so(tmp_path):
+    """The simulator bridge's camera 0.9 m up and 15 deg down, the policy node left at 1.25 m and 0 deg (no goal
+    needed): from the floor in view it logs the values to set and reports them on /diagnostics."""
+    from conftest import isolated_ros_env, spin_until, start_sim_robot, stop_processes
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=1)
+    env = isolated_ros_env(157)
+    procs, report = start_sim_robot(data, env, tmp_path, lockstep=False,
+                                    bridge_args=["-p", "sim.sensor_height_m:=0.9", "-p", "sim.sensor_pitch_deg:=15.0",
+                                                 "-p", "auto_next:=false"],
+                                    policy_args=["-p", "mount_check_s:=1.0"])
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("test_mount_listener")
+    diags = []
+    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: diags.extend(m.status), 50)
+    try:
+        def warned() -> bool:
+            return any(d.name == "/policy_node" and d.level == bytes([1]) and "camera mount: " in d.message
+                       for d in diags[-5:])
+        assert spin_until(node, warned, 90.0), report()
+        text = next(d.message for d in reversed(diags) if d.name == "/policy_node" and "camera mount" in d.message)
+        assert "set camera_height_m 0.9" in text and "camera_pitch_deg 1" in text, text
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes(procs)
+    assert "camera mount: the floor in view puts the camera 0.9" in (tmp_path / "policy.log").read_text(), report()
