@@ -286,10 +286,11 @@ class FloorFit:
 
 def fit_floor(depth: np.ndarray, hfov_deg: float, max_depth_m: float = 5.0, inlier_m: float = 0.03,
               iterations: int = 300, seed: int = 0) -> FloorFit | None:
-    """The floor plane in a depth image (z-depth in meters along the optical axis; 0 / NaN = no return): the plane
-    with the most points within `inlier_m` among those below the camera that face up within 45 degrees of its
-    up axis (RANSAC over about 4,000 evenly spread pixels, then a least-squares fit to its points). None when
-    fewer than 100 points, or less than 10% of them, lie on such a plane (too little floor in view to tell)."""
+    """The floor plane in a depth image (z-depth in meters along the optical axis; 0 / NaN = no return): of the
+    planes below the camera that face up within 45 degrees of its up axis and hold at least 100 points and 10% of
+    them within `inlier_m`, the one holding the most with under 2% of the points seen below it (a table top has
+    the floor below it), by RANSAC over about 4,000 evenly spread pixels, then a least-squares fit to its points.
+    None when there is no such plane (too little floor in view)."""
     d = np.asarray(depth, dtype=np.float64)
     h, w = d.shape
     stride = max(1, int(math.sqrt(h * w / 4000.0)))
@@ -300,7 +301,8 @@ def fit_floor(depth: np.ndarray, hfov_deg: float, max_depth_m: float = 5.0, inli
     if len(pts) < 100:
         return None
     rng = np.random.default_rng(seed)
-    best, best_count = None, 0
+    need = max(100, 0.1 * len(pts))
+    planes = []                                              # (offset, count, normal) of well-supported planes
     for _ in range(iterations):
         a, b, c = pts[rng.choice(len(pts), 3, replace=False)]
         n = np.cross(b - a, c - a)
@@ -312,11 +314,16 @@ def fit_floor(depth: np.ndarray, hfov_deg: float, max_depth_m: float = 5.0, inli
         if n[2] < math.cos(math.radians(45.0)) or offset < 0.05:
             continue
         count = int((np.abs(pts @ n + offset) < inlier_m).sum())
-        if count > best_count:
-            best, best_count = (n, offset), count
-    if best is None or best_count < max(100, 0.1 * len(pts)):
+        if count >= need:
+            planes.append((offset, count, n))
+    # the floor: the best-held plane with (almost) nothing seen below it; a table top or a bed has the floor
+    # around it below, a plane cut across the floor and the foot of a wall has half the floor below
+    floor = next((p for p in sorted(planes, key=lambda p: -p[1])
+                  if ((pts @ p[2] + p[0]) < -2.0 * inlier_m).mean() < 0.02), None)
+    if floor is None:
         return None
-    on = pts[np.abs(pts @ best[0] + best[1]) < inlier_m]
+    offset, _, n = floor
+    on = pts[np.abs(pts @ n + offset) < inlier_m]
     centre = on.mean(axis=0)
     n = np.linalg.svd(on - centre, full_matrices=False)[2][-1]
     n = n * (1.0 if n[2] >= 0 else -1.0)
