@@ -72,7 +72,7 @@ class VelocityGuardConfig:
         stop_distance_m: hold forward speed at zero while the newest depth image shows a surface in the robot's
             path nearer than this to the camera (`nearest_ahead_m`; until a depth image has been measured, too),
             meters; 0 = off. A depth camera reads nothing inside its minimum range (a RealSense D435 about 0.2-0.3
-            m), so keep this above it: a wall that close is not seen at all.
+            m), so keep this above it (a wall that close reads as no return: see max_blind_share).
         corridor_half_width_m: the robot's path is this far left and right of the camera's optical axis, meters
             (half the robot's width plus a margin).
         max_blind_share: with stop_distance_m set, forward is held too while more than this share of the middle

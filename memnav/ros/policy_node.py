@@ -240,6 +240,9 @@ class PolicyNodeConfig(ExploringTuning):
             raise ValueError(f"PolicyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
         check_camera_forward("PolicyNodeConfig.camera_forward_m", self.camera_forward_m)
         check_camera_pitch("PolicyNodeConfig.camera_pitch_deg", self.camera_pitch_deg)
+        if not (math.isfinite(self.mount_check_s) and self.mount_check_s >= 0):
+            raise ValueError(f"PolicyNodeConfig.mount_check_s must be a number of seconds >= 0 (0 = never), got "
+                             f"{self.mount_check_s!r}")
         if not 0.0 < self.collision_fraction <= 1.0:
             raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
         # one message per field: a negative step would drive MOVE_FORWARD backwards, a negative turn swap left and

@@ -18,7 +18,8 @@ Publishes:
     /memnav/safety_status       std_msgs/String JSON {reason, v_mps, w_radps, requested_v_mps,
                                 requested_w_radps, estop, age_s: {color, depth, odom} (null = never), dropped,
                                 ahead_m: the nearest surface in the robot's path in the newest depth image, meters
-                                (null: none there, or not measured: stop_distance_m 0 or no field of view yet)}
+                                (null: none there, or not measured: stop_distance_m 0 or no field of view yet),
+                                blind_share: that image's share of no return in the middle third of its view}
                                 on every change of reason and every status_period_s (reliable, depth 10)
     /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status (ERROR while a silent sensor
                                 holds the robot still, WARN on the e-stop, no policy command or dropped messages,

@@ -38,6 +38,9 @@ def test_bad_config_fields_are_named():
             PolicyNodeConfig(camera_forward_m=forward)
     with pytest.raises(ValueError, match="PolicyNodeConfig.camera_pitch_deg"):
         PolicyNodeConfig(camera_pitch_deg=90.0)
+    for every in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="PolicyNodeConfig.mount_check_s"):
+            PolicyNodeConfig(mount_check_s=every)
 
 
 def test_policy_node_defaults_are_the_eval_agents_defaults():
