@@ -110,6 +110,18 @@ def check_camera_pitch(field: str, pitch_deg: float) -> None:
                          f"looking down), got {pitch_deg!r}")
 
 
+def check_robot_camera(owner: str, hfov_deg: float, height_m: float, pitch_deg: float) -> None:
+    """Raise ValueError naming `owner`.camera_hfov_deg, camera_height_m or camera_pitch_deg unless the field of
+    view is in (0, 180) degrees or 0 (from camera_info), the height > 0 m and the pitch within 45 degrees: a node's
+    camera settings (the policy node's and the safety node's)."""
+    if not (math.isfinite(hfov_deg) and (hfov_deg == 0 or 0 < hfov_deg < 180)):
+        raise ValueError(f"{owner}.camera_hfov_deg must be in (0, 180) degrees, or 0 (from camera_info), "
+                         f"got {hfov_deg!r}")
+    if not (math.isfinite(height_m) and height_m > 0):
+        raise ValueError(f"{owner}.camera_height_m must be a height > 0 m, got {height_m!r}")
+    check_camera_pitch(f"{owner}.camera_pitch_deg", pitch_deg)
+
+
 def level_points(depth: np.ndarray, left_per_m: np.ndarray, up_per_m: np.ndarray,
                  pitch_deg: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Depth pixels as points in the level frame at the camera: (forward, left, up) meters.

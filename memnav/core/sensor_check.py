@@ -14,7 +14,7 @@ from enum import Enum
 
 import numpy as np
 
-from memnav.core.frames import camera_hfov_deg, camera_mismatch, pixel_ray_offsets
+from memnav.core.frames import camera_hfov_deg, camera_mismatch, level_points, pixel_ray_offsets
 
 __all__ = ["CheckConfig", "Finding", "FloorFit", "Level", "StreamLog", "check_camera_for_encoder", "check_camera_info",
            "check_camera_mount", "fit_floor",
@@ -297,7 +297,7 @@ def fit_floor(depth: np.ndarray, hfov_deg: float, max_depth_m: float = 5.0, inli
     left, up = pixel_ray_offsets(np.arange(0, w, stride), np.arange(0, h, stride), w, h, hfov_deg)
     d = d[::stride, ::stride]
     ok = np.isfinite(d) & (d > 0.1) & (d <= max_depth_m)
-    pts = np.stack([d, left[None, :] * d, up[:, None] * d], axis=-1)[ok]     # (forward, left, up) camera frame
+    pts = np.stack(level_points(d, left[None, :], up[:, None]), axis=-1)[ok]   # (forward, left, up), camera frame
     if len(pts) < 100:
         return None
     rng = np.random.default_rng(seed)

@@ -619,8 +619,7 @@ def _path_table(agents: dict[str, dict]) -> str:
 
 # the settings `memnav eval --json` records of the simulated robot, shown at the head of a report
 RUN_SETTINGS = ("odometry_origin", "hfov_deg", "camera_height_m", "camera_forward_m", "camera_pitch_deg",
-                "camera_mount_told",
-                "image_px", "odometry_restarts")
+                "camera_mount_told", "image_px", "odometry_restarts")
 
 
 def render_html(results: dict, agents: dict[str, dict], focus: str, figures: list[tuple[str, str]],

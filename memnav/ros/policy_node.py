@@ -66,7 +66,7 @@ from pathlib import Path
 
 from memnav.core.decision_gate import DecisionGate, action_velocity
 from memnav.core.files import state_path_in_namespace
-from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_camera_pitch
+from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_robot_camera
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import latched_qos
@@ -233,13 +233,8 @@ class PolicyNodeConfig(ExploringTuning):
     mount_check_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.camera_hfov_deg) and (self.camera_hfov_deg == 0 or 0 < self.camera_hfov_deg < 180)):
-            raise ValueError(f"PolicyNodeConfig.camera_hfov_deg must be in (0, 180) degrees, or 0 (from camera_info), "
-                             f"got {self.camera_hfov_deg!r}")
-        if not (math.isfinite(self.camera_height_m) and self.camera_height_m > 0):
-            raise ValueError(f"PolicyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
+        check_robot_camera("PolicyNodeConfig", self.camera_hfov_deg, self.camera_height_m, self.camera_pitch_deg)
         check_camera_forward("PolicyNodeConfig.camera_forward_m", self.camera_forward_m)
-        check_camera_pitch("PolicyNodeConfig.camera_pitch_deg", self.camera_pitch_deg)
         if not (math.isfinite(self.mount_check_s) and self.mount_check_s >= 0):
             raise ValueError(f"PolicyNodeConfig.mount_check_s must be a number of seconds >= 0 (0 = never), got "
                              f"{self.mount_check_s!r}")

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.core.files import state_path_in_namespace
-from memnav.core.frames import camera_hfov_deg, check_camera_pitch
+from memnav.core.frames import camera_hfov_deg, check_robot_camera
 from memnav.core.velocity_guard import (
     GuardOutput,
     GuardReason,
@@ -98,12 +98,7 @@ class SafetyNodeConfig:
         if not (math.isfinite(self.status_period_s) and self.status_period_s > 0):
             raise ValueError(f"SafetyNodeConfig.status_period_s must be a finite number > 0, got "
                              f"{self.status_period_s!r}")
-        if not (math.isfinite(self.camera_hfov_deg) and (self.camera_hfov_deg == 0 or 0 < self.camera_hfov_deg < 180)):
-            raise ValueError(f"SafetyNodeConfig.camera_hfov_deg must be in (0, 180) degrees, or 0 (from camera_info), "
-                             f"got {self.camera_hfov_deg!r}")
-        if not (math.isfinite(self.camera_height_m) and self.camera_height_m > 0):
-            raise ValueError(f"SafetyNodeConfig.camera_height_m must be a height > 0 m, got {self.camera_height_m!r}")
-        check_camera_pitch("SafetyNodeConfig.camera_pitch_deg", self.camera_pitch_deg)
+        check_robot_camera("SafetyNodeConfig", self.camera_hfov_deg, self.camera_height_m, self.camera_pitch_deg)
 
 
 PARAMETER_GROUPS = (("", SafetyNodeConfig), ("guard.", VelocityGuardConfig))

@@ -24,6 +24,9 @@ def test_config_validation_and_groups():
     assert [prefix for prefix, _ in PARAMETER_GROUPS] == ["", "guard."]
     with pytest.raises(ValueError, match="rate_hz"):
         SafetyNodeConfig(rate_hz=0.0)
+    for bad in ({"camera_hfov_deg": 180.0}, {"camera_height_m": 0.0}, {"camera_pitch_deg": 60.0}):
+        with pytest.raises(ValueError, match=f"SafetyNodeConfig.{next(iter(bad))}"):
+            SafetyNodeConfig(**bad)
 
 
 def test_safety_node_guards_the_command(monkeypatch):
