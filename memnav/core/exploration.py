@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.files import replace_files
-from memnav.core.frames import camera_pose, check_camera_forward, check_camera_pitch, level_points, pixel_ray_offsets
+from memnav.core.frames import (camera_pose, check_camera_forward, check_camera_pitch, level_points, pixel_ray_offsets,
+                                unseen_range_m)
 from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, colour_affinity, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
@@ -82,6 +83,12 @@ class ExplorerConfig:
         blocked_hits: obstacle hits a forward move that fell short adds to the cells just ahead. Few enough
             that free evidence the camera keeps seeing outvotes them within a few frames (a doorway the robot
             brushed opens again); a spot the robot keeps bumping into stays closed, each bump adding as many.
+        keep_unseen_obstacles: free space below the camera's view (along a column, nearer than where its lowest
+            pixel's ray comes down to obstacle_min_height_m: 1.15 m for the simulator's camera, 3 m for a 69 deg
+            16:9 one at 1.25 m) is still marked, so the ground around the robot is known, but it does not clear a
+            cell whose obstacle hits the camera saw (those of blocked moves, `blocked_hits`, it does): low furniture
+            seen from afar is not erased by the frames that pass over it up close, and a doorway closed by a bump
+            still opens again (False: every cell is cleared alike).
         boxed_in_m2: when the traversable area connected to the robot is smaller than this (it stands in a niche
             whose way out is narrower than the robot plus twice clearance_m, or a bump's obstacle marks sealed the
             corridor it came by), plans drop clearance_m (robot_radius_m only) and pass cells whose obstacle
@@ -110,6 +117,7 @@ class ExplorerConfig:
     heading_tolerance_rad: float = math.radians(16.0)
     forward_step_m: float = 0.25
     blocked_hits: int = 3
+    keep_unseen_obstacles: bool = True
     boxed_in_m2: float = 1.0
 
     def __post_init__(self) -> None:
@@ -162,11 +170,13 @@ class OccupancyMap:
         self.origin = np.array([center.x_m - 0.5 * n * config.cell_m, center.y_m - 0.5 * n * config.cell_m])
         self.free = np.zeros((n, n), np.uint16)
         self.occ = np.zeros((n, n), np.uint16)
+        self.bumped = np.zeros((n, n), np.uint16)   # the part of `occ` that blocked moves added (not seen)
         self.colour_sum = np.zeros((n, n, 3), np.float32)   # summed RGB (0-1) of the obstacle pixels per cell
         self.colour_hits = np.zeros((n, n), np.uint16)
         self._lo = np.array([n, n])       # bounding box of cells with any evidence (rows, cols)
         self._hi = np.array([-1, -1])
         self._rays: dict[tuple[int, int, float], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._unseen: dict[tuple, np.ndarray] = {}
 
     # -- cells ---------------------------------------------------------------------------------------
     def to_cells(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -181,9 +191,15 @@ class OccupancyMap:
         x, y = cell_centers(self.origin, row, col, self.cfg.cell_m)
         return float(x), float(y)
 
-    def _add(self, grid: np.ndarray, x: np.ndarray, y: np.ndarray, amount: int = 1) -> None:
+    def _add(self, grid: np.ndarray, x: np.ndarray, y: np.ndarray, amount: int = 1,
+             spare_seen_obstacles: bool = False) -> None:
+        """Add `amount` hits to `grid` at the cells of points (x, y); with `spare_seen_obstacles`, not to cells
+        holding obstacle hits that the camera saw (more than `bumped`, the hits of blocked moves, gives them)."""
         r, c, inside = self.to_cells(x, y)
         r, c = r[inside], c[inside]
+        if spare_seen_obstacles:
+            unseen = self.occ[r, c] <= self.bumped[r, c]
+            r, c = r[unseen], c[unseen]
         if r.size == 0:
             return
         grid[r, c] = np.minimum(grid[r, c].astype(np.int64) + amount, 60000).astype(np.uint16)
@@ -224,6 +240,11 @@ class OccupancyMap:
         steps = np.arange(0.0, cfg.max_range_m, 0.5 * cfg.cell_m)
         along = steps[:, None] * np.ones_like(clear)[None, :]
         keep = along <= clear[None, :]
+        if cfg.keep_unseen_obstacles:
+            unseen = keep & (along < self._unseen_range(h, w)[None, ::s])
+            keep &= ~unseen
+            self._add(self.free, *pose.apply((along * ux[None, :])[unseen], (along * uy[None, :])[unseen]),
+                      spare_seen_obstacles=True)
         fx = (along * ux[None, :])[keep]
         fy = (along * uy[None, :])[keep]
         self._add(self.free, *pose.apply(fx, fy))
@@ -259,6 +280,17 @@ class OccupancyMap:
             self._rays[key] = (left, up, np.stack([1.0 / norm, flat / norm]))
         return self._rays[key]
 
+    def _unseen_range(self, h: int, w: int) -> np.ndarray:
+        """Per column of an h x w depth image, how near the camera an obstacle may stand out of view, meters
+        (`memnav.core.frames.unseen_range_m`)."""
+        cfg = self.cfg
+        key = (h, w, cfg.camera_pitch_deg, cfg.camera_height_m, cfg.obstacle_min_height_m)
+        if key not in self._unseen:
+            left, up = self._pixel_rays(h, w)[:2]
+            self._unseen[key] = unseen_range_m(left, float(up[-1]), cfg.camera_pitch_deg, cfg.camera_height_m,
+                                               cfg.obstacle_min_height_m)
+        return self._unseen[key]
+
     def mark_footprint(self, pose: Pose2D) -> None:
         """The robot stands here: its footprint is free."""
         r = self.cfg.robot_radius_m
@@ -276,6 +308,7 @@ class OccupancyMap:
         xs = pose.x_m + cos_y * dist - sin_y * offsets
         ys = pose.y_m + sin_y * dist + cos_y * offsets
         self._add(self.occ, xs, ys, amount=cfg.blocked_hits)
+        self._add(self.bumped, xs, ys, amount=cfg.blocked_hits)
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -285,7 +318,7 @@ class OccupancyMap:
         np.savez_compressed(buf, format=np.array(MAP_FORMAT), version=np.array(MAP_VERSION),
                             cell_m=np.array(self.cfg.cell_m), cells=np.array(self.cfg.cells),
                             origin=self.origin, free=self.free, occ=self.occ, lo=self._lo, hi=self._hi,
-                            colour_sum=self.colour_sum, colour_hits=self.colour_hits)
+                            colour_sum=self.colour_sum, colour_hits=self.colour_hits, bumped=self.bumped)
         replace_files({Path(path): buf.getvalue()}, sync=True)
 
     @classmethod
@@ -325,6 +358,10 @@ class OccupancyMap:
                                    f"{data['colour_hits'].shape}, expected {(n, n, 3)} and {(n, n)}")
             m.colour_sum = data["colour_sum"].astype(np.float32)
             m.colour_hits = data["colour_hits"].astype(np.uint16)
+        if "bumped" in data:          # files written before it: every obstacle hit counts as seen
+            if data["bumped"].shape != (n, n):
+                raise MapFileError(f"{path}: bump array of shape {data['bumped'].shape}, expected {(n, n)}")
+            m.bumped = data["bumped"].astype(np.uint16)
         return m
 
     # -- another frame's evidence -------------------------------------------------------------------
@@ -459,7 +496,7 @@ class OccupancyMap:
         """An independent copy (e.g. to work on in another thread while this one keeps integrating frames)."""
         out = OccupancyMap(self.cfg, Pose2D(0.0, 0.0, 0.0))
         out.origin = self.origin.copy()
-        out.free, out.occ = self.free.copy(), self.occ.copy()
+        out.free, out.occ, out.bumped = self.free.copy(), self.occ.copy(), self.bumped.copy()
         out.colour_sum, out.colour_hits = self.colour_sum.copy(), self.colour_hits.copy()
         out._lo, out._hi = self._lo.copy(), self._hi.copy()
         return out

@@ -137,6 +137,19 @@ def level_points(depth: np.ndarray, left_per_m: np.ndarray, up_per_m: np.ndarray
     return d * c + up * s, left_per_m * d, up * c - d * s
 
 
+def unseen_range_m(left_per_m: np.ndarray, bottom_up_per_m: float, pitch_deg: float, camera_height_m: float,
+                   min_height_m: float) -> np.ndarray:
+    """Per image column (its `left_per_m` ray offset), the level distance from the camera within which the
+    column's lowest pixel (`bottom_up_per_m`, the image's last row) looks above `min_height_m` over the floor:
+    something standing there lower than the camera may be out of view, so the column's view says nothing of it.
+    Meters; inf where that ray never comes down to `min_height_m`."""
+    left = np.asarray(left_per_m, dtype=np.float64)
+    ahead, lat, rise = level_points(np.ones_like(left), left, np.full_like(left, bottom_up_per_m), pitch_deg)
+    drop = camera_height_m - min_height_m
+    down = rise < 0
+    return np.where(down, np.hypot(ahead, lat) * drop / np.where(down, -rise, 1.0), np.inf)
+
+
 def quat_xyzw_from_yaw(yaw_rad: float) -> np.ndarray:
     """Habitat rotation quaternion [x, y, z, w] for a rotation of yaw_rad about +Y."""
     return np.array([0.0, math.sin(yaw_rad / 2.0), 0.0, math.cos(yaw_rad / 2.0)])

@@ -192,6 +192,35 @@ def test_a_wall_too_near_to_measure_clears_nothing_behind_it(near):
     assert m.free[r[2], c[2]] > 0                                 # the robot's own footprint
 
 
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "cleared"])
+def test_low_furniture_seen_from_afar_is_not_cleared_by_frames_that_pass_over_it_up_close(two_room_scene, keep):
+    """A 69 deg 16:9 camera at 1.25 m sees 21 deg below its axis, so nothing lower than 0.1 m within 3 m of it
+    (`unseen_range_m`). The scene's 0.6 m cube is mapped from 2.3 m away; from 1 m, its columns look over it at
+    the wall behind. Those frames still mark the ground around the robot free, but they do not clear the cube
+    (`keep_unseen_obstacles`; before, a few of them erased it and the planner drove into it)."""
+    sim = EmbeddedSimulator(two_room_scene, SimConfig(seed=3, width_px=192, height_px=108, hfov_deg=69.0))
+    try:
+        explorer = Explorer(ExplorerConfig(hfov_deg=69.0, keep_unseen_obstacles=keep))
+        far = sim.render_at(np.array([1.3, 0.0, 3.9]), 0.0)        # looking along -z at the cube's face z = 1.6
+        near = sim.render_at(np.array([1.3, 0.0, 2.6]), 0.0)
+    finally:
+        sim.close()
+    assert np.median(near.depth[:, 80:112]) > 2.0                # up close the middle columns see the wall behind
+    explorer.update(far.depth, far.pose)
+    hab_x, hab_z = np.meshgrid([1.2, 1.3, 1.4], [1.55, 1.45])   # inside the cube's near half
+    rows, cols, _ = explorer.map.to_cells(-hab_z.ravel(), -hab_x.ravel())   # map x = -hab z, y = -hab x
+
+    def cube_obstacles() -> int:
+        return int(explorer.map.obstacles((slice(None), slice(None)))[rows, cols].sum())
+
+    assert cube_obstacles() == rows.size
+    for _ in range(8):
+        explorer.update(near.depth, near.pose)
+    r, c, _ = explorer.map.to_cells(np.array([near.pose.x_m + 0.6]), np.array([near.pose.y_m]))
+    assert explorer.map.free[r[0], c[0]] > 0                    # the ground just ahead is still known
+    assert cube_obstacles() == (rows.size if keep else 0)
+
+
 def test_a_goal_photo_from_a_camera_ahead_of_the_axis_matches_where_the_robot_stood(sim, two_room_scene):
     """The goal photo of a robot whose camera sits 0.15 m ahead of its turning axis: told `camera_forward_m`, the
     goal scan is placed that far ahead of the pose it is matched at, so the best fit near the goal is where the
@@ -338,6 +367,7 @@ def test_map_saves_and_loads_exactly_and_bad_files_are_refused_untouched(sim, tm
     for _ in range(6):
         explorer.update(obs.depth, obs.pose, rgb=obs.rgb)
         obs = sim.step(Action.TURN_LEFT)
+    explorer.update(obs.depth, obs.pose, blocked=True)        # a bump: its hits are kept apart from seen ones
     path = tmp_path / "house.map.npz"
     assert explorer.save_map(path) and not (tmp_path / "house.map.npz.tmp").exists()
     other = Explorer(ExplorerConfig())
@@ -348,12 +378,20 @@ def test_map_saves_and_loads_exactly_and_bad_files_are_refused_untouched(sim, tm
     assert other.explore(obs.pose).action == explorer.explore(obs.pose).action
     assert m.colour_hits.any() and np.array_equal(m.colour_hits, n.colour_hits)
     assert np.array_equal(m.colour_sum, n.colour_sum)
+    assert m.bumped.any() and np.array_equal(m.bumped, n.bumped)
     # a version-1 map (before colours) loads, without colours
     old = tmp_path / "v1.map.npz"
     with np.load(path) as z:
-        np.savez(old, **{k: z[k] for k in z.files if not k.startswith("colour_")} | {"version": np.array(1)})
+        np.savez(old, **{k: z[k] for k in z.files if not k.startswith("colour_") and k != "bumped"}
+                 | {"version": np.array(1)})
     v1 = OccupancyMap.load(old, ExplorerConfig())
     assert np.array_equal(v1.occ, m.occ) and not v1.colour_hits.any()
+    assert not v1.bumped.any()           # written before bumps were kept apart: every hit counts as seen
+    misshapen = tmp_path / "misshapen.map.npz"
+    with np.load(path) as z:
+        np.savez(misshapen, **{k: z[k] for k in z.files} | {"bumped": np.zeros((3, 3), np.uint16)})
+    with pytest.raises(MapFileError, match="bump array"):
+        OccupancyMap.load(misshapen, ExplorerConfig())
     # another grid, garbage, a newer version: clear errors naming the file, nothing overwritten
     with pytest.raises(MapFileError, match="cells of 0.2 m"):
         OccupancyMap.load(path, ExplorerConfig(cell_m=0.2))

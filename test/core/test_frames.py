@@ -58,3 +58,17 @@ def test_the_camera_pose_is_the_odometry_pose_moved_along_the_heading():
     cam = camera_pose(Pose2D(1.0, 2.0, math.pi / 2), 0.2)
     assert (cam.x_m, cam.y_m, cam.yaw_rad) == (pytest.approx(1.0), pytest.approx(2.2), math.pi / 2)
     assert camera_pose(Pose2D(1.0, 2.0, 0.3), 0.0) == Pose2D(1.0, 2.0, 0.3)
+
+
+def test_unseen_range_is_where_the_lowest_pixel_comes_down_to_obstacle_height():
+    from memnav.core.frames import pixel_ray_offsets, unseen_range_m
+
+    left, up = pixel_ray_offsets(np.array([0, 64, 127]), np.array([127]), 128, 128, 90.0)
+    level = unseen_range_m(left, float(up[0]), 0.0, 1.25, 0.1)
+    assert level[1] == pytest.approx(1.15 / abs(up[0]), rel=1e-3)   # straight ahead: 1.15 m down over 45 deg, 1.16 m
+    assert level[0] == pytest.approx(level[2]) and level[0] > level[1]   # the corner rays reach farther out
+    down = unseen_range_m(left, float(up[0]), 20.0, 1.25, 0.1)[1]
+    assert down == pytest.approx(1.15 / math.tan(math.atan(abs(up[0])) + math.radians(20.0)), rel=1e-3)
+    left, up = pixel_ray_offsets(np.array([96]), np.array([107]), 192, 108, 69.0)   # 16:9: 21 deg below the axis
+    assert unseen_range_m(left, float(up[0]), 0.0, 1.25, 0.1)[0] == pytest.approx(3.0, abs=0.05)
+    assert np.isinf(unseen_range_m(left, float(up[0]), -30.0, 1.25, 0.1)[0])   # looking up: it never comes down
