@@ -30,8 +30,14 @@ from pathlib import Path
 import numpy as np
 
 from memnav.core.files import replace_files
-from memnav.core.frames import (camera_pose, check_camera_forward, check_camera_pitch, level_points, pixel_ray_offsets,
-                                unseen_range_m)
+from memnav.core.frames import (
+    camera_pose,
+    check_camera_forward,
+    check_camera_pitch,
+    level_points,
+    pixel_ray_offsets,
+    unseen_range_m,
+)
 from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, colour_affinity, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
