@@ -90,11 +90,12 @@ class ExplorerConfig:
             that free evidence the camera keeps seeing outvotes them within a few frames (a doorway the robot
             brushed opens again); a spot the robot keeps bumping into stays closed, each bump adding as many.
         keep_unseen_obstacles: free space below the camera's view (along a column, nearer than where its lowest
-            pixel's ray comes down to obstacle_min_height_m: 1.15 m for the simulator's camera, 3 m for a 69 deg
+            pixel's ray comes down to obstacle_min_height_m: 1.16 m for the simulator's camera, 3 m for a 69 deg
             16:9 one at 1.25 m) is still marked, so the ground around the robot is known, but it does not clear a
-            cell whose obstacle hits the camera saw (those of blocked moves, `blocked_hits`, it does): low furniture
-            seen from afar is not erased by the frames that pass over it up close, and a doorway closed by a bump
-            still opens again (False: every cell is cleared alike).
+            cell whose obstacle hits the camera saw (those of blocked moves, `blocked_hits`, it does): low
+            furniture seen from afar is not erased by the frames that pass over it up close, and a doorway closed
+            by a bump still opens again. Off by default (every cell is cleared alike); README "What the camera
+            cannot see up close".
         boxed_in_m2: when the traversable area connected to the robot is smaller than this (it stands in a niche
             whose way out is narrower than the robot plus twice clearance_m, or a bump's obstacle marks sealed the
             corridor it came by), plans drop clearance_m (robot_radius_m only) and pass cells whose obstacle
@@ -123,7 +124,7 @@ class ExplorerConfig:
     heading_tolerance_rad: float = math.radians(16.0)
     forward_step_m: float = 0.25
     blocked_hits: int = 3
-    keep_unseen_obstacles: bool = True
+    keep_unseen_obstacles: bool = False
     boxed_in_m2: float = 1.0
 
     def __post_init__(self) -> None:

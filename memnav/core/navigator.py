@@ -221,6 +221,8 @@ class NavigatorConfig:
             simulator's) can be trusted farther than a real sensor's noisy far readings, meters.
         frontier_colour_weight: frontiers near mapped surfaces in the goal photo's colours count this many meters
             nearer per unit of colour likeness (`ExplorerConfig.frontier_colour_weight`; 0 = nearest first).
+        keep_unseen_obstacles: free space marked below the camera's view does not clear obstacles the camera saw
+            there (`ExplorerConfig.keep_unseen_obstacles`): low furniture stays on the map as the robot nears it.
         persistent_map: keep the occupancy map across episodes, in the odometry frame (lifelong visits that
             share one odometry frame; `explorer.save_map` / `load_map` keep it across runs). False: each
             episode maps from scratch in the frame of its first pose.
@@ -284,6 +286,7 @@ class NavigatorConfig:
     frontier_look_spacing_m: float = 1.5
     map_range_m: float = ExplorerConfig.max_range_m
     frontier_colour_weight: float = 0.0
+    keep_unseen_obstacles: bool = False
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -423,7 +426,8 @@ class Navigator:
                                                 camera_pitch_deg=cfg.camera_pitch_deg,
                                                 forward_step_m=cfg.forward_step_m, max_range_m=cfg.map_range_m,
                                                 heading_tolerance_rad=cfg.heading_tolerance_rad,
-                                                frontier_colour_weight=cfg.frontier_colour_weight))
+                                                frontier_colour_weight=cfg.frontier_colour_weight,
+                                                keep_unseen_obstacles=cfg.keep_unseen_obstacles))
         self._match_cfg = ScanMatchConfig(max_candidates=cfg.candidate_pool)
         self.localizer_cfg = GoalLocalizerConfig(hfov_deg=cfg.hfov_deg, pitch_deg=cfg.camera_pitch_deg,
                                                  min_inliers=cfg.localize_min_inliers)

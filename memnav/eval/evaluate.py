@@ -196,6 +196,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memnav agents that explore: a frontier near mapped surfaces in the goal photo's colours "
                              "counts up to M meters nearer (0 = nearest frontier first) "
                              "(NavigatorConfig.frontier_colour_weight; default: %(default)s)")
+    parser.add_argument("--keep-unseen-obstacles", action="store_true",
+                        help="memnav agents that explore: free space marked below the camera's view (near the "
+                             "robot, where its lowest pixel is still above obstacle height) does not clear obstacles "
+                             "the camera saw there, so low furniture stays on the map as the robot nears it "
+                             "(NavigatorConfig.keep_unseen_obstacles; off by default, on in config/robot.yaml)")
     parser.add_argument("--agreeing-similarity", type=float, default=EXPLORING_AGREEING_SIMILARITY, metavar="S",
                         help="memnav agents that explore: a look-around confirms the spot at this similarity to the "
                              "goal photo when an RGB-D goal estimate and a pending scan-matched goal candidate both "

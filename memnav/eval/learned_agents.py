@@ -194,6 +194,7 @@ class LearnedAgent:
                               frontier_look_turns=opts.frontier_look_turns if explore else 0,
                               map_range_m=opts.map_range_m if explore else NavigatorConfig.map_range_m,
                               frontier_colour_weight=opts.frontier_colour_weight if explore else 0.0,
+                              keep_unseen_obstacles=explore and opts.keep_unseen_obstacles,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               candidate_prior=explore and opts.candidate_prior,
                               candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior

@@ -154,6 +154,10 @@ class PolicyNodeConfig(ExploringTuning):
         frontier_colour_weight: exploring agents choose frontiers near mapped surfaces in the goal photo's colours
             sooner, this many meters per unit of colour likeness (`memnav eval --frontier-colour-weight`; 0 =
             nearest frontier first).
+        keep_unseen_obstacles: exploring agents do not let free space marked below the camera's view (near the
+            robot, where the camera's lowest pixel is still above obstacle height: 3 m ahead for a 69 deg 16:9
+            camera at 1.25 m) clear obstacles the camera saw there, so a low table mapped from afar stays on the
+            map as the robot nears it (`memnav eval --keep-unseen-obstacles`; config/robot.yaml: true).
         min_action_subscribers: hold the actions of a new goal until /memnav/action has at least this many
             matched subscribers (the robot bridge, plus e.g. a bag recorder or a monitor started alongside:
             volatile actions published before a subscriber is matched never reach it; 0 = do not wait).

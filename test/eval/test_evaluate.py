@@ -141,6 +141,7 @@ def test_eval_options_carry_every_exploring_tuning_field_with_its_default():
     args = build_parser().parse_args(["eval", "--agent", "memnav"])
     assert ExploringTuning.values_of(args) == ExploringTuning.values_of(ExploringTuning())
     args = build_parser().parse_args(["eval", "--agent", "memnav", "--frontier-colour-weight", "15",
-                                      "--candidate-prior"])
+                                      "--candidate-prior", "--keep-unseen-obstacles"])
     assert ExploringTuning(**ExploringTuning.values_of(args)).frontier_colour_weight == 15.0
     assert ExploringTuning.values_of(args)["candidate_prior"] is True
+    assert ExploringTuning.values_of(args)["keep_unseen_obstacles"] is True

@@ -18,6 +18,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_FRONTIER_COLOUR_WEIGHT,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_HOMING,
+    EXPLORING_KEEP_UNSEEN_OBSTACLES,
     EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
     EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
@@ -126,10 +127,10 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
     ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
     blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False,
                                                        known_corroborated_similarity=0.7, frontier_colour_weight=15.0,
-                                                       agreeing_similarity=0.7))
+                                                       agreeing_similarity=0.7, keep_unseen_obstacles=True))
     grey = LearnedAgent("memnav", LearnedAgentOptions(colour_weight=0.0, candidate_min_colour=0.0,
                                                       known_corroborated_similarity=0.7, frontier_colour_weight=15.0,
-                                                      agreeing_similarity=0.7))
+                                                      agreeing_similarity=0.7, keep_unseen_obstacles=True))
     homer = LearnedAgent("memnav", LearnedAgentOptions(explore_homing=True))
     try:
         # exploring agents home over the scene graph only when asked to; without a map homing stays on
@@ -169,6 +170,10 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert grey.navigator.cfg.frontier_colour_weight == grey.navigator.explorer.cfg.frontier_colour_weight == 15.0
         assert blind.navigator.cfg.frontier_colour_weight == 0.0 == ExplorerConfig.frontier_colour_weight
         assert (grey.navigator.cfg.colour_weight, grey.navigator.cfg.candidate_pool) == (0.0, 4)
+        # obstacles below the camera's view kept: off by default; asked for, the explorer really keeps them
+        assert not plain.navigator.explorer.cfg.keep_unseen_obstacles and not EXPLORING_KEEP_UNSEEN_OBSTACLES
+        assert grey.navigator.cfg.keep_unseen_obstacles and grey.navigator.explorer.cfg.keep_unseen_obstacles
+        assert not blind.navigator.cfg.keep_unseen_obstacles
     finally:
         for agent in (plain, ranked, blind, grey, homer):
             agent.close()
