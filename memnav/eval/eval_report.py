@@ -619,7 +619,15 @@ def _path_table(agents: dict[str, dict]) -> str:
 
 # the settings `memnav eval --json` records of the simulated robot, shown at the head of a report
 RUN_SETTINGS = ("odometry_origin", "hfov_deg", "camera_height_m", "camera_forward_m", "camera_pitch_deg",
-                "camera_mount_told", "image_px", "odometry_restarts")
+                "camera_mount_told", "image_px", "odometry_restarts", "encoder", "calibration", "exploring_options")
+
+
+def setting_text(value: object) -> str:
+    """A run setting as the report's head shows it: options (a dict) as "name=value, ..." ("defaults" when none
+    was changed), anything else as it prints."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "defaults"
+    return str(value)
 
 
 def render_html(results: dict, agents: dict[str, dict], focus: str, figures: list[tuple[str, str]],
@@ -631,7 +639,7 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
         meta.append(("command", command))
     parts = [page_head("memnav eval report"),
              f"<h1>memnav eval: {html.escape(', '.join(agents))}</h1>",
-             _html_table(["run", ""], [[k, html.escape(str(v))] for k, v in meta if v is not None]),
+             _html_table(["run", ""], [[k, html.escape(setting_text(v))] for k, v in meta if v is not None]),
              "<h2>Summary</h2><p>Means over episodes with 95% intervals (success: Wilson; SPL, SoftSPL: normal "
              "approximation).</p>",
              _html_table(["agent", "episodes", "success", "SPL", "SoftSPL", "mean steps"],
@@ -762,7 +770,7 @@ def merge_runs(runs: list[tuple[str, dict]]) -> dict:
         values = [results.get(key) for _, results in runs]
         if any(v is not None for v in values):
             settings[key] = values[0] if all(v == values[0] for v in values) else \
-                "; ".join(f"{label} {v}" for (label, _), v in zip(runs, values))
+                "; ".join(f"{label} {setting_text(v)}" for (label, _), v in zip(runs, values))
     return {**{k: first.get(k) for k in ("split", "data", "backend", "episodes", "lifelong")}, **settings,
             "agents": merged}
 

@@ -89,6 +89,21 @@ def add_data_arguments(parser: argparse.ArgumentParser, run_options: bool = True
         parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")
 
 
+def model_name(path: Path) -> str:
+    """A model file as a results file names it: "models/NAME" for the package's shipped models, else as given."""
+    try:
+        return f"models/{Path(path).resolve().relative_to(MODELS.resolve())}"
+    except ValueError:
+        return str(path)
+
+
+def exploring_options_changed(args: argparse.Namespace) -> dict:
+    """The exploring agents' options (ExploringTuning) that `args` set to other than their defaults, by field name
+    ({} = all defaults): with the camera settings, what a results file needs to say how it was run."""
+    defaults = ExploringTuning.values_of(ExploringTuning())
+    return {name: value for name, value in ExploringTuning.values_of(args).items() if value != defaults[name]}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", default=None, choices=AGENTS,
                         help="agent to evaluate (learned agents read models/policy_<agent>.pt; default: oracle)")
@@ -656,7 +671,9 @@ def run(args: argparse.Namespace) -> int:
             "hfov_deg": config.hfov_deg, "camera_height_m": config.sensor_height_m,
             "camera_forward_m": config.sensor_forward_m, "camera_pitch_deg": config.sensor_pitch_deg,
             "camera_mount_told": not args.camera_mount_untold,
-            "image_px": [config.width_px, config.height_px]}
+            "image_px": [config.width_px, config.height_px],
+            "encoder": model_name(args.encoder), "calibration": model_name(args.calibration),
+            "exploring_options": exploring_options_changed(args)}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True
     if args.compare:

@@ -196,11 +196,17 @@ def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys,
     assert main(["eval-report", str(tmp_path / "base.json"), str(tmp_path / "short.json"), "--out", str(out)]) == 0
     assert "not paired: other episodes" in (out / "report.html").read_text()
     # the camera each run's robot had is at the head of the report; where the runs differ, run by run
-    for name, told in (("told", True), ("untold", False)):
+    # and so are the models and the exploring options changed from their defaults
+    for name, told, options in (("told", True, {}), ("untold", False, {"keep_unseen_obstacles": True,
+                                                                      "map_range_m": 4.0})):
         (tmp_path / f"{name}.json").write_text(json.dumps({"agent": "memnav", "split": "val", "per_episode": base,
                                                            "camera_forward_m": 0.15, "camera_mount_told": told,
-                                                           "hfov_deg": 90.0}))
+                                                           "hfov_deg": 90.0, "encoder": "models/encoder.pt",
+                                                           "exploring_options": options}))
     assert main(["eval-report", "told.json", "untold.json", "--out", str(out)]) == 0
     page = (out / "report.html").read_text()
     assert "<td>camera_forward_m</td><td>0.15</td>" in page and "<td>hfov_deg</td><td>90.0</td>" in page
     assert "<td>camera_mount_told</td><td>told True; untold False</td>" in page
+    assert "<td>encoder</td><td>models/encoder.pt</td>" in page
+    assert ("<td>exploring_options</td><td>told defaults; untold keep_unseen_obstacles=True, map_range_m=4.0</td>"
+            in page)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from memnav.cli import main
+from memnav.eval.learned_agents import MODELS
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +77,22 @@ def test_eval_runs_on_either_ray_caster(tiny_dataset, tmp_path):
     with pytest.raises(SystemExit):
         main(["eval", "--renderer", "raster", "--data", str(tiny_dataset)])
     assert (results["bvh"]["hfov_deg"], results["bvh"]["camera_height_m"]) == (90.0, 1.25)
+    # the models and exploring options of the run: the shipped ones, nothing changed
+    assert (results["bvh"]["encoder"], results["bvh"]["calibration"]) == ("models/encoder.pt",
+                                                                        "models/stop_calibration.json")
+    assert results["bvh"]["exploring_options"] == {}
 
 
 def test_eval_with_another_camera_names_it_in_the_results(tiny_dataset, tmp_path):
     out = tmp_path / "narrow.json"
     assert main(["eval", "--agent", "oracle", "--split", "test", "--episodes", "1", "--data", str(tiny_dataset),
                  "--hfov-deg", "69", "--camera-height-m", "0.6", "--image-px", "160", "120", "--json", str(out),
-                 "--no-progress"]) == 0
+                 "--calibration", str(MODELS / "stop_calibration_fov60.json"), "--keep-unseen-obstacles",
+                 "--map-range-m", "4", "--no-progress"]) == 0
     res = json.loads(out.read_text())
     assert (res["hfov_deg"], res["camera_height_m"], res["image_px"]) == (69.0, 0.6, [160, 120])
+    assert res["calibration"] == "models/stop_calibration_fov60.json"
+    assert res["exploring_options"] == {"keep_unseen_obstacles": True, "map_range_m": 4.0}
     assert res["success"] == 1.0
 
 
