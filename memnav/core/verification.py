@@ -20,7 +20,11 @@ class VerificationConfig:
         ratio: Lowe ratio test threshold (best / second-best Hamming distance).
         ransac_px: RANSAC reprojection threshold for the fundamental matrix, pixels.
         min_inliers: inliers at which the score saturates to 1.
-        upscale_to_px: images smaller than this (shorter side) are upscaled first, pixels.
+        upscale_to_px: images whose longer side is shorter than this are upscaled until it is this long, pixels
+            (the simulator's 128 x 128 views to 256 x 256; a 192 x 108 one to 256 x 144, the same pixels per degree
+            as a square image of its width, so ORB's 15-pixel patches cover as much of the scene; before, its
+            shorter side was brought to 256 and its RGB-D goal estimates were wrong more often, README "A camera
+            narrower than the simulator's"). Larger images are used as they are.
     """
 
     max_features: int = 500
@@ -62,7 +66,7 @@ def _gray(img: np.ndarray, cfg: VerificationConfig) -> tuple[np.ndarray, float]:
     if img.ndim not in (2, 3) or img.dtype != np.uint8:
         raise ValueError(f"image must be uint8 (H, W) or (H, W, 3), got {img.dtype} {img.shape}")
     gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) if img.ndim == 3 else img
-    scale = max(1.0, cfg.upscale_to_px / min(gray.shape))
+    scale = max(1.0, cfg.upscale_to_px / max(gray.shape))
     if scale > 1.0:
         gray = cv2.resize(gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
     return gray, scale

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from memnav.core.verification import extract_features, verify_features, verify_pair
+from memnav.core.verification import VerificationConfig, extract_features, verify_features, verify_pair
 
 
 @pytest.fixture(scope="module")
@@ -46,3 +46,21 @@ def test_cached_features_and_bad_input(views):
     assert verify_pair(blank, a).score == 0.0
     with pytest.raises(ValueError, match="uint8"):
         extract_features(np.zeros((64, 64, 3), np.float32))
+
+
+def test_a_small_non_square_image_is_upscaled_until_its_longer_side_is_the_working_size():
+    """ORB sees a 192 x 108 image at 256 x 144 (the pixels per degree a square image of its width gets), with its
+    keypoints given back in the image's own pixels; images already that large are used as they are."""
+    import cv2
+
+    rng = np.random.default_rng(0)
+    img = cv2.resize(rng.integers(0, 255, (27, 48), dtype=np.uint8), (192, 108), interpolation=cv2.INTER_NEAREST)
+    own = extract_features(img)
+    by_hand = extract_features(cv2.resize(img, None, fx=256 / 192, fy=256 / 192, interpolation=cv2.INTER_LINEAR))
+    assert len(own.keypoints) > 50
+    assert np.allclose(own.keypoints, by_hand.keypoints * (192 / 256), atol=1e-3)
+    assert np.array_equal(own.descriptors, by_hand.descriptors)
+    assert own.keypoints[:, 0].max() < 192 and own.keypoints[:, 1].max() < 108
+    big = cv2.resize(img, (640, 360), interpolation=cv2.INTER_LINEAR)
+    assert np.array_equal(extract_features(big).descriptors,
+                          extract_features(big, VerificationConfig(upscale_to_px=640)).descriptors)
