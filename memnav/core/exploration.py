@@ -201,7 +201,8 @@ class OccupancyMap:
     def _add(self, grid: np.ndarray, x: np.ndarray, y: np.ndarray, amount: int = 1,
              spare_seen_obstacles: bool = False) -> None:
         """Add `amount` hits to `grid` at the cells of points (x, y); with `spare_seen_obstacles`, not to cells
-        holding obstacle hits that the camera saw (more than `bumped`, the hits of blocked moves, gives them)."""
+        holding more obstacle hits than blocked moves gave them (`bumped`): hits the camera saw. Evidence laid on
+        from another map (`add_evidence`) counts as seen."""
         r, c, inside = self.to_cells(x, y)
         r, c = r[inside], c[inside]
         if spare_seen_obstacles:
