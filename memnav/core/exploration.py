@@ -182,8 +182,7 @@ class OccupancyMap:
         self.colour_hits = np.zeros((n, n), np.uint16)
         self._lo = np.array([n, n])       # bounding box of cells with any evidence (rows, cols)
         self._hi = np.array([-1, -1])
-        self._rays: dict[tuple[int, int, float], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._unseen: dict[tuple, np.ndarray] = {}
+        self._rays: dict[tuple[int, int, float], tuple[np.ndarray, ...]] = {}
 
     # -- cells ---------------------------------------------------------------------------------------
     def to_cells(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -249,7 +248,7 @@ class OccupancyMap:
         along = steps[:, None] * np.ones_like(clear)[None, :]
         keep = along <= clear[None, :]
         if cfg.keep_unseen_obstacles:
-            unseen = keep & (along < self._unseen_range(h, w)[None, ::s])
+            unseen = keep & (along < self._pixel_rays(h, w)[3][None, ::s])
             keep &= ~unseen
             self._add(self.free, *pose.apply((along * ux[None, :])[unseen], (along * uy[None, :])[unseen]),
                       spare_seen_obstacles=True)
@@ -276,28 +275,22 @@ class OccupancyMap:
             sums[full] *= 0.5
         self.mark_footprint(robot)
 
-    def _pixel_rays(self, h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _pixel_rays(self, h: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per column: left offset per meter of depth; per row: up offset per meter; per column, the unit
-        vector (ahead, left) of its ray at the horizon, along which free space is marked."""
-        key = (h, w, self.cfg.camera_pitch_deg)
-        if key not in self._rays:
-            left, up = pixel_ray_offsets(np.arange(w), np.arange(h), w, h, self.cfg.hfov_deg)
-            # a pitched column's level ray: (1 / cos, left) per meter of depth, i.e. along (1, left cos pitch)
-            flat = left * math.cos(math.radians(self.cfg.camera_pitch_deg)) if self.cfg.camera_pitch_deg else left
-            norm = np.hypot(1.0, flat)
-            self._rays[key] = (left, up, np.stack([1.0 / norm, flat / norm]))
-        return self._rays[key]
-
-    def _unseen_range(self, h: int, w: int) -> np.ndarray:
-        """Per column of an h x w depth image, how near the camera an obstacle may stand out of view, meters
-        (`memnav.core.frames.unseen_range_m`)."""
+        vector (ahead, left) of its ray at the horizon, along which free space is marked, and how near the camera
+        an obstacle may stand out of its view, meters (`memnav.core.frames.unseen_range_m`). Kept per image size
+        and pitch until the camera changes (`Explorer.set_camera`)."""
         cfg = self.cfg
-        key = (h, w, cfg.camera_pitch_deg, cfg.camera_height_m, cfg.obstacle_min_height_m)
-        if key not in self._unseen:
-            left, up = self._pixel_rays(h, w)[:2]
-            self._unseen[key] = unseen_range_m(left, float(up[-1]), cfg.camera_pitch_deg, cfg.camera_height_m,
-                                               cfg.obstacle_min_height_m)
-        return self._unseen[key]
+        key = (h, w, cfg.camera_pitch_deg)
+        if key not in self._rays:
+            left, up = pixel_ray_offsets(np.arange(w), np.arange(h), w, h, cfg.hfov_deg)
+            # a pitched column's level ray: (1 / cos, left) per meter of depth, i.e. along (1, left cos pitch)
+            flat = left * math.cos(math.radians(cfg.camera_pitch_deg)) if cfg.camera_pitch_deg else left
+            norm = np.hypot(1.0, flat)
+            unseen = unseen_range_m(left, float(up[-1]), cfg.camera_pitch_deg, cfg.camera_height_m,
+                                    cfg.obstacle_min_height_m)
+            self._rays[key] = (left, up, np.stack([1.0 / norm, flat / norm]), unseen)
+        return self._rays[key]
 
     def mark_footprint(self, pose: Pose2D) -> None:
         """The robot stands here: its footprint is free."""

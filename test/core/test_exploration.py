@@ -221,6 +221,17 @@ def test_low_furniture_seen_from_afar_is_not_cleared_by_frames_that_pass_over_it
     assert cube_obstacles() == (rows.size if keep else 0)
 
 
+def test_the_range_below_the_cameras_view_follows_a_camera_set_later():
+    """The unseen range is kept with the per-pixel rays, so a camera set once its camera_info arrives replaces it."""
+    from memnav.core.frames import pixel_ray_offsets, unseen_range_m
+
+    explorer = Explorer(ExplorerConfig(keep_unseen_obstacles=True))
+    explorer.update(np.full((108, 192), 3.0, np.float32), Pose2D(0.0, 0.0, 0.0))   # mapped as 90 deg at first
+    explorer.set_camera(69.0, 0.6)
+    left, up = pixel_ray_offsets(np.arange(192), np.array([107]), 192, 108, 69.0)
+    assert np.allclose(explorer.map._pixel_rays(108, 192)[3], unseen_range_m(left, float(up[0]), 0.0, 0.6, 0.1))
+
+
 def test_a_goal_photo_from_a_camera_ahead_of_the_axis_matches_where_the_robot_stood(sim, two_room_scene):
     """The goal photo of a robot whose camera sits 0.15 m ahead of its turning axis: told `camera_forward_m`, the
     goal scan is placed that far ahead of the pose it is matched at, so the best fit near the goal is where the
