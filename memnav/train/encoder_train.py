@@ -39,6 +39,8 @@ from memnav.train.frame_bank import (
     same_place,
 )
 
+MAX_ASPECT = 2.5   # widest image shape `--aspect-ratios` takes (21:9 is 2.33)
+
 
 @dataclass
 class EncoderTrainConfig:
@@ -74,6 +76,10 @@ class EncoderTrainConfig:
             to one horizontal field of view drawn from [min_hfov_deg, SIM_HFOV_DEG] (`crop_fov`; exact for
             a pinhole camera, at the bank's resolution), as a robot camera narrower than the simulator's sees
             database and goal alike. SIM_HFOV_DEG (the default) is off.
+        aspect_ratios: image shapes (width / height) of the cameras trained for: every step, all views of the
+            batch are cropped to one ratio drawn from these (on top of that step's field of view; the vertical
+            field of view shrinks with the ratio, square pixels) and stretched back to the square input, as the
+            encoder stretches a non-square camera frame. (1.0,) (the default) is off: square views only.
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -95,6 +101,7 @@ class EncoderTrainConfig:
     house_bank_every: int = 0
     colour_gain_std: float = 0.1
     min_hfov_deg: float = SIM_HFOV_DEG
+    aspect_ratios: tuple[float, ...] = (1.0,)
     seed: int = 0
 
 
@@ -126,18 +133,24 @@ def augment(x: torch.Tensor, gen: torch.Generator,
     return torch.roll(out, shifts=(dy, dx), dims=(2, 3))
 
 
-def crop_fov(x: torch.Tensor, hfov_deg: float, base_hfov_deg: float = SIM_HFOV_DEG) -> torch.Tensor:
-    """A (B, 4, P, P) batch of square `base_hfov_deg` views as a narrower square pinhole camera of `hfov_deg`
-    would see them: the central crop of that field of view, resized back to P x P (colour bilinear, depth nearest:
-    a depth reading is never blended across an edge). `hfov_deg` >= base returns `x` itself."""
+def crop_fov(x: torch.Tensor, hfov_deg: float, base_hfov_deg: float = SIM_HFOV_DEG,
+             aspect: float = 1.0) -> torch.Tensor:
+    """A (B, 4, P, P) batch of square `base_hfov_deg` views as a narrower pinhole camera of `hfov_deg` would see
+    them: the central crop of that field of view, resized back to P x P (colour bilinear, depth nearest: a depth
+    reading is never blended across an edge). `aspect` > 1 is a camera whose image is that many times wider than
+    high (square pixels, so its vertical field of view is narrower): the crop keeps that many times fewer rows,
+    stretched to P x P as the encoder stretches such a camera's frames. `hfov_deg` >= base with `aspect` 1
+    returns `x` itself."""
     import torch.nn.functional as F
 
-    if hfov_deg >= base_hfov_deg:
+    if hfov_deg >= base_hfov_deg and aspect == 1.0:
         return x
     p = x.shape[-1]
-    side = max(2, round(p * math.tan(math.radians(hfov_deg) / 2) / math.tan(math.radians(base_hfov_deg) / 2)))
-    lo = (p - side) // 2
-    crop = x[:, :, lo:lo + side, lo:lo + side]
+    ratio = math.tan(math.radians(min(hfov_deg, base_hfov_deg)) / 2) / math.tan(math.radians(base_hfov_deg) / 2)
+    width = max(2, round(p * ratio))
+    height = max(2, round(p * ratio / aspect))
+    top, left = (p - height) // 2, (p - width) // 2
+    crop = x[:, :, top:top + height, left:left + width]
     rgb = F.interpolate(crop[:, :3], size=(p, p), mode="bilinear", align_corners=False)
     depth = F.interpolate(crop[:, 3:], size=(p, p), mode="nearest")
     return torch.cat([rgb, depth], dim=1)
@@ -313,6 +326,10 @@ def _check_options(cfg: EncoderTrainConfig, args: argparse.Namespace) -> None:
     if not (math.isfinite(cfg.min_hfov_deg) and 20 <= cfg.min_hfov_deg <= SIM_HFOV_DEG):
         raise ValueError(f"--min-hfov-deg must be in [20, {SIM_HFOV_DEG:g}] degrees ({SIM_HFOV_DEG:g} = off), "
                          f"got {cfg.min_hfov_deg:g}")
+    bad = [r for r in cfg.aspect_ratios if not (math.isfinite(r) and 1.0 <= r <= MAX_ASPECT)]
+    if bad:
+        raise ValueError(f"--aspect-ratios must each be a width / height ratio in [1, {MAX_ASPECT:g}] (1 = square, "
+                         f"1.778 = 16:9), got {' '.join(f'{r:g}' for r in bad)}")
     for name, (lo, hi) in (("--near-miss-m", cfg.near_miss_m), ("--near-miss-turn-deg", cfg.near_miss_turn_deg)):
         if not 0 <= lo < hi:
             raise ValueError(f"{name} MIN MAX needs 0 <= MIN < MAX, got {lo:g} {hi:g}")
@@ -424,6 +441,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also train for narrower cameras than the simulator's 90 deg: on half the steps all "
                              "views of the batch are cropped to one field of view drawn from [DEG, 90] (a robot's "
                              f"RealSense colour stream is about 69); {SIM_HFOV_DEG:g} = off")
+    parser.add_argument("--aspect-ratios", type=float, nargs="+", default=list(d.aspect_ratios), metavar="R",
+                        help="also train for cameras whose image is not square: every step, all views of the batch "
+                             "are cropped to one width / height ratio drawn from these (on top of --min-hfov-deg's "
+                             "crop) and stretched back to the square input, as the encoder stretches such a "
+                             "camera's frames (e.g. 1 1.333 1.778 for square, 4:3 and 16:9); 1 = square only")
     parser.add_argument("--seed", type=int, default=d.seed, metavar="N",
                         help="random seed (poses, batches, augmentation, initialisation), >= 0")
     parser.add_argument("--threads", type=int, default=2, metavar="N", help="torch CPU threads, >= 1")
@@ -448,7 +470,7 @@ def run(args: argparse.Namespace) -> int:
                              positive_deg=args.positive_deg, near_miss_m=tuple(args.near_miss_m),
                              near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every,
                              house_bank_every=args.house_bank_every, colour_gain_std=args.colour_gain,
-                             min_hfov_deg=args.min_hfov_deg)
+                             min_hfov_deg=args.min_hfov_deg, aspect_ratios=tuple(args.aspect_ratios))
     # every option is checked before the first frame is rendered (minutes of work on a real dataset)
     _check_options(cfg, args)
     check_output_file(args.out, "--out")
@@ -472,6 +494,7 @@ def run(args: argparse.Namespace) -> int:
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
                    "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
                    "colour_gain_std": cfg.colour_gain_std, "min_hfov_deg": cfg.min_hfov_deg,
+                   "aspect_ratios": list(cfg.aspect_ratios),
                    "dataset": _dataset_tag(args.data), "init": _init_tag(args.init),
                    "house_streams": getattr(args, "render_workers", 0) > 0}
     state_path = args.out.with_name(args.out.name + ".state")
@@ -488,7 +511,7 @@ def run(args: argparse.Namespace) -> int:
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
                          "mine_every": 0, "house_bank_every": 0, "colour_gain_std": 0.1,
-                         "min_hfov_deg": SIM_HFOV_DEG,
+                         "min_hfov_deg": SIM_HFOV_DEG, "aspect_ratios": [1.0],
                          "dataset": data_config["dataset"], "init": None, "house_streams": False,
                          **st.get("data_config", {})}, data_config)
     progress = not args.no_progress
@@ -556,14 +579,14 @@ def run(args: argparse.Namespace) -> int:
         assert table is not None
         return table
 
-    hfov = SIM_HFOV_DEG   # this step's camera (`--min-hfov-deg`)
+    hfov, aspect = SIM_HFOV_DEG, 1.0   # this step's camera (`--min-hfov-deg`, `--aspect-ratios`)
 
     def view(frames: np.ndarray, rows: np.ndarray) -> torch.Tensor:
         """Augmented network inputs of frames[rows] on the training device, as this step's camera sees them
         (augmentation draws from `gen`; on a GPU the frames cross as float16 and are augmented there)."""
         x = torch.from_numpy(frames[rows].astype(np.float32)) if device.type == "cpu" \
             else torch.from_numpy(frames[rows]).to(device).float()
-        return augment(crop_fov(x, hfov), gen, cfg.colour_gain_std)
+        return augment(crop_fov(x, hfov, aspect=aspect), gen, cfg.colour_gain_std)
 
     def same_mask(poses_a: np.ndarray, poses_b: np.ndarray, house: np.ndarray) -> torch.Tensor:
         """`same_place` of two pose arrays of the batch's houses, on the training device."""
@@ -580,6 +603,8 @@ def run(args: argparse.Namespace) -> int:
         if cfg.min_hfov_deg < SIM_HFOV_DEG:   # drawn only when asked: runs without it draw as before
             narrow, u = torch.rand(2, generator=gen).tolist()
             hfov = cfg.min_hfov_deg + u * (SIM_HFOV_DEG - cfg.min_hfov_deg) if narrow < 0.5 else SIM_HFOV_DEG
+        if cfg.aspect_ratios != (1.0,):   # likewise
+            aspect = cfg.aspect_ratios[int(torch.randint(len(cfg.aspect_ratios), (1,), generator=gen))]
         views = [view(train_a.frames, idx), view(train_b.frames, idx)]
         house = train_a.house[idx]
         same = same_mask(train_a.poses[idx], train_a.poses[idx], house)

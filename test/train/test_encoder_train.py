@@ -46,10 +46,14 @@ def test_train_writes_checkpoint_curve_and_resumes(tiny_data, tmp_path, capsys):
     assert (tiny_data / "cache").is_dir() and any("nearmiss" in f.name for f in (tiny_data / "cache").iterdir())
     assert main([*args[:-2], "--min-hfov-deg", "60"]) == 2   # ... or for narrower cameras
     assert "min_hfov_deg 90.0 (now 60.0)" in capsys.readouterr().err
-    # trained for narrower cameras too (the same cached bank, views cropped on about half the steps)
+    assert main([*args[:-2], "--aspect-ratios", "1", "1.778"]) == 2   # ... or for other image shapes
+    assert "aspect_ratios [1.0] (now [1.0, 1.778])" in capsys.readouterr().err
+    # trained for narrower and 16:9 cameras too (the same cached bank, views cropped)
     narrow = tmp_path / "narrow.pt"
-    assert main(["train", "encoder", "--out", str(narrow), *args[4:-2], "--min-hfov-deg", "60"]) == 0
-    assert torch.load(narrow, weights_only=True)["extra"]["train_config"]["min_hfov_deg"] == 60.0
+    assert main(["train", "encoder", "--out", str(narrow), *args[4:-2], "--min-hfov-deg", "60",
+                 "--aspect-ratios", "1", "1.778"]) == 0
+    train_config = torch.load(narrow, weights_only=True)["extra"]["train_config"]
+    assert (train_config["min_hfov_deg"], list(train_config["aspect_ratios"])) == (60.0, [1.0, 1.778])
 
 
 @pytest.mark.slow

@@ -110,6 +110,34 @@ def test_render_set_sees_the_same_poses_through_another_camera_and_a_central_cro
     assert set(np.unique(cropped[:, 3].numpy())) <= set(np.unique(frames[0][:, 3].numpy()))
 
 
+def test_a_crop_of_fewer_rows_stretched_square_stands_in_for_a_wide_image_camera(tiny_data):
+    import torch
+
+    from memnav.train.encoder_train import crop_fov
+
+    houses = houses_of_split(tiny_data, "train")
+    cfg = EncoderConfig()
+    wide = render_set(houses, 12, cfg, seed=5, progress=False)[0]
+    # a 16:9 60 deg camera at the same poses, its frames stretched to the encoder's square input
+    sixteen_nine = render_set(houses, 12, cfg, seed=5, progress=False,
+                              camera={"hfov_deg": 60.0, "width_px": 192, "height_px": 108})[0]
+    frames = [torch.from_numpy(s.frames.astype(np.float32)) for s in (wide, sixteen_nine)]
+
+    def rgb_gap(a, b):
+        return float((a[:, :3] - b[:, :3]).abs().mean())
+
+    stretched = crop_fov(frames[0], 60.0, aspect=192 / 108)
+    assert stretched.shape == frames[0].shape
+    assert rgb_gap(stretched, frames[1]) < 0.6 * rgb_gap(crop_fov(frames[0], 60.0), frames[1])
+    # at the full field of view only the rows are cropped: each column holds the middle half of the same column
+    rows_only = crop_fov(frames[0], 90.0, aspect=2.0)
+    assert rows_only is not frames[0]
+    p = frames[0].shape[-1]
+    middle = frames[0][:, :3, p // 4:3 * p // 4].mean(dim=2)
+    assert float((rows_only[:, :3].mean(dim=2) - middle).abs().max()) < 0.03
+    assert float((frames[0][:, :3].mean(dim=2) - middle).abs().max()) > 0.1
+
+
 def test_recall_at_k_counts_a_true_match_among_the_k_nearest_and_skips_queries_without_one():
     db = np.eye(4)
     q = np.array([[1.0, 0.9, 0.0, 0.0],      # nearest db 0 (a match)

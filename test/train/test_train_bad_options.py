@@ -55,6 +55,8 @@ def _refused(argv: list[str], option: str, capsys) -> str:
     (["--cache-dir", "{tmp}/data/splits.json"], "--cache-dir"),
     (["--min-hfov-deg", "95"], "--min-hfov-deg"),   # wider than the rendered 90 deg views
     (["--min-hfov-deg", "nan"], "--min-hfov-deg"),
+    (["--aspect-ratios", "1", "0.5"], "--aspect-ratios"),   # taller than wide: give width / height >= 1
+    (["--aspect-ratios", "3"], "--aspect-ratios"),
 ])
 def test_train_encoder_refuses_bad_option_before_rendering(bad, option, fake_data, tmp_path, capsys):
     argv = ["train", "encoder", "--data", str(fake_data), "--out", str(tmp_path / "enc.pt"), "--device", "cpu",
