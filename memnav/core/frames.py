@@ -68,9 +68,11 @@ FOV60_HFOV_DEG = (60.0, 90.0)   # the fields of view models/encoder_fov60.pt was
 
 def trained_hfov_from(extra: dict) -> tuple[float, float]:
     """The horizontal fields of view (lowest, highest) an encoder checkpoint's training rendered, from its extra
-    data: the simulator's 90 deg, from `min_hfov_deg` up when trained with `memnav train encoder --min-hfov-deg`."""
+    data: the simulator's 90 deg, or the camera of `memnav train encoder --hfov-deg`, and from `min_hfov_deg` up
+    when trained with `--min-hfov-deg`."""
     train = extra.get("train_config") or {}
-    return float(train.get("min_hfov_deg", SIM_HFOV_DEG)), SIM_HFOV_DEG
+    rendered = float((train.get("camera") or {}).get("hfov_deg", SIM_HFOV_DEG))
+    return min(float(train.get("min_hfov_deg", SIM_HFOV_DEG)), rendered), rendered
 
 
 def camera_mismatch(hfov_deg: float, trained_hfov_deg: tuple[float, float]) -> str | None:

@@ -17,12 +17,13 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from memnav.cli import add_camera_arguments, camera_options
 from memnav.core.checkpoint import read_state
 from memnav.core.encoder import SIM_HFOV_DEG, EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
 from memnav.paths import check_output_dir, check_output_file
@@ -80,6 +81,11 @@ class EncoderTrainConfig:
             batch are cropped to one ratio drawn from these (on top of that step's field of view; the vertical
             field of view shrinks with the ratio, square pixels) and stretched back to the square input, as the
             encoder stretches a non-square camera frame. (1.0,) (the default) is off: square views only.
+        camera: the simulated camera that renders the training and validation views, as SimConfig fields
+            (hfov_deg, sensor_height_m, width_px, height_px, sensor_forward_m, sensor_pitch_deg) where they differ
+            from the simulator's 90 deg 128 x 128 camera at 1.25 m ({}, the default): an encoder for one robot's
+            camera. A non-square image is stretched to the square input, as the encoder stretches that camera's
+            frames; `min_hfov_deg` then crops below the camera's own field of view.
         eval_every: steps between validation recall@1 evaluations.
         seed: random seed.
     """
@@ -102,6 +108,7 @@ class EncoderTrainConfig:
     colour_gain_std: float = 0.1
     min_hfov_deg: float = SIM_HFOV_DEG
     aspect_ratios: tuple[float, ...] = (1.0,)
+    camera: dict[str, float] = field(default_factory=dict)
     seed: int = 0
 
 
@@ -235,11 +242,13 @@ def resolve_device(name: str) -> torch.device:
 def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: int, pairs: bool,
           cache_dir: Path, near_miss: bool = False, jitter: tuple[float, float] = (0.5, 15.0),
           near_miss_m: tuple[float, float] = NEAR_MISS_M, near_miss_turn_deg: tuple[float, float] = NEAR_MISS_TURN_DEG,
-          progress: bool = True, workers: int = 0) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
+          progress: bool = True, workers: int = 0,
+          camera: dict[str, float] | None = None) -> tuple[FrameSet, FrameSet | None, FrameSet | None]:
     """Render (or load from the cache) a split's frames: anchors, their positives and near misses.
 
     workers: `render_set`'s; banks drawn with a stream per house (workers >= 1) are cached under their own
-    name, the same for any number of workers.
+    name, the same for any number of workers. camera: `render_set`'s (SimConfig camera fields other than the
+    simulator's), named in the cache key.
     """
     houses = houses_of_split(data, split)
     kind = (f"pairs{jitter[0]:g}m{jitter[1]:g}deg" if pairs else "single") + ("_nearmiss" if near_miss else "")
@@ -248,6 +257,8 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
     key = f"{split}_{len(houses)}h_{per_house}_{enc_cfg.input_px}px_s{seed}_{kind}_{_dataset_tag(data)}"
     if workers > 0:
         key += "_perhouse"
+    if camera:
+        key += "_cam" + "-".join(f"{name}{camera[name]:g}" for name in sorted(camera))
     path = cache_dir / f"encoder_bank_{key}.npz"
     if path.is_file():
         z = np.load(path)
@@ -256,7 +267,7 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
     pair_jitter = (jitter[0], math.radians(jitter[1])) if pairs else None
     sets = render_set(houses, per_house, enc_cfg, seed, pair_jitter=pair_jitter, near_miss=near_miss,
                       near_miss_m=near_miss_m, near_miss_turn_deg=near_miss_turn_deg,
-                      desc=f"render {split}", progress=progress, workers=workers)
+                      desc=f"render {split}", progress=progress, workers=workers, camera=camera)
     cache_dir.mkdir(parents=True, exist_ok=True)
     arrays = {f"{p}{k}": getattr(fs, k) for p, fs in zip(("", "p", "n"), sets) if fs is not None
               for k in ("frames", "poses")}
@@ -264,6 +275,14 @@ def _bank(data: Path, split: str, per_house: int, enc_cfg: EncoderConfig, seed: 
     np.savez(tmp, house=sets[0].house, **arrays)
     tmp.replace(path)
     return sets
+
+
+def _camera_of(args: argparse.Namespace) -> dict[str, float]:
+    """The camera options (`add_camera_arguments`) that differ from the simulator's camera, as SimConfig fields
+    (a ValueError names a bad option)."""
+    from memnav.sim.base import SimConfig
+
+    return {name: value for name, value in camera_options(args).items() if value != getattr(SimConfig, name)}
 
 
 def _dataset_tag(data: Path) -> str:
@@ -326,6 +345,14 @@ def _check_options(cfg: EncoderTrainConfig, args: argparse.Namespace) -> None:
     if not (math.isfinite(cfg.min_hfov_deg) and 20 <= cfg.min_hfov_deg <= SIM_HFOV_DEG):
         raise ValueError(f"--min-hfov-deg must be in [20, {SIM_HFOV_DEG:g}] degrees ({SIM_HFOV_DEG:g} = off), "
                          f"got {cfg.min_hfov_deg:g}")
+    width, height = cfg.camera.get("width_px", 1), cfg.camera.get("height_px", 1)
+    if cfg.aspect_ratios != (1.0,) and width != height:
+        raise ValueError(f"--aspect-ratios crops square views to other shapes: leave it out with a non-square "
+                         f"--image-px ({width:g} x {height:g}, whose views already have that shape)")
+    base_hfov = cfg.camera.get("hfov_deg", SIM_HFOV_DEG)
+    if SIM_HFOV_DEG > cfg.min_hfov_deg > base_hfov:
+        raise ValueError(f"--min-hfov-deg {cfg.min_hfov_deg:g} is wider than the {base_hfov:g} deg the views are "
+                         f"rendered with (--hfov-deg): give a narrower one, or leave it out")
     bad = [r for r in cfg.aspect_ratios if not (math.isfinite(r) and 1.0 <= r <= MAX_ASPECT)]
     if bad:
         raise ValueError(f"--aspect-ratios must each be a width / height ratio in [1, {MAX_ASPECT:g}] (1 = square, "
@@ -446,6 +473,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "are cropped to one width / height ratio drawn from these (on top of --min-hfov-deg's "
                              "crop) and stretched back to the square input, as the encoder stretches such a "
                              "camera's frames (e.g. 1 1.333 1.778 for square, 4:3 and 16:9); 1 = square only")
+    add_camera_arguments(parser, "the training and validation views are rendered with (an encoder for one "
+                                 "robot's camera)")
     parser.add_argument("--seed", type=int, default=d.seed, metavar="N",
                         help="random seed (poses, batches, augmentation, initialisation), >= 0")
     parser.add_argument("--threads", type=int, default=2, metavar="N", help="torch CPU threads, >= 1")
@@ -470,7 +499,8 @@ def run(args: argparse.Namespace) -> int:
                              positive_deg=args.positive_deg, near_miss_m=tuple(args.near_miss_m),
                              near_miss_turn_deg=tuple(args.near_miss_turn_deg), mine_every=args.mine_every,
                              house_bank_every=args.house_bank_every, colour_gain_std=args.colour_gain,
-                             min_hfov_deg=args.min_hfov_deg, aspect_ratios=tuple(args.aspect_ratios))
+                             min_hfov_deg=args.min_hfov_deg, aspect_ratios=tuple(args.aspect_ratios),
+                             camera=_camera_of(args))
     # every option is checked before the first frame is rendered (minutes of work on a real dataset)
     _check_options(cfg, args)
     check_output_file(args.out, "--out")
@@ -494,7 +524,7 @@ def run(args: argparse.Namespace) -> int:
                    "near_miss_m": list(cfg.near_miss_m), "near_miss_turn_deg": list(cfg.near_miss_turn_deg),
                    "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
                    "colour_gain_std": cfg.colour_gain_std, "min_hfov_deg": cfg.min_hfov_deg,
-                   "aspect_ratios": list(cfg.aspect_ratios),
+                   "aspect_ratios": list(cfg.aspect_ratios), "camera": cfg.camera,
                    "dataset": _dataset_tag(args.data), "init": _init_tag(args.init),
                    "house_streams": getattr(args, "render_workers", 0) > 0}
     state_path = args.out.with_name(args.out.name + ".state")
@@ -511,7 +541,7 @@ def run(args: argparse.Namespace) -> int:
                         {"near_miss": False, "positive_m": 0.5, "positive_deg": 15.0,
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
                          "mine_every": 0, "house_bank_every": 0, "colour_gain_std": 0.1,
-                         "min_hfov_deg": SIM_HFOV_DEG, "aspect_ratios": [1.0],
+                         "min_hfov_deg": SIM_HFOV_DEG, "aspect_ratios": [1.0], "camera": {},
                          "dataset": data_config["dataset"], "init": None, "house_streams": False,
                          **st.get("data_config", {})}, data_config)
     progress = not args.no_progress
@@ -519,10 +549,12 @@ def run(args: argparse.Namespace) -> int:
                                       args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
                                       jitter=(cfg.positive_m, cfg.positive_deg), near_miss_m=cfg.near_miss_m,
                                       near_miss_turn_deg=cfg.near_miss_turn_deg, progress=progress,
-                                      workers=getattr(args, "render_workers", 0))
+                                      workers=getattr(args, "render_workers", 0), camera=cfg.camera)
     val_cache = args.cache_dir or (val_data / "cache")
-    val_db = _bank(val_data, "val", 300, enc_cfg, cfg.seed + 1, False, val_cache, progress=progress)[0]
-    val_q = _bank(val_data, "val", 100, enc_cfg, cfg.seed + 2, False, val_cache, progress=progress)[0]
+    val_db = _bank(val_data, "val", 300, enc_cfg, cfg.seed + 1, False, val_cache, progress=progress,
+                   camera=cfg.camera)[0]
+    val_q = _bank(val_data, "val", 100, enc_cfg, cfg.seed + 2, False, val_cache, progress=progress,
+                  camera=cfg.camera)[0]
     assert train_b is not None
 
     torch.manual_seed(cfg.seed)
@@ -579,14 +611,15 @@ def run(args: argparse.Namespace) -> int:
         assert table is not None
         return table
 
-    hfov, aspect = SIM_HFOV_DEG, 1.0   # this step's camera (`--min-hfov-deg`, `--aspect-ratios`)
+    base_hfov = cfg.camera.get("hfov_deg", SIM_HFOV_DEG)   # the rendered views' field of view (`--hfov-deg`)
+    hfov, aspect = base_hfov, 1.0   # this step's camera (`--min-hfov-deg`, `--aspect-ratios`)
 
     def view(frames: np.ndarray, rows: np.ndarray) -> torch.Tensor:
         """Augmented network inputs of frames[rows] on the training device, as this step's camera sees them
         (augmentation draws from `gen`; on a GPU the frames cross as float16 and are augmented there)."""
         x = torch.from_numpy(frames[rows].astype(np.float32)) if device.type == "cpu" \
             else torch.from_numpy(frames[rows]).to(device).float()
-        return augment(crop_fov(x, hfov, aspect=aspect), gen, cfg.colour_gain_std)
+        return augment(crop_fov(x, hfov, base_hfov, aspect), gen, cfg.colour_gain_std)
 
     def same_mask(poses_a: np.ndarray, poses_b: np.ndarray, house: np.ndarray) -> torch.Tensor:
         """`same_place` of two pose arrays of the batch's houses, on the training device."""
@@ -602,7 +635,7 @@ def run(args: argparse.Namespace) -> int:
         idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
         if cfg.min_hfov_deg < SIM_HFOV_DEG:   # drawn only when asked: runs without it draw as before
             narrow, u = torch.rand(2, generator=gen).tolist()
-            hfov = cfg.min_hfov_deg + u * (SIM_HFOV_DEG - cfg.min_hfov_deg) if narrow < 0.5 else SIM_HFOV_DEG
+            hfov = cfg.min_hfov_deg + u * (base_hfov - cfg.min_hfov_deg) if narrow < 0.5 else base_hfov
         if cfg.aspect_ratios != (1.0,):   # likewise
             aspect = cfg.aspect_ratios[int(torch.randint(len(cfg.aspect_ratios), (1,), generator=gen))]
         views = [view(train_a.frames, idx), view(train_b.frames, idx)]

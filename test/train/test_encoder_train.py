@@ -7,7 +7,8 @@ import torch
 from conftest import make_tiny_dataset
 
 from memnav.cli import main
-from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint
+from memnav.core.encoder import Encoder, EncoderConfig, FrameEncoder, load_checkpoint, load_checkpoint_with_extra
+from memnav.core.frames import trained_hfov_from
 from memnav.train.encoder_train import augment, embed, house_bank_loss, mine_look_alikes, resolve_device
 from memnav.train.frame_bank import FrameSet, same_place
 
@@ -54,6 +55,17 @@ def test_train_writes_checkpoint_curve_and_resumes(tiny_data, tmp_path, capsys):
                  "--aspect-ratios", "1", "1.778"]) == 0
     train_config = torch.load(narrow, weights_only=True)["extra"]["train_config"]
     assert (train_config["min_hfov_deg"], list(train_config["aspect_ratios"])) == (60.0, [1.0, 1.778])
+    # an encoder for one robot's camera: views rendered 69 deg wide at 96 x 54, banks cached apart, and the
+    # checkpoint says which fields of view it was trained on
+    robot = tmp_path / "robot.pt"
+    assert main(["train", "encoder", "--out", str(robot), *args[4:-2], "--hfov-deg", "69", "--image-px", "96",
+                 "54"]) == 0
+    assert any("_camheight_px54-hfov_deg69-width_px96" in f.name for f in (tiny_data / "cache").iterdir())
+    extra = load_checkpoint_with_extra(robot)[1]
+    assert extra["train_config"]["camera"] == {"hfov_deg": 69.0, "width_px": 96, "height_px": 54}
+    assert trained_hfov_from(extra) == (69.0, 69.0)
+    encoder = Encoder.from_checkpoint(robot)
+    assert encoder.camera_mismatch(69.0) is None and "69 deg this encoder" in encoder.camera_mismatch(60.0)
 
 
 @pytest.mark.slow

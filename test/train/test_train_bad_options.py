@@ -57,6 +57,10 @@ def _refused(argv: list[str], option: str, capsys) -> str:
     (["--min-hfov-deg", "nan"], "--min-hfov-deg"),
     (["--aspect-ratios", "1", "0.5"], "--aspect-ratios"),   # taller than wide: give width / height >= 1
     (["--aspect-ratios", "3"], "--aspect-ratios"),
+    (["--aspect-ratios", "1.5", "--image-px", "160", "120"], "--aspect-ratios"),   # already not square
+    (["--min-hfov-deg", "80", "--hfov-deg", "69"], "--min-hfov-deg"),   # wider than the rendered views
+    (["--hfov-deg", "0"], "--hfov-deg"),
+    (["--image-px", "0", "120"], "--image-px"),
 ])
 def test_train_encoder_refuses_bad_option_before_rendering(bad, option, fake_data, tmp_path, capsys):
     argv = ["train", "encoder", "--data", str(fake_data), "--out", str(tmp_path / "enc.pt"), "--device", "cpu",
