@@ -75,6 +75,37 @@ def trained_hfov_from(extra: dict) -> tuple[float, float]:
     return min(float(train.get("min_hfov_deg", SIM_HFOV_DEG)), rendered), rendered
 
 
+WIDE_ASPECT = 16 / 9   # the image shape models/encoder_69deg_16x9.pt was trained on (192 x 108 views)
+WIDE_HFOV_DEG = (60.0, 69.0)   # ... and its fields of view (--hfov-deg 69 --min-hfov-deg 60)
+ASPECT_TOLERANCE = 0.05   # image shapes within this share of each other count as the same
+
+
+def trained_aspect_from(extra: dict) -> float:
+    """The width / height of the images an encoder checkpoint's training rendered (`memnav train encoder
+    --image-px`): 1.0 for the simulator's square camera, and for checkpoints that do not say."""
+    camera = (extra.get("train_config") or {}).get("camera") or {}
+    return float(camera.get("width_px", 1)) / float(camera.get("height_px", 1))
+
+
+def shape_advice(width_px: int, height_px: int, hfov_deg: float, trained_aspect: float) -> tuple[bool, str] | None:
+    """What the camera's image shape means for an encoder trained on `trained_aspect` images: (True, a warning)
+    when that encoder was trained on a non-square camera and this one has another shape; (False, a hint) when a
+    square-trained encoder runs on a 16:9 camera that models/encoder_69deg_16x9.pt covers (it navigated better
+    there in simulation, README "A camera narrower than the simulator's"); else None."""
+    aspect = width_px / height_px
+    if abs(trained_aspect - 1.0) > ASPECT_TOLERANCE and abs(aspect / trained_aspect - 1.0) > ASPECT_TOLERANCE:
+        return True, (f"this encoder was trained on {trained_aspect:.2f}:1 images and the camera's {width_px}x"
+                      f"{height_px} is {aspect:.2f}:1: expect weaker place recognition; for other shapes use "
+                      f"encoder_checkpoint models/encoder_fov60.pt with calibration "
+                      f"models/stop_calibration_fov60.json")
+    lo, hi = WIDE_HFOV_DEG
+    if abs(trained_aspect - 1.0) <= ASPECT_TOLERANCE and abs(aspect / WIDE_ASPECT - 1.0) <= ASPECT_TOLERANCE \
+            and lo - HFOV_TOLERANCE_DEG <= hfov_deg <= hi + HFOV_TOLERANCE_DEG:
+        return False, ("a 16:9 camera of this field of view navigated better in simulation with encoder_checkpoint "
+                       "models/encoder_69deg_16x9.pt and calibration models/stop_calibration_69deg_16x9.json")
+    return None
+
+
 def camera_mismatch(hfov_deg: float, trained_hfov_deg: tuple[float, float]) -> str | None:
     """A sentence when a camera of `hfov_deg` is narrower than every field of view an encoder was trained on (by
     more than HFOV_TOLERANCE_DEG), else None; with the shipped models to use instead where they cover the camera.

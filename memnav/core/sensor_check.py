@@ -14,7 +14,7 @@ from enum import Enum
 
 import numpy as np
 
-from memnav.core.frames import camera_hfov_deg, camera_mismatch, level_points, pixel_ray_offsets
+from memnav.core.frames import camera_hfov_deg, camera_mismatch, level_points, pixel_ray_offsets, shape_advice
 
 __all__ = ["CheckConfig", "Finding", "FloorFit", "Level", "StreamLog", "check_camera_for_encoder", "check_camera_info",
            "check_camera_mount", "fit_floor",
@@ -252,19 +252,26 @@ def check_camera_info(topic: str, info: tuple[int, int, float] | None, color_siz
 
 
 def check_camera_for_encoder(topic: str, hfov_deg: float | None, encoder: str,
-                             trained_hfov_deg: tuple[float, float]) -> Finding | None:
-    """Whether the encoder the policy node will run was trained on fields of view like the camera's `hfov_deg`
-    (None when the camera's is not known: check_camera_info fails then). A narrower camera is a warning: place
-    recognition was measured to drop there, and the policy node says the same at start."""
+                             trained_hfov_deg: tuple[float, float], image_px: tuple[int, int] | None = None,
+                             trained_aspect: float = 1.0) -> Finding | None:
+    """Whether the encoder the policy node will run was trained on cameras like this one: its `hfov_deg` (None
+    when not known: check_camera_info fails then) and, when given, its image size `image_px` against the
+    encoder's `trained_aspect` (frames.shape_advice). A narrower camera, or another image shape than a
+    non-square-trained encoder's, is a warning: place recognition was measured to drop there, and the policy
+    node says the same of the field of view at start."""
     if hfov_deg is None:
         return None
     mismatch = camera_mismatch(hfov_deg, trained_hfov_deg)
     if mismatch is not None:
         return Finding(Level.WARN, topic, f"{mismatch} ({encoder})")
+    advice = shape_advice(*image_px, hfov_deg, trained_aspect) if image_px and min(image_px) > 0 else None
+    if advice is not None and advice[0]:
+        return Finding(Level.WARN, topic, f"{advice[1]} ({encoder})")
     lo, hi = trained_hfov_deg
     trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
+    hint = f"; {advice[1]}" if advice is not None else ""
     return Finding(Level.OK, topic, f"the encoder {encoder} was trained on {trained} fields of view, which cover this "
-                                    f"camera's {hfov_deg:.1f} deg")
+                                    f"camera's {hfov_deg:.1f} deg{hint}")
 
 
 @dataclass(frozen=True)

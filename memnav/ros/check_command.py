@@ -80,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.duration, "--duration")
     ros_args = shell_ros_args(args)   # before any ROS work
-    trained_hfov = encoder_fields_of_view(args.encoder)   # a wrong path is said before listening
+    trained_hfov, trained_aspect = encoder_camera(args.encoder)   # a wrong path is said before listening
     color, depth, odom, cmd, info, frames = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs them
     transports = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "")
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     camera = None if info is None else {"topic": args.camera_info_topic, "width": info[0], "height": info[1],
                                         "fx_px": info[2], "hfov_deg": camera_hfov_deg(info[0], info[2])}
     encoder = check_camera_for_encoder(args.camera_info_topic, camera and camera["hfov_deg"], args.encoder,
-                                       trained_hfov)
+                                       trained_hfov, info and (info[0], info[1]), trained_aspect)
     findings += [encoder] if encoder is not None else []
     if camera is not None and camera["hfov_deg"] is not None and frames:
         # the newest depth image that shows enough floor (a person walking past the camera hides it in some)
@@ -100,14 +100,15 @@ def run(args: argparse.Namespace) -> int:
     return report(args, (color, depth, odom), cmd, camera, findings, transports)
 
 
-def encoder_fields_of_view(path: str) -> tuple[float, float]:
-    """The horizontal fields of view the encoder checkpoint at `path` was trained on, found as the policy node
-    finds its encoder_checkpoint."""
+def encoder_camera(path: str) -> tuple[tuple[float, float], float]:
+    """The horizontal fields of view and the image shape (width / height) the encoder checkpoint at `path` was
+    trained on, found as the policy node finds its encoder_checkpoint."""
     from memnav.core.encoder import load_checkpoint_with_extra  # torch: only once the options are good
-    from memnav.core.frames import trained_hfov_from
+    from memnav.core.frames import trained_aspect_from, trained_hfov_from
     from memnav.paths import resolve_model_path
 
-    return trained_hfov_from(load_checkpoint_with_extra(resolve_model_path(path, "--encoder"))[1])
+    extra = load_checkpoint_with_extra(resolve_model_path(path, "--encoder"))[1]
+    return trained_hfov_from(extra), trained_aspect_from(extra)
 
 
 def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:

@@ -155,3 +155,27 @@ def test_the_robot_profiles_encoder_matches_its_documented_command(frame):
     params = yaml.safe_load((PACKAGE_ROOT / "config" / "robot.yaml").read_text())["policy_node"]["ros__parameters"]
     assert (params["encoder_checkpoint"], params["calibration"]) == ("models/encoder_fov60.pt",
                                                                      "models/stop_calibration_fov60.json")
+
+
+def test_the_16_9_encoder_matches_its_documented_command(frame):
+    """models/encoder_69deg_16x9.pt records the settings models/README.md gives for it (views rendered with a 69
+    deg 192 x 108 camera, crops down to 60 deg), and its stop calibration was fitted with that camera's views."""
+    import json
+
+    from memnav.core.frames import trained_aspect_from
+    from memnav.paths import PACKAGE_ROOT
+
+    path = PACKAGE_ROOT / "models" / "encoder_69deg_16x9.pt"
+    extra = torch.load(path, weights_only=True)["extra"]
+    cfg = extra["train_config"]
+    assert (extra["step"], cfg["steps"], cfg["pairs_per_house"], cfg["mine_every"], cfg["min_hfov_deg"]) == \
+        (6000, 6000, 600, 400, 60.0)
+    assert cfg["camera"] == {"hfov_deg": 69.0, "width_px": 192, "height_px": 108}
+    assert abs(trained_aspect_from(extra) - 16 / 9) < 1e-9
+    enc = Encoder.from_checkpoint(path)
+    assert enc.trained_hfov_deg == (60.0, 69.0) and enc.camera_mismatch(69.4) is None
+    assert enc.camera_mismatch(50.0) is not None
+    assert abs(float(np.linalg.norm(enc.encode(*frame))) - 1.0) < 1e-5
+    cal = json.loads((PACKAGE_ROOT / "models" / "stop_calibration_69deg_16x9.json").read_text())
+    assert (cal["checkpoint"], cal["hfov_deg"], cal["image_px"]) == ("models/encoder_69deg_16x9.pt", 69.0, [192, 108])
+    assert cal["ece"]["val"] < 0.05

@@ -149,6 +149,29 @@ def test_a_camera_narrower_than_the_encoder_was_trained_on_is_a_warning_naming_t
     assert check_camera_for_encoder("/cam/info", None, "models/encoder.pt", simulator_only) is None
 
 
+def test_the_image_shape_is_checked_against_the_encoders_and_a_16_9_camera_is_pointed_to_its_models():
+    from memnav.core.sensor_check import check_camera_for_encoder
+
+    fov60, wide = (60.0, 90.0), (60.0, 69.0)
+    # the robot profile's encoder on a RealSense's 16:9 colour stream: fine, with the hint to the 16:9 models
+    hd = check_camera_for_encoder("/cam/info", 69.4, "models/encoder_fov60.pt", fov60, (1280, 720), 1.0)
+    assert hd.level is Level.OK and "models/encoder_69deg_16x9.pt and calibration" in hd.text
+    # ... not on a 4:3 stream, nor on a 16:9 camera much wider than those models were trained for
+    vga = check_camera_for_encoder("/cam/info", 69.4, "models/encoder_fov60.pt", fov60, (640, 480), 1.0)
+    assert vga.level is Level.OK and "16:9" not in vga.text
+    assert "16:9" not in check_camera_for_encoder("/cam/info", 87.0, "models/encoder_fov60.pt", fov60,
+                                                  (1280, 720), 1.0).text
+    # the 16:9 encoder itself: fine on 16:9 images of any size, a warning on another shape
+    ok = check_camera_for_encoder("/cam/info", 69.4, "models/encoder_69deg_16x9.pt", wide, (848, 480), 16 / 9)
+    assert ok.level is Level.OK and "60-69 deg" in ok.text and "navigated better" not in ok.text
+    four_three = check_camera_for_encoder("/cam/info", 69.4, "models/encoder_69deg_16x9.pt", wide, (640, 480),
+                                          16 / 9)
+    assert four_three.level is Level.WARN and "trained on 1.78:1 images and the camera's 640x480 is 1.33:1" in \
+        four_three.text and "models/encoder_fov60.pt" in four_three.text
+    # no image size known: the field of view alone, as before
+    assert check_camera_for_encoder("/cam/info", 69.4, "models/encoder_69deg_16x9.pt", wide).level is Level.OK
+
+
 def test_the_checks_default_encoder_is_the_robot_profiles():
     from pathlib import Path
 
