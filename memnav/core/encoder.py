@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from memnav.core.checkpoint import CheckpointError, load_model, save_model
-from memnav.core.frames import SIM_HFOV_DEG, camera_mismatch, trained_hfov_from
+from memnav.core.frames import SIM_HFOV_DEG, camera_mismatch, shape_advice, trained_aspect_from, trained_hfov_from
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "CheckpointError", "Encoder", "EncoderConfig", "FrameEncoder",
            "SIM_HFOV_DEG", "frames_to_array", "load_checkpoint", "save_checkpoint"]
@@ -119,18 +119,26 @@ class Encoder:
     """Inference wrapper: numpy frames in, numpy unit-norm embeddings out.
 
     `trained_hfov_deg` is the range of horizontal fields of view the network was trained on: the simulator's 90
-    deg, from `min_hfov_deg` up with `memnav train encoder --min-hfov-deg` (read from the checkpoint).
+    deg, or `memnav train encoder --hfov-deg`'s, from `min_hfov_deg` up with `--min-hfov-deg`; `trained_aspect`
+    the width / height of the images it was trained on (1: square; `--image-px`). Both are read from the
+    checkpoint.
     """
 
-    def __init__(self, model: FrameEncoder, trained_hfov_deg: tuple[float, float] = (SIM_HFOV_DEG, SIM_HFOV_DEG)) \
-            -> None:
+    def __init__(self, model: FrameEncoder, trained_hfov_deg: tuple[float, float] = (SIM_HFOV_DEG, SIM_HFOV_DEG),
+                 trained_aspect: float = 1.0) -> None:
         self.model = model.eval()
         self.cfg = model.cfg
         self.trained_hfov_deg = (float(trained_hfov_deg[0]), float(trained_hfov_deg[1]))
+        self.trained_aspect = float(trained_aspect)
 
-    def camera_mismatch(self, hfov_deg: float) -> str | None:
-        """camera_mismatch for this encoder's trained fields of view."""
-        return camera_mismatch(hfov_deg, self.trained_hfov_deg)
+    def camera_mismatch(self, hfov_deg: float, image_px: tuple[int, int] | None = None) -> str | None:
+        """camera_mismatch for this encoder's trained fields of view; with the camera's image size, also the
+        warning of frames.shape_advice when the encoder was trained on another non-square shape."""
+        mismatch = camera_mismatch(hfov_deg, self.trained_hfov_deg)
+        if mismatch is None and image_px is not None and min(image_px) > 0:
+            advice = shape_advice(image_px[0], image_px[1], hfov_deg, self.trained_aspect)
+            mismatch = advice[1] if advice is not None and advice[0] else None
+        return mismatch
 
     @property
     def embedding_dim(self) -> int:
@@ -150,7 +158,7 @@ class Encoder:
     @classmethod
     def from_checkpoint(cls, path: Path | str) -> Encoder:
         model, extra = load_checkpoint_with_extra(path)
-        return cls(model, trained_hfov_from(extra))
+        return cls(model, trained_hfov_from(extra), trained_aspect_from(extra))
 
 
 def save_checkpoint(model: FrameEncoder, path: Path | str, extra: dict | None = None) -> None:

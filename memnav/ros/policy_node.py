@@ -328,9 +328,10 @@ def build(node) -> Callable[[], None]:
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
 
-    def check_camera(hfov: float) -> None:
-        """Warn when the camera is narrower than the fields of view the encoder was trained on."""
-        mismatch = st["mismatch"] = agent.encoder.camera_mismatch(hfov)
+    def check_camera(hfov: float, image_px: tuple[int, int] | None = None) -> None:
+        """Warn when the camera is narrower than the fields of view the encoder was trained on, or (its image size
+        known) of another shape than a non-square-trained encoder's."""
+        mismatch = st["mismatch"] = agent.encoder.camera_mismatch(hfov, image_px)
         if mismatch is not None:
             node.get_logger().warning(f"{mismatch} ({opts.encoder_checkpoint}; README \"A camera narrower than the "
                                       f"simulator's\")")
@@ -486,7 +487,7 @@ def build(node) -> Callable[[], None]:
                                f"{cfg.camera_pitch_deg:g} deg down"
                                + ("" if st["hfov"] is None else f"; was {st['hfov']:.1f} deg"))
         st["hfov"] = hfov
-        check_camera(hfov)
+        check_camera(hfov, (width, int(msg.height)))
         if st["goal_held"]:
             st["goal_held"] = False
             begin()

@@ -175,6 +175,11 @@ def test_the_16_9_encoder_matches_its_documented_command(frame):
     enc = Encoder.from_checkpoint(path)
     assert enc.trained_hfov_deg == (60.0, 69.0) and enc.camera_mismatch(69.4) is None
     assert enc.camera_mismatch(50.0) is not None
+    # the policy node passes camera_info's image size: another shape than 16:9 is said, as memnav check says it
+    assert enc.camera_mismatch(69.4, (1280, 720)) is None and enc.camera_mismatch(69.4, (848, 480)) is None
+    assert "trained on 1.78:1 images" in enc.camera_mismatch(69.4, (640, 480))
+    assert Encoder.from_checkpoint(PACKAGE_ROOT / "models" / "encoder_fov60.pt").camera_mismatch(69.4, (640, 480)) \
+        is None
     assert abs(float(np.linalg.norm(enc.encode(*frame))) - 1.0) < 1e-5
     cal = json.loads((PACKAGE_ROOT / "models" / "stop_calibration_69deg_16x9.json").read_text())
     assert (cal["checkpoint"], cal["hfov_deg"], cal["image_px"]) == ("models/encoder_69deg_16x9.pt", 69.0, [192, 108])
