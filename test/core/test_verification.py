@@ -48,9 +48,10 @@ def test_cached_features_and_bad_input(views):
         extract_features(np.zeros((64, 64, 3), np.float32))
 
 
-def test_a_small_non_square_image_is_upscaled_until_its_longer_side_is_the_working_size():
-    """ORB sees a 192 x 108 image at 256 x 144 (the pixels per degree a square image of its width gets), with its
-    keypoints given back in the image's own pixels; images already that large are used as they are."""
+def test_images_are_scaled_until_their_longer_side_is_the_working_size():
+    """ORB sees a 192 x 108 image at 256 x 144 (the pixels per degree a square image of its width gets), and a
+    camera's 640 x 360 one shrunk to 256 x 144, with the keypoints given back in the image's own pixels;
+    max_side_px 0 matches large images as they are."""
     import cv2
 
     rng = np.random.default_rng(0)
@@ -62,5 +63,14 @@ def test_a_small_non_square_image_is_upscaled_until_its_longer_side_is_the_worki
     assert np.array_equal(own.descriptors, by_hand.descriptors)
     assert own.keypoints[:, 0].max() < 192 and own.keypoints[:, 1].max() < 108
     big = cv2.resize(img, (640, 360), interpolation=cv2.INTER_LINEAR)
-    assert np.array_equal(extract_features(big).descriptors,
-                          extract_features(big, VerificationConfig(upscale_to_px=640)).descriptors)
+    shrunk = extract_features(big)
+    by_hand = extract_features(cv2.resize(big, (256, 144), interpolation=cv2.INTER_AREA))
+    assert len(shrunk.keypoints) > 50 and np.array_equal(shrunk.descriptors, by_hand.descriptors)
+    assert np.allclose(shrunk.keypoints, by_hand.keypoints * (640 / 256), atol=1e-3)
+    assert shrunk.keypoints[:, 0].max() > 400   # in the 640 x 360 image's pixels
+    as_it_is = extract_features(big, VerificationConfig(max_side_px=0))
+    assert np.array_equal(as_it_is.descriptors, extract_features(big, VerificationConfig(upscale_to_px=640,
+                                                                                         max_side_px=640)).descriptors)
+    assert not np.array_equal(as_it_is.descriptors[:50], shrunk.descriptors[:50])
+    with pytest.raises(ValueError, match="max_side_px"):
+        VerificationConfig(max_side_px=128)   # below upscale_to_px: the two would fight
