@@ -5,7 +5,8 @@ simulator's rendering is not part of the agent). Each step encodes the RGB-D fra
 long-term scene graph and the working buffer, retrieves the goal's top-k places, runs the attention
 policy, computes the calibrated belief (with geometric verification when the view resembles the goal)
 and the VoI stop decision. `--prefill N` first loads the long-term memory with N places, as a robot
-that has mapped a building would have.
+that has mapped a building would have. The camera options (`--hfov-deg`, `--image-px`, ...) time the agent on
+a robot's camera, e.g. a 640 x 360 stream with `--encoder models/encoder_69deg_16x9.pt`.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.cli import add_camera_arguments, camera_options
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
@@ -33,10 +35,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="places loaded into the long-term memory before timing (0 = start empty)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads of torch and of numpy's BLAS (memnav.threads)")
+    parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
+                        help="encoder checkpoint of the agent")
+    parser.add_argument("--calibration", type=Path, default=MODELS / "stop_calibration.json", metavar="PATH",
+                        help="stop-belief calibration of the agent")
+    add_camera_arguments(parser, "that the timed views and goal photos are rendered with (larger images cost the "
+                                 "encoder's resize, ORB and the occupancy map more)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
 
 
 def run(args: argparse.Namespace) -> dict:
+    from memnav.eval.evaluate import model_name
     from memnav.sim.embedded import EmbeddedSimulator
     from memnav.sim.env import ImageNavEnv
     from memnav.sim.episodes import load_episodes
@@ -46,11 +55,16 @@ def run(args: argparse.Namespace) -> dict:
     for name in ("warmup", "prefill"):
         if getattr(args, name) < 0:
             raise ValueError(f"--{name} must be >= 0, got {getattr(args, name)}")
+    camera = camera_options(args)
+    for name in ("encoder", "calibration"):
+        if not getattr(args, name).is_file():
+            raise ValueError(f"--{name} {getattr(args, name)}: no such file")
     set_inference_threads(args.threads)
     episodes = load_episodes(args.data, "test")
-    agent = LearnedAgent(args.agent, LearnedAgentOptions(policy_dir=args.policy_dir))
+    agent = LearnedAgent(args.agent, LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
+                                                         calibration=args.calibration))
     rng = np.random.default_rng(args.seed)
-    sim = EmbeddedSimulator(config=SimConfig(seed=args.seed))
+    sim = EmbeddedSimulator(config=SimConfig(seed=args.seed, **camera))
     env = ImageNavEnv(sim)
     times: list[float] = []
     total = args.steps + args.warmup
@@ -82,6 +96,9 @@ def run(args: argparse.Namespace) -> dict:
         "prefill_places": args.prefill if memory is not None else 0,
         "threads": args.threads,
         "blas_threads": blas_threads(),  # None where numpy's BLAS is not an OpenBLAS memnav.threads can reach
+        "image_px": [camera["width_px"], camera["height_px"]],
+        "hfov_deg": camera["hfov_deg"],
+        "encoder": model_name(args.encoder),
     }
     print(f"{args.agent}: step p50 {result['step_ms_p50']:.2f} ms, p99 {result['step_ms_p99']:.2f} ms",
           file=sys.stderr)

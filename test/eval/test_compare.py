@@ -9,6 +9,7 @@ from conftest import make_tiny_dataset
 from memnav.cli import main
 from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy
 from memnav.eval.evaluate import spread_over_scenes
+from memnav.eval.learned_agents import MODELS
 from memnav.sim.metrics import EpisodeResult, lifelong_known_house_spl, lifelong_spl_by_visit
 
 MODELS_ARGS = ["--encoder", "models/encoder.pt", "--calibration", "models/stop_calibration.json"]
@@ -271,6 +272,17 @@ def test_bench_agent_keys(setup, tmp_path):
     res = json.loads(out.read_text())
     assert res["steps"] == 15 and 0 < res["step_ms_p50"] <= res["step_ms_p99"]
     assert res["threads"] == 1 and res["blas_threads"] in (None, 1)
+    assert (res["image_px"], res["hfov_deg"], res["encoder"]) == ([128, 128], 90.0, "models/encoder.pt")
+    # timed on a robot's camera: a 16:9 69 deg stream, with the encoder trained on it
+    robot = tmp_path / "robot.json"
+    assert main(["bench", "agent", "--data", str(data), "--policy-dir", str(root), "--steps", "5", "--warmup", "1",
+                 "--prefill", "0", "--hfov-deg", "69", "--image-px", "320", "180",
+                 "--encoder", str(MODELS / "encoder_69deg_16x9.pt"),
+                 "--calibration", str(MODELS / "stop_calibration_69deg_16x9.json"), "--json", str(robot)]) == 0
+    res = json.loads(robot.read_text())
+    assert (res["image_px"], res["hfov_deg"], res["encoder"]) == ([320, 180], 69.0, "models/encoder_69deg_16x9.pt")
+    assert res["steps"] == 5 and res["step_ms_p50"] > 0
+    assert main(["bench", "agent", "--data", str(data), "--encoder", str(tmp_path / "none.pt")]) == 2
 
 
 def test_lifelong_spl_by_visit_and_spread():
