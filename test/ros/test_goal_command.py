@@ -30,6 +30,7 @@ from conftest import (  # noqa: E402
     make_tiny_dataset,
     robot_odom_pose,
     run_memnav,
+    start_policy_node,
     start_sim_robot,
     stop_processes,
 )
@@ -254,6 +255,41 @@ def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_k
         node.destroy_node()
         rclpy.shutdown()
         stop_processes(procs)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_16_9_encoder_given_a_4_3_camera_warns_of_the_image_shape(tmp_path):
+    # the policy node alone, running the encoder trained on 16:9 views; camera_info says 640 x 480 at 69 deg
+    import math
+
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import CameraInfo
+
+    env = isolated_ros_env(163)
+    log = tmp_path / "policy.log"
+    proc = start_policy_node(env, log, lockstep=False, args=[
+        "-p", "camera_hfov_deg:=0.0", "-p", "encoder_checkpoint:=models/encoder_69deg_16x9.pt",
+        "-p", "calibration:=models/stop_calibration_69deg_16x9.json"])
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("test_camera_shape")
+    try:
+        info = CameraInfo(width=640, height=480)
+        fx = 320.0 / math.tan(math.radians(34.5))
+        info.k = [fx, 0.0, 320.0, 0.0, fx, 240.0, 0.0, 0.0, 1.0]
+        pub = node.create_publisher(CameraInfo, "/camera/color/camera_info", qos_profile_sensor_data)
+        deadline = time.monotonic() + 60
+        while "camera: 69.0 deg" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+            pub.publish(info)
+            rclpy.spin_once(node, timeout_sec=0.2)
+        text = log.read_text()
+        assert "camera: 69.0 deg horizontal field of view (640 px wide" in text, text[-2000:]
+        assert "trained on 1.78:1 images and the camera's 640x480 is 1.33:1" in text, text[-2000:]
+        assert "models/encoder_fov60.pt" in text
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])
 
 
 def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_stays(tmp_path, capsys):
