@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from memnav.core.checkpoint import CheckpointError, load_model, save_model
-from memnav.core.frames import SIM_HFOV_DEG, camera_mismatch, shape_advice, trained_aspect_from, trained_hfov_from
+from memnav.core.frames import SIM_HFOV_DEG, camera_mismatch, trained_aspect_from, trained_hfov_from
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "CheckpointError", "Encoder", "EncoderConfig", "FrameEncoder",
            "SIM_HFOV_DEG", "frames_to_array", "load_checkpoint", "save_checkpoint"]
@@ -132,13 +132,8 @@ class Encoder:
         self.trained_aspect = float(trained_aspect)
 
     def camera_mismatch(self, hfov_deg: float, image_px: tuple[int, int] | None = None) -> str | None:
-        """camera_mismatch for this encoder's trained fields of view; with the camera's image size, also the
-        warning of frames.shape_advice when the encoder was trained on another non-square shape."""
-        mismatch = camera_mismatch(hfov_deg, self.trained_hfov_deg)
-        if mismatch is None and image_px is not None and min(image_px) > 0:
-            advice = shape_advice(image_px[0], image_px[1], hfov_deg, self.trained_aspect)
-            mismatch = advice[1] if advice is not None and advice[0] else None
-        return mismatch
+        """camera_mismatch for this encoder's trained fields of view and image shape."""
+        return camera_mismatch(hfov_deg, self.trained_hfov_deg, image_px, self.trained_aspect)
 
     @property
     def embedding_dim(self) -> int:

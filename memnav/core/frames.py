@@ -106,14 +106,17 @@ def shape_advice(width_px: int, height_px: int, hfov_deg: float, trained_aspect:
     return None
 
 
-def camera_mismatch(hfov_deg: float, trained_hfov_deg: tuple[float, float]) -> str | None:
+def camera_mismatch(hfov_deg: float, trained_hfov_deg: tuple[float, float], image_px: tuple[int, int] | None = None,
+                    trained_aspect: float = 1.0) -> str | None:
     """A sentence when a camera of `hfov_deg` is narrower than every field of view an encoder was trained on (by
     more than HFOV_TOLERANCE_DEG), else None; with the shipped models to use instead where they cover the camera.
     Place recognition was measured to drop on such cameras, and to rise on wider ones (README "A camera narrower
-    than the simulator's"), which are therefore not named."""
+    than the simulator's"), which are therefore not named. With the camera's image size `image_px`, also the
+    warning of `shape_advice` when an encoder trained on `trained_aspect` images (not square) gets another shape."""
     lo, hi = trained_hfov_deg
     if hfov_deg >= lo - HFOV_TOLERANCE_DEG:
-        return None
+        advice = shape_advice(*image_px, hfov_deg, trained_aspect) if image_px and min(image_px) > 0 else None
+        return advice[1] if advice is not None and advice[0] else None
     trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
     text = (f"the camera's {hfov_deg:.1f} deg field of view is narrower than the {trained} this encoder was trained "
             f"on: expect weaker place recognition")

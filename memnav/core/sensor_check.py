@@ -261,15 +261,13 @@ def check_camera_for_encoder(topic: str, hfov_deg: float | None, encoder: str,
     node says the same of the field of view at start."""
     if hfov_deg is None:
         return None
-    mismatch = camera_mismatch(hfov_deg, trained_hfov_deg)
+    mismatch = camera_mismatch(hfov_deg, trained_hfov_deg, image_px, trained_aspect)
     if mismatch is not None:
         return Finding(Level.WARN, topic, f"{mismatch} ({encoder})")
     advice = shape_advice(*image_px, hfov_deg, trained_aspect) if image_px and min(image_px) > 0 else None
-    if advice is not None and advice[0]:
-        return Finding(Level.WARN, topic, f"{advice[1]} ({encoder})")
     lo, hi = trained_hfov_deg
     trained = f"{lo:g} deg" if lo == hi else f"{lo:g}-{hi:g} deg"
-    hint = f"; {advice[1]}" if advice is not None else ""
+    hint = f"; {advice[1]}" if advice is not None else ""   # a warning would have been the mismatch
     return Finding(Level.OK, topic, f"the encoder {encoder} was trained on {trained} fields of view, which cover this "
                                     f"camera's {hfov_deg:.1f} deg{hint}")
 
