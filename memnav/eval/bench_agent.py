@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import add_camera_arguments, camera_options
+from memnav.eval.evaluate import add_model_arguments, model_name
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
@@ -35,17 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="places loaded into the long-term memory before timing (0 = start empty)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads of torch and of numpy's BLAS (memnav.threads)")
-    parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
-                        help="encoder checkpoint of the agent")
-    parser.add_argument("--calibration", type=Path, default=MODELS / "stop_calibration.json", metavar="PATH",
-                        help="stop-belief calibration of the agent")
+    add_model_arguments(parser, "the agent")
     add_camera_arguments(parser, "that the timed views and goal photos are rendered with (larger images cost the "
                                  "encoder's resize, ORB and the occupancy map more)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
 
 
 def run(args: argparse.Namespace) -> dict:
-    from memnav.eval.evaluate import model_name
     from memnav.sim.embedded import EmbeddedSimulator
     from memnav.sim.env import ImageNavEnv
     from memnav.sim.episodes import load_episodes

@@ -89,6 +89,15 @@ def add_data_arguments(parser: argparse.ArgumentParser, run_options: bool = True
         parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, whose: str) -> None:
+    """--encoder and --calibration: the model files of `whose` agents (e.g. "the learned agents"), the shipped
+    ones by default; `model_name` names them in a results file."""
+    parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
+                        help=f"encoder checkpoint of {whose}")
+    parser.add_argument("--calibration", type=Path, default=MODELS / "stop_calibration.json", metavar="PATH",
+                        help=f"stop-belief calibration of {whose}")
+
+
 def model_name(path: Path) -> str:
     """A model file as a results file names it: "models/NAME" for the package's shipped models, else as given."""
     try:
@@ -223,10 +232,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(NavigatorConfig.agreeing_stop_similarity; default: %(default)s)")
     parser.add_argument("--policy-dir", type=Path, default=MODELS, metavar="DIR",
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
-    parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
-                        help="encoder checkpoint of the learned agents")
-    parser.add_argument("--calibration", type=Path, default=MODELS / "stop_calibration.json", metavar="PATH",
-                        help="stop-belief calibration of the learned agents")
+    add_model_arguments(parser, "the learned agents")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="write summary + per-episode results to this JSON file")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
