@@ -73,7 +73,12 @@ class ExplorerConfig:
         obstacle_max_height_m: points higher than this (ceilings, overhangs above the robot) are ignored, meters.
         robot_radius_m: radius of the robot's footprint, meters.
         clearance_m: margin kept beyond the radius when planning, meters.
-        pixel_stride: integrate every n-th pixel in each image direction.
+        pixel_stride: integrate every n-th pixel in each image direction (at least).
+        pixel_spacing_deg: the stride grows with the image's angular resolution so that the integrated pixels
+            lie at least about this far apart (the camera's hfov_deg over its width, per pixel): a 69 deg 640 x 360
+            frame is integrated at every 6th pixel (0.65 deg apart, half a 0.1 m cell at 4 m) instead of every
+            2nd (0.22 deg: the same cells hit many times over, 10 ms a frame). The simulator's 128 x 128 view and
+            a 192 x 108 one keep pixel_stride. 0 = pixel_stride alone.
         min_frontier_cells: frontier clusters smaller than this are ignored (cells).
         frontier_reach_m: a frontier target counts as reached within this distance, meters.
         frontier_size_weight: the next frontier is the one with the least path length minus this many meters per
@@ -115,6 +120,7 @@ class ExplorerConfig:
     robot_radius_m: float = 0.18
     clearance_m: float = 0.05
     pixel_stride: int = 2
+    pixel_spacing_deg: float = 0.7
     min_frontier_cells: int = 4
     frontier_reach_m: float = 0.5
     frontier_size_weight: float = 0.02
@@ -138,7 +144,8 @@ class ExplorerConfig:
             raise ValueError(f"ExplorerConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")
         if self.pixel_stride < 1 or self.min_frontier_cells < 1 or self.blocked_hits < 1:
             raise ValueError("ExplorerConfig.pixel_stride, min_frontier_cells and blocked_hits must be >= 1")
-        for name in ("boxed_in_m2", "frontier_size_weight", "frontier_colour_weight", "frontier_colour_radius_m"):
+        for name in ("boxed_in_m2", "pixel_spacing_deg", "frontier_size_weight", "frontier_colour_weight",
+                     "frontier_colour_radius_m"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"ExplorerConfig.{name} must be a number >= 0, got {value!r}")
@@ -146,6 +153,13 @@ class ExplorerConfig:
             raise ValueError("ExplorerConfig.obstacle_max_height_m must exceed obstacle_min_height_m")
         check_camera_forward("ExplorerConfig.camera_forward_m", self.camera_forward_m)
         check_camera_pitch("ExplorerConfig.camera_pitch_deg", self.camera_pitch_deg)
+
+    def stride_for(self, width_px: int) -> int:
+        """The pixel stride `integrate` uses on images `width_px` wide: pixel_stride, or more where that many
+        pixels would lie closer than pixel_spacing_deg."""
+        if self.pixel_spacing_deg <= 0:
+            return self.pixel_stride
+        return max(self.pixel_stride, int(self.pixel_spacing_deg * width_px / self.hfov_deg))
 
     @property
     def cells(self) -> int:
@@ -222,7 +236,7 @@ class OccupancyMap:
         robot, pose = pose, camera_pose(pose, cfg.camera_forward_m)
         depth = np.asarray(depth, dtype=np.float32)
         h, w = depth.shape
-        s = cfg.pixel_stride
+        s = cfg.stride_for(w)
         left_per_col, up_per_row = self._pixel_rays(h, w)[:2]
         d = depth[::s, ::s]
         # level points at the camera: ahead, left of the optical axis, up (the depth itself ahead when level)

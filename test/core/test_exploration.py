@@ -124,6 +124,31 @@ def _obstacle_cells(explorer: Explorer) -> set[tuple[int, int]]:
     return set(zip(rows.tolist(), cols.tolist()))
 
 
+def test_a_large_image_is_sampled_about_as_densely_in_angle_as_the_simulators_and_maps_the_same_cells(two_room_scene):
+    """The pixel stride grows with the image's angular resolution: 2 on the simulator's 128 x 128 90 deg view and
+    a 192 x 108 69 deg one (as before), 6 on a 640 x 360 69 deg frame, whose map then holds the same walls and free
+    space as one integrated at every second pixel (9 times the points)."""
+    assert ExplorerConfig().stride_for(128) == 2
+    assert ExplorerConfig(hfov_deg=69.0).stride_for(192) == 2
+    assert ExplorerConfig(hfov_deg=69.0).stride_for(640) == 6
+    assert ExplorerConfig(hfov_deg=69.0, pixel_spacing_deg=0.0).stride_for(640) == 2
+    camera = SimConfig(seed=3, hfov_deg=69.0, width_px=640, height_px=360)
+    sparse = _turn_on_the_spot(two_room_scene, camera, ExplorerConfig(hfov_deg=69.0))
+    dense = _turn_on_the_spot(two_room_scene, camera, ExplorerConfig(hfov_deg=69.0, pixel_spacing_deg=0.0))
+
+    def near(cells: set, other: set) -> float:    # share of `cells` within one cell of `other`
+        grown = {(r + dr, c + dc) for r, c in other for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
+        return sum(cell in grown for cell in cells) / len(cells)
+
+    a, b = _obstacle_cells(sparse), _obstacle_cells(dense)
+    assert len(a) > 100 and near(a, b) > 0.98 and near(b, a) > 0.95
+    everywhere = (slice(None), slice(None))
+    known_a, known_b = sparse.map.known(everywhere), dense.map.known(everywhere)
+    assert (known_a & known_b).sum() > 0.95 * known_b.sum()
+    with pytest.raises(ValueError, match="pixel_spacing_deg"):
+        ExplorerConfig(pixel_spacing_deg=-1.0)
+
+
 def test_a_camera_ahead_of_the_turning_axis_is_mapped_where_the_walls_are_from_its_own_pose(two_room_scene):
     """A camera mounted 0.15 m ahead of the robot's turning axis (where odometry is), turning on the spot: mapped
     as if it sat on the axis, the walls it sees land a cell or so off the cells a camera on the axis maps them in;
