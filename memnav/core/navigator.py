@@ -223,6 +223,9 @@ class NavigatorConfig:
             nearer per unit of colour likeness (`ExplorerConfig.frontier_colour_weight`; 0 = nearest first).
         keep_unseen_obstacles: free space marked below the camera's view does not clear obstacles the camera saw
             there (`ExplorerConfig.keep_unseen_obstacles`): low furniture stays on the map as the robot nears it.
+        map_pixel_spacing_deg: the occupancy map integrates a frame's pixels at least this far apart, degrees
+            (`ExplorerConfig.pixel_spacing_deg`; 0 = every 2nd pixel at any image size): less map work on a large
+            frame.
         persistent_map: keep the occupancy map across episodes, in the odometry frame (lifelong visits that
             share one odometry frame; `explorer.save_map` / `load_map` keep it across runs). False: each
             episode maps from scratch in the frame of its first pose.
@@ -287,6 +290,7 @@ class NavigatorConfig:
     map_range_m: float = ExplorerConfig.max_range_m
     frontier_colour_weight: float = 0.0
     keep_unseen_obstacles: bool = False
+    map_pixel_spacing_deg: float = 0.0
 
     def __post_init__(self) -> None:
         MemoryKind(self.memory)
@@ -307,7 +311,7 @@ class NavigatorConfig:
                           ("candidate_min_colour", 1.0), ("candidate_colour_fit", 1.0),
                           ("candidate_colour_min_score", 1.0), ("sweep_prior_weight", math.inf),
                           ("sweep_prior_radius_m", math.inf), ("frontier_look_spacing_m", math.inf),
-                          ("frontier_colour_weight", math.inf)):
+                          ("frontier_colour_weight", math.inf), ("map_pixel_spacing_deg", math.inf)):
             value = getattr(self, name)
             if not 0.0 <= value <= top:
                 raise ValueError(f"NavigatorConfig.{name} must be in [0, {top}], got {value!r}")
@@ -427,7 +431,8 @@ class Navigator:
                                                 forward_step_m=cfg.forward_step_m, max_range_m=cfg.map_range_m,
                                                 heading_tolerance_rad=cfg.heading_tolerance_rad,
                                                 frontier_colour_weight=cfg.frontier_colour_weight,
-                                                keep_unseen_obstacles=cfg.keep_unseen_obstacles))
+                                                keep_unseen_obstacles=cfg.keep_unseen_obstacles,
+                                                pixel_spacing_deg=cfg.map_pixel_spacing_deg))
         self._match_cfg = ScanMatchConfig(max_candidates=cfg.candidate_pool)
         self.localizer_cfg = GoalLocalizerConfig(hfov_deg=cfg.hfov_deg, pitch_deg=cfg.camera_pitch_deg,
                                                  min_inliers=cfg.localize_min_inliers)

@@ -11,6 +11,7 @@ a robot's camera, e.g. a 640 x 360 stream with `--encoder models/encoder_69deg_1
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import add_camera_arguments, camera_options
-from memnav.eval.evaluate import add_model_arguments, model_name
+from memnav.eval.evaluate import add_map_pixel_spacing_argument, add_model_arguments, model_name
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
@@ -37,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads of torch and of numpy's BLAS (memnav.threads)")
     add_model_arguments(parser, "the agent")
+    add_map_pixel_spacing_argument(parser)
     add_camera_arguments(parser, "that the timed views and goal photos are rendered with (larger images cost the "
                                  "encoder's resize, ORB and the occupancy map more)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
@@ -52,6 +54,8 @@ def run(args: argparse.Namespace) -> dict:
     for name in ("warmup", "prefill"):
         if getattr(args, name) < 0:
             raise ValueError(f"--{name} must be >= 0, got {getattr(args, name)}")
+    if not (math.isfinite(args.map_pixel_spacing_deg) and args.map_pixel_spacing_deg >= 0):
+        raise ValueError(f"--map-pixel-spacing-deg must be a finite number >= 0, got {args.map_pixel_spacing_deg}")
     camera = camera_options(args)
     for name in ("encoder", "calibration"):
         if not getattr(args, name).is_file():
@@ -59,7 +63,8 @@ def run(args: argparse.Namespace) -> dict:
     set_inference_threads(args.threads)
     episodes = load_episodes(args.data, "test")
     agent = LearnedAgent(args.agent, LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,
-                                                         calibration=args.calibration))
+                                                         calibration=args.calibration,
+                                                         map_pixel_spacing_deg=args.map_pixel_spacing_deg))
     rng = np.random.default_rng(args.seed)
     sim = EmbeddedSimulator(config=SimConfig(seed=args.seed, **camera))
     env = ImageNavEnv(sim)
@@ -96,6 +101,7 @@ def run(args: argparse.Namespace) -> dict:
         "image_px": [camera["width_px"], camera["height_px"]],
         "hfov_deg": camera["hfov_deg"],
         "encoder": model_name(args.encoder),
+        "map_pixel_spacing_deg": args.map_pixel_spacing_deg,
     }
     print(f"{args.agent}: step p50 {result['step_ms_p50']:.2f} ms, p99 {result['step_ms_p99']:.2f} ms",
           file=sys.stderr)

@@ -28,6 +28,7 @@ from memnav.eval.exploring_defaults import (
     EXPLORING_FRONTIER_COLOUR_WEIGHT,
     EXPLORING_FRONTIER_LOOK_TURNS,
     EXPLORING_KNOWN_CORROBORATED_SIMILARITY,
+    EXPLORING_MAP_PIXEL_SPACING_DEG,
     EXPLORING_MAP_RANGE_M,
     EXPLORING_SWEEP_PRIOR_WEIGHT,
     ExploringTuning,
@@ -96,6 +97,15 @@ def add_model_arguments(parser: argparse.ArgumentParser, whose: str) -> None:
                         help=f"encoder checkpoint of {whose}")
     parser.add_argument("--calibration", type=Path, default=MODELS / "stop_calibration.json", metavar="PATH",
                         help=f"stop-belief calibration of {whose}")
+
+
+def add_map_pixel_spacing_argument(parser: argparse.ArgumentParser) -> None:
+    """--map-pixel-spacing-deg (ExploringTuning.map_pixel_spacing_deg), for `memnav eval` and `memnav bench agent`."""
+    parser.add_argument("--map-pixel-spacing-deg", type=float, default=EXPLORING_MAP_PIXEL_SPACING_DEG, metavar="DEG",
+                        help="memnav agents that explore: the occupancy map integrates a frame's pixels at least DEG "
+                             "apart (0.7: every 6th pixel of a 69 deg 640 x 360 frame, 7 ms less a step; the "
+                             "simulator's 128 x 128 view keeps every 2nd); 0 = every 2nd pixel at any size "
+                             "(NavigatorConfig.map_pixel_spacing_deg; default: %(default)s)")
 
 
 def model_name(path: Path) -> str:
@@ -225,6 +235,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "robot, where its lowest pixel is still above obstacle height) does not clear obstacles "
                              "the camera saw there, so low furniture stays on the map as the robot nears it "
                              "(NavigatorConfig.keep_unseen_obstacles; off by default, on in config/robot.yaml)")
+    add_map_pixel_spacing_argument(parser)
     parser.add_argument("--agreeing-similarity", type=float, default=EXPLORING_AGREEING_SIMILARITY, metavar="S",
                         help="memnav agents that explore: a look-around confirms the spot at this similarity to the "
                              "goal photo when an RGB-D goal estimate and a pending scan-matched goal candidate both "

@@ -195,6 +195,7 @@ class LearnedAgent:
                               map_range_m=opts.map_range_m if explore else NavigatorConfig.map_range_m,
                               frontier_colour_weight=opts.frontier_colour_weight if explore else 0.0,
                               keep_unseen_obstacles=explore and opts.keep_unseen_obstacles,
+                              map_pixel_spacing_deg=opts.map_pixel_spacing_deg if explore else 0.0,
                               verify_every_steps=EXPLORING_VERIFY_EVERY_STEPS if explore else 0,
                               candidate_prior=explore and opts.candidate_prior,
                               candidate_pool=EXPLORING_CANDIDATE_POOL if explore and opts.candidate_prior

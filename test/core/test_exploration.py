@@ -124,17 +124,17 @@ def _obstacle_cells(explorer: Explorer) -> set[tuple[int, int]]:
     return set(zip(rows.tolist(), cols.tolist()))
 
 
-def test_a_large_image_is_sampled_about_as_densely_in_angle_as_the_simulators_and_maps_the_same_cells(two_room_scene):
-    """The pixel stride grows with the image's angular resolution: 2 on the simulator's 128 x 128 90 deg view and
-    a 192 x 108 69 deg one (as before), 6 on a 640 x 360 69 deg frame, whose map then holds the same walls and free
-    space as one integrated at every second pixel (9 times the points)."""
-    assert ExplorerConfig().stride_for(128) == 2
-    assert ExplorerConfig(hfov_deg=69.0).stride_for(192) == 2
-    assert ExplorerConfig(hfov_deg=69.0).stride_for(640) == 6
-    assert ExplorerConfig(hfov_deg=69.0, pixel_spacing_deg=0.0).stride_for(640) == 2
+def test_a_large_image_sampled_sparser_in_angle_maps_the_same_cells(two_room_scene):
+    """pixel_spacing_deg 0.7 grows the pixel stride with the image's angular resolution: 2 on the simulator's
+    128 x 128 90 deg view and a 192 x 108 69 deg one, 6 on a 640 x 360 69 deg frame, whose map then holds the same
+    walls and free space as one integrated at every second pixel (9 times the points). Off (0) by default."""
+    spaced = dataclasses.replace(ExplorerConfig(hfov_deg=69.0), pixel_spacing_deg=0.7)
+    assert dataclasses.replace(ExplorerConfig(), pixel_spacing_deg=0.7).stride_for(128) == 2
+    assert spaced.stride_for(192) == 2 and spaced.stride_for(640) == 6
+    assert ExplorerConfig(hfov_deg=69.0).pixel_spacing_deg == 0.0 and ExplorerConfig(hfov_deg=69.0).stride_for(640) == 2
     camera = SimConfig(seed=3, hfov_deg=69.0, width_px=640, height_px=360)
-    sparse = _turn_on_the_spot(two_room_scene, camera, ExplorerConfig(hfov_deg=69.0))
-    dense = _turn_on_the_spot(two_room_scene, camera, ExplorerConfig(hfov_deg=69.0, pixel_spacing_deg=0.0))
+    sparse = _turn_on_the_spot(two_room_scene, camera, spaced)
+    dense = _turn_on_the_spot(two_room_scene, camera, ExplorerConfig(hfov_deg=69.0))
 
     def near(cells: set, other: set) -> float:    # share of `cells` within one cell of `other`
         grown = {(r + dr, c + dc) for r, c in other for dr in (-1, 0, 1) for dc in (-1, 0, 1)}

@@ -278,11 +278,14 @@ def test_bench_agent_keys(setup, tmp_path):
     assert main(["bench", "agent", "--data", str(data), "--policy-dir", str(root), "--steps", "5", "--warmup", "1",
                  "--prefill", "0", "--hfov-deg", "69", "--image-px", "320", "180",
                  "--encoder", str(MODELS / "encoder_69deg_16x9.pt"),
-                 "--calibration", str(MODELS / "stop_calibration_69deg_16x9.json"), "--json", str(robot)]) == 0
+                 "--calibration", str(MODELS / "stop_calibration_69deg_16x9.json"), "--map-pixel-spacing-deg", "0.7",
+                 "--json", str(robot)]) == 0
     res = json.loads(robot.read_text())
     assert (res["image_px"], res["hfov_deg"], res["encoder"]) == ([320, 180], 69.0, "models/encoder_69deg_16x9.pt")
+    assert res["map_pixel_spacing_deg"] == 0.7
     assert res["steps"] == 5 and res["step_ms_p50"] > 0
     assert main(["bench", "agent", "--data", str(data), "--encoder", str(tmp_path / "none.pt")]) == 2
+    assert main(["bench", "agent", "--data", str(data), "--map-pixel-spacing-deg", "-1"]) == 2
 
 
 def test_lifelong_spl_by_visit_and_spread():

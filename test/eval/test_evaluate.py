@@ -88,11 +88,12 @@ def test_eval_with_another_camera_names_it_in_the_results(tiny_dataset, tmp_path
     assert main(["eval", "--agent", "oracle", "--split", "test", "--episodes", "1", "--data", str(tiny_dataset),
                  "--hfov-deg", "69", "--camera-height-m", "0.6", "--image-px", "160", "120", "--json", str(out),
                  "--calibration", str(MODELS / "stop_calibration_fov60.json"), "--keep-unseen-obstacles",
-                 "--map-range-m", "4", "--no-progress"]) == 0
+                 "--map-range-m", "4", "--map-pixel-spacing-deg", "0.7", "--no-progress"]) == 0
     res = json.loads(out.read_text())
     assert (res["hfov_deg"], res["camera_height_m"], res["image_px"]) == (69.0, 0.6, [160, 120])
     assert res["calibration"] == "models/stop_calibration_fov60.json"
-    assert res["exploring_options"] == {"keep_unseen_obstacles": True, "map_range_m": 4.0}
+    assert res["exploring_options"] == {"keep_unseen_obstacles": True, "map_range_m": 4.0,
+                                        "map_pixel_spacing_deg": 0.7}
     assert res["success"] == 1.0
 
 

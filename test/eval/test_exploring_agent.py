@@ -127,10 +127,12 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
     ranked = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, homing_via_map=True))
     blind = LearnedAgent("memnav", LearnedAgentOptions(candidate_prior=True, explore=False,
                                                        known_corroborated_similarity=0.7, frontier_colour_weight=15.0,
-                                                       agreeing_similarity=0.7, keep_unseen_obstacles=True))
+                                                       agreeing_similarity=0.7, keep_unseen_obstacles=True,
+                                                       map_pixel_spacing_deg=0.7))
     grey = LearnedAgent("memnav", LearnedAgentOptions(colour_weight=0.0, candidate_min_colour=0.0,
                                                       known_corroborated_similarity=0.7, frontier_colour_weight=15.0,
-                                                      agreeing_similarity=0.7, keep_unseen_obstacles=True))
+                                                      agreeing_similarity=0.7, keep_unseen_obstacles=True,
+                                                      map_pixel_spacing_deg=0.7))
     homer = LearnedAgent("memnav", LearnedAgentOptions(explore_homing=True))
     try:
         # exploring agents home over the scene graph only when asked to; without a map homing stays on
@@ -174,6 +176,9 @@ def test_candidate_prior_homing_via_map_and_nearby_candidates_are_options_of_exp
         assert not plain.navigator.explorer.cfg.keep_unseen_obstacles and not EXPLORING_KEEP_UNSEEN_OBSTACLES
         assert grey.navigator.cfg.keep_unseen_obstacles and grey.navigator.explorer.cfg.keep_unseen_obstacles
         assert not blind.navigator.cfg.keep_unseen_obstacles
+        # sparser map sampling of large frames: off by default; asked for, the explorer's stride follows it
+        assert plain.navigator.explorer.cfg.pixel_spacing_deg == 0.0 == blind.navigator.cfg.map_pixel_spacing_deg
+        assert grey.navigator.explorer.cfg.pixel_spacing_deg == 0.7
     finally:
         for agent in (plain, ranked, blind, grey, homer):
             agent.close()
