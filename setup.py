@@ -13,7 +13,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.yaml")),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.rviz")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.rviz") + glob("config/*.xml")),
         (f"share/{PACKAGE}/models", glob("models/*.pt") + glob("models/*.json")),
     ],
     package_data={PACKAGE: ["py.typed"]},

@@ -4,9 +4,15 @@ The stack (policy_node, encoder_node, memory_node, stop_node with config/memnav.
 isolated ROS domain with localhost discovery: as four processes talking over DDS (`multiprocess`) and as one
 stack_node process with one executor (`fused`). The policy runs in real-time mode (lockstep false) with an
 action duration shorter than the frame period, so it decides on every frame as soon as the frame's colour and
-depth images are both in. This process plays the robot: it publishes 128x128 RGB-D frames (rgb8, 32FC1 meters)
+depth images are both in. This process plays the robot: it publishes RGB-D frames (rgb8, 32FC1 meters)
 and their odometry at `--rate-hz`, rendered beforehand by the embedded simulator along one test episode and
 then cycled, plus a goal image and goal depth (latched; re-sent with a new stamp whenever the policy stops).
+The frames are the simulator camera's 128x128 by default; the camera options (`--image-px 640 360 --hfov-deg 69`,
+...) render them with a robot's camera and give policy_node its camera_* parameters, and `--encoder` /
+`--calibration` the models for it. Frames whose depth image exceeds LARGE_MESSAGE_BYTES are sent as
+robot.launch.yaml sends them: with FASTDDS_DEFAULT_PROFILES_FILE=config/fastdds_large_images.xml (shared memory
+with a 16 MB segment) and FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA, each unless the environment sets it. Fast DDS's
+default transports, and LARGE_DATA alone, lost most of them between processes (README "Full-size images").
 
 Latency of a frame: from this process starting to publish that frame (odometry, colour, depth, all stamped with
 the same ROS time, which names the frame) to this process receiving the /memnav/policy_state whose `stamp_ns`
@@ -34,6 +40,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from memnav.cli import add_camera_arguments, camera_options
+from memnav.eval.evaluate import add_model_arguments, model_name
 from memnav.ros.qos import latched_qos
 from memnav.sim.dataset import default_data_dir
 
@@ -45,6 +53,7 @@ STACK_NODES = ("policy_node", "encoder_node", "memory_node", "stop_node")
 MAX_DOMAIN_ID = 232   # Fast DDS on Linux: higher ids give ports above 65535
 RECOMMENDED_MAX_DOMAIN_ID = 101   # ROS 2 recommends 0-101: higher ids can collide with ephemeral ports
 TARGETS_MS = {"latency_ms_p99_multiprocess": 50.0, "latency_ms_p99_fused": 20.0}
+LARGE_MESSAGE_BYTES = 500_000   # best-effort Fast DDS messages above about 512 KB are lost with its default transports
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate-hz", type=float, default=10.0, metavar="HZ", help="camera frame rate, Hz")
     parser.add_argument("--frames", type=int, default=60, metavar="N",
                         help="distinct frames rendered by the embedded simulator, then published in a cycle")
-    parser.add_argument("--size-px", type=int, default=128, metavar="PX", help="frame width and height, pixels")
+    parser.add_argument("--size-px", type=int, default=None, metavar="PX",
+                        help="frame width and height, pixels: a square --image-px (default: 128)")
+    add_camera_arguments(parser, "the frames and the goal are rendered with, and policy_node's camera_* parameters "
+                                 "(a robot camera's 640 360 frames cost the stack more than the simulator's 128 128)")
+    add_model_arguments(parser, "the stack (policy_node's encoder_checkpoint and calibration, encoder_node's "
+                                "checkpoint, stop_node's calibration)")
     parser.add_argument("--action-duration", type=float, default=0.02, metavar="SECONDS",
                         help="policy_node action_duration_s; shorter than the frame period so every frame gets "
                              "a decision (nothing drives the frames here, so the velocities do not matter)")
@@ -103,8 +117,9 @@ class Frames:
     poses: list = field(default_factory=list)
 
 
-def render_frames(data: Path, split: str, n: int, size_px: int, seed: int) -> Frames:
-    """`n` frames along the first episode of `split` (random moves; restarted when it ends), and its goal."""
+def render_frames(data: Path, split: str, n: int, camera: dict, seed: int) -> Frames:
+    """`n` frames along the first episode of `split` (random moves; restarted when it ends), and its goal, rendered
+    with `camera` (SimConfig fields, `memnav.cli.camera_options`)."""
     from memnav.core.types import Action
     from memnav.sim.base import SimConfig
     from memnav.sim.embedded import EmbeddedSimulator
@@ -112,7 +127,7 @@ def render_frames(data: Path, split: str, n: int, size_px: int, seed: int) -> Fr
     from memnav.sim.episodes import load_episodes
 
     episode = load_episodes(data, split, limit=1)[0]
-    sim = EmbeddedSimulator(config=SimConfig(width_px=size_px, height_px=size_px, seed=seed))
+    sim = EmbeddedSimulator(config=SimConfig(seed=seed, **camera))
     rng = np.random.default_rng(seed)
     try:
         env = ImageNavEnv(sim)
@@ -152,13 +167,17 @@ def _tail(path: Path, chars: int = 1500) -> str:
 class _Stack:
     """The stack processes of one mode, with their logs."""
 
-    def __init__(self, mode: str, params: Path, action_duration_s: float, domain: int, log_dir: Path) -> None:
-        # max_steps 0: no action budget (its STOP would end a goal the timed window goes on feeding), as before it
-        policy = ["-p", "lockstep:=false", "-p", f"action_duration_s:={action_duration_s}", "-p", "max_steps:=0"]
-        if mode == "fused":
-            commands = {"stack_node": ["memnav.ros.stack_node", *policy]}
+    def __init__(self, mode: str, params: Path, overrides: dict[str, dict[str, str]], domain: int,
+                 log_dir: Path) -> None:
+        """`overrides`: parameter values (ROS command-line text) by node name (`node_overrides`)."""
+        def args_of(values: dict[str, str]) -> list[str]:
+            return [arg for name, value in values.items() for arg in ("-p", f"{name}:={value}")]
+
+        if mode == "fused":   # a -p reaches every part that declares the name (calibration: policy and stop)
+            merged = {name: value for node in STACK_NODES for name, value in overrides.get(node, {}).items()}
+            commands = {"stack_node": ["memnav.ros.stack_node", *args_of(merged)]}
         else:
-            commands = {n: [f"memnav.ros.{n}", *(policy if n == "policy_node" else [])] for n in STACK_NODES}
+            commands = {n: [f"memnav.ros.{n}", *args_of(overrides.get(n, {}))] for n in STACK_NODES}
         env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
                    PYTHONUNBUFFERED="1")
         self.logs = {name: log_dir / f"{mode}_{name}.log" for name in commands}
@@ -202,6 +221,33 @@ def _percentiles(values_s: list[float]) -> dict[str, float | None]:
             "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()), "max": float(ms.max())}
 
 
+def node_overrides(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """The stack's parameters this bench sets on the command line, by node: policy_node decides on every frame
+    (real-time mode, `--action-duration`) without an action budget (max_steps 0: its STOP would end a goal the timed
+    window goes on feeding); the camera and model options, where they differ from their defaults (else the
+    parameter file's values stand)."""
+    from memnav.sim.base import SimConfig
+
+    policy = {"lockstep": "false", "action_duration_s": f"{args.action_duration}", "max_steps": "0"}
+    out: dict[str, dict[str, str]] = {"policy_node": policy}
+    camera = {"camera_hfov_deg": ("hfov_deg", args.hfov_deg), "camera_height_m": ("sensor_height_m",
+                                                                                  args.camera_height_m),
+              "camera_forward_m": ("sensor_forward_m", args.camera_forward_m),
+              "camera_pitch_deg": ("sensor_pitch_deg", args.camera_pitch_deg)}
+    for name, (field_name, value) in camera.items():
+        if value != getattr(SimConfig, field_name):
+            policy[name] = f"{float(value)!r}"
+    defaults = argparse.ArgumentParser()
+    add_model_arguments(defaults, "")
+    if args.encoder != defaults.get_default("encoder"):
+        policy["encoder_checkpoint"] = str(args.encoder)
+        out["encoder_node"] = {"checkpoint": str(args.encoder)}
+    if args.calibration != defaults.get_default("calibration"):
+        policy["calibration"] = str(args.calibration)
+        out["stop_node"] = {"calibration": str(args.calibration)}
+    return out
+
+
 def measure_mode(mode: str, frames: Frames, args: argparse.Namespace, params: Path, domain: int,
                  log_dir: Path, say) -> dict:
     """Start the stack in `mode`, publish frames, time the answers; returns this mode's results (unsuffixed).
@@ -210,7 +256,7 @@ def measure_mode(mode: str, frames: Frames, args: argparse.Namespace, params: Pa
     """
     from rclpy.context import Context
 
-    stack = _Stack(mode, params, args.action_duration, domain, log_dir)
+    stack = _Stack(mode, params, node_overrides(args), domain, log_dir)
     context = Context()
     try:   # whatever happens from here on (a ROS error, Ctrl-C), the stack's processes are stopped
         say(f"{mode}: started {', '.join(f'{n} (pid {p.pid})' for n, p in stack.procs.items())} on domain {domain}")
@@ -370,7 +416,7 @@ def _drive(stack: _Stack, context: Context, mode: str, frames: Frames, args: arg
 
 
 def run(args: argparse.Namespace) -> dict:
-    from memnav.ros.launcher import find_package_share
+    from memnav.ros.launcher import find_package_share, use_large_image_transports
 
     for option, value in (("--duration", args.duration), ("--rate-hz", args.rate_hz),
                           ("--action-duration", args.action_duration), ("--startup-timeout", args.startup_timeout)):
@@ -380,8 +426,16 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--warmup must be >= 0 and finite, got {args.warmup:g}")
     if args.frames < 1:
         raise ValueError(f"--frames must be >= 1, got {args.frames}")
-    if args.size_px < 8:
-        raise ValueError(f"--size-px must be >= 8, got {args.size_px}")
+    if args.size_px is not None:
+        if args.size_px < 8:
+            raise ValueError(f"--size-px must be >= 8, got {args.size_px}")
+        args.image_px = [args.size_px, args.size_px]
+    camera = camera_options(args)
+    if min(camera["width_px"], camera["height_px"]) < 8:
+        raise ValueError(f"--image-px must be at least 8 x 8, got {camera['width_px']} {camera['height_px']}")
+    for name in ("encoder", "calibration"):
+        if not Path(getattr(args, name)).is_file():
+            raise ValueError(f"--{name} {getattr(args, name)}: no such file")
     modes = [m for m in MODES if m in args.modes]
     last_id = MAX_DOMAIN_ID - (len(modes) - 1)   # mode i runs on domain ID+i
     if args.domain is not None and not 0 <= args.domain <= last_id:
@@ -396,13 +450,23 @@ def run(args: argparse.Namespace) -> dict:
         if args.progress:
             print(f"[bench pipeline] {message}", file=sys.stderr, flush=True)
 
-    frames = render_frames(args.data, args.split, args.frames, args.size_px, args.seed)
-    say(f"rendered {len(frames.rgb)} frames of {args.size_px}x{args.size_px} px from {args.data} ({args.split})")
+    frames = render_frames(args.data, args.split, args.frames, camera, args.seed)
+    width, height = camera["width_px"], camera["height_px"]
+    say(f"rendered {len(frames.rgb)} frames of {width}x{height} px ({camera['hfov_deg']:g} deg) from {args.data} "
+        f"({args.split})")
+    if frames.depth[0].nbytes > LARGE_MESSAGE_BYTES:   # for this process and, through _Stack, the stack's
+        use_large_image_transports()
+        say(f"depth frames of {frames.depth[0].nbytes / 1e3:.0f} KB: Fast DDS profile "
+            f"{os.environ['FASTDDS_DEFAULT_PROFILES_FILE']}, as robot.launch.yaml sets it")
     domain = args.domain if args.domain is not None else default_domain(os.getpid(), len(modes))
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="memnav_bench_pipeline_"))
     log_dir.mkdir(parents=True, exist_ok=True)
     result: dict = {
-        "rate_hz": args.rate_hz, "duration_s": args.duration, "warmup_s": args.warmup, "frame_px": args.size_px,
+        "rate_hz": args.rate_hz, "duration_s": args.duration, "warmup_s": args.warmup,
+        "frame_px": width if width == height else None, "image_px": [width, height], "hfov_deg": camera["hfov_deg"],
+        "encoder": model_name(args.encoder),
+        "fastdds_builtin_transports": os.environ.get("FASTDDS_BUILTIN_TRANSPORTS"),
+        "fastdds_profiles_file": os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE"),
         "distinct_frames": len(frames.rgb), "action_duration_s": args.action_duration, "cpu_count": os.cpu_count(),
         "load_avg_1min_at_start": os.getloadavg()[0], "targets_ms": TARGETS_MS, "log_dir": str(log_dir),
         "latency_definition": "publish of a frame (odometry, colour, depth with one stamp) -> receipt of the "

@@ -406,6 +406,16 @@ def _checked(source: str, tokens: list[Template], where: str) -> _Sub:
     return _Sub(name, args, source)
 
 
+def use_large_image_transports() -> None:
+    """Give this process (and the processes it starts) the Fast DDS settings robot.launch.yaml gives its nodes for
+    full-size camera images, each unless the environment sets it: FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA and
+    FASTDDS_DEFAULT_PROFILES_FILE=config/fastdds_large_images.xml (shared memory with a 16 MB segment). Call it
+    before rclpy.init."""
+    os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")
+    os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE",
+                          str(find_package_share("memnav") / "config" / "fastdds_large_images.xml"))
+
+
 def find_package_share(package: str) -> Path:
     """The share folder of a ROS package, as `$(find-pkg-share PACKAGE)`.
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,11 +25,13 @@ MAX_WAIT_S = 9e9   # ROS timers count int64 nanoseconds
 
 class Ros:
     """rclpy initialised for one node; `close` shuts it down. Fast DDS gets the transports robot.launch.yaml gives
-    its nodes (FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA, unless the environment says otherwise), so full-size images
-    arrive here as they do there."""
+    its nodes (`memnav.ros.launcher.use_large_image_transports`, unless the environment says otherwise), so
+    full-size images arrive here as they do there."""
 
     def __init__(self, name: str, ros_args: list[str]) -> None:
-        os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")
+        from memnav.ros.launcher import use_large_image_transports
+
+        use_large_image_transports()
         import rclpy
         from rclpy.signals import SignalHandlerOptions
 

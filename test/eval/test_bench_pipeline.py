@@ -45,6 +45,11 @@ def no_work(monkeypatch):
     (["--startup-timeout", "0"], "--startup-timeout"),
     (["--frames", "0"], "--frames"),
     (["--size-px", "4"], "--size-px"),
+    (["--image-px", "640", "4"], "--image-px"),
+    (["--hfov-deg", "180"], "--hfov-deg"),
+    (["--camera-height-m", "nan"], "--camera-height-m"),
+    (["--encoder", "no/such/encoder.pt"], "--encoder"),
+    (["--calibration", "no/such/calibration.json"], "--calibration"),
 ])
 def test_bench_pipeline_names_the_bad_option_before_starting_anything(capsys, no_work, options, named):
     assert main(["bench", "pipeline", "--no-progress", *options]) == 2
@@ -81,6 +86,56 @@ def test_domain_help_names_the_default_range(capsys):
     assert "within 1 to 101" in " ".join(capsys.readouterr().out.split())
 
 
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    from memnav.eval.bench_pipeline import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_the_camera_and_model_options_reach_the_nodes_that_declare_them(tmp_path, monkeypatch):
+    """Defaults leave the parameter file's camera and models alone; a robot camera's options become policy_node's
+    camera_* parameters, the models reach each node under its own name (one -p each in the fused process, where it
+    reaches every part that declares it)."""
+    from memnav.eval import bench_pipeline
+    from memnav.eval.evaluate import MODELS
+
+    policy = {"lockstep": "false", "action_duration_s": "0.02", "max_steps": "0"}
+    assert bench_pipeline.node_overrides(_arguments([])) == {"policy_node": policy}
+    encoder, calibration = MODELS / "encoder_69deg_16x9.pt", MODELS / "stop_calibration_69deg_16x9.json"
+    args = _arguments(["--image-px", "640", "360", "--hfov-deg", "69", "--camera-pitch-deg", "10",
+                       "--encoder", str(encoder), "--calibration", str(calibration)])
+    assert bench_pipeline.node_overrides(args) == {
+        "policy_node": {**policy, "camera_hfov_deg": "69.0", "camera_pitch_deg": "10.0",
+                        "encoder_checkpoint": str(encoder), "calibration": str(calibration)},
+        "encoder_node": {"checkpoint": str(encoder)}, "stop_node": {"calibration": str(calibration)}}
+
+    commands = []
+
+    class Started:
+        pid = 0
+
+        def poll(self):
+            return 0
+
+    def popen(command, **_kwargs):
+        commands.append(command)
+        return Started()
+
+    monkeypatch.setattr(bench_pipeline.subprocess, "Popen", popen)
+    bench_pipeline._Stack("fused", tmp_path / "params.yaml", bench_pipeline.node_overrides(args), 0, tmp_path)
+    (fused,) = commands
+    assert fused.count(f"calibration:={calibration}") == 1 and f"checkpoint:={encoder}" in fused
+    assert f"encoder_checkpoint:={encoder}" in fused and "camera_hfov_deg:=69.0" in fused
+    commands.clear()
+    bench_pipeline._Stack("multiprocess", tmp_path / "params.yaml", bench_pipeline.node_overrides(args), 0, tmp_path)
+    by_node = {c[2].rsplit(".", 1)[1]: c for c in commands}
+    assert f"checkpoint:={encoder}" in by_node["encoder_node"]
+    assert "camera_hfov_deg:=69.0" not in by_node["encoder_node"]
+    assert by_node["memory_node"][3:] == ["--ros-args", "--params-file", str(tmp_path / "params.yaml")]
+
+
 def _sleepers(n: int) -> dict[str, subprocess.Popen]:
     return {f"node{i}": subprocess.Popen(["sleep", "30"]) for i in range(n)}
 
@@ -98,7 +153,7 @@ def test_stack_stops_the_processes_it_started_when_a_later_one_fails(tmp_path, m
 
     monkeypatch.setattr(bench_pipeline.subprocess, "Popen", popen)
     with pytest.raises(OSError, match="no third process"):
-        bench_pipeline._Stack("multiprocess", tmp_path / "params.yaml", 0.02, 0, tmp_path)
+        bench_pipeline._Stack("multiprocess", tmp_path / "params.yaml", {}, 0, tmp_path)
     assert len(started) == 2 and all(p.poll() is not None for p in started)
 
 
@@ -122,9 +177,8 @@ def test_measure_mode_stops_the_stack_whatever_ends_it(tmp_path, monkeypatch, fa
         monkeypatch.setattr(bench_pipeline, "_drive", interrupted)
     frames = bench_pipeline.Frames(goal_rgb=None, goal_depth=None)
     with pytest.raises(KeyboardInterrupt) if failure == "interrupt" else pytest.raises(RuntimeError, match="Domain id"):
-        bench_pipeline.measure_mode("multiprocess", frames, argparse.Namespace(action_duration=0.02),
-                                    tmp_path / "params.yaml", -1 if failure == "ros_init" else 0, tmp_path,
-                                    lambda _msg: None)
+        bench_pipeline.measure_mode("multiprocess", frames, _arguments([]), tmp_path / "params.yaml",
+                                    -1 if failure == "ros_init" else 0, tmp_path, lambda _msg: None)
     assert len(stacks) == 1 and all(p.poll() is not None for p in stacks[0].procs.values())
 
 
@@ -157,3 +211,35 @@ def test_bench_pipeline_keys_and_values(tmp_path):
     assert res["frame_px"] == 128 and res["rate_hz"] == 10.0
     assert res["targets_ms"] == {"latency_ms_p99_multiprocess": 50.0, "latency_ms_p99_fused": 20.0}
     assert set(res["targets_met"]) == set(res["targets_ms"])
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_bench_pipeline_on_a_robot_cameras_full_size_frames(tmp_path):
+    """640 x 360 frames of a 69 deg camera with the 16:9 models: 922 KB depth images, most of which Fast DDS's
+    default transports (and LARGE_DATA alone) lose between processes, reach the stack's processes (the bench sends
+    them with config/fastdds_large_images.xml, as robot.launch.yaml does) and nearly all get decisions; the JSON
+    says how it ran."""
+    pytest.importorskip("rclpy")
+    data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=1)
+    out = tmp_path / "pipeline.json"
+    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    env.pop("FASTDDS_BUILTIN_TRANSPORTS", None)
+    env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)
+    run = subprocess.run([sys.executable, "-m", "memnav.cli", "bench", "pipeline", "--data", str(data),
+                          "--modes", "multiprocess", "--duration", "3", "--warmup", "1", "--frames", "4",
+                          "--image-px", "640", "360", "--hfov-deg", "69", "--encoder", "models/encoder_69deg_16x9.pt",
+                          "--calibration", "models/stop_calibration_69deg_16x9.json", "--log-dir",
+                          str(tmp_path / "logs"), "--domain", str(40 + (os.getpid() + 71) % 150), "--json", str(out)],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "frames of 640x360 px (69 deg)" in run.stderr and "fastdds_large_images.xml" in run.stderr
+    res = json.loads(out.read_text())
+    assert res["image_px"] == [640, 360] and res["frame_px"] is None and res["hfov_deg"] == 69.0
+    assert res["encoder"] == "models/encoder_69deg_16x9.pt" and res["fastdds_builtin_transports"] == "LARGE_DATA"
+    assert res["fastdds_profiles_file"].endswith("config/fastdds_large_images.xml")
+    sent, answered = res["frames_sent_multiprocess"], res["frames_answered_multiprocess"]
+    assert sent >= 20 and answered >= 0.6 * sent and res["latency_ms_p50_multiprocess"] > 0.0
+    assert res["latency_ms_p50_fused"] is None
+    encoder_log = (tmp_path / "logs" / "multiprocess_encoder_node.log").read_text()
+    assert "encoder_69deg_16x9.pt" in encoder_log
