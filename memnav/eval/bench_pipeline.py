@@ -417,6 +417,7 @@ def _drive(stack: _Stack, context: Context, mode: str, frames: Frames, args: arg
 
 def run(args: argparse.Namespace) -> dict:
     from memnav.ros.launcher import find_package_share, use_large_image_transports
+    from memnav.sim.base import SimConfig
 
     for option, value in (("--duration", args.duration), ("--rate-hz", args.rate_hz),
                           ("--action-duration", args.action_duration), ("--startup-timeout", args.startup_timeout)):
@@ -429,6 +430,9 @@ def run(args: argparse.Namespace) -> dict:
     if args.size_px is not None:
         if args.size_px < 8:
             raise ValueError(f"--size-px must be >= 8, got {args.size_px}")
+        if list(args.image_px) != [SimConfig.width_px, SimConfig.height_px]:
+            raise ValueError(f"--size-px {args.size_px} and --image-px {args.image_px[0]} {args.image_px[1]}: give "
+                             "one of them (--size-px N is --image-px N N)")
         args.image_px = [args.size_px, args.size_px]
     camera = camera_options(args)
     if min(camera["width_px"], camera["height_px"]) < 8:

@@ -46,6 +46,7 @@ def no_work(monkeypatch):
     (["--frames", "0"], "--frames"),
     (["--size-px", "4"], "--size-px"),
     (["--image-px", "640", "4"], "--image-px"),
+    (["--size-px", "256", "--image-px", "640", "360"], "--size-px"),
     (["--hfov-deg", "180"], "--hfov-deg"),
     (["--camera-height-m", "nan"], "--camera-height-m"),
     (["--encoder", "no/such/encoder.pt"], "--encoder"),
