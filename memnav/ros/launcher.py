@@ -410,10 +410,14 @@ def use_large_image_transports() -> None:
     """Give this process (and the processes it starts) the Fast DDS settings robot.launch.yaml gives its nodes for
     full-size camera images, each unless the environment sets it: FASTDDS_BUILTIN_TRANSPORTS=LARGE_DATA and
     FASTDDS_DEFAULT_PROFILES_FILE=config/fastdds_large_images.xml (shared memory with a 16 MB segment). Call it
-    before rclpy.init."""
+    before rclpy.init. An install without the profile (its share folder not found) gets LARGE_DATA alone."""
     os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "LARGE_DATA")
-    os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE",
-                          str(find_package_share("memnav") / "config" / "fastdds_large_images.xml"))
+    try:
+        profile = find_package_share("memnav") / "config" / "fastdds_large_images.xml"
+    except LaunchError:
+        return
+    if profile.is_file():
+        os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(profile))
 
 
 def find_package_share(package: str) -> Path:

@@ -715,3 +715,28 @@ def test_launches_the_real_sim_bridge_node(tmp_path, tiny_data, monkeypatch):
     pid = int(out.split("bridge: started, pid ")[1].split()[0].rstrip(","))
     assert "crashed" not in out and "SIGTERM" not in out
     assert not running(pid)
+
+
+def test_large_image_transports_name_the_shipped_profile_and_keep_the_users_settings(monkeypatch, tmp_path):
+    """What robot.launch.yaml gives its nodes for full-size images, for processes started outside it (`memnav
+    check`, `memnav bench pipeline`): LARGE_DATA and config/fastdds_large_images.xml (shared memory with a 16 MB
+    segment), each unless the environment already says otherwise."""
+    import xml.etree.ElementTree as ET
+
+    from memnav.ros.launcher import use_large_image_transports
+
+    for name in ("FASTDDS_BUILTIN_TRANSPORTS", "FASTDDS_DEFAULT_PROFILES_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    use_large_image_transports()
+    assert os.environ["FASTDDS_BUILTIN_TRANSPORTS"] == "LARGE_DATA"
+    profile = Path(os.environ["FASTDDS_DEFAULT_PROFILES_FILE"])
+    assert profile.name == "fastdds_large_images.xml" and profile.is_file()
+    ns = {"f": "http://www.eprosima.com"}
+    segment = ET.parse(profile).getroot().find(".//f:transport_descriptor[f:type='SHM']/f:segment_size", ns)
+    assert int(segment.text) >= 4 * 640 * 480 * 4   # several 640 x 480 depth images
+    own = tmp_path / "own.xml"
+    monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", str(own))
+    monkeypatch.setenv("FASTDDS_BUILTIN_TRANSPORTS", "UDPv4")
+    use_large_image_transports()
+    assert os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] == str(own)
+    assert os.environ["FASTDDS_BUILTIN_TRANSPORTS"] == "UDPv4"
