@@ -726,7 +726,8 @@ def test_large_image_transports_name_the_shipped_profile_and_keep_the_users_sett
     from memnav.ros.launcher import use_large_image_transports
 
     for name in ("FASTDDS_BUILTIN_TRANSPORTS", "FASTDDS_DEFAULT_PROFILES_FILE"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")   # recorded, so that what the call sets is undone after the test
+        monkeypatch.delenv(name)
     use_large_image_transports()
     assert os.environ["FASTDDS_BUILTIN_TRANSPORTS"] == "LARGE_DATA"
     profile = Path(os.environ["FASTDDS_DEFAULT_PROFILES_FILE"])
