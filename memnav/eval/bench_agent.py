@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import add_camera_arguments, camera_options
-from memnav.eval.evaluate import add_map_pixel_spacing_argument, add_model_arguments, model_name
+from memnav.eval.evaluate import add_map_pixel_spacing_argument, add_model_arguments, check_model_files, model_name
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
@@ -57,9 +57,7 @@ def run(args: argparse.Namespace) -> dict:
     if not (math.isfinite(args.map_pixel_spacing_deg) and args.map_pixel_spacing_deg >= 0):
         raise ValueError(f"--map-pixel-spacing-deg must be a finite number >= 0, got {args.map_pixel_spacing_deg}")
     camera = camera_options(args)
-    for name in ("encoder", "calibration"):
-        if not getattr(args, name).is_file():
-            raise ValueError(f"--{name} {getattr(args, name)}: no such file")
+    check_model_files(args)
     set_inference_threads(args.threads)
     episodes = load_episodes(args.data, "test")
     agent = LearnedAgent(args.agent, LearnedAgentOptions(policy_dir=args.policy_dir, encoder_checkpoint=args.encoder,

@@ -41,7 +41,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memnav.cli import add_camera_arguments, camera_options
-from memnav.eval.evaluate import add_model_arguments, model_name
+from memnav.eval.evaluate import (
+    DEFAULT_CALIBRATION,
+    DEFAULT_ENCODER,
+    add_model_arguments,
+    check_model_files,
+    model_name,
+)
 from memnav.ros.qos import latched_qos
 from memnav.sim.dataset import default_data_dir
 
@@ -237,12 +243,10 @@ def node_overrides(args: argparse.Namespace) -> dict[str, dict[str, str]]:
     for name, (field_name, value) in camera.items():
         if value != getattr(SimConfig, field_name):
             policy[name] = f"{float(value)!r}"
-    defaults = argparse.ArgumentParser()
-    add_model_arguments(defaults, "")
-    if args.encoder != defaults.get_default("encoder"):
+    if args.encoder != DEFAULT_ENCODER:
         policy["encoder_checkpoint"] = str(args.encoder)
         out["encoder_node"] = {"checkpoint": str(args.encoder)}
-    if args.calibration != defaults.get_default("calibration"):
+    if args.calibration != DEFAULT_CALIBRATION:
         policy["calibration"] = str(args.calibration)
         out["stop_node"] = {"calibration": str(args.calibration)}
     return out
@@ -437,9 +441,7 @@ def run(args: argparse.Namespace) -> dict:
     camera = camera_options(args)
     if min(camera["width_px"], camera["height_px"]) < 8:
         raise ValueError(f"--image-px must be at least 8 x 8, got {camera['width_px']} {camera['height_px']}")
-    for name in ("encoder", "calibration"):
-        if not Path(getattr(args, name)).is_file():
-            raise ValueError(f"--{name} {getattr(args, name)}: no such file")
+    check_model_files(args)
     modes = [m for m in MODES if m in args.modes]
     last_id = MAX_DOMAIN_ID - (len(modes) - 1)   # mode i runs on domain ID+i
     if args.domain is not None and not 0 <= args.domain <= last_id:

@@ -90,13 +90,25 @@ def add_data_arguments(parser: argparse.ArgumentParser, run_options: bool = True
         parser.add_argument("--seed", type=int, default=0, help="random seed (agents, odometry noise)")
 
 
+DEFAULT_ENCODER = MODELS / "encoder.pt"
+DEFAULT_CALIBRATION = MODELS / "stop_calibration.json"
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, whose: str) -> None:
     """--encoder and --calibration: the model files of `whose` agents (e.g. "the learned agents"), the shipped
-    ones by default; `model_name` names them in a results file."""
-    parser.add_argument("--encoder", type=Path, default=MODELS / "encoder.pt", metavar="PATH",
+    ones by default (DEFAULT_ENCODER, DEFAULT_CALIBRATION); `model_name` names them in a results file;
+    `check_model_files` refuses missing ones."""
+    parser.add_argument("--encoder", type=Path, default=DEFAULT_ENCODER, metavar="PATH",
                         help=f"encoder checkpoint of {whose}")
-    parser.add_argument("--calibration", type=Path, default=MODELS / "stop_calibration.json", metavar="PATH",
+    parser.add_argument("--calibration", type=Path, default=DEFAULT_CALIBRATION, metavar="PATH",
                         help=f"stop-belief calibration of {whose}")
+
+
+def check_model_files(args: argparse.Namespace) -> None:
+    """A ValueError naming --encoder or --calibration when its file does not exist."""
+    for name in ("encoder", "calibration"):
+        if not Path(getattr(args, name)).is_file():
+            raise ValueError(f"--{name} {getattr(args, name)}: no such file")
 
 
 def add_map_pixel_spacing_argument(parser: argparse.ArgumentParser) -> None:
