@@ -18,7 +18,11 @@ class VerificationConfig:
     Attributes:
         max_features: ORB keypoints per image.
         ratio: Lowe ratio test threshold (best / second-best Hamming distance).
-        ransac_px: RANSAC reprojection threshold for the fundamental matrix, pixels.
+        ransac_px: RANSAC threshold for the fundamental matrix (a match's distance from its epipolar line), in
+            pixels of the images as matched (after `upscale_to_px` / `max_side_px`), so that it means the same
+            share of the view at every image size: 2 is 1 pixel of a 128 x 128 view (matched at 256 x 256) and
+            5 of a 640 x 360 one (matched at 256 x 144). Until 2026-11-28 it was 1 pixel of the image's own, which
+            held a 640 x 360 frame to 0.4 pixels as matched.
         min_inliers: inliers at which the score saturates to 1.
         upscale_to_px: images whose longer side is shorter than this are upscaled until it is this long, pixels
             (the simulator's 128 x 128 views to 256 x 256; a 192 x 108 one to 256 x 144, the scale a square image
@@ -33,7 +37,7 @@ class VerificationConfig:
 
     max_features: int = 500
     ratio: float = 0.7
-    ransac_px: float = 1.0
+    ransac_px: float = 2.0
     min_inliers: int = 15
     upscale_to_px: int = 256
     max_side_px: int = 256
@@ -55,8 +59,9 @@ class VerificationConfig:
 
 @dataclass
 class Features:
-    keypoints: np.ndarray      # (N, 2) float32 pixel coordinates
+    keypoints: np.ndarray      # (N, 2) float32 pixel coordinates, in the image's own pixels
     descriptors: np.ndarray    # (N, 32) uint8 ORB descriptors
+    scale: float = 1.0         # pixels as matched per pixel of the image (2 for a 128 x 128 view)
 
 
 @dataclass
@@ -96,9 +101,9 @@ def extract_features(img: np.ndarray, cfg: VerificationConfig | None = None) -> 
     orb = cv2.ORB_create(nfeatures=cfg.max_features, fastThreshold=5, edgeThreshold=15, patchSize=15)
     kps, desc = orb.detectAndCompute(gray, None)
     if desc is None or not kps:
-        return Features(np.zeros((0, 2), np.float32), np.zeros((0, 32), np.uint8))
+        return Features(np.zeros((0, 2), np.float32), np.zeros((0, 32), np.uint8), scale)
     pts = np.array([k.pt for k in kps], dtype=np.float32) / scale
-    return Features(pts, desc)
+    return Features(pts, desc, scale)
 
 
 def match_features(a: Features, b: Features, cfg: VerificationConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -129,8 +134,13 @@ def verify_features(a: Features, b: Features, cfg: VerificationConfig | None = N
     pa, pb = matches if matches is not None else match_features(a, b, cfg)
     if len(pa) < 8:
         return VerificationResult(0.0, 0, len(pa))
-    _, mask = cv2.findFundamentalMat(pa, pb, cv2.FM_RANSAC, cfg.ransac_px, 0.99)
-    inliers = int(mask.sum()) if mask is not None else 0
+    # the threshold in the images' own pixels (their scales' geometric mean where the two were matched at two)
+    threshold = cfg.ransac_px / math.sqrt(a.scale * b.scale)
+    fundamental, mask = cv2.findFundamentalMat(pa, pb, cv2.FM_RANSAC, threshold, 0.99)
+    # no model found: OpenCV (5.0) then hands back a mask it never filled in, whose bytes are whatever the memory
+    # held (a pair of two different rooms once summed to 2,584 "inliers" of 24 matches); it holds no inliers
+    found = fundamental is not None and fundamental.size > 0 and mask is not None
+    inliers = int(np.count_nonzero(mask)) if found else 0
     return VerificationResult(min(1.0, inliers / cfg.min_inliers), inliers, len(pa))
 
 

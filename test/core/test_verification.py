@@ -74,3 +74,40 @@ def test_images_are_scaled_until_their_longer_side_is_the_working_size():
     assert not np.array_equal(as_it_is.descriptors[:50], shrunk.descriptors[:50])
     with pytest.raises(ValueError, match="max_side_px"):
         VerificationConfig(max_side_px=128)   # below upscale_to_px: the two would fight
+
+
+def test_the_ransac_threshold_is_in_pixels_as_matched_so_image_size_does_not_move_the_score(views):
+    """A pair of views at 512 x 512 (matched shrunk to 256) keeps about the inliers the same pair has at 128 x 128
+    (matched upscaled to 256): `ransac_px` counts pixels of the images as matched, 2 of them being 1 pixel of a
+    128 x 128 view and 4 of a 512 x 512 one. Held to 1 pixel of its own, the large pair lost inliers."""
+    import cv2
+
+    small, large, held_to_own_pixel = [], [], []
+    for a, b, _ in views:
+        fa, fb = extract_features(a), extract_features(b)
+        assert fa.scale == 2.0
+        small.append(verify_features(fa, fb).inliers)
+        big = [cv2.resize(x, (512, 512), interpolation=cv2.INTER_LINEAR) for x in (a, b)]
+        ga, gb = (extract_features(x) for x in big)
+        assert ga.scale == 0.5 and ga.keypoints[:, 0].max() > 256   # keypoints in the 512 image's own pixels
+        large.append(verify_features(ga, gb).inliers)
+        held_to_own_pixel.append(verify_features(ga, gb, VerificationConfig(ransac_px=0.5)).inliers)
+    assert sum(large) >= 0.85 * sum(small), (small, large)
+    assert sum(held_to_own_pixel) < 0.85 * sum(large), (held_to_own_pixel, large)
+
+
+def test_matches_no_fundamental_matrix_explains_hold_no_inliers():
+    """24 matches that all map one pixel onto another (no epipolar geometry to fit): OpenCV finds no model and hands
+    back a mask it never filled in; the pair is scored 0, not by the mask's leftover bytes (which once summed to
+    a full score for two different rooms)."""
+    import cv2
+
+    from memnav.core.verification import Features
+
+    none = Features(np.zeros((0, 2), np.float32), np.zeros((0, 32), np.uint8))
+    for pa, pb in ((np.tile(np.float32([[10, 20]]), (24, 1)), np.tile(np.float32([[30, 40]]), (24, 1))),
+                   (np.float32([[i, 2 * i] for i in range(24)]), np.float32([[i, 3 * i] for i in range(24)]))):
+        fundamental, _ = cv2.findFundamentalMat(pa, pb, cv2.FM_RANSAC, 1.0, 0.99)
+        assert fundamental is None or fundamental.size == 0   # the case this test is about
+        result = verify_features(none, none, matches=(pa, pb))
+        assert (result.score, result.inliers, result.matches) == (0.0, 0, 24)
