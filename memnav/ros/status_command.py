@@ -29,7 +29,7 @@ DISCOVERY_S = 5.0   # wait up to this long for a policy node to show in the grap
 # show up seconds after another (up to 3.2 s measured here: scripts/probe_discovery_gap.py). A 1 s settle left a
 # node out of a status now and then.
 SETTLE_S = 3.5
-SETTLE_MAX_S = 6.0  # ... waited for at most this much longer (a graph where nodes come and go all the time)
+SETTLE_MAX_S = 6.0  # the settle is waited for at most this long past the window (a graph where nodes come and go)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
