@@ -78,6 +78,14 @@ def report_config_error(program: str, err: BaseException) -> int:
     return CONFIG_ERROR_EXIT
 
 
+def report_stopped_starting(program: str) -> int:
+    """Print that the process was stopped while it started (rclpy was shut down, by SIGTERM say, before the
+    nodes were up); returns 0, the status of any other requested stop."""
+    print(f"[{program}] stopped while starting (rclpy was shut down, by SIGTERM or a shutdown request)",
+          file=sys.stderr, flush=True)
+    return 0
+
+
 def start_nodes(program: str, parts: Sequence[tuple[str, Callable[[Any], T]]], args: Sequence[str], *,
                 errors: tuple[type[BaseException], ...] = (), then: Callable[[list[T]], U] | None = None,
                 close: Callable[[T], None] | None = None) -> tuple[list[tuple[Any, T]], U | None] | int:
@@ -100,8 +108,10 @@ def start_nodes(program: str, parts: Sequence[tuple[str, Callable[[Any], T]]], a
     Returns:
         ([(node, build's result)], then's result or None) once started; the caller then owns the nodes and rclpy.
         Else CONFIG_ERROR_EXIT, after reporting the bad configuration in one line on stderr (report_config_error),
-        closing and destroying the nodes built and shutting rclpy down. Any other exception (a bug, Ctrl-C) is
-        raised after the same clean-up.
+        closing and destroying the nodes built and shutting rclpy down; or 0, after the same clean-up, when rclpy
+        was shut down during the start-up (rclpy's SIGTERM handler does that; the next rcl call of a build then
+        fails), reported in one line (report_stopped_starting). Any other exception (a bug, Ctrl-C) is raised after
+        the same clean-up.
     """
     import rclpy
     from rclpy.node import Node
@@ -130,7 +140,15 @@ def start_nodes(program: str, parts: Sequence[tuple[str, Callable[[Any], T]]], a
                 guard_parameter_changes(node)
             after = then([value for _, value in built]) if then is not None else None
         except (*config_errors(), *errors) as err:
+            if not rclpy.ok():
+                return report_stopped_starting(starting)
             return report_config_error(starting, err)
+        except Exception:
+            if not rclpy.ok():   # rclpy's SIGTERM handler shut the context down: the next rcl call failed
+                return report_stopped_starting(starting)
+            raise
+        if not rclpy.ok():       # ... or would have, in the caller
+            return report_stopped_starting(program)
         started = True
     finally:
         if not started:

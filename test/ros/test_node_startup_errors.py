@@ -216,6 +216,41 @@ def test_run_nodes_lets_a_bug_through_and_still_shuts_rclpy_down(ros_env):
     assert not rclpy.ok()
 
 
+# A process SIGTERMed while its nodes are built: rclpy's handler shuts the context down, and the build's next rcl
+# call (here a subscription) fails, or none comes and the node would start on a dead context.
+_SIGTERM_WHILE_BUILDING = """
+import os, signal, sys, time
+import rclpy
+from memnav.ros.stack_node import run_nodes
+
+def build(node):
+    closed = lambda: print("closed", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    end = time.monotonic() + 10.0
+    while rclpy.ok() and time.monotonic() < end:
+        time.sleep(0.01)
+    if sys.argv[1] == "subscribe":
+        from std_msgs.msg import String
+        node.create_subscription(String, "chatter", lambda msg: None, 10)
+    return closed
+
+sys.exit(run_nodes([("sigterm_probe", build)], [sys.argv[0]]))
+"""
+
+
+@pytest.mark.parametrize("then", ["subscribe", "nothing"])
+def test_sigterm_while_starting_exits_cleanly_in_one_line(ros_env, then):
+    """SIGTERM during a node's start-up (loading its models, say): exit status 0 and one line saying so, no
+    traceback, whether the build's next rcl call fails on the shut-down context or no call comes before the
+    executor would start (then the finished build's clean-up runs)."""
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_WHILE_BUILDING, then], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.strip() == ("[sigterm_probe] stopped while starting (rclpy was shut down, by SIGTERM or a "
+                                   "shutdown request)"), proc.stderr[-3000:]
+    assert proc.stdout.split() == ([] if then == "subscribe" else ["closed"])   # a build that returned is closed
+
+
 # --- sim_bridge_node's own settings ---
 
 @pytest.mark.parametrize("field, value", [("rate_hz", 0.0), ("rate_hz", -1.0), ("rate_hz", math.inf),
