@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from memnav.procs import stop_processes
 
 NODES = ("policy_node", "sim_bridge_node")
 
@@ -80,13 +81,7 @@ def main() -> int:
                 missed += 1
             print(run, first, flush=True)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs, timeout_s=20.0)
     print("gaps (s), sorted:", sorted(gaps), "| runs missing a node after 12 s:", missed)
     return 0
 

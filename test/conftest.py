@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memnav.procs import stop_processes  # noqa: F401  (the ROS tests import it from here)
+
 
 def file_sha256(path: Path) -> str:
     """A file's SHA-256, to check that something was left byte for byte as it was."""
@@ -69,27 +71,6 @@ def make_tiny_dataset(out: Path, houses: int = 3, seed: int = 2, train: int = 1,
     assert main(["scenes", "--out", str(out), "--houses", str(houses), "--seed", str(seed), "--train-episodes",
                  str(train), "--val-episodes", str(val), "--test-episodes", str(test), "--no-progress"]) == 0
     return out
-
-
-def stop_processes(procs: Iterable[subprocess.Popen], timeout: float = 10.0) -> list:
-    """SIGINT every process still running, then wait for each (SIGKILL after `timeout` s).
-
-    Returns:
-        Each process's remaining piped output, in order ("" when its output went to a file).
-    """
-    procs = list(procs)
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    outs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        outs.append(out if out is not None else "")
-    return outs
 
 
 def isolated_ros_env(offset: int) -> dict:

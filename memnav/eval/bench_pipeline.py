@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from memnav.eval.evaluate import (
     check_model_files,
     model_name,
 )
+from memnav.procs import stop_processes
 from memnav.ros.qos import latched_qos
 from memnav.sim.dataset import default_data_dir
 
@@ -208,15 +208,7 @@ class _Stack:
         return "\n".join(f"--- {name} ({path}):\n{_tail(path)}" for name, path in self.logs.items())
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(self.procs.values())
 
 
 def _percentiles(values_s: list[float]) -> dict[str, float | None]:
