@@ -184,6 +184,7 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
 
     from memnav.ros.embedding_msgs import ns_to_stamp
     from memnav.ros.record_command import message_class
+    from memnav.ros.stack_node import shut_down
 
     log = node.get_logger()
     topics = bag.topics
@@ -258,6 +259,10 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
             rclpy.spin_once(node, timeout_sec=0.05)
     except (KeyboardInterrupt, ExternalShutdownException):
         return published    # Ctrl-C or shutdown (the only end of a loop): what was published until then
+    except Exception:
+        if not shut_down():
+            raise
+        return published
     # let reliable readers fetch the last messages before the publishers go away
     end = time.monotonic() + 0.5
     while rclpy.ok() and time.monotonic() < end:

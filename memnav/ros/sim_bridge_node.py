@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     from memnav.ros.params import declare_dataclass
     from memnav.ros.record_command import message_class
     from memnav.ros.replay_command import publisher_qos
-    from memnav.ros.stack_node import start_nodes
+    from memnav.ros.stack_node import shut_down, start_nodes
     from memnav.sim.habitat import HabitatUnavailableError
     from memnav.sim.mesh import SceneLoadError
 
@@ -430,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
             finish_results()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if not shut_down():
+            raise
     finally:
         if writer is not None:
             writer.close()

@@ -78,6 +78,15 @@ def report_config_error(program: str, err: BaseException) -> int:
     return CONFIG_ERROR_EXIT
 
 
+def shut_down() -> bool:
+    """Whether rclpy's context has been shut down (its SIGTERM handler does that from another thread): an rcl call
+    that failed then, inside a spin or a callback (the executor's wait set, a publish), is the shutdown racing the
+    call, to be ended like ExternalShutdownException, not a bug."""
+    import rclpy
+
+    return not rclpy.ok()
+
+
 def report_stopped_starting(program: str) -> int:
     """Print that the process was stopped while it started (rclpy was shut down, by SIGTERM say, before the
     nodes were up); returns 0, the status of any other requested stop."""
@@ -140,14 +149,14 @@ def start_nodes(program: str, parts: Sequence[tuple[str, Callable[[Any], T]]], a
                 guard_parameter_changes(node)
             after = then([value for _, value in built]) if then is not None else None
         except (*config_errors(), *errors) as err:
-            if not rclpy.ok():
+            if shut_down():
                 return report_stopped_starting(starting)
             return report_config_error(starting, err)
         except Exception:
-            if not rclpy.ok():   # rclpy's SIGTERM handler shut the context down: the next rcl call failed
+            if shut_down():      # rclpy's SIGTERM handler shut the context down: the next rcl call failed
                 return report_stopped_starting(starting)
             raise
-        if not rclpy.ok():       # ... or would have, in the caller
+        if shut_down():          # ... or would have, in the caller
             return report_stopped_starting(program)
         started = True
     finally:
@@ -198,6 +207,9 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if not shut_down():
+            raise
     finally:
         for node, close in reversed(built):
             close()

@@ -217,20 +217,34 @@ def test_run_nodes_lets_a_bug_through_and_still_shuts_rclpy_down(ros_env):
 
 
 # A process SIGTERMed while its nodes are built: rclpy's handler shuts the context down, and the build's next rcl
-# call (here a subscription) fails, or none comes and the node would start on a dead context.
+# call (here a subscription) fails, or none comes and the node would start on a dead context. Or SIGTERMed while it
+# runs, an rcl call of a callback racing the shutdown.
 _SIGTERM_WHILE_BUILDING = """
 import os, signal, sys, time
 import rclpy
 from memnav.ros.stack_node import run_nodes
 
-def build(node):
-    closed = lambda: print("closed", flush=True)
+def terminated():
     os.kill(os.getpid(), signal.SIGTERM)
     end = time.monotonic() + 10.0
     while rclpy.ok() and time.monotonic() < end:
         time.sleep(0.01)
+
+def build(node):
+    from std_msgs.msg import String
+    closed = lambda: print("closed", flush=True)
+    if sys.argv[1] == "spinning":   # a callback's publish, once the stack runs, meets the shut-down context
+        pub = node.create_publisher(String, "chatter", 10)
+        ticks = []
+        def tick():
+            ticks.append(1)
+            if len(ticks) == 20:
+                terminated()
+            pub.publish(String(data="x"))
+        node.create_timer(0.005, tick)
+        return closed
+    terminated()
     if sys.argv[1] == "subscribe":
-        from std_msgs.msg import String
         node.create_subscription(String, "chatter", lambda msg: None, 10)
     return closed
 
@@ -249,6 +263,16 @@ def test_sigterm_while_starting_exits_cleanly_in_one_line(ros_env, then):
     assert proc.stderr.strip() == ("[sigterm_probe] stopped while starting (rclpy was shut down, by SIGTERM or a "
                                    "shutdown request)"), proc.stderr[-3000:]
     assert proc.stdout.split() == ([] if then == "subscribe" else ["closed"])   # a build that returned is closed
+
+
+def test_sigterm_racing_an_rcl_call_of_a_running_node_is_a_clean_exit(ros_env):
+    """SIGTERM shuts rclpy down from another thread while the executor spins: the rcl call that meets the dead
+    context (here a timer callback's publish; in a policy node once the executor's wait set) ends the process
+    like the shutdown it is, status 0 and the node's clean-up run, not with a traceback and status 1."""
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_WHILE_BUILDING, "spinning"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["closed"]
 
 
 # --- sim_bridge_node's own settings ---
