@@ -1342,7 +1342,9 @@ class SceneGraphMemory:
 
         Two places are redundant when they are within `merge_distance_m` in the memory frame and their
         embeddings are at least `merge_similarity` cosine-similar (same spot, same view: e.g. created before
-        a loop closure re-anchored the drift). The place with more visits (then the older) survives. Objects
+        a loop closure re-anchored the drift). The place with more visits (then the older) survives. While the
+        memory is unlocalised, a place stored since the last `relocalise()` is merged only with another such
+        place, never with one of the memory's own: their coordinates are in frames nothing ties together yet. Objects
         without instance id of one class within `object_association_distance_m` of each other are folded
         together (`_merge_objects`).
 
@@ -1356,6 +1358,11 @@ class SceneGraphMemory:
             for slot in todo:
                 while pl.alive[slot]:
                     near = [s for s in self._grid.near(pl.pose[slot, 0], pl.pose[slot, 1]) if s != slot]
+                    if not self.localised:
+                        # places stored since the last relocalise() lie in a stale frame, the others in the
+                        # memory's: near in coordinates, they need not be near in the house (as in _decide)
+                        mine = int(pl.ids[slot]) in self._frame_places
+                        near = [s for s in near if (int(pl.ids[s]) in self._frame_places) == mine]
                     if not near:
                         break
                     near_arr = np.array(near, np.int64)

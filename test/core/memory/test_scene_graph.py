@@ -204,6 +204,26 @@ def test_a_run_that_never_relocalises_leaves_no_places_behind(tmp_path):
     m.close()
 
 
+def test_consolidating_while_unlocalised_never_merges_a_stale_frame_place_into_the_memorys_own(tmp_path):
+    """A robot rebooted on its dock (odometry starting at the memory's origin) stands there, unlocalised, and
+    its automatic consolidation runs: its new places lie at the coordinates of the memory's own, in a frame
+    nothing ties to it yet, so none of the memory's places may be merged into them (and then forgotten with
+    them when the memory closes unlocalised)."""
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 4.01, 0.5))
+    before = {q: m.place(q).visit_count for q in m.place_ids().tolist()}
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path, consolidate_every=20))
+    drive(m, embed, np.zeros(25), start_stamp=400 * S)
+    assert not m.localised
+    assert set(before) <= set(m.place_ids().tolist())
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path))
+    assert {q: m.place(q).visit_count for q in m.place_ids().tolist()} == before
+    m.close()
+
+
 def test_a_rebooted_run_does_not_relocalise_against_its_own_places(tmp_path):
     embed = SmoothEmbedder(length_m=4.0)
     m = reopened(tmp_path, embed)
