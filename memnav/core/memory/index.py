@@ -53,10 +53,11 @@ def check_embedding(value: object, dim: int, field: str = "embedding") -> np.nda
         raise InvalidInputError(field, f"expected shape ({dim},), got {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise InvalidInputError(field, "contains NaN or inf")
-    norm = float(np.linalg.norm(arr))
+    # the norm in float64: squared in float32, a component of 2e19 or more overflows and the vector came out zero
+    norm = float(np.linalg.norm(arr.astype(np.float64)))
     if norm < 1e-12:
         raise InvalidInputError(field, "has zero norm; cosine similarity is undefined")
-    return arr / np.float32(norm)
+    return (arr / norm).astype(np.float32)
 
 
 def check_embeddings(value: object, dim: int, field: str = "embeddings") -> np.ndarray:
@@ -71,10 +72,10 @@ def check_embeddings(value: object, dim: int, field: str = "embeddings") -> np.n
     finite = np.all(np.isfinite(arr), axis=1)
     if not np.all(finite):
         raise InvalidInputError(f"{field}[{int(np.argmin(finite))}]", "contains NaN or inf")
-    norms = np.linalg.norm(arr, axis=1)
+    norms = np.linalg.norm(arr.astype(np.float64), axis=1)   # float64: see check_embedding
     if np.any(norms < 1e-12):
         raise InvalidInputError(f"{field}[{int(np.argmax(norms < 1e-12))}]", "has zero norm")
-    return arr / norms[:, None]
+    return (arr / norms[:, None]).astype(np.float32)
 
 
 def check_pose(value: Pose2D | Sequence[float] | np.ndarray, field: str = "pose") -> Pose2D:
@@ -101,17 +102,22 @@ def check_pose(value: Pose2D | Sequence[float] | np.ndarray, field: str = "pose"
     return Pose2D(parts["x_m"], parts["y_m"], parts["yaw_rad"])
 
 
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
 def check_stamp(stamp_ns: object, last_stamp_ns: int | None, field: str = "stamp_ns") -> int:
     """Validate a timestamp: an integer number of nanoseconds, not earlier than `last_stamp_ns`.
 
     Equal stamps are accepted (two observations taken at the same instant).
 
     Raises:
-        InvalidInputError: if it is not an integer or goes backwards.
+        InvalidInputError: if it is not an integer, lies outside int64 (where stamps are stored), or goes backwards.
     """
     if isinstance(stamp_ns, bool) or not isinstance(stamp_ns, (int, np.integer)):
         raise InvalidInputError(field, f"expected an integer number of nanoseconds, got {stamp_ns!r}")
     stamp = int(stamp_ns)
+    if not _INT64_MIN <= stamp <= _INT64_MAX:
+        raise InvalidInputError(field, f"{stamp} does not fit a signed 64-bit integer of nanoseconds")
     if last_stamp_ns is not None and stamp < last_stamp_ns:
         raise InvalidInputError(field, f"goes backwards: {stamp} < last accepted {last_stamp_ns}")
     return stamp
@@ -329,8 +335,17 @@ class EmbeddingIndex:
         return self._blocks[int(self._key_block[key])].vecs[self._key_pos[key]].copy()
 
     def get_many(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
-        """(len(keys), dim) copies of the stored vectors."""
+        """(len(keys), dim) copies of the stored vectors.
+
+        Raises:
+            KeyError: naming the first key that is absent (a removed key's stale position would otherwise read
+                whatever vector sits there now).
+        """
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        present = (keys >= 0) & (keys < len(self._key_block))
+        present[present] = self._key_block[keys[present]] >= 0
+        if not present.all():
+            raise KeyError(f"index key {int(keys[np.argmin(present)])} is absent")
         out = np.empty((len(keys), self.dim), dtype=np.float32)
         for i, key in enumerate(keys):
             out[i] = self._blocks[int(self._key_block[key])].vecs[self._key_pos[key]]
@@ -356,7 +371,8 @@ class EmbeddingIndex:
 
     def _train(self) -> np.ndarray:
         """Spherical k-means on a sample; returns (nlist, dim) unit centroids."""
-        nlist = int(np.clip(round(math.sqrt(self._size)), 8, 8192))
+        # never more lists than vectors (an exact_max_size under 8 switches to lists with fewer than 8 vectors)
+        nlist = min(int(np.clip(round(math.sqrt(self._size)), 8, 8192)), self._size)
         sample_size = min(self._size, nlist * self.train_points_per_list)
         # sample rows block by block, without materialising all vectors
         sizes = np.array([b.n for b in self._blocks])

@@ -6,6 +6,7 @@ from memnav.core.memory.index import (
     IndexMode,
     InvalidInputError,
     check_embedding,
+    check_embeddings,
     check_pose,
     check_stamp,
 )
@@ -110,6 +111,14 @@ def test_check_embedding_normalises():
     assert out.dtype == np.float32
 
 
+def test_a_finite_embedding_whose_square_overflows_float32_still_normalises():
+    """Components of 1e20 (finite in float32, their squares not): the unit vector, not zeros."""
+    np.testing.assert_allclose(check_embedding([3e20, 4e20], 2), [0.6, 0.8], rtol=1e-6)
+    rows = check_embeddings([[3e20, 4e20], [0.0, 2.0]], 2)
+    np.testing.assert_allclose(rows, [[0.6, 0.8], [0.0, 1.0]], rtol=1e-6)
+    assert rows.dtype == np.float32
+
+
 def test_check_pose_and_stamp():
     assert check_pose([1.0, 2.0, 0.5]) == Pose2D(1.0, 2.0, 0.5)
     with pytest.raises(InvalidInputError) as info:
@@ -123,3 +132,35 @@ def test_check_pose_and_stamp():
         check_stamp(4, 5)
     with pytest.raises(InvalidInputError, match="integer"):
         check_stamp(4.5, None)
+    assert check_stamp(2 ** 63 - 1, None) == 2 ** 63 - 1
+    for outside in (2 ** 63, -(2 ** 63) - 1, np.uint64(2 ** 64 - 1)):
+        with pytest.raises(InvalidInputError, match="signed 64-bit") as info:
+            check_stamp(outside, None)
+        assert info.value.field == "stamp_ns"
+
+
+@pytest.mark.parametrize("exact_max_size", [1, 5, 7])
+def test_a_small_exact_max_size_switches_to_lists_without_failing_an_add(exact_max_size):
+    """Fewer vectors than the 8 lists a switch to IVF asks for at least: as many lists as vectors, every add
+    succeeds and every vector is still found."""
+    rng = np.random.default_rng(1)
+    vecs = rng.standard_normal((12, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index = EmbeddingIndex(16, exact_max_size=exact_max_size, nprobe=64, seed=0)
+    for key, vec in enumerate(vecs):
+        index.add(key, vec)
+        assert len(index) == key + 1
+    assert index.mode is IndexMode.IVF
+    for key, vec in enumerate(vecs):
+        assert index.search(vec, 1)[0].tolist() == [key]
+
+
+def test_get_many_refuses_an_absent_key_like_get():
+    index = EmbeddingIndex(3, exact_max_size=100, seed=0)
+    for key, vec in enumerate(np.eye(3, dtype=np.float32)):
+        index.add(key, vec)
+    index.remove(0)      # key 2 moves into key 0's position: a stale read of key 0 would give key 2's vector
+    np.testing.assert_array_equal(index.get_many([1, 2]), np.eye(3, dtype=np.float32)[1:])
+    for absent in ([0], [1, 0], [7], [-1]):
+        with pytest.raises(KeyError, match="is absent"):
+            index.get_many(absent)

@@ -710,6 +710,7 @@ def _snapshot(m, path):
     ({"embedding": np.zeros(DIM)}, "embedding"),
     ({"stamp_ns": 5 * S}, "stamp_ns"),
     ({"stamp_ns": 20.5}, "stamp_ns"),
+    ({"stamp_ns": 2 ** 63}, "stamp_ns"),
     ({"thumbnail": np.zeros((8, 8), np.uint8)}, "thumbnail"),
     ({"thumbnail": np.zeros((8, 8, 3), np.float32)}, "thumbnail"),
     ({"objects": [ObjectDetection(1, (np.nan, 0.0, 0.0))]}, "objects[0].position_m"),

@@ -103,6 +103,8 @@ def test_empty_buffer_tensors_are_all_padding():
     ({"embedding": np.full(D, np.nan)}, "embedding"),
     ({"embedding": np.ones(D + 2)}, "embedding"),
     ({"stamp_ns": 1 * S}, "stamp_ns"),
+    ({"stamp_ns": 2 ** 63}, "stamp_ns"),                 # does not fit the int64 the stamps are kept in
+    ({"stamp_ns": np.uint64(2 ** 64 - 1)}, "stamp_ns"),
     ({"pose": [0.0, np.inf, 0.0]}, "pose.y_m"),
     ({"goal_embedding": np.zeros(D)}, "goal_embedding"),
 ])
