@@ -157,12 +157,14 @@ class SceneGraphStore:
         self.embedding_dim = embedding_dim
         self.read_only = read_only
         exists = path is not None and Path(path).exists() and Path(path).stat().st_size > 0
-        if read_only and not exists:
-            raise MemoryStoreError(self.path, "no memory database here (missing or empty file)")
         if embedding_dim is None and not read_only:
             raise ValueError("embedding_dim may be None only when opening read-only")
-        if exists:
-            self._validate_existing(Path(path), check_integrity)
+        if exists and self._validate_existing(Path(path), check_integrity):
+            # an SQLite file without a single table: a first creation cut short (the WAL switch writes the
+            # header page before the schema commits); it holds nothing to lose, so the schema is created in it
+            exists = False
+        if read_only and not exists:
+            raise MemoryStoreError(self.path, "no memory database here (missing or empty file)")
         self._depth = 0
         if read_only:
             try:
@@ -192,7 +194,9 @@ class SceneGraphStore:
 
     # -- open-time validation (read-only: a refused file is never modified) ---------------------------
 
-    def _validate_existing(self, path: Path, check_integrity: bool) -> None:
+    def _validate_existing(self, path: Path, check_integrity: bool) -> bool:
+        """Refuse a file that is not a usable memnav memory (naming why); True when it is an SQLite database
+        holding nothing at all (no table, index or view), False when it is a memory."""
         with path.open("rb") as fh:
             if fh.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
                 raise CorruptStoreError(self.path, "not an SQLite database (bad header); refusing to use it")
@@ -201,6 +205,8 @@ class SceneGraphStore:
         except sqlite3.Error as err:
             raise CorruptStoreError(self.path, f"cannot be opened: {err}") from err
         try:
+            if conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
+                return True
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             missing = [t for t in _TABLES if t not in tables]
             if "meta" not in tables:
@@ -230,6 +236,7 @@ class SceneGraphStore:
             raise CorruptStoreError(self.path, f"malformed database: {err}") from err
         finally:
             conn.close()
+        return False
 
     # -- transactions -----------------------------------------------------------------------------------
 
@@ -376,7 +383,12 @@ class SceneGraphStore:
             CorruptStoreError: if rows cannot be read or are inconsistent.
         """
         d = self.embedding_dim
+        # one read transaction for all the reads below: in autocommit each would see the commits made between
+        # them by a writer beside this reader (the place count one state, the edges another)
+        own = not self._conn.in_transaction
         try:
+            if own:
+                self._conn.execute("BEGIN")
             n = self.count("places")
             ids = np.empty(n, np.int64)
             poses = np.empty((n, 3), np.float64)
@@ -417,6 +429,9 @@ class SceneGraphStore:
             next_id = int(self._conn.execute("SELECT value FROM meta WHERE key = 'next_node_id'").fetchone()[0])
         except sqlite3.DatabaseError as err:
             raise CorruptStoreError(self.path, f"malformed database while loading: {err}") from err
+        finally:
+            if own and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")   # it only read
         for obj in objects:
             if obj.embedding is not None and obj.embedding.shape != (d,):
                 raise CorruptStoreError(self.path, f"object {obj.id} embedding is not {d} float32 values")

@@ -53,6 +53,70 @@ def test_new_file_is_versioned_wal_and_reloads(tmp_path):
     np.testing.assert_allclose(data.place_embeddings, np.ones((1, 8)))
 
 
+def test_a_reader_loads_one_state_while_the_writer_beside_it_commits(tmp_path):
+    """A commit of the live writer landing between the reader's queries (here right after it counted the
+    places) is seen by none of them: the places, edges and next id all come from the state at the first."""
+    d = 4
+    writer = SceneGraphStore(tmp_path / "m.sqlite", d)
+    with writer.transaction():
+        writer.insert_place(0, (0.0, 0.0, 0.0), 1, 1, None, np.ones(d, np.float32), None)
+        writer.set_next_node_id(1)
+    reader = SceneGraphStore(tmp_path / "m.sqlite", None, read_only=True)
+    count = reader.count
+
+    def count_then_writer_commits(table):
+        n = count(table)
+        with writer.transaction():
+            writer.insert_place(1, (1.0, 0.0, 0.0), 2, 2, None, np.ones(d, np.float32), None)
+            writer.upsert_edge(0, 1, 0, 1.0)
+            writer.set_next_node_id(2)
+        return n
+
+    reader.count = count_then_writer_commits
+    graph = reader.load()
+    assert graph.place_ids.tolist() == [0] and graph.edges == [] and graph.next_node_id == 1
+    reader.count = count
+    assert reader.load().place_ids.tolist() == [0, 1]    # the next load sees the commit
+    reader.close()
+    writer.close()
+
+
+def test_a_first_creation_killed_before_its_schema_committed_is_created_anew(tmp_path):
+    """A process killed (SIGKILL) between the WAL switch, which writes the new file's header page, and the
+    schema's commit leaves an SQLite file without tables: the next open makes it a memory instead of refusing
+    it for good; a reader finds no memory there, and a file with any table of its own is still refused."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.sqlite"
+    child = ("import os, signal\n"
+             "import memnav.core.memory.store as st\n"
+             "def killed(self):\n"
+             "    os.kill(os.getpid(), signal.SIGKILL)\n"
+             "    yield\n"
+             "st.SceneGraphStore.transaction = st.contextmanager(killed)\n"
+             f"st.SceneGraphStore({str(path)!r}, 4)\n")
+    assert subprocess.run([sys.executable, "-c", child], timeout=60).returncode == -9
+    assert path.stat().st_size > 0
+    with pytest.raises(MemoryStoreError, match="no memory database here"):
+        SceneGraphStore(path, None, read_only=True)
+    store = SceneGraphStore(path, 4)
+    with store.transaction():
+        store.insert_place(0, (0.0, 0.0, 0.0), 1, 1, None, np.ones(4, np.float32), None)
+    store.close()
+    reader = SceneGraphStore(path, None, read_only=True)
+    assert reader.load().place_ids.tolist() == [0]
+    reader.close()
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE notes (t TEXT)")
+    conn.close()
+    before = file_sha256(other)
+    with pytest.raises(CorruptStoreError):
+        SceneGraphStore(other, 4)
+    assert file_sha256(other) == before
+
+
 def test_transaction_rolls_back_on_error(tmp_path):
     store = SceneGraphStore(tmp_path / "m.sqlite", 4)
     with pytest.raises(RuntimeError), store.transaction():
