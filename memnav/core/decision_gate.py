@@ -104,6 +104,7 @@ class DecisionGate:
         self._poses: StampedQueue[Pose2D] = StampedQueue(odometry_history)
         self._newest_pose: tuple[int, Pose2D] | None = None
         self.acted_ns = -1                       # the colour stamp of the last decision
+        self._decided = False                    # a decision was taken on the goal last started
         self._velocity = (0.0, 0.0)
         self._velocity_until_s = 0.0
 
@@ -114,10 +115,12 @@ class DecisionGate:
 
     def goal_depth(self, stamp_ns: int, depth: np.ndarray) -> bool:
         """A goal depth image arrived. True: it belongs to the goal being worked on, which started without it and
-        has had no decision yet, so start that goal again (`goal_to_start`), now with depth."""
+        has had no decision yet, so start that goal again (`goal_to_start`), now with depth. (Whether a decision
+        came is kept, not read from the frames' stamps: in lock-step the first decision may be on a frame older
+        than the goal.)"""
         self._goal_depth = (int(stamp_ns), depth)
-        return (self._goal_rgb is not None and self._goal_rgb[0] == self._goal_depth[0] and not self.goal_has_depth
-                and self.acted_ns < self._goal_rgb[0])
+        return (self._goal_rgb is not None and self._goal_rgb[0] == self._goal_depth[0]
+                and self.goal_stamp_ns == self._goal_rgb[0] and not self.goal_has_depth and not self._decided)
 
     def goal_to_start(self) -> tuple[int, np.ndarray, np.ndarray | None]:
         """(stamp, photo, its depth or None) of the newest goal photo; the depth only if stamped the same."""
@@ -132,6 +135,7 @@ class DecisionGate:
         frames from then on are due."""
         self.goal_stamp_ns, self.goal_wall_s = int(stamp_ns), wall_s
         self._working = (rgb, depth)
+        self._decided = False
 
     @property
     def goal_has_depth(self) -> bool:
@@ -207,6 +211,7 @@ class DecisionGate:
         """A decision is being taken on the frame stamped `stamp_ns`; that frame is not decided on again, even
         if the decision fails."""
         self.acted_ns = int(stamp_ns)
+        self._decided = True
 
     def hold(self, velocity: tuple[float, float], now_s: float) -> None:
         """The decision's action: its velocity is held for `action_duration_s` from `now_s`."""

@@ -140,6 +140,27 @@ def test_a_goal_without_depth_is_acted_on_after_the_wait_and_then_keeps_its_star
     assert not g.goal_depth(100 * MS, DEPTH)       # too late: a decision was taken on the goal already
 
 
+def test_late_depth_restarts_no_goal_decided_on_a_frame_older_than_it_nor_one_that_ended():
+    """Lock-step: the simulator holds a frame (50 ms) older than a goal sent from outside (100 ms), and the first
+    decision is on it; the goal's depth coming after that decision, or after the goal ended, restarts nothing."""
+    for ended in (False, True):
+        g = gate(True, goal_depth_wait_s=0.5)
+        frame(g, 50 * MS)
+        start_goal(g, 100 * MS, wall_s=1.0, with_depth=False)
+        got = g.due(0.0, 1.6)
+        assert got is not None and got.stamp_ns == 50 * MS
+        g.taking(got.stamp_ns)
+        if ended:
+            g.goal_over()                              # that decision was its STOP
+        assert not g.goal_depth(100 * MS, DEPTH)
+    g = gate(True, goal_depth_wait_s=0.5)              # a new goal after a decided one may still take its depth
+    frame(g, 50 * MS)
+    start_goal(g, 100 * MS, wall_s=1.0)
+    g.taking(g.due(0.0, 1.0).stamp_ns)
+    start_goal(g, 200 * MS, wall_s=2.0, with_depth=False)
+    assert g.goal_depth(200 * MS, DEPTH)
+
+
 def test_an_odometry_jump_is_told_apart_from_motion_and_frames_before_it_are_not_decided_on():
     assert odometry_jump(Pose2D(0, 0, 0), Pose2D(0.4, 0.0, 0.5), 0.5, 45.0) is None   # motion
     assert odometry_jump(Pose2D(0, 0, 3.1), Pose2D(0, 0, -3.1), 0.5, 45.0) is None   # across +-pi: 4 deg
