@@ -104,7 +104,8 @@ class SceneGraphConfig:
         loop_closure_nprobe: IVF lists scanned by the loop-closure search (top-1 matters, so fewer than retrieval).
         loop_closure_correction_gain: upper bound on the fraction of the pose residual applied to the odometry
             correction at a loop closure (the fraction itself comes from the drift model below: how uncertain
-            the correction is against how far from a place's stored pose the robot may recognise it).
+            the correction is against how far from a place's stored pose the robot may recognise it). The
+            closure that relocalises an unlocalised memory applies the whole residual.
         odometry_drift_per_m: odometry position error, std in meters after 1 m travelled; it grows with the
             square root of the distance (a random walk). With place_position_std_m it sets how far from the
             predicted position a loop closure may be (`loop_closure_gate_sigmas` standard deviations, at most
@@ -1011,8 +1012,9 @@ class SceneGraphMemory:
             if math.isfinite(v):
                 gains[i] = min(v / max(v + r, 1e-12), cfg.loop_closure_correction_gain)
                 after[i] = (1.0 - gains[i]) * v
-            else:
-                gains[i] = cfg.loop_closure_correction_gain
+            # else unlocalised: the whole residual, whatever loop_closure_correction_gain says (that bounds a
+            # Kalman step of a known correction; part of an unknown offset would leave the memory claiming a
+            # place-sized uncertainty it does not have, and its drift gate would refuse the closures that fix it)
         self._correction_var = after
         g, gy = float(gains[0]), float(gains[1])
         px, py, pyaw = self._places.pose[slot]
@@ -1463,7 +1465,8 @@ class SceneGraphMemory:
         cfg, pl = self.config, self._places
         if not cfg.max_places or len(pl.slot_of) <= cfg.max_places:
             return 0
-        target = int(cfg.max_places * (1.0 - cfg.forget_batch_fraction))
+        # at least one place stays: the one the robot is at (a small max_places could make the target 0)
+        target = max(1, int(cfg.max_places * (1.0 - cfg.forget_batch_fraction)))
         ids, value = self.place_values(now_ns)
         if self._prev_slot >= 0:
             value[ids == pl.ids[self._prev_slot]] = np.inf

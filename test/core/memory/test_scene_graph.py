@@ -163,6 +163,21 @@ def test_relocalise_after_the_robot_was_carried_needs_agreeing_closures(tmp_path
     again.close()
 
 
+def test_a_reboot_relocalises_the_whole_way_whatever_the_correction_gain(tmp_path):
+    """loop_closure_correction_gain below 1 bounds a localised memory's Kalman steps; the closure that
+    relocalises a rebooted memory (odometry 20 m off its frame) still applies the whole offset."""
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path, loop_closure_correction_gain=0.5))
+    drive(m, embed, np.arange(0, 8.01, 0.5))
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path, loop_closure_correction_gain=0.5))
+    later = drive(m, embed, np.arange(0, 8.01, 0.5), start_stamp=300 * S, odom_offset=(20.0, 0.0))
+    assert m.localised and InsertKind.LOOP_CLOSURE in [r.kind for r in later]
+    assert m.to_memory_frame([20.0 + 8.0, 0.0, 0.0]).x_m == pytest.approx(8.0, abs=0.75)
+    assert InsertKind.NEW_PLACE not in [r.kind for r in later[4:]]   # the places known are found again
+    m.close()
+
+
 def test_look_alikes_that_disagree_do_not_relocalise():
     embed = SmoothEmbedder()
     m = SceneGraphMemory(cfg(relocalisation_confirmations=2))
@@ -617,6 +632,18 @@ def test_capacity_forgets_least_valuable_places_and_keeps_paths():
     path = m.shortest_path(ids[0], result.node_id)   # bypass edges keep the corridor connected
     assert path is not None and path.length_m == pytest.approx(1.5 * 39, abs=1e-6)
     assert len(path.node_ids) < 40
+
+
+@pytest.mark.parametrize("max_places, fraction", [(1, 0.01), (3, 0.7)])
+def test_a_small_capacity_never_forgets_the_place_the_robot_is_at(max_places, fraction):
+    """max_places * (1 - forget_batch_fraction) under 1: one place stays, the current one, and every insert
+    returns a place that exists."""
+    rng = np.random.default_rng(4)
+    m = SceneGraphMemory(cfg(max_places=max_places, forget_batch_fraction=fraction))
+    for i in range(6):
+        result = m.insert_observation(i * S, [1.5 * i, 0.0, 0.0], random_unit(rng))
+        assert result.node_id in set(m.place_ids().tolist())
+        assert 1 <= m.stats().places <= max_places
 
 
 def test_place_values_prefer_recent_frequent_distinct():
