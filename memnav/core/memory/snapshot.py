@@ -17,7 +17,7 @@ import networkx as nx
 import numpy as np
 
 from memnav.core.memory.scene_graph import EdgeKind, Layer
-from memnav.core.memory.store import LoadedGraph, SceneGraphStore, decode_png
+from memnav.core.memory.store import LoadedGraph, SceneGraphStore, decode_png, read_stably
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,11 @@ def read_snapshot(path: str | Path, *, check_integrity: bool = False) -> MemoryS
         SchemaVersionError: the file was written by a newer memnav.
     """
     path = Path(path)
-    store = SceneGraphStore(path, None, read_only=True, check_integrity=check_integrity)
-    try:
-        graph = store.load()
-        version = store.schema_version()
-        dim = int(store.embedding_dim or 0)
-    finally:
-        store.close()
+
+    def read(store: SceneGraphStore) -> tuple[LoadedGraph, int, int]:
+        return store.load(), store.schema_version(), int(store.embedding_dim or 0)
+
+    graph, version, dim = read_stably(path, read, check_integrity=check_integrity)
     wal = path.with_name(path.name + "-wal")
     size = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
     return MemorySnapshot(str(path), version, dim, size, graph)
@@ -78,16 +76,11 @@ def read_snapshot(path: str | Path, *, check_integrity: bool = False) -> MemoryS
 
 def read_thumbnails(path: str | Path, place_ids: list[int]) -> dict[int, np.ndarray]:
     """Keyframe thumbnails (H, W, 3 uint8) of these places, read-only; places without one are left out."""
-    store = SceneGraphStore(path, None, read_only=True)
-    try:
-        out = {}
-        for pid in place_ids:
-            blob = store.thumbnail(int(pid))
-            if blob:
-                out[int(pid)] = decode_png(blob)
-        return out
-    finally:
-        store.close()
+
+    def read(store: SceneGraphStore) -> dict[int, bytes]:
+        return {int(pid): blob for pid in place_ids if (blob := store.thumbnail(int(pid)))}
+
+    return {pid: decode_png(blob) for pid, blob in read_stably(Path(path), read).items()}
 
 
 def _iso(stamp_ns: int) -> str:

@@ -18,16 +18,18 @@ import os
 import sqlite3
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 SCHEMA_VERSION = 1
 APPLICATION = "memnav.scene_graph"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+T = TypeVar("T")
 
 
 def read_only_uri(path: Path) -> str:
@@ -45,6 +47,18 @@ def read_only_uri(path: Path) -> str:
     if wal_mode and not path.with_name(path.name + "-wal").exists():
         uri += "&immutable=1"
     return uri
+
+
+def file_state(path: Path) -> tuple[int, int, int]:
+    """(inode, size, modification time in ns) of `path`: what a checkpoint into it or a replacement changes."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+# an immutable reader (read_only_uri) takes no locks: a writer that opens the file meanwhile and checkpoints into
+# it rewrites pages under the read, which may then mix two states; such a read is made again (by then the
+# writer's -wal file is there, and the next reader reads through SQLite's locks)
+STABLE_READ_TRIES = 3
 _TABLES = ("meta", "places", "objects", "rooms", "edges")
 
 _SCHEMA = """
@@ -166,10 +180,13 @@ class SceneGraphStore:
         if read_only and not exists:
             raise MemoryStoreError(self.path, "no memory database here (missing or empty file)")
         self._depth = 0
+        self._state_at_open: tuple[int, int, int] | None = None
         if read_only:
+            uri = read_only_uri(Path(path))
+            if "immutable=1" in uri:
+                self._state_at_open = file_state(Path(path))
             try:
-                self._conn = sqlite3.connect(read_only_uri(Path(path)), uri=True, isolation_level=None,
-                                             check_same_thread=False)
+                self._conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             except sqlite3.Error as err:
                 raise MemoryStoreError(self.path, f"cannot open database for reading: {err}") from err
             return
@@ -191,6 +208,16 @@ class SceneGraphStore:
         except sqlite3.Error as err:
             self._conn.close()
             raise MemoryStoreError(self.path, f"cannot initialise database: {err}") from err
+
+    def changed_under_read(self) -> bool:
+        """A read-only store opened immutable (no writer held the file then) whose file has changed since: what
+        it read may mix two states (see STABLE_READ_TRIES), so read again with a new store."""
+        if self._state_at_open is None:
+            return False
+        try:
+            return file_state(Path(self.path)) != self._state_at_open
+        except OSError:
+            return True
 
     # -- open-time validation (read-only: a refused file is never modified) ---------------------------
 
@@ -483,19 +510,20 @@ def backup_store(src: str | Path, dst: str | Path) -> BackupResult:
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
     try:
-        try:
-            source = sqlite3.connect(read_only_uri(src), uri=True)
+        for _ in range(STABLE_READ_TRIES):
+            for path in (tmp, *(tmp.with_name(tmp.name + s) for s in _SIDE_FILES)):
+                path.unlink(missing_ok=True)
+            uri = read_only_uri(src)
+            before = file_state(src)
             try:
-                target = sqlite3.connect(tmp)
-                try:
-                    source.backup(target)   # all pages in one step: one read transaction, one consistent copy
-                    target.execute("PRAGMA journal_mode=WAL")   # as the store keeps its files
-                finally:
-                    target.close()
-            finally:
-                source.close()
-        except sqlite3.Error as err:
-            raise MemoryStoreError(str(src), f"backup to {dst} failed: {err}") from err
+                _copy_database(uri, tmp)
+            except sqlite3.Error as err:
+                raise MemoryStoreError(str(src), f"backup to {dst} failed: {err}") from err
+            if "immutable=1" not in uri or file_state(src) == before:
+                break
+        else:
+            raise MemoryStoreError(str(src), f"backup to {dst} failed: the file kept changing while it was copied "
+                                             "(a writer opening and closing it); try again")
         copy = SceneGraphStore(tmp, None, read_only=True, check_integrity=True)
         try:
             counts = [copy.count(t) for t in ("places", "objects", "edges")]
@@ -508,6 +536,39 @@ def backup_store(src: str | Path, dst: str | Path) -> BackupResult:
         for path in (tmp, *(tmp.with_name(tmp.name + s) for s in _SIDE_FILES)):
             path.unlink(missing_ok=True)
     return BackupResult(str(dst), dst.stat().st_size, *counts)
+
+
+def read_stably(path: Path, read: Callable[[SceneGraphStore], T], *, check_integrity: bool = False) -> T:
+    """`read(store)` on a read-only store of `path`, made again (up to STABLE_READ_TRIES times) when the file
+    changed under an immutable reader; the store is closed either way.
+
+    Raises:
+        MemoryStoreError (and the refusals of SceneGraphStore): the file cannot be read, or kept changing.
+    """
+    for _ in range(STABLE_READ_TRIES):
+        store = SceneGraphStore(path, None, read_only=True, check_integrity=check_integrity)
+        try:
+            out = read(store)
+            if not store.changed_under_read():
+                return out
+        finally:
+            store.close()
+    raise MemoryStoreError(str(path), "the file kept changing while it was read (a writer opening and closing "
+                                      "it); try again")
+
+
+def _copy_database(source_uri: str, target: Path) -> None:
+    """SQLite's online backup of the database at `source_uri` into the new file `target`, in WAL mode."""
+    source = sqlite3.connect(source_uri, uri=True)
+    try:
+        copy = sqlite3.connect(target)
+        try:
+            source.backup(copy)   # all pages in one step: one read transaction, one consistent copy
+            copy.execute("PRAGMA journal_mode=WAL")   # as the store keeps its files
+        finally:
+            copy.close()
+    finally:
+        source.close()
 
 
 def _blob(vec: np.ndarray) -> bytes:

@@ -149,3 +149,49 @@ def test_bad_files_are_refused_by_name_and_untouched(tmp_path):
 def test_writable_store_still_needs_an_embedding_dim(tmp_path):
     with pytest.raises(ValueError, match="embedding_dim"):
         SceneGraphStore(tmp_path / "x.db", None)
+
+
+def _writer_commits_and_closes(path, place_id):
+    """A memory node's store opening the file, committing a place and closing: its close checkpoints the log
+    into the file, rewriting pages an immutable reader may be in the middle of."""
+    writer = SceneGraphStore(path, 4)
+    with writer.transaction():
+        writer.insert_place(place_id, (float(place_id), 0.0, 0.0), 1, 1, None, np.ones(4, np.float32), None)
+        writer.set_next_node_id(place_id + 1)
+    writer.close()
+
+
+def test_a_read_the_file_changed_under_is_made_again(tmp_path, monkeypatch):
+    """No writer holds the file when the reader opens it (so it reads without locks), and one commits and closes
+    while it reads: read_snapshot, read_thumbnails and backup_store each read again, and give the new state."""
+    import memnav.core.memory.store as store_module
+
+    path = tmp_path / "m.sqlite"
+    _writer_commits_and_closes(path, 0)
+    assert not path.with_name(path.name + "-wal").exists()
+    load, loads = SceneGraphStore.load, []
+
+    def load_while_a_writer_comes(self, *args, **kwargs):
+        out = load(self, *args, **kwargs)
+        loads.append(self._state_at_open is not None)
+        if len(loads) == 1:
+            _writer_commits_and_closes(path, 1)
+        return out
+
+    monkeypatch.setattr(SceneGraphStore, "load", load_while_a_writer_comes)
+    assert read_snapshot(path).graph.place_ids.tolist() == [0, 1]
+    assert loads == [True, True]               # immutable both times; the second saw the file as it stayed
+    monkeypatch.setattr(SceneGraphStore, "load", load)
+
+    copy, copies = store_module._copy_database, []
+
+    def copy_while_a_writer_comes(uri, target):
+        copy(uri, target)
+        copies.append(uri)
+        if len(copies) == 1:
+            _writer_commits_and_closes(path, 2)
+
+    monkeypatch.setattr(store_module, "_copy_database", copy_while_a_writer_comes)
+    backup = store_module.backup_store(path, tmp_path / "backup.sqlite")
+    assert len(copies) == 2 and backup.places == 3
+    assert read_snapshot(tmp_path / "backup.sqlite").graph.place_ids.tolist() == [0, 1, 2]
