@@ -531,7 +531,7 @@ def backup_store(src: str | Path, dst: str | Path) -> BackupResult:
             copy.close()
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, dst)
+        _place_new_file(tmp, dst)
     finally:
         for path in (tmp, *(tmp.with_name(tmp.name + s) for s in _SIDE_FILES)):
             path.unlink(missing_ok=True)
@@ -555,6 +555,30 @@ def read_stably(path: Path, read: Callable[[SceneGraphStore], T], *, check_integ
             store.close()
     raise MemoryStoreError(str(path), "the file kept changing while it was read (a writer opening and closing "
                                       "it); try again")
+
+
+def _place_new_file(tmp: Path, dst: Path) -> None:
+    """Give the finished file `tmp` the name `dst`, which must not exist: a hard link fails on a file created
+    there since the backup checked (a rename would replace it); where the file system has no hard links, the
+    check is made again just before the rename. The folder is flushed so that the name survives a power cut."""
+    try:
+        os.link(tmp, dst)
+    except FileExistsError:
+        refuse_overwrite(dst)
+        raise
+    except OSError:
+        refuse_overwrite(dst)
+        os.replace(tmp, dst)
+    try:
+        fd = os.open(dst.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _copy_database(source_uri: str, target: Path) -> None:

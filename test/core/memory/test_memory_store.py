@@ -282,3 +282,21 @@ def test_a_backup_never_overwrites_and_refuses_a_source_it_cannot_read(tmp_path)
         backup_store(src, tmp_path / "new_copy.db")
     assert file_sha256(src) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.db", "m.db", "taken.db"]
+
+
+def test_a_file_created_at_the_backups_name_while_it_copies_is_not_overwritten(tmp_path, monkeypatch):
+    import memnav.core.memory.store as store_module
+
+    src = make_store(tmp_path / "m.db")
+    dst = tmp_path / "late.db"
+    copy = store_module._copy_database
+
+    def copy_then_someone_writes_dst(uri, target):
+        copy(uri, target)
+        dst.write_bytes(b"keep me")
+
+    monkeypatch.setattr(store_module, "_copy_database", copy_then_someone_writes_dst)
+    with pytest.raises(FileExistsError, match="late.db exists; a backup never overwrites"):
+        store_module.backup_store(src, dst)
+    assert dst.read_bytes() == b"keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.db", "m.db"]   # no temporary file left
