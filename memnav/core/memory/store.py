@@ -249,7 +249,11 @@ class SceneGraphStore:
                 raise CorruptStoreError(self.path, f"not a memnav memory database (schema_version {version}, "
                                                    f"application {meta.get('application')!r}, "
                                                    f"missing tables {missing})")
-            dim = int(meta.get("embedding_dim", "-1"))
+            try:
+                dim = int(meta.get("embedding_dim", "-1"))
+            except ValueError as err:
+                raise CorruptStoreError(self.path, f"meta embedding_dim {meta.get('embedding_dim')!r} is not an "
+                                                   "integer") from err
             if self.embedding_dim is None and dim > 0:
                 self.embedding_dim = dim
             if dim != self.embedding_dim:
@@ -447,7 +451,7 @@ class SceneGraphStore:
                 raise CorruptStoreError(self.path, "places table changed while loading")
             objects = [ObjectRow(id=r[0], class_id=r[1], instance_id=r[2], label=r[3], position_m=(r[4], r[5], r[6]),
                                  first_seen_ns=r[7], last_seen_ns=r[8], observation_count=r[9], room_id=r[10],
-                                 embedding=None if r[11] is None else np.frombuffer(r[11], "<f4").copy())
+                                 embedding=None if r[11] is None else self._object_embedding(r[0], r[11]))
                        for r in self._conn.execute("SELECT id, class_id, instance_id, label, x_m, y_m, z_m, "
                                                    "first_seen_ns, last_seen_ns, observation_count, room_id, "
                                                    "embedding FROM objects ORDER BY id")]
@@ -459,10 +463,13 @@ class SceneGraphStore:
         finally:
             if own and self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")   # it only read
-        for obj in objects:
-            if obj.embedding is not None and obj.embedding.shape != (d,):
-                raise CorruptStoreError(self.path, f"object {obj.id} embedding is not {d} float32 values")
         return LoadedGraph(ids, poses, first, last, visits, rooms, embs, objects, room_rows, edges, next_id)
+
+    def _object_embedding(self, object_id: int, blob: bytes) -> np.ndarray:
+        if len(blob) != 4 * (self.embedding_dim or 0):
+            raise CorruptStoreError(self.path, f"object {object_id} embedding is not {self.embedding_dim} float32 "
+                                               f"values ({len(blob)} bytes)")
+        return np.frombuffer(blob, "<f4").copy()
 
     def close(self) -> None:
         """Commit nothing further and close (a WAL checkpoint folds the log into the main file)."""

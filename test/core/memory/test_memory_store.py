@@ -177,6 +177,31 @@ def test_damaged_pages_are_refused_and_untouched(tmp_path):
     assert file_sha256(path) == before
 
 
+def test_hand_damaged_values_are_refused_as_corrupt_naming_what(tmp_path):
+    """A meta embedding_dim that is no integer, an object embedding of the wrong length: CorruptStoreError
+    naming it (not a bare ValueError a caller catching MemoryStoreError would miss); the file untouched."""
+    path = make_store(tmp_path / "m.sqlite", dim=4)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = 'four' WHERE key = 'embedding_dim'")
+    conn.commit()
+    conn.close()
+    before = file_sha256(path)
+    with pytest.raises(CorruptStoreError, match="embedding_dim 'four' is not an integer"):
+        SceneGraphStore(path, None, read_only=True)
+    assert file_sha256(path) == before
+    path = make_store(tmp_path / "o.sqlite", dim=4)
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO objects (id, class_id, instance_id, label, x_m, y_m, z_m, first_seen_ns, last_seen_ns, "
+                 "observation_count, room_id, embedding) VALUES (5, 1, NULL, 'lamp', 0, 0, 0, 1, 1, 1, NULL, ?)",
+                 (b"\x00" * 7,))
+    conn.commit()
+    conn.close()
+    store = SceneGraphStore(path, 4)
+    with pytest.raises(CorruptStoreError, match="object 5 embedding is not 4 float32 values"):
+        store.load()
+    store.close()
+
+
 def test_embedding_dim_mismatch_is_refused(tmp_path):
     path = make_store(tmp_path / "m.sqlite", dim=8)
     with pytest.raises(MemoryStoreError, match="embedding_dim is 8 in the file but 16"):
