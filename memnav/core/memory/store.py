@@ -638,6 +638,8 @@ def decode_png(data: bytes) -> np.ndarray:
         length, tag = struct.unpack(">I4s", data[pos : pos + 8])
         body = data[pos + 8 : pos + 8 + length]
         if tag == b"IHDR":
+            if len(body) != 13:
+                raise ValueError("thumbnail PNG is damaged (short IHDR chunk)")
             header = struct.unpack(">IIBBBBB", body)
         elif tag == b"IDAT":
             idat.append(body)
@@ -647,7 +649,10 @@ def decode_png(data: bytes) -> np.ndarray:
     if header is None or header[2:] != (8, 2, 0, 0, 0):
         raise ValueError("thumbnail PNG must be 8-bit RGB without interlace")
     w, h = header[0], header[1]
-    raw = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8).reshape(h, 1 + w * 3)
+    try:
+        raw = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8).reshape(h, 1 + w * 3)
+    except (zlib.error, ValueError) as err:
+        raise ValueError(f"thumbnail PNG is damaged ({err})") from err
     if np.any(raw[:, 0] != 0):
         raise ValueError("thumbnail PNG uses row filters this reader does not support")
     return raw[:, 1:].reshape(h, w, 3).copy()

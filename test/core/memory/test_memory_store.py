@@ -36,6 +36,9 @@ def test_png_round_trip_and_valid_chunks():
     assert crc == zlib.crc32(data[12 : 16 + length]) & 0xFFFFFFFF
     with pytest.raises(ValueError):
         decode_png(b"not a png")
+    for damaged in (data[:-20], data[:20], data[:40] + b"\x00" * 8 + data[48:]):   # truncated, torn IHDR, bad IDAT
+        with pytest.raises(ValueError, match="thumbnail PNG"):
+            decode_png(damaged)
 
 
 def test_new_file_is_versioned_wal_and_reloads(tmp_path):
