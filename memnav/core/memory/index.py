@@ -420,7 +420,8 @@ class EmbeddingIndex:
 
         Args:
             query: (dim,) float32 unit vector (validated by the caller).
-            k: number of results; fewer when the index holds fewer vectors.
+            k: number of results; fewer when the index holds fewer vectors, or (IVF mode) when the `nprobe`
+                lists scanned hold fewer than k together (a large k with a small nprobe).
             exact: scan every list even in IVF mode (for recall measurements).
             nprobe: IVF lists to scan for this query (default: the index's `nprobe`).
 
