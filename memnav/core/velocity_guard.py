@@ -137,7 +137,8 @@ def nearest_ahead_m(depth: np.ndarray, hfov_deg: float, camera_height_m: float, 
     pitched `pitch_deg` down from level; 0, NaN or inf = no return): the least distance ahead over every
     `stride`-th pixel whose point lies within `half_width_m` left or right of the camera and between
     OBSTACLE_MIN_HEIGHT_M and OBSTACLE_MAX_HEIGHT_M above the floor, the camera `camera_height_m` above it.
-    inf when no such point.
+    inf when no such point; 0 for a point at or behind the camera's vertical plane (a wide camera pitched far
+    down or up sees under or over itself: such a surface is as near as can be, and holds forward motion).
 
     Raises:
         ValueError: an image that is not 2-D, a field of view outside (0, 180) degrees or a height <= 0.
@@ -155,7 +156,7 @@ def nearest_ahead_m(depth: np.ndarray, hfov_deg: float, camera_height_m: float, 
         height = camera_height_m + rise
         inside = (np.isfinite(d) & (d > 0) & (np.abs(lat) <= half_width_m)
                   & (height >= OBSTACLE_MIN_HEIGHT_M) & (height <= OBSTACLE_MAX_HEIGHT_M))
-    return float(ahead[inside].min()) if inside.any() else math.inf
+    return max(0.0, float(ahead[inside].min())) if inside.any() else math.inf
 
 
 @dataclass(frozen=True)

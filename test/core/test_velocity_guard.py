@@ -174,6 +174,19 @@ def test_nearest_ahead_is_the_nearest_surface_in_the_robots_path():
         nearest_ahead_m(np.zeros((4, 4, 3)), *args)
 
 
+def test_a_surface_under_a_wide_camera_pitched_far_down_is_0_m_ahead_and_holds_forward():
+    """120 deg 4:3 camera pitched 45 deg down: its bottom rows look behind its vertical plane. A box right under
+    the lens lies at a negative distance ahead; it reads 0 m (the guard refused the negative value, and the
+    safety node's depth callback died with it)."""
+    depth = np.full((48, 64), 3.0, np.float32)
+    depth[-4:, :] = 0.3
+    ahead = nearest_ahead_m(depth, 120.0, 1.25, 0.25, pitch_deg=45.0)
+    assert ahead == 0.0
+    guard = VelocityGuard(stop_distance_m=0.5)
+    guard.obstacle(ahead, blind_share(depth))
+    assert guard.obstacle_ahead
+
+
 def test_a_camera_looking_down_sees_the_floor_as_floor_once_told_its_pitch():
     """A camera pitched 20 deg down over an empty floor: told, nothing is in the path; taken as level, the floor
     a few meters ahead comes out at obstacle height and would hold the robot."""
