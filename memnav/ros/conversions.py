@@ -103,8 +103,10 @@ def depth_to_image(depth: np.ndarray, stamp=None, frame_id: str = "camera_depth_
 
 
 def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:
-    """Heading about +z of a REP-103 orientation quaternion."""
-    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    """Heading about +z of a REP-103 orientation quaternion, of any non-zero length (the form with
+    1 - 2 (y^2 + z^2) holds for unit ones only: a quaternion 1% long, as a filter that does not renormalise gives,
+    was off by a degree, (0, 0, 1, 1) by 27)."""
+    return math.atan2(2.0 * (w * z + x * y), w * w + x * x - y * y - z * z)
 
 
 def _planar_pose(pose, what: str) -> Pose2D:

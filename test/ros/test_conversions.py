@@ -65,6 +65,22 @@ def test_odometry_round_trip_and_nan():
         cv.odometry_to_pose(bad)
 
 
+@pytest.mark.parametrize("scale", [0.2, 0.99, 1.01, 2.0])
+def test_odometry_heading_does_not_depend_on_the_quaternions_length(scale):
+    """A filter that does not renormalise sends quaternions a little (or a lot) off unit length: the same
+    heading, as the rotation they stand for, for yaws all round and a tilted robot's too."""
+    for yaw in np.linspace(-3.0, 3.0, 13):
+        msg = cv.pose_to_odometry(Pose2D(0.0, 0.0, float(yaw)))
+        q = msg.pose.pose.orientation
+        q.x, q.y, q.z, q.w = q.x * scale, q.y * scale, q.z * scale, q.w * scale
+        assert cv.odometry_to_pose(msg).yaw_rad == pytest.approx(yaw, abs=1e-9)
+    # pitched 10 deg and yawed 40 deg (ZYX), any scale: yaw 40 deg
+    cy, sy, cp, sp = math.cos(math.radians(20)), math.sin(math.radians(20)), math.cos(math.radians(5)), \
+        math.sin(math.radians(5))
+    x, y, z, w = -sy * sp, cy * sp, sy * cp, cy * cp
+    assert cv.yaw_from_quaternion(x * scale, y * scale, z * scale, w * scale) == pytest.approx(math.radians(40))
+
+
 def test_pose_estimate_reads_the_planar_pose_and_its_spread():
     from geometry_msgs.msg import PoseWithCovarianceStamped
 
