@@ -783,7 +783,8 @@ def _stop_metrics(frames: list[FrameRecord], goals: list[Goal], ref: np.ndarray,
     at_goal = {}
     for i in labelled:
         g = goals[frames[i].goal_index].pose
-        at_goal[i] = math.hypot(ref[i, 0] - g.x_m, ref[i, 1] - g.y_m) <= cfg.success_distance_m
+        # strictly within, as live success is (memnav.sim.metrics.is_success, after habitat-lab)
+        at_goal[i] = math.hypot(ref[i, 0] - g.x_m, ref[i, 1] - g.y_m) < cfg.success_distance_m
 
     def pr(attr: str) -> dict:
         tp = sum(1 for i in labelled if getattr(frames[i], attr) and at_goal[i])

@@ -603,6 +603,9 @@ def run(args: argparse.Namespace) -> int:
     unknown = [a for a in names if a not in AGENTS]
     if unknown:
         raise ValueError(f"--compare: unknown agent(s) {', '.join(unknown)}; available: {', '.join(AGENTS)}")
+    repeated = sorted({a for a in names if names.count(a) > 1})
+    if repeated:   # one row and one JSON entry per name (and, with --lifelong, one memory folder per name)
+        raise ValueError(f"--compare: agent(s) named twice: {', '.join(repeated)}; each agent runs once")
     if args.lifelong_visits < 0:
         raise ValueError(f"--lifelong-visits must be >= 0 (0 = one sequence per house), got {args.lifelong_visits}")
     if args.lifelong_visits and not args.lifelong:

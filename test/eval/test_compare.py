@@ -253,6 +253,9 @@ def test_unknown_compare_agent_and_wrong_checkpoint_are_clear_errors(setup, tmp_
     root, data = setup
     assert main(["eval", "--compare", "oracle,telepathy", "--data", str(data)]) == 2
     assert "telepathy" in capsys.readouterr().err
+    # a name given twice ran twice and printed one row (with --lifelong, the second run on the first's memory)
+    assert main(["eval", "--compare", "oracle,random,oracle", "--data", str(data)]) == 2
+    assert "agent(s) named twice: oracle" in capsys.readouterr().err
     assert main(["eval", "--agent", "oracle", "--data", str(data), "--workers", "-1"]) == 2
     assert "--workers" in capsys.readouterr().err
     bad = tmp_path / "pol"

@@ -467,3 +467,20 @@ def test_help_describes_empty_values_in_words(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "{," not in text and "--distro DISTRO" in text and "humble, iron, jazzy, kilted" in text
     assert "goal depth images ('' = none" in text and "goal pose annotations, map frame ('' = none" in text
+
+
+def test_a_stop_exactly_at_the_success_radius_is_outside_it_as_in_live_evaluation():
+    """Live success is strictly within success_distance_m (after habitat-lab); eval-bag's at-goal label too."""
+    from memnav.core.memory.scene_graph import InsertKind
+    from memnav.core.types import Pose2D
+    from memnav.eval.eval_bag import FrameRecord, Goal, _stop_metrics
+    from memnav.sim.metrics import is_success
+
+    cfg = EvalConfig()
+    goal = Goal(0, np.zeros((4, 4, 3), np.uint8), None, Pose2D(0.0, 0.0, 0.0))
+    for x_m, inside in ((cfg.success_distance_m, False), (cfg.success_distance_m - 1e-6, True)):
+        frame = FrameRecord(10, Pose2D(x_m, 0, 0), Pose2D(x_m, 0, 0), InsertKind.NEW_PLACE, 0, goal_index=0,
+                            similarity=0.9, belief=0.99, stop=True, stop_fixed=True)
+        metrics = _stop_metrics([frame], [goal], np.array([[x_m, 0.0, 0.0]]), np.array([True]), cfg)
+        assert metrics["episodes"][0]["first_stop_within_radius"] is inside
+        assert is_success(True, x_m, cfg.success_distance_m) is inside
