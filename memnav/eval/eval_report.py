@@ -449,21 +449,27 @@ def plot_lifelong(agents: dict[str, dict], path: Path) -> bool:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3.8))
     if len(curves) == 1:   # one agent: each house's own visits, faint, behind the mean over houses
+        agent = next(iter(agents[n] for n in curves))
+        # --lifelong-visits V: each house's episodes are sequences of V visits, each from an empty memory, and
+        # the curve has V points; an episode is drawn at its visit in its sequence (k mod V), as the curve counts
+        every = int(agent.get("lifelong_visits") or 0)
         houses: dict[str, list[float]] = {}
-        for e in next(iter(agents[n] for n in curves))["per_episode"]:
+        for e in agent["per_episode"]:
             houses.setdefault(Path(e["scene_id"]).stem, []).append(e["spl"])
         for k, spls in enumerate(houses.values()):
-            ax.plot(np.arange(1, len(spls) + 1), spls, "_", ms=5, alpha=0.45, color="0.45",
+            visit = np.arange(len(spls)) % every + 1 if every > 0 else np.arange(1, len(spls) + 1)
+            ax.plot(visit, spls, "_", ms=5, alpha=0.45, color="0.45", linestyle="none",
                     label="each house's episode" if k == 0 else None)
     for name, curve in curves.items():
         visits = np.arange(1, len(curve) + 1)
         line = ax.plot(visits, curve, "o", ms=3, alpha=0.5)[0]
-        if len(curve) >= 5:
+        if len(curve) >= 10:   # a running mean of 5 over fewer points would be one or a few points
             k = 5
             smooth = np.convolve(curve, np.ones(k) / k, mode="valid")
             ax.plot(visits[k // 2:len(curve) - k // 2], smooth, "-", color=line.get_color(),
                     label=f"{name} (running mean of 5)")
         else:
+            line.set_linestyle("-")
             line.set_label(name)
     ax.set(xlabel="visit index (episodes in the same house so far)", ylabel="SPL (mean over houses)",
            ylim=(-0.03, 1.03), title="lifelong: SPL against visit index")

@@ -210,3 +210,24 @@ def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys,
     assert "<td>encoder</td><td>models/encoder.pt</td>" in page
     assert ("<td>exploring_options</td><td>told defaults; untold keep_unseen_obstacles=True, map_range_m=4.0</td>"
             in page)
+
+
+def test_the_lifelong_figure_draws_each_episode_at_its_visit_of_its_sequence(monkeypatch, tmp_path):
+    """--lifelong-visits 5 over 15 episodes per house: the faint per-episode marks at visits 1-5, as the curve
+    (5 points, drawn joined: a running mean of 5 over 5 points would be one point)."""
+    import memnav.eval.eval_report as er
+    from memnav.core.types import EpisodeStatus
+    from memnav.sim.metrics import EpisodeResult, lifelong_spl_by_visit
+
+    results = [EpisodeResult(f"{h}_{i}", h, 1.0, 0.1 * (i % 5) + 0.5, 0.5, 0.5, 3, 3, 10, EpisodeStatus.STOPPED)
+               for h in ("house_a", "house_b") for i in range(15)]
+    agent = {"per_episode": [r.to_json() for r in results], "lifelong_spl_by_visit": lifelong_spl_by_visit(results, 5),
+             "lifelong_visits": 5}
+    figures = []
+    monkeypatch.setattr(er, "_save", lambda fig, path: figures.append(fig))
+    assert er.plot_lifelong({"memnav": agent}, tmp_path / "unused.png")
+    lines = {line.get_label(): line for line in figures[0].axes[0].get_lines()}
+    faint = [x for line in figures[0].axes[0].get_lines() if line.get_color() == "0.45" for x in line.get_xdata()]
+    assert sorted(set(faint)) == [1, 2, 3, 4, 5] and len(faint) == 30
+    assert list(lines["memnav"].get_xdata()) == [1, 2, 3, 4, 5]
+    assert list(lines["memnav"].get_ydata()) == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9])
