@@ -128,6 +128,7 @@ def build(node) -> Callable[[], None]:
     import rclpy
     from geometry_msgs.msg import Twist, TwistStamped
     from nav_msgs.msg import Odometry
+    from rclpy.clock import Clock, ClockType
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import CameraInfo, Image
     from std_msgs.msg import Bool, String
@@ -282,7 +283,9 @@ def build(node) -> Callable[[], None]:
         node.create_subscription(CameraInfo, "camera/color/camera_info", on_camera_info, qos_profile_sensor_data)
     node.create_subscription(Odometry, "odom", watch(Source.ODOM, conv.odometry_to_pose), qos_profile_sensor_data)
     node.create_subscription(Bool, "memnav/estop", on_estop, 10)
-    node.create_timer(1.0 / cfg.rate_hz, on_tick)
+    # on the steady clock, as the watchdog measures input ages: with use_sim_time a tick on the node's clock waits
+    # for /clock, and a stalled simulator or an ended replay would leave the base without its zero command
+    node.create_timer(1.0 / cfg.rate_hz, on_tick, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def close() -> None:
         if rclpy.ok():                 # leave the base commanded to stand still

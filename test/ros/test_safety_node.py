@@ -316,3 +316,26 @@ def test_a_stamped_base_gets_twist_stamped_and_check_names_the_setting(monkeypat
     assert len(lines) == 5, out
     stamps = [float(stamp) for _, stamp, _ in lines]
     assert stamps == sorted(stamps) and stamps[0] > 1e9 and all(float(v) == 0.0 for _, _, v in lines), lines
+
+
+def test_under_sim_time_without_clock_the_watchdog_still_sends_zero(monkeypatch):
+    """use_sim_time with no /clock (a stalled simulator, an ended replay): the control loop runs on the steady
+    clock, as the watchdog's ages do, so the base still gets its zero command."""
+    from geometry_msgs.msg import Twist
+
+    domain = 40 + ((os.getpid() + 131) % 150)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args", "-p", "use_sim_time:=true"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_safety_sim_time")
+    cmds = []
+    node.create_subscription(Twist, "/cmd_vel", lambda m: cmds.append((m.linear.x, m.angular.z)), 100)
+    try:
+        assert spin_until(node, lambda: len(cmds) >= 10, 60.0), (len(cmds), proc.poll())
+        assert set(cmds) == {(0.0, 0.0)}
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])
