@@ -76,7 +76,9 @@ def _check_file(path: Path, what: str) -> None:
 
 
 def check_goal_image(image: object) -> np.ndarray:
-    """A goal image as uint8 (H, W, 3): grey and RGBA are converted, float [0, 1] scaled.
+    """A goal image as uint8 (H, W, 3): grey and RGBA are converted, unsigned integers scaled from their full range
+    (a 16-bit image divided by 257), floats from [0, 1] when no value exceeds 1 (else taken as 0-255), signed
+    integers taken as 0-255.
 
     Raises:
         ValueError: empty, not an image, or not finite.
@@ -95,12 +97,23 @@ def check_goal_image(image: object) -> np.ndarray:
         f = img.astype(np.float64)
         if not np.isfinite(f).all():
             raise ValueError("goal image has non-finite values")
-        if f.max() <= 1.0:
+        if np.issubdtype(img.dtype, np.unsignedinteger) or img.dtype == np.bool_:
+            f = f * (255.0 / (1.0 if img.dtype == np.bool_ else np.iinfo(img.dtype).max))   # full range to 0-255
+        elif np.issubdtype(img.dtype, np.integer):
+            if f.min() < 0 or f.max() > 255:
+                raise ValueError(f"goal image of signed integers ({img.dtype}) must hold 0-255, got "
+                                 f"{f.min():g}-{f.max():g}")
+        elif f.max() <= 1.0:                       # floats: 0-1 if no value exceeds 1, else 0-255
             f = f * 255.0
         img = np.clip(f, 0, 255).astype(np.uint8)
     if min(img.shape[:2]) < 8:
         raise ValueError(f"goal image of {img.shape[1]}x{img.shape[0]} px is too small to encode")
     return np.ascontiguousarray(img)
+
+
+def _no_constant(name: str) -> None:
+    """json.loads reads NaN, Infinity and -Infinity, which JSON has not (write_goal_photo never writes them)."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _read_rgb(path: Path) -> np.ndarray:
@@ -166,7 +179,7 @@ def read_goal_photo(photo: Path | str, depth: Path | str | None = None, find_dep
     meta_file = meta_path_for(photo)
     if meta_file.is_file():
         try:
-            meta = json.loads(meta_file.read_text())
+            meta = json.loads(meta_file.read_text(), parse_constant=_no_constant)
         except (ValueError, UnicodeDecodeError) as err:
             raise GoalPhotoError(f"goal photo record {meta_file} is not JSON: {err}") from None
         if not isinstance(meta, dict):

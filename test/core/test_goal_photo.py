@@ -93,6 +93,17 @@ def test_a_bad_photo_is_named(tmp_path, case):
     assert str(path) in str(err.value)
 
 
+def test_a_record_with_nan_or_infinity_is_refused_by_name(tmp_path):
+    """JSON has no NaN or Infinity (the writer never writes them); a hand-edited record holding one is refused
+    naming the file, instead of a NaN capture pose reaching `goal send`'s report."""
+    path = tmp_path / "goal.png"
+    write_goal_photo(path, _goal())
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        meta_path_for(path).write_text('{"odom_pose": {"x_m": ' + constant + ', "y_m": 1.0, "yaw_rad": 0.0}}')
+        with pytest.raises(GoalPhotoError, match=f"{meta_path_for(path)} is not JSON: {constant} is not a JSON"):
+            read_goal_photo(path)
+
+
 def test_a_bad_depth_is_named(tmp_path):
     goal = _goal()
     write_goal_photo(tmp_path / "g.png", GoalPhoto(goal.rgb))

@@ -130,6 +130,12 @@ def test_goal_image_checks():
     assert grey.shape == (20, 30, 3) and grey.dtype == np.uint8 and grey[0, 0, 0] == 127
     rgba = check_goal_image(np.zeros((16, 16, 4), np.uint8))
     assert rgba.shape == (16, 16, 3)
+    # integers: unsigned ones from their full range (a 16-bit image is not clipped white), signed ones as 0-255
+    wide = check_goal_image(np.full((16, 16, 3), [1000, 30000, 65535], np.uint16))
+    assert wide[0, 0].tolist() == [3, 116, 255]
+    assert check_goal_image(np.full((16, 16), 1, np.int64))[0, 0, 0] == 1     # not stretched to 255
+    with pytest.raises(ValueError, match="signed integers"):
+        check_goal_image(np.full((16, 16, 3), 300, np.int32))
 
 
 def test_goal_of_another_size_is_resized(encoder):
