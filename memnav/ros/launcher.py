@@ -49,6 +49,7 @@ import datetime
 import math
 import os
 import queue
+import re
 import shlex
 import shutil
 import signal
@@ -67,6 +68,7 @@ import yaml
 # A node that refuses its configuration (a bad or unknown parameter, a missing model file) logs one line and exits
 # with the memnav nodes' CONFIG_ERROR_EXIT. Restarting it cannot help, so such a node is never respawned and its
 # exit ends the launch, with this status.
+from memnav.core.namespaces import absolute_namespace
 from memnav.ros.stack_node import CONFIG_ERROR_EXIT
 
 SUPPORTED_ACTIONS = ("arg", "group", "node", "push_ros_namespace", "set_env")
@@ -87,6 +89,7 @@ _FALSE = ("false", "0", "no", "off")
 _CONDITION_TRUE = ("true", "1")
 _CONDITION_FALSE = ("false", "0")
 _BOOTSTRAP_MARK = "_ROS_WHEELS_BOOTSTRAP_COMPLETE"
+_NODE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # rcl's node name rule (no '~' or substitutions left)
 
 
 class LaunchError(ValueError):
@@ -765,6 +768,8 @@ def resolve_launch(launch: LaunchFile, overrides: Mapping[str, str] | None = Non
                 where = f"{launch.path}: arg {action.name}"
                 if action.name in overrides:
                     value = overrides[action.name]
+                elif action.name in scope.variables:   # declared before (ROS 2: a default never overrides)
+                    value = scope.variables[action.name]
                 elif action.default is not None:
                     value = _substitute(action.default, where, scope.variables, env)
                 else:
@@ -832,7 +837,15 @@ def _resolve_node(node: NodeAction, scope: _Scope, env: Mapping[str, str],
     name = sub(node.name) if node.name is not None else None
     if name is not None and (not name or "/" in name):
         raise LaunchError(f"{where}.name: a node name has no '/' (use namespace), got {name!r}")
+    if name is not None and not _NODE_NAME.fullmatch(name):
+        raise LaunchError(f"{where}.name: a ROS node name is letters, digits and underscores, not starting with a "
+                          f"digit, got {name!r}")
     namespace = _join_namespace(scope.namespace, sub(node.namespace) if node.namespace is not None else None)
+    if namespace is not None and namespace != "/":
+        try:   # as launch_ros validates it, before anything starts (rcl would refuse it in every node)
+            absolute_namespace(namespace, option=f"{where}.namespace")
+        except ValueError as err:
+            raise LaunchError(str(err)) from None
     params: list[ParamFile | ParamValue] = []
     for p in node.params:
         if isinstance(p, ParamFile):
@@ -854,16 +867,20 @@ def _resolve_node(node: NodeAction, scope: _Scope, env: Mapping[str, str],
         delay = float(sub(node.respawn_delay))
     except ValueError as err:
         raise LaunchError(f"{where}.respawn_delay: expected seconds, got {node.respawn_delay!r}") from err
-    if delay < 0:
+    if not (math.isfinite(delay) and delay >= 0):
         raise LaunchError(f"{where}.respawn_delay: expected a non-negative number of seconds, got {delay}")
     try:
         args = tuple(shlex.split(sub(node.args)))
     except ValueError as err:
         raise LaunchError(f"{where}.args: {err}") from err
     base = name or executable
-    labels[base] += 1
+    label, n = base, 1
+    while labels[label]:   # taken: by a node of this name before, or as another's suffixed label (foo-2)
+        n += 1
+        label = f"{base}-{n}"
+    labels[label] += 1
     return NodeSpec(
-        label=base if labels[base] == 1 else f"{base}-{labels[base]}",
+        label=label,
         executable=executable,
         pkg=sub(node.pkg) if node.pkg is not None else None,
         name=name,
@@ -1172,17 +1189,20 @@ class Supervisor:
                 report=NodeReport(spec.label, tail=collections.deque(maxlen=tail_lines))))
         self.reports: dict[str, NodeReport] = {m.spec.label: m.report for m in self._managed}
         self.interrupted = False
+        self._hurry = False   # a second signal came during the shutdown: no more waiting
 
     # -- public ----------------------------------------------------------------------------------------------
 
     def run(self) -> int:
         """Start every node, supervise until the launch ends, shut down; return the exit status.
 
-        SIGINT and SIGTERM handlers are installed for the duration when called from the main thread.
+        SIGINT, SIGTERM and SIGHUP handlers are installed for the duration when called from the main thread (the
+        nodes run in sessions of their own, so a closed terminal's SIGHUP reaches only the launcher, which must
+        then stop them rather than die and leave them running).
         """
         handlers = {}
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 handlers[signum] = signal.signal(signum, self._on_signal)
         try:
             try:
@@ -1286,9 +1306,10 @@ class Supervisor:
                 event = self._events.get(timeout=timeout)
             except queue.Empty:
                 event = None
-            for m in self._managed:
-                if m.respawn_at is not None and m.respawn_at <= time.monotonic():
-                    self._start(m)
+            if event is None or event[0] not in ("signal", "stop"):   # never restart a node once asked to stop
+                for m in self._managed:
+                    if m.respawn_at is not None and m.respawn_at <= time.monotonic():
+                        self._start(m)
             if event is None:
                 continue
             if event[0] == "signal":
@@ -1383,6 +1404,7 @@ class Supervisor:
         labels = {g: m.spec.label for m in self._managed for g in m.groups}
         steps = ((signal.SIGINT, self.shutdown_timeout_s), (signal.SIGTERM, self.shutdown_timeout_s),
                  (signal.SIGKILL, 5.0))
+        self._hurry = False
         for signum, timeout in steps:
             alive = sorted(_alive_groups(list(labels)))
             if not alive:
@@ -1392,7 +1414,8 @@ class Supervisor:
                 self._say(f"still running: {names}; sending {signal.Signals(signum).name}")
             for group in alive:
                 _signal_group(group, signum)
-            self._wait_groups(alive, timeout)
+            # after a second Ctrl-C no step waits more than a moment: SIGTERM, then SIGKILL
+            self._wait_groups(alive, min(timeout, 0.2) if self._hurry else timeout)
         for m in self._managed:
             if m.popen is not None:
                 try:
@@ -1419,6 +1442,7 @@ class Supervisor:
                 continue
             if event[0] == "signal":
                 self._say(f"{signal.Signals(event[1]).name} received again, not waiting")
+                self._hurry = True
                 return
             if event[0] == "exit" and event[2] is event[1].popen:
                 self._stopped(event[1], event[3])

@@ -638,6 +638,104 @@ def test_ctrl_c_shuts_down_cleanly_through_the_cli(tmp_path):
     assert wait_for(lambda: not running(parent) and not running(child), 2)
 
 
+def test_plan_refusals_and_rules_found_by_a_review(tmp_path):
+    """Labels stay unique when a node's own name looks like another's suffixed label; respawn_delay must be a
+    finite number; node names and namespaces rcl would refuse are refused before anything starts (exit 2, not
+    every node crashing); a re-declared argument keeps the value it has (ROS 2: a default never overrides)."""
+    plan = plan_of(tmp_path, """\
+        launch:
+        - node: {exec: sh, name: foo}
+        - node: {exec: sh, name: foo}
+        - node: {exec: foo-2}
+        """)
+    assert [n.label for n in plan.nodes] == ["foo", "foo-2", "foo-2-2"]   # an unnamed node goes by its executable
+    for delay in (".nan", ".inf"):
+        with pytest.raises(LaunchError, match="respawn_delay: expected a non-negative number of seconds"):
+            plan_of(tmp_path, f"launch:\n- node: {{exec: sh, respawn: true, respawn_delay: {delay}}}\n")
+    for body, named in (("- push_ros_namespace: {namespace: 1robot}\n- node: {exec: sh}", "namespace"),
+                        ("- node: {exec: sh, namespace: robot-1}", "namespace"),
+                        ("- node: {exec: sh, name: my node}", "name")):
+        with pytest.raises(LaunchError, match=rf"node\.{named}:? .*ROS"):
+            plan_of(tmp_path, "launch:\n" + body + "\n")
+    assert plan_of(tmp_path, "launch:\n- node: {exec: sh, namespace: /}\n").nodes[0].namespace == "/"
+    redeclared = """\
+        launch:
+        - arg: {name: mode, default: fast}
+        - arg: {name: mode, default: slow}
+        - node: {exec: sh, args: "--mode $(var mode)"}
+        """
+    assert plan_of(tmp_path, redeclared).nodes[0].args == ("--mode", "fast")
+    assert plan_of(tmp_path, redeclared, mode="other").nodes[0].args == ("--mode", "other")
+
+
+def test_a_crash_of_a_node_sharing_a_label_pattern_still_fails_the_launch(tmp_path):
+    executable(tmp_path / "bin", "ok", "exit 0\n")
+    executable(tmp_path / "bin", "bad", "exit 7\n")
+    executable(tmp_path / "bin", "foo-2", "sleep 0.5\nexit 0\n")
+    sup, status, _, log, _ = supervise(tmp_path, """\
+        launch:
+        - node: {exec: ok, name: foo}
+        - node: {exec: bad, name: foo}
+        - node: {exec: foo-2}
+        """)
+    assert status == 1 and sup.reports["foo-2"].returncode == 7, log
+
+
+def test_no_respawn_after_ctrl_c_and_a_second_ctrl_c_skips_every_wait(tmp_path):
+    """A node due for a respawn is not restarted once Ctrl-C came; a second Ctrl-C during the shutdown skips
+    the SIGTERM wait too, not only the SIGINT one (a node deaf to both is killed at once)."""
+    executable(tmp_path / "bin", "flaky", "echo run\nexit 1\n")
+    executable(tmp_path / "bin", "deaf", "trap '' INT TERM\nwhile true; do sleep 0.1; done\n")
+    plan = plan_of(tmp_path, """\
+        launch:
+        - node: {exec: flaky, respawn: true, respawn_delay: 0.5, output: screen}
+        - node: {exec: deaf}
+        """)
+    log = io.StringIO()
+    sup = Supervisor(plan.nodes, exec_paths=[tmp_path / "bin"], shutdown_timeout_s=30.0, out=io.StringIO(), log=log,
+                     log_dir=tmp_path / "logs", respawn_limit=RespawnLimit(exits=100, within_s=0.01))
+
+    def ctrl_c_twice():
+        # the first while flaky waits out its respawn delay, the second once the shutdown has begun
+        wait_for(lambda: "respawning in" in log.getvalue())
+        sup._events.put(("signal", signal.SIGINT))
+        wait_for(lambda: "SIGINT received, shutting down" in log.getvalue())
+        time.sleep(0.5)
+        sup._events.put(("signal", signal.SIGINT))
+
+    thread = threading.Thread(target=ctrl_c_twice)
+    thread.start()
+    start = time.monotonic()
+    sup.run()
+    thread.join()
+    took = time.monotonic() - start
+    text = log.getvalue()
+    assert text.count("flaky: started") == 1, text     # the due respawn never came
+    assert "received again, not waiting" in text and "sending SIGKILL" in text, text
+    assert took < 15.0, (took, text)                   # 30 s SIGINT and 30 s SIGTERM waits skipped
+
+
+def test_sighup_from_a_closed_terminal_stops_the_nodes(tmp_path):
+    """The nodes run in sessions of their own, so a terminal's hangup reaches the launcher alone: it shuts them
+    down instead of dying and leaving them running."""
+    pids = tmp_path / "pid"
+    executable(tmp_path / "bin", "worker", f"echo $$ > {pids}\nexec sleep 120\n")
+    path = write(tmp_path, "t.launch.yaml", "launch:\n- node: {exec: worker, output: screen}\n")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "ROS_LOG_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert wait_for(lambda: pids.exists() and pids.read_text().strip().isdigit(), 20), "worker did not start"
+        worker = int(pids.read_text())
+        os.kill(proc.pid, signal.SIGHUP)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "SIGHUP received, shutting down" in out, out
+    assert wait_for(lambda: not running(worker), 5), "the node outlived its launcher"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The real sim_bridge_node
 
