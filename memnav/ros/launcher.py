@@ -482,6 +482,33 @@ def _resolve(template: Template, where: str, variables: Mapping[str, str], env: 
     return "".join(out)
 
 
+def _split_args(text: str, where: str, variables: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, ...]:
+    """A node's `args` as ROS 2 launch splits them: the literal text by the shell's rules (quotes and all), each
+    substitution's value kept inside the argument it stands in, whatever spaces or quotes it holds (`--data
+    $(var data)` with data "/tmp/my maps" is two arguments, not three). An argument that is a substitution alone
+    and resolves to nothing is left out (an optional flag given as an empty argument)."""
+    template = _parse_template(text, where)
+    values: list[str] = []
+    masked = []
+    for part in template:
+        if isinstance(part, str):
+            masked.append(part)
+        else:
+            masked.append(f"\0{len(values)}\0")
+            values.append(_resolve((part,), where, variables, env))
+    try:
+        tokens = shlex.split("".join(masked))
+    except ValueError as err:
+        raise LaunchError(f"{where}: {err}") from err
+    out = []
+    for token in tokens:
+        pieces = token.split("\0")   # literal, index, literal, index, ..., literal
+        if len(pieces) == 3 and not pieces[0] and not pieces[2] and not values[int(pieces[1])]:
+            continue
+        out.append("".join(values[int(p)] if i % 2 else p for i, p in enumerate(pieces)))
+    return tuple(out)
+
+
 def _launch_equal(left: str, right: str) -> bool:
     """`$(equals A B)` as ROS 2 launch compares: booleans by truth (true/false/1/0, any case), numbers within
     floating-point closeness, anything else as text."""
@@ -869,10 +896,7 @@ def _resolve_node(node: NodeAction, scope: _Scope, env: Mapping[str, str],
         raise LaunchError(f"{where}.respawn_delay: expected seconds, got {node.respawn_delay!r}") from err
     if not (math.isfinite(delay) and delay >= 0):
         raise LaunchError(f"{where}.respawn_delay: expected a non-negative number of seconds, got {delay}")
-    try:
-        args = tuple(shlex.split(sub(node.args)))
-    except ValueError as err:
-        raise LaunchError(f"{where}.args: {err}") from err
+    args = _split_args(node.args, f"{where}.args", scope.variables, env)
     base = name or executable
     label, n = base, 1
     while labels[label]:   # taken: by a node of this name before, or as another's suffixed label (foo-2)

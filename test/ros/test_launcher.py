@@ -666,6 +666,18 @@ def test_plan_refusals_and_rules_found_by_a_review(tmp_path):
         """
     assert plan_of(tmp_path, redeclared).nodes[0].args == ("--mode", "fast")
     assert plan_of(tmp_path, redeclared, mode="other").nodes[0].args == ("--mode", "other")
+    # args: a substitution's value stays one argument, spaces and quotes and all (ROS 2's rule); literal text is
+    # split by the shell's rules; a substitution alone that resolves to nothing adds no argument
+    spaced = """\
+        launch:
+        - arg: {name: data, default: "/tmp/my maps"}
+        - arg: {name: extra, default: ""}
+        - node: {exec: sh, args: "--data $(var data) --name 'a $(var data)' $(var extra) --x=$(var extra)"}
+        """
+    assert plan_of(tmp_path, spaced).nodes[0].args == ("--data", "/tmp/my maps", "--name", "a /tmp/my maps", "--x=")
+    assert plan_of(tmp_path, spaced, data="bob's maps").nodes[0].args[:2] == ("--data", "bob's maps")
+    with pytest.raises(LaunchError, match=r"node\.args: No closing quotation"):
+        plan_of(tmp_path, "launch:\n- node: {exec: sh, args: \"--name 'open\"}\n")
 
 
 def test_a_crash_of_a_node_sharing_a_label_pattern_still_fails_the_launch(tmp_path):
