@@ -19,6 +19,18 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def run_sql(path: Path, statement: str, params: tuple = ()) -> None:
+    """One SQL statement on the SQLite file `path`, committed: to damage or age a memory database by hand."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(statement, params)
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def write_two_room_scene(folder: Path, name: str = "two_rooms", with_stage_config: bool = True) -> Path:
     """An 8 m x 4 m box split by a wall at x = 4 m with a 1 m door at z in [1.5, 2.5] (Y up, meters).
 

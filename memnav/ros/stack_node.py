@@ -208,7 +208,8 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:
-        if not shut_down():
+        # only once the nodes run (start_nodes shuts rclpy down itself before raising a build's bug)
+        if not built or not shut_down():
             raise
     finally:
         for node, close in reversed(built):

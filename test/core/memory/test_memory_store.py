@@ -4,7 +4,7 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import file_sha256
+from conftest import file_sha256, run_sql
 
 from memnav.core.memory.store import (
     SCHEMA_VERSION,
@@ -111,9 +111,7 @@ def test_a_first_creation_killed_before_its_schema_committed_is_created_anew(tmp
     assert reader.load().place_ids.tolist() == [0]
     reader.close()
     other = tmp_path / "other.sqlite"
-    conn = sqlite3.connect(other)
-    conn.execute("CREATE TABLE notes (t TEXT)")
-    conn.close()
+    run_sql(other, "CREATE TABLE notes (t TEXT)")
     before = file_sha256(other)
     with pytest.raises(CorruptStoreError):
         SceneGraphStore(other, 4)
@@ -131,10 +129,7 @@ def test_transaction_rolls_back_on_error(tmp_path):
 
 def test_newer_schema_is_refused_and_file_untouched(tmp_path):
     path = make_store(tmp_path / "m.sqlite")
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
-    conn.commit()
-    conn.close()
+    run_sql(path, "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     before = file_sha256(path)
     with pytest.raises(SchemaVersionError) as info:
         SceneGraphStore(path, 8)
@@ -156,10 +151,7 @@ def test_garbage_file_is_refused_and_untouched(tmp_path):
 
 def test_foreign_sqlite_database_is_refused(tmp_path):
     path = tmp_path / "other.sqlite"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE customers (id INTEGER)")
-    conn.commit()
-    conn.close()
+    run_sql(path, "CREATE TABLE customers (id INTEGER)")
     before = file_sha256(path)
     with pytest.raises(CorruptStoreError, match="not a memnav memory"):
         SceneGraphStore(path, 8)
@@ -168,9 +160,7 @@ def test_foreign_sqlite_database_is_refused(tmp_path):
 
 def test_damaged_pages_are_refused_and_untouched(tmp_path):
     path = make_store(tmp_path / "m.sqlite")
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+    run_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)")
     raw = bytearray(path.read_bytes())
     raw[100:4096] = b"\xff" * (4096 - 100)   # wipe the schema page after the 100-byte file header
     path.write_bytes(bytes(raw))
@@ -184,21 +174,15 @@ def test_hand_damaged_values_are_refused_as_corrupt_naming_what(tmp_path):
     """A meta embedding_dim that is no integer, an object embedding of the wrong length: CorruptStoreError
     naming it (not a bare ValueError a caller catching MemoryStoreError would miss); the file untouched."""
     path = make_store(tmp_path / "m.sqlite", dim=4)
-    conn = sqlite3.connect(path)
-    conn.execute("UPDATE meta SET value = 'four' WHERE key = 'embedding_dim'")
-    conn.commit()
-    conn.close()
+    run_sql(path, "UPDATE meta SET value = 'four' WHERE key = 'embedding_dim'")
     before = file_sha256(path)
     with pytest.raises(CorruptStoreError, match="embedding_dim 'four' is not an integer"):
         SceneGraphStore(path, None, read_only=True)
     assert file_sha256(path) == before
     path = make_store(tmp_path / "o.sqlite", dim=4)
-    conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO objects (id, class_id, instance_id, label, x_m, y_m, z_m, first_seen_ns, last_seen_ns, "
-                 "observation_count, room_id, embedding) VALUES (5, 1, NULL, 'lamp', 0, 0, 0, 1, 1, 1, NULL, ?)",
-                 (b"\x00" * 7,))
-    conn.commit()
-    conn.close()
+    run_sql(path, "INSERT INTO objects (id, class_id, instance_id, label, x_m, y_m, z_m, first_seen_ns, last_seen_ns, "
+            "observation_count, room_id, embedding) VALUES (5, 1, NULL, 'lamp', 0, 0, 0, 1, 1, 1, NULL, ?)",
+            (b"\x00" * 7,))
     store = SceneGraphStore(path, 4)
     with pytest.raises(CorruptStoreError, match="object 5 embedding is not 4 float32 values"):
         store.load()
@@ -301,10 +285,7 @@ def test_a_backup_never_overwrites_and_refuses_a_source_it_cannot_read(tmp_path)
     garbage.write_bytes(b"x" * 4096)
     with pytest.raises(CorruptStoreError, match="garbage.db"):
         backup_store(garbage, tmp_path / "g_copy.db")
-    conn = sqlite3.connect(src)
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
-    conn.commit()
-    conn.close()
+    run_sql(src, "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     before = file_sha256(src)
     with pytest.raises(SchemaVersionError):
         backup_store(src, tmp_path / "new_copy.db")

@@ -1,10 +1,9 @@
 """Read-only snapshots of a stored memory: counts, networkx graph, and that nothing is written."""
-import sqlite3
 
 import networkx as nx
 import numpy as np
 import pytest
-from conftest import file_sha256
+from conftest import file_sha256, run_sql
 
 from memnav.core.memory import (
     CorruptStoreError,
@@ -136,10 +135,7 @@ def test_bad_files_are_refused_by_name_and_untouched(tmp_path):
     assert junk.read_bytes() == b"not a database at all" * 10
     newer = tmp_path / "newer.db"
     SceneGraphMemory(SceneGraphConfig(embedding_dim=DIM, db_path=str(newer))).close()
-    conn = sqlite3.connect(newer)
-    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    conn.commit()
-    conn.close()
+    run_sql(newer, "UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     before = file_sha256(newer)
     with pytest.raises(SchemaVersionError, match="newer.db"):
         read_snapshot(newer)
