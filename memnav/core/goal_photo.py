@@ -97,8 +97,8 @@ def check_goal_image(image: object) -> np.ndarray:
         f = img.astype(np.float64)
         if not np.isfinite(f).all():
             raise ValueError("goal image has non-finite values")
-        if np.issubdtype(img.dtype, np.unsignedinteger) or img.dtype == np.bool_:
-            f = f * (255.0 / (1.0 if img.dtype == np.bool_ else np.iinfo(img.dtype).max))   # full range to 0-255
+        if np.issubdtype(img.dtype, np.unsignedinteger):
+            f = f * (255.0 / np.iinfo(img.dtype).max)   # full range to 0-255
         elif np.issubdtype(img.dtype, np.integer):
             if f.min() < 0 or f.max() > 255:
                 raise ValueError(f"goal image of signed integers ({img.dtype}) must hold 0-255, got "

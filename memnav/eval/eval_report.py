@@ -458,7 +458,7 @@ def plot_lifelong(agents: dict[str, dict], path: Path) -> bool:
             houses.setdefault(Path(e["scene_id"]).stem, []).append(e["spl"])
         for k, spls in enumerate(houses.values()):
             visit = np.arange(len(spls)) % every + 1 if every > 0 else np.arange(1, len(spls) + 1)
-            ax.plot(visit, spls, "_", ms=5, alpha=0.45, color="0.45", linestyle="none",
+            ax.plot(visit, spls, "_", ms=5, alpha=0.45, color="0.45",
                     label="each house's episode" if k == 0 else None)
     for name, curve in curves.items():
         visits = np.arange(1, len(curve) + 1)

@@ -1428,7 +1428,6 @@ class Supervisor:
         labels = {g: m.spec.label for m in self._managed for g in m.groups}
         steps = ((signal.SIGINT, self.shutdown_timeout_s), (signal.SIGTERM, self.shutdown_timeout_s),
                  (signal.SIGKILL, 5.0))
-        self._hurry = False
         for signum, timeout in steps:
             alive = sorted(_alive_groups(list(labels)))
             if not alive:

@@ -465,6 +465,20 @@ class SceneGraphStore:
                 self._conn.execute("ROLLBACK")   # it only read
         return LoadedGraph(ids, poses, first, last, visits, rooms, embs, objects, room_rows, edges, next_id)
 
+    def copy_to(self, target: Path) -> None:
+        """SQLite's online backup of this database into the new file `target`, in WAL mode as the store keeps
+        its files: all pages in one step, so one read transaction and one consistent copy.
+
+        Raises:
+            sqlite3.Error: the copy failed.
+        """
+        copy = sqlite3.connect(target)
+        try:
+            self._conn.backup(copy)
+            copy.execute("PRAGMA journal_mode=WAL")
+        finally:
+            copy.close()
+
     def _object_embedding(self, object_id: int, blob: bytes) -> np.ndarray:
         if len(blob) != 4 * (self.embedding_dim or 0):
             raise CorruptStoreError(self.path, f"object {object_id} embedding is not {self.embedding_dim} float32 "
@@ -516,21 +530,16 @@ def backup_store(src: str | Path, dst: str | Path) -> BackupResult:
     refuse_overwrite(dst, *(dst.with_name(dst.name + s) for s in _SIDE_FILES))
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    def copy_into_tmp(store: SceneGraphStore) -> None:
+        for path in (tmp, *(tmp.with_name(tmp.name + s) for s in _SIDE_FILES)):   # an earlier try's copy
+            path.unlink(missing_ok=True)
+        try:
+            store.copy_to(tmp)
+        except sqlite3.Error as err:
+            raise MemoryStoreError(str(src), f"backup to {dst} failed: {err}") from err
+
     try:
-        for _ in range(STABLE_READ_TRIES):
-            for path in (tmp, *(tmp.with_name(tmp.name + s) for s in _SIDE_FILES)):
-                path.unlink(missing_ok=True)
-            uri = read_only_uri(src)
-            before = file_state(src)
-            try:
-                _copy_database(uri, tmp)
-            except sqlite3.Error as err:
-                raise MemoryStoreError(str(src), f"backup to {dst} failed: {err}") from err
-            if "immutable=1" not in uri or file_state(src) == before:
-                break
-        else:
-            raise MemoryStoreError(str(src), f"backup to {dst} failed: the file kept changing while it was copied "
-                                             "(a writer opening and closing it); try again")
+        read_stably(src, copy_into_tmp)
         copy = SceneGraphStore(tmp, None, read_only=True, check_integrity=True)
         try:
             counts = [copy.count(t) for t in ("places", "objects", "edges")]
@@ -586,20 +595,6 @@ def _place_new_file(tmp: Path, dst: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _copy_database(source_uri: str, target: Path) -> None:
-    """SQLite's online backup of the database at `source_uri` into the new file `target`, in WAL mode."""
-    source = sqlite3.connect(source_uri, uri=True)
-    try:
-        copy = sqlite3.connect(target)
-        try:
-            source.backup(copy)   # all pages in one step: one read transaction, one consistent copy
-            copy.execute("PRAGMA journal_mode=WAL")   # as the store keeps its files
-        finally:
-            copy.close()
-    finally:
-        source.close()
 
 
 def _blob(vec: np.ndarray) -> bytes:

@@ -298,13 +298,13 @@ def test_a_file_created_at_the_backups_name_while_it_copies_is_not_overwritten(t
 
     src = make_store(tmp_path / "m.db")
     dst = tmp_path / "late.db"
-    copy = store_module._copy_database
+    copy = SceneGraphStore.copy_to
 
-    def copy_then_someone_writes_dst(uri, target):
-        copy(uri, target)
+    def copy_then_someone_writes_dst(self, target):
+        copy(self, target)
         dst.write_bytes(b"keep me")
 
-    monkeypatch.setattr(store_module, "_copy_database", copy_then_someone_writes_dst)
+    monkeypatch.setattr(SceneGraphStore, "copy_to", copy_then_someone_writes_dst)
     with pytest.raises(FileExistsError, match="late.db exists; a backup never overwrites"):
         store_module.backup_store(src, dst)
     assert dst.read_bytes() == b"keep me"

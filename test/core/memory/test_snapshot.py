@@ -179,15 +179,15 @@ def test_a_read_the_file_changed_under_is_made_again(tmp_path, monkeypatch):
     assert loads == [True, True]               # immutable both times; the second saw the file as it stayed
     monkeypatch.setattr(SceneGraphStore, "load", load)
 
-    copy, copies = store_module._copy_database, []
+    copy, copies = SceneGraphStore.copy_to, []
 
-    def copy_while_a_writer_comes(uri, target):
-        copy(uri, target)
-        copies.append(uri)
+    def copy_while_a_writer_comes(self, target):
+        copy(self, target)
+        copies.append(self._state_at_open is not None)
         if len(copies) == 1:
             _writer_commits_and_closes(path, 2)
 
-    monkeypatch.setattr(store_module, "_copy_database", copy_while_a_writer_comes)
+    monkeypatch.setattr(SceneGraphStore, "copy_to", copy_while_a_writer_comes)
     backup = store_module.backup_store(path, tmp_path / "backup.sqlite")
-    assert len(copies) == 2 and backup.places == 3
+    assert copies == [True, True] and backup.places == 3
     assert read_snapshot(tmp_path / "backup.sqlite").graph.place_ids.tolist() == [0, 1, 2]
