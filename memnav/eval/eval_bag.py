@@ -30,6 +30,14 @@ Metrics (`metrics.json`, see `EvalResult.to_json`):
   (bag duration / wall time of the evaluation).
 Skipped input (unknown types, undecodable or invalid messages, unpaired images, frames without odometry,
 stamps going backwards, a truncated file) is counted under `input`.
+
+Warnings (`input.warnings`, the report, and one `memnav eval-bag: warning:` line each on stderr): besides the
+bag's own (a missing depth topic, a damaged file), a bag without ground truth whose goal poses are scored
+against odometry is flagged unless the odometry is stamped in the goal poses' frame (every odometry message's
+`header.frame_id` the goal poses' one): the goal poses are in the map frame, and odometry that starts at zero
+where the robot started (the simulator's `odometry_origin: start`, a robot's wheel odometry) is not, so the
+stop labels (at-goal frames, stop precision and recall, first STOP within the radius) would be wrong. The bag
+records no odometry origin setting; the frame ids are all it says.
 """
 from __future__ import annotations
 
@@ -170,12 +178,18 @@ def pose_of(msg: Any, msgtype: str) -> Pose2D:
 
 
 class PoseTrack:
-    """Stamped planar poses; `at(t)` interpolates (yaw along the shorter arc)."""
+    """Stamped planar poses; `at(t)` interpolates (yaw along the shorter arc).
+
+    Attributes:
+        frame_ids: `header.frame_id` of each bag message whose sample was added ("" where one names none); the
+            bag reader fills it, `add` does not.
+    """
 
     def __init__(self, max_gap_ns: int) -> None:
         self.stamps: list[int] = []
         self.poses: list[tuple[float, float, float]] = []
         self.max_gap_ns = max_gap_ns
+        self.frame_ids: set[str] = set()
 
     def add(self, t_ns: int, pose: Pose2D) -> bool:
         """Append a sample; False (not added) when its stamp is not after the last one."""
@@ -207,12 +221,13 @@ class PoseTrack:
 
 @dataclass
 class Goal:
-    """A goal photo (and pose, when annotated) from the bag."""
+    """A goal photo (and pose, when annotated, with the `header.frame_id` it was given in) from the bag."""
 
     stamp_ns: int
     rgb: np.ndarray
     depth: np.ndarray | None = None
     pose: Pose2D | None = None
+    pose_frame_id: str = ""
 
 
 @dataclass
@@ -423,7 +438,7 @@ def _read_annotations(bag: BagFile, roles: dict[str, str], cfg: EvalConfig,
     odom, gt = PoseTrack(gap), (PoseTrack(gap) if "gt" in roles else None)
     goal_imgs: dict[int, np.ndarray] = {}
     goal_depths: dict[int, np.ndarray] = {}
-    goal_poses: list[tuple[int, Pose2D]] = []
+    goal_poses: list[tuple[int, Pose2D, str]] = []
     wanted = [roles[r] for r in ("odom", "gt", "goal", "goal_depth", "goal_pose") if r in roles]
     by_topic = {name: role for role, name in roles.items()}
     for m in bag.messages(wanted):
@@ -432,14 +447,16 @@ def _read_annotations(bag: BagFile, roles: dict[str, str], cfg: EvalConfig,
             t = stamp_ns(m.msg, m.log_time_ns)
             if role in ("odom", "gt"):
                 track = odom if role == "odom" else gt
-                if not track.add(t, pose_of(m.msg, m.msgtype)):
+                if track.add(t, pose_of(m.msg, m.msgtype)):
+                    track.frame_ids.add(m.msg.header.frame_id)
+                else:
                     out_of_order[m.topic] += 1
             elif role == "goal":
                 goal_imgs[t] = image_to_rgb(m.msg)
             elif role == "goal_depth":
                 goal_depths[t] = image_to_depth(m.msg)
             else:
-                goal_poses.append((t, pose_of(m.msg, m.msgtype)))
+                goal_poses.append((t, pose_of(m.msg, m.msgtype), m.msg.header.frame_id))
         except (MessageError, ValueError) as err:
             invalid[f"{m.topic}: {type(err).__name__}"] += 1
     goals = [Goal(t, rgb, goal_depths.get(t)) for t, rgb in sorted(goal_imgs.items())]
@@ -447,9 +464,41 @@ def _read_annotations(bag: BagFile, roles: dict[str, str], cfg: EvalConfig,
     goal_poses.sort(key=lambda p: p[0])
     for i, g in enumerate(goals):
         end = goals[i + 1].stamp_ns if i + 1 < len(goals) else math.inf
-        mine = [p for t, p in goal_poses if g.stamp_ns - tol <= t < end - tol]
-        g.pose = mine[0] if mine else None
+        mine = [(p, frame) for t, p, frame in goal_poses if g.stamp_ns - tol <= t < end - tol]
+        g.pose, g.pose_frame_id = mine[0] if mine else (None, "")
     return odom, gt, goals
+
+
+def reference_frame_warning(odom: PoseTrack, gt: PoseTrack | None, goals: list[Goal], cfg: EvalConfig) -> str | None:
+    """Why the stop labels cannot be trusted, or None: without ground truth, the distance to each goal pose (map
+    frame) is measured from odometry, which is right only when odometry is in the map frame. A bag records no
+    odometry origin setting (the simulator's `odometry_origin`: `house`, the map frame, or `start`, zero where the
+    robot started), so odometry counts as in the goal poses' frame only when every odometry message and every
+    goal pose name the same, non-empty `header.frame_id`.
+
+    Args:
+        odom: the odometry track (with its frame ids).
+        gt: the ground-truth track, None when the bag has none (then odometry is the reference).
+        goals: the goals; only those with a pose are scored.
+        cfg: settings (topic names for the message).
+    """
+    posed = [g for g in goals if g.pose is not None]
+    if gt is not None or not posed:
+        return None
+    goal_frames = {g.pose_frame_id for g in posed}
+    if len(goal_frames) == 1 and odom.frame_ids == goal_frames and "" not in goal_frames:
+        return None
+
+    def named(frames: set[str]) -> str:
+        return " / ".join(repr(f) if f else "none given" for f in sorted(frames))
+
+    source = f"none on {cfg.gt_topic}" if cfg.gt_topic else "--gt-topic ''"
+    return (f"stop labels may be wrong: without ground truth ({source}) the distance to the {len(posed)} goal "
+            f"pose(s), frame {named(goal_frames)}, is measured from odometry, frame {named(odom.frame_ids)}, and the "
+            "bag does not say that odometry is in the goal poses' frame: odometry that starts at zero where the robot "
+            "started (a stack run with odometry_origin: start, wheel odometry) is not, and then frames_at_goal, stop "
+            "precision and recall and first_stop_within_radius are wrong; record ground truth, or odometry stamped "
+            "in the goal poses' frame")
 
 
 def _frames(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, skipped: Counter, invalid: Counter):
@@ -552,6 +601,9 @@ def evaluate_bag(path: Path | str, cfg: EvalConfig | None = None, *, encoder: An
         odom, gt, goals = _read_annotations(bag, roles, cfg, invalid, out_of_order)
         if not len(odom):
             raise TopicError(f"{bag.path}: topic {roles['odom']} has no usable odometry message")
+        warning = reference_frame_warning(odom, gt, goals, cfg)
+        if warning is not None:
+            bag.warnings.append(warning)
         pipe = _Pipeline(cfg, encoder, calibrator, encoder.embedding_dim)
         bar = None
         if progress:
@@ -922,6 +974,8 @@ def run(args: argparse.Namespace) -> int:
     def fmt(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.3f}"
 
+    for warning in m["input"]["warnings"]:
+        print(f"memnav eval-bag: warning: {warning}", file=sys.stderr)
     print(f"{m['input']['frames']} frames over {tm['bag_duration_s']:.1f} s of bag in {tm['wall_s']:.1f} s "
           f"({fmt(tm['realtime_factor'])}x real time); reference: {m['input']['reference']}")
     print(f"place recognition recall@1 {fmt(pr.get('recall_at_1'))} ({pr['queries_with_match']} queries); "

@@ -2,7 +2,8 @@
 
 The same `launch/*.launch.yaml` files work with `ros2 launch memnav FILE` on a full ROS 2 install. This module
 runs the subset of ROS 2's YAML launch format below itself; anything else raises `LaunchError` naming the file,
-the key and what is supported, so a file is never half-understood:
+the entry (its path of list indices, `launch[3].group.children[0].node`), the key and what is supported, so a file
+is never half-understood; errors found while resolving (a condition, a substitution, a value) name the entry too:
 
     launch:
     - arg: {name: data, default: data/houses, description: "dataset folder"}
@@ -93,7 +94,8 @@ _NODE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # rcl's node name rule (no 
 
 
 class LaunchError(ValueError):
-    """A launch file, argument or node that memnav cannot run; the message names the file and key."""
+    """A launch file, argument or node that memnav cannot run; the message names the file, the entry
+    (`launch[3].group`) and the key."""
 
 
 class Output(str, Enum):
@@ -131,6 +133,7 @@ class LaunchArg:
         description: one line shown by `memnav launch FILE --show-args`.
         choices: allowed values; empty allows any.
         condition: `if:` / `unless:`; a declaration whose condition does not hold sets no value.
+        where: location in the file (`FILE: launch[0].arg`), for error messages.
     """
 
     name: str
@@ -138,23 +141,28 @@ class LaunchArg:
     description: str = ""
     choices: tuple[str, ...] = ()
     condition: Condition | None = None
+    where: str = ""
 
 
 @dataclass(frozen=True)
 class SetEnv:
-    """`set_env`: an environment variable for the nodes that follow it (and for `$(env ...)`)."""
+    """`set_env`: an environment variable for the nodes that follow it (and for `$(env ...)`); `where`: its location
+    in the file, for error messages."""
 
     name: str
     value: str
     condition: Condition | None = None
+    where: str = ""
 
 
 @dataclass(frozen=True)
 class PushRosNamespace:
-    """`push_ros_namespace`: prefix the namespace of the nodes that follow it in the same scope."""
+    """`push_ros_namespace`: prefix the namespace of the nodes that follow it in the same scope; `where`: its
+    location in the file, for error messages."""
 
     namespace: str
     condition: Condition | None = None
+    where: str = ""
 
 
 @dataclass(frozen=True)
@@ -196,7 +204,7 @@ class NodeAction:
         respawn: template of a boolean: restart the node when it exits.
         respawn_delay: template of seconds to wait before a restart.
         shutdown_on_exit: `on_exit: shutdown`: the end of this node ends the launch.
-        where: location in the file, for error messages.
+        where: location in the file (`FILE: launch[3].node`), for error messages.
         condition: `if:` / `unless:`; the node is started only when it holds.
     """
 
@@ -217,11 +225,13 @@ class NodeAction:
 
 @dataclass(frozen=True)
 class Group:
-    """`group`: child actions; when scoped, their args, env and namespace changes stay inside."""
+    """`group`: child actions; when scoped, their args, env and namespace changes stay inside; `where`: its
+    location in the file (`FILE: launch[2].group`), for error messages."""
 
     children: tuple[Action, ...]
     scoped: bool = True
     condition: Condition | None = None
+    where: str = ""
 
 
 Action = LaunchArg | SetEnv | PushRosNamespace | NodeAction | Group
@@ -576,14 +586,15 @@ def _parse_actions(items: Any, path: Path, where: str) -> tuple[Action, ...]:
             actions.append(LaunchArg(
                 name=_plain(body["name"], path, f"{loc}.name"), default=default,
                 description=_plain(body.get("description", ""), path, f"{loc}.description"),
-                choices=choices, condition=condition))
+                choices=choices, condition=condition, where=f"{path}: {loc}"))
         elif kind == "set_env":
             _check_keys(body, SET_ENV_KEYS, SET_ENV_KEYS, path, loc)
             actions.append(SetEnv(_text(body["name"], path, f"{loc}.name"), _text(body["value"], path, f"{loc}.value"),
-                                  condition=condition))
+                                  condition=condition, where=f"{path}: {loc}"))
         elif kind == "push_ros_namespace":
             _check_keys(body, PUSH_NAMESPACE_KEYS, PUSH_NAMESPACE_KEYS, path, loc)
-            actions.append(PushRosNamespace(_text(body["namespace"], path, f"{loc}.namespace"), condition=condition))
+            actions.append(PushRosNamespace(_text(body["namespace"], path, f"{loc}.namespace"), condition=condition,
+                                            where=f"{path}: {loc}"))
         else:
             actions.append(replace(_parse_node(body, path, loc), condition=condition))
     return tuple(actions)
@@ -624,7 +635,7 @@ def _split_condition(body: dict, path: Path, loc: str) -> tuple[dict, Condition 
 
 def _parse_group(body: Any, path: Path, loc: str) -> Group:
     if isinstance(body, list):
-        return Group(children=_parse_actions(body, path, loc))
+        return Group(children=_parse_actions(body, path, loc), where=f"{path}: {loc}")
     body, condition = _split_condition(_mapping(body, path, loc), path, loc)
     _check_keys(body, GROUP_KEYS, ("children",), path, loc)
     scoped = body.get("scoped", True)
@@ -633,7 +644,7 @@ def _parse_group(body: Any, path: Path, loc: str) -> Group:
     if not isinstance(scoped, bool):
         raise LaunchError(f"{path}: {loc}.scoped: expected true or false, got {scoped!r}")
     return Group(children=_parse_actions(body["children"], path, f"{loc}.children"), scoped=scoped,
-                 condition=condition)
+                 condition=condition, where=f"{path}: {loc}")
 
 
 def _parse_node(body: dict, path: Path, loc: str) -> NodeAction:
@@ -789,49 +800,52 @@ def resolve_launch(launch: LaunchFile, overrides: Mapping[str, str] | None = Non
     def visit(actions: Sequence[Action], scope: _Scope) -> None:
         for action in actions:
             env = {**environ, **scope.env}
-            if action.condition is not None and not _condition_holds(action, launch.path, scope.variables, env):
+            where = _where(action, launch.path)
+            if action.condition is not None and not _condition_holds(action.condition, where, scope.variables, env):
                 continue
             if isinstance(action, LaunchArg):
-                where = f"{launch.path}: arg {action.name}"
                 if action.name in overrides:
                     value = overrides[action.name]
                 elif action.name in scope.variables:   # declared before (ROS 2: a default never overrides)
                     value = scope.variables[action.name]
                 elif action.default is not None:
-                    value = _substitute(action.default, where, scope.variables, env)
+                    value = _substitute(action.default, f"{where}.default", scope.variables, env)
                 else:
-                    raise LaunchError(f"{launch.path}: launch argument {action.name!r} has no default and was not "
+                    raise LaunchError(f"{where}: launch argument {action.name!r} has no default and was not "
                                       f"given; pass {action.name}:=VALUE")
                 if action.choices and value not in action.choices:
-                    raise LaunchError(f"{launch.path}: launch argument {action.name}:={value} is not one of "
+                    raise LaunchError(f"{where}: launch argument {action.name}:={value} is not one of "
                                       f"{', '.join(action.choices)}")
                 scope.variables[action.name] = value
                 values.setdefault(action.name, value)
             elif isinstance(action, SetEnv):
-                where = f"{launch.path}: set_env {action.name}"
-                name = _substitute(action.name, where, scope.variables, env)
-                scope.env[name] = _substitute(action.value, where, scope.variables, env)
+                name = _substitute(action.name, f"{where}.name", scope.variables, env)
+                scope.env[name] = _substitute(action.value, f"{where}.value", scope.variables, env)
             elif isinstance(action, PushRosNamespace):
-                pushed = _substitute(action.namespace, f"{launch.path}: push_ros_namespace", scope.variables, env)
+                pushed = _substitute(action.namespace, f"{where}.namespace", scope.variables, env)
                 scope.namespace = _join_namespace(scope.namespace, pushed)
             elif isinstance(action, Group):
                 visit(action.children, scope.copy() if action.scoped else scope)
             else:
-                nodes.append(_resolve_node(action, scope, env, labels))
+                nodes.append(_resolve_node(action, where, scope, env, labels))
 
     visit(launch.actions, _Scope({}, {}, None))
     return LaunchPlan(path=launch.path, args=values, nodes=tuple(nodes))
 
 
-def _condition_holds(action: Action, path: Path, variables: Mapping[str, str], env: Mapping[str, str]) -> bool:
-    """Whether an action's `if:` holds (or its `unless:` does not), by ROS 2 launch's rule: the resolved text is
-    true/1 or false/0, case-insensitive; anything else raises LaunchError."""
-    cond = action.condition
-    assert cond is not None
+def _where(action: Action, path: Path) -> str:
+    """An action's location for error messages: `FILE: launch[2].group.children[0].node` as parsed (the index of
+    every list entry on the way, so one group or node among several like it is named), or `FILE: KIND` for an
+    action built in code without one."""
+    kinds = {LaunchArg: "arg", SetEnv: "set_env", PushRosNamespace: "push_ros_namespace", Group: "group",
+             NodeAction: "node"}
+    return action.where or f"{path}: {kinds[type(action)]}"
+
+
+def _condition_holds(cond: Condition, where: str, variables: Mapping[str, str], env: Mapping[str, str]) -> bool:
+    """Whether the `if:` of the action at `where` holds (or its `unless:` does not), by ROS 2 launch's rule: the
+    resolved text is true/1 or false/0, case-insensitive; anything else raises LaunchError naming `where`."""
     key = "unless" if cond.unless else "if"
-    kinds = {LaunchArg: "arg", SetEnv: "set_env", PushRosNamespace: "push_ros_namespace", Group: "group"}
-    where = getattr(action, "where", "") or f"{path}: {kinds.get(type(action), 'action')} {getattr(action, 'name', '')}"
-    where = where.rstrip()
     value = _substitute(cond.expression, f"{where}.{key}", variables, env).strip().lower()
     if value not in _CONDITION_TRUE + _CONDITION_FALSE:
         raise LaunchError(f"{where}: `{key}: {cond.expression}` resolved to {value!r}; a condition must be "
@@ -850,48 +864,48 @@ def _join_namespace(base: str | None, namespace: str | None) -> str | None:
     return "/" + joined.strip("/")
 
 
-def _resolve_node(node: NodeAction, scope: _Scope, env: Mapping[str, str],
+def _resolve_node(node: NodeAction, where: str, scope: _Scope, env: Mapping[str, str],
                   labels: collections.Counter[str]) -> NodeSpec:
-    where = node.where
+    def sub(text: str, key: str) -> str:
+        return _substitute(text, f"{where}.{key}", scope.variables, env)
 
-    def sub(text: str) -> str:
-        return _substitute(text, where, scope.variables, env)
-
-    executable = sub(node.executable)
+    executable = sub(node.executable, "exec")
     if not executable or "/" in executable:
         raise LaunchError(f"{where}.exec: expected an executable name (found on the search path), got "
                           f"{executable!r}")
-    name = sub(node.name) if node.name is not None else None
+    name = sub(node.name, "name") if node.name is not None else None
     if name is not None and (not name or "/" in name):
         raise LaunchError(f"{where}.name: a node name has no '/' (use namespace), got {name!r}")
     if name is not None and not _NODE_NAME.fullmatch(name):
         raise LaunchError(f"{where}.name: a ROS node name is letters, digits and underscores, not starting with a "
                           f"digit, got {name!r}")
-    namespace = _join_namespace(scope.namespace, sub(node.namespace) if node.namespace is not None else None)
+    namespace = _join_namespace(scope.namespace,
+                                sub(node.namespace, "namespace") if node.namespace is not None else None)
     if namespace is not None and namespace != "/":
         try:   # as launch_ros validates it, before anything starts (rcl would refuse it in every node)
             absolute_namespace(namespace, option=f"{where}.namespace")
         except ValueError as err:
             raise LaunchError(str(err)) from None
     params: list[ParamFile | ParamValue] = []
-    for p in node.params:
+    for i, p in enumerate(node.params):
         if isinstance(p, ParamFile):
-            file = Path(sub(p.path)).expanduser().absolute()
+            file = Path(sub(p.path, f"param[{i}].from")).expanduser().absolute()
             if not file.is_file():
-                raise LaunchError(f"{where}.param: parameter file not found: {file}")
+                raise LaunchError(f"{where}.param[{i}]: parameter file not found: {file}")
             params.append(ParamFile(str(file)))
         else:
             values = p.value if isinstance(p.value, list) else [p.value]
-            resolved = [sub(v) if isinstance(v, str) else v for v in values]
-            params.append(ParamValue(sub(p.name), resolved if isinstance(p.value, list) else resolved[0]))
-    output = sub(node.output)
+            resolved = [sub(v, f"param[{i}].value") if isinstance(v, str) else v for v in values]
+            params.append(ParamValue(sub(p.name, f"param[{i}].name"),
+                                     resolved if isinstance(p.value, list) else resolved[0]))
+    output = sub(node.output, "output")
     if output not in {o.value for o in Output}:
         raise LaunchError(f"{where}.output: expected one of {', '.join(o.value for o in Output)}, got {output!r}")
-    respawn = sub(node.respawn).lower()
+    respawn = sub(node.respawn, "respawn").lower()
     if respawn not in _TRUE + _FALSE:
         raise LaunchError(f"{where}.respawn: expected true or false, got {respawn!r}")
     try:
-        delay = float(sub(node.respawn_delay))
+        delay = float(sub(node.respawn_delay, "respawn_delay"))
     except ValueError as err:
         raise LaunchError(f"{where}.respawn_delay: expected seconds, got {node.respawn_delay!r}") from err
     if not (math.isfinite(delay) and delay >= 0):
@@ -906,11 +920,12 @@ def _resolve_node(node: NodeAction, scope: _Scope, env: Mapping[str, str],
     return NodeSpec(
         label=label,
         executable=executable,
-        pkg=sub(node.pkg) if node.pkg is not None else None,
+        pkg=sub(node.pkg, "pkg") if node.pkg is not None else None,
         name=name,
         namespace=namespace,
         params=tuple(params),
-        remaps=tuple(Remap(sub(r.src), sub(r.dst)) for r in node.remaps),
+        remaps=tuple(Remap(sub(r.src, f"remap[{i}].from"), sub(r.dst, f"remap[{i}].to"))
+                     for i, r in enumerate(node.remaps)),
         args=args,
         output=Output(output),
         respawn=respawn in _TRUE,

@@ -484,3 +484,78 @@ def test_a_stop_exactly_at_the_success_radius_is_outside_it_as_in_live_evaluatio
         metrics = _stop_metrics([frame], [goal], np.array([[x_m, 0.0, 0.0]]), np.array([True]), cfg)
         assert metrics["episodes"][0]["first_stop_within_radius"] is inside
         assert is_success(True, x_m, cfg.success_distance_m) is inside
+
+
+def _without_ground_truth(bag: Path, out: Path, *, odom_frame: str, from_start: bool) -> None:
+    """`bag` without its ground-truth topic, as a bare .mcap, its odometry stamped in `odom_frame`; with
+    `from_start` the odometry is re-expressed from its first pose, zero where the robot started (what a stack run
+    with odometry_origin: start records), while the goal poses stay in the map frame."""
+    import math
+
+    from memnav.eval.eval_bag import pose_of
+
+    rows, origin = [], None
+    with BagFile(bag) as src:
+        store = src.typestore
+        for m in src.messages():
+            if m.topic == "/memnav/ground_truth_pose":
+                continue
+            msg = m.msg
+            if m.topic == "/odom":
+                msg.header.frame_id = odom_frame
+                if from_start:
+                    pose = pose_of(msg, m.msgtype)
+                    origin = origin or pose
+                    rel = pose.relative_to(origin)
+                    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+                    p.x, p.y = rel.x_m, rel.y_m
+                    q.x, q.y, q.z, q.w = 0.0, 0.0, math.sin(rel.yaw_rad / 2), math.cos(rel.yaw_rad / 2)
+            rows.append((m.topic, m.msgtype, bytes(store.serialize_cdr(msg, m.msgtype)), m.log_time_ns))
+    _mcap_rows(store, out, sorted(rows, key=lambda r: r[3]))
+
+
+def _reference_warnings(metrics: dict) -> list[str]:
+    return [w for w in metrics["input"]["warnings"] if w.startswith("stop labels may be wrong")]
+
+
+def test_goal_poses_scored_against_odometry_not_in_their_frame_are_warned_about(bags, models, tmp_path, capsys):
+    """A bag without ground truth from a stack whose odometry starts at zero where the robot started
+    (odometry_origin: start): its goal poses are in the map frame, its odometry is not, so the distance-to-goal
+    labels are wrong. eval-bag says so on stderr and in input.warnings (metrics.json, the report); it does not for
+    ground truth, nor for odometry stamped in the goal poses' frame."""
+    import html
+    from dataclasses import replace
+
+    from memnav.cli import main
+
+    enc, cal = models
+    start = tmp_path / "start.mcap"
+    _without_ground_truth(bags["annotated"], start, odom_frame="odom", from_start=True)
+    report = tmp_path / "report"
+    assert main(["eval-bag", str(start), "--report", str(report), "--revisit-min-age", "4", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    m = json.loads((report / "metrics.json").read_text())
+    assert m["input"]["reference"] == "odometry" and m["input"]["goals_with_pose"] == m["input"]["goals"] >= 3
+    (warning,) = _reference_warnings(m)
+    assert "frame 'map'" in warning and "frame 'odom'" in warning and "odometry_origin: start" in warning
+    assert "none on /memnav/ground_truth_pose" in warning
+    assert f"memnav eval-bag: warning: {warning}" in err.splitlines()
+    assert html.escape(warning) in (report / "report.html").read_text()
+    # the labels are indeed off: against ground truth the same frames are at their goals elsewhere
+    truth = evaluate_bag(bags["annotated"], CFG, encoder=enc, calibrator=cal).to_json()
+    assert _reference_warnings(truth) == [] and truth["input"]["reference"] == "ground_truth"
+    assert m["stop"]["frames_at_goal"] != truth["stop"]["frames_at_goal"], (m["stop"], truth["stop"])
+
+    short = EvalConfig(revisit_min_age_s=4.0, max_frames=10)
+    # ground truth left out on purpose: the same odometry ('odom') and goal poses ('map') are flagged
+    dropped = evaluate_bag(bags["annotated"], replace(short, gt_topic=""), encoder=enc, calibrator=cal).to_json()
+    (warning,) = _reference_warnings(dropped)
+    assert "--gt-topic ''" in warning and "frame 'odom'" in warning
+    # odometry stamped in the map frame, as the goal poses: nothing to flag
+    in_map = tmp_path / "in_map.mcap"
+    _without_ground_truth(bags["annotated"], in_map, odom_frame="map", from_start=False)
+    m = evaluate_bag(in_map, short, encoder=enc, calibrator=cal).to_json()
+    assert m["input"]["reference"] == "odometry" and m["input"]["goals_with_pose"] >= 3
+    assert _reference_warnings(m) == []
+    # no goal poses to score: nothing to flag either
+    assert _reference_warnings(evaluate_bag(bags["plain"], short, encoder=enc, calibrator=cal).to_json()) == []

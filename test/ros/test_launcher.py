@@ -377,8 +377,67 @@ def test_if_and_unless_conditions(tmp_path):
         plan_of(tmp_path, "launch:\n- node: {exec: a, if: $(var nope)}\n")
 
 
+def test_condition_and_substitution_errors_name_the_entry(tmp_path, monkeypatch):
+    """In a file of several groups (one per robot), an `if:`/`unless:` that resolves to something else than
+    true/1/false/0, or cannot be resolved, is named by the path of indices to its entry, as a node's errors are;
+    so are an arg's, a set_env's and a push_ros_namespace's substitution errors."""
+    robots = """\
+        launch:
+        - arg: {name: robot1, default: "true"}
+        - arg: {name: robot2, default: "true"}
+        - group:
+            if: $(var robot1)
+            children:
+            - push_ros_namespace: {namespace: robot1}
+            - node: {exec: policy}
+        - group:
+            if: $(var robot2)
+            children:
+            - push_ros_namespace: {namespace: robot2}
+            - node: {exec: policy}
+        """
+    assert [n.namespace for n in plan_of(tmp_path, robots).nodes] == ["/robot1", "/robot2"]
+    with pytest.raises(LaunchError) as err:
+        plan_of(tmp_path, robots, robot2="maybe")
+    assert str(err.value).startswith(f"{tmp_path / 't.launch.yaml'}: launch[3].group: `if: $(var robot2)` "
+                                     "resolved to 'maybe'")
+    with pytest.raises(LaunchError, match=r": launch\[2\]\.group: `if: \$\(var robot1\)` resolved to 'yes'"):
+        plan_of(tmp_path, robots, robot1="yes")
+
+    monkeypatch.delenv("MEMNAV_TEST_UNSET", raising=False)
+    cases = [   # (body, message start after "FILE: ")
+        ("- group: {if: $(var nope), children: []}", "launch[0].group.if: $(var nope) names no argument"),
+        ("- group: [{node: {exec: a}}, {group: {unless: maybe, children: []}}]",
+         "launch[0].group[1].group: `unless: maybe` resolved to 'maybe'"),
+        ("- group: {children: [{node: {exec: a}}, {node: {exec: b, if: two}}]}",
+         "launch[0].group.children[1].node: `if: two` resolved to 'two'"),
+        ("- arg: {name: a, default: x}\n- arg: {name: b, default: y, unless: $(var a)}",
+         "launch[1].arg: `unless: $(var a)` resolved to 'x'"),
+        ("- set_env: {name: A, value: x, if: $(env MEMNAV_TEST_UNSET)}",
+         "launch[0].set_env.if: environment variable MEMNAV_TEST_UNSET is not set"),
+        ("- push_ros_namespace: {namespace: r, unless: \"\"}", "launch[0].push_ros_namespace: `unless: ` resolved"),
+        ("- arg: {name: a, default: x}\n- arg: {name: b, default: $(var later)}",
+         "launch[1].arg.default: $(var later) names no argument"),
+        ("- arg: {name: a}", "launch[0].arg: launch argument 'a' has no default"),
+        ("- group: [{arg: {name: a, default: x, choices: [y]}}]", "launch[0].group[0].arg.default: 'x' is not one"),
+        ("- set_env: {name: A, value: $(var nope)}", "launch[0].set_env.value: $(var nope) names no argument"),
+        ("- push_ros_namespace: {namespace: $(var nope)}",
+         "launch[0].push_ros_namespace.namespace: $(var nope) names no argument"),
+        ("- node: {exec: a, remap: [{from: a, to: b}, {from: c, to: $(var nope)}]}",
+         "launch[0].node.remap[1].to: $(var nope) names no argument"),
+        ("- node: {exec: a, param: [{name: p, value: $(var nope)}]}",
+         "launch[0].node.param[0].value: $(var nope) names no argument"),
+    ]
+    for body, message in cases:
+        with pytest.raises(LaunchError) as err:
+            plan_of(tmp_path, f"launch:\n{body}\n")
+        assert str(err.value).startswith(f"{tmp_path / 't.launch.yaml'}: {message}"), (body, str(err.value))
+    with pytest.raises(LaunchError, match=r": launch\[1\]\.arg: launch argument a:=z is not one of x, y"):
+        plan_of(tmp_path, "launch:\n- node: {exec: a}\n- arg: {name: a, default: x, choices: [x, y]}\n", a="z")
+
+
 def test_command_line_errors_name_the_node(tmp_path):
-    with pytest.raises(LaunchError, match=r"launch\[0\]\.node\.param: parameter file not found: .*nope\.yaml"):
+    with pytest.raises(LaunchError, match=r"launch\[0\]\.node\.param\[0\]: parameter file not found: .*nope\.yaml"):
         plan_of(tmp_path, "launch:\n- node: {exec: a, param: [{from: nope.yaml}]}\n")
     with pytest.raises(LaunchError, match=r"output: expected one of screen, log, both, got 'loud'"):
         plan_of(tmp_path, "launch:\n- node: {exec: a, output: loud}\n")
