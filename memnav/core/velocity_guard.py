@@ -11,6 +11,7 @@ emergency stop's state in a file, so that a guard restarted while it is engaged 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -72,7 +73,8 @@ class VelocityGuardConfig:
         stop_distance_m: hold forward speed at zero while the newest depth image shows a surface in the robot's
             path nearer than this to the camera (`nearest_ahead_m`; until a depth image has been measured, too),
             meters; 0 = off. A depth camera reads nothing inside its minimum range (a RealSense D435 about 0.2-0.3
-            m), so keep this above it (a wall that close reads as no return: see max_blind_share).
+            m), so keep this above it: a wall that close reads as no return (see max_blind_share), unless the
+            driver marks it too near to measure (-inf in 32FC1, REP 117), which holds forward at once (0 m).
         corridor_half_width_m: the robot's path is this far left and right of the camera's optical axis, meters
             (half the robot's width plus a margin).
         max_blind_share: with stop_distance_m set, forward is held too while more than this share of the middle
@@ -121,7 +123,8 @@ OBSTACLE_MAX_HEIGHT_M = 1.6   # ... higher than this pass over the robot
 
 def blind_share(depth: np.ndarray) -> float:
     """The share of the middle third of a depth image (its columns, every row) with no return: 0, NaN or
-    infinite. 1 for an empty image."""
+    infinite (-inf, too near to measure, counts here too; `nearest_ahead_m` reads it as 0 m). 1 for an empty
+    image."""
     d = np.asarray(depth)
     if d.ndim != 2 or d.size == 0:
         return 1.0
@@ -131,14 +134,50 @@ def blind_share(depth: np.ndarray) -> float:
         return float(1.0 - (np.isfinite(middle) & (middle > 0)).mean())
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_MIN_POSITIVE = float(np.nextafter(np.float32(0.0), np.float32(1.0)))
+
+
+@functools.lru_cache(maxsize=8)    # the same camera frame after frame
+def _path_depth_bounds(width: int, height: int, hfov_deg: float, camera_height_m: float, half_width_m: float,
+                       pitch_deg: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For `nearest_ahead_m`: a pixel's point (`level_points`) is its depth times its ray's offsets, so whether it
+    lies in the robot's path is a range of depths, per row (height above the floor) and per column (distance left
+    or right). Returns (ahead per meter of depth, float64 per row; least and greatest depth in the path, float32
+    per row; greatest depth within the path's width, float32 per column), the bounds finite and the least > 0,
+    so that 0, NaN and +-inf fall outside."""
+    left, up = pixel_ray_offsets(np.arange(width), np.arange(height), width, height, hfov_deg)
+    ahead, _, rise = level_points(np.ones(height), np.zeros(height), up, pitch_deg)   # per meter of depth
+    in_band = OBSTACLE_MIN_HEIGHT_M <= camera_height_m <= OBSTACLE_MAX_HEIGHT_M
+    with np.errstate(divide="ignore", invalid="ignore"):
+        to_min = (OBSTACLE_MIN_HEIGHT_M - camera_height_m) / rise
+        to_max = (OBSTACLE_MAX_HEIGHT_M - camera_height_m) / rise
+        widest = half_width_m / np.abs(left)
+    level = rise == 0.0    # a level ray stays at the camera's height: all of it in the band or none
+    lo = np.where(level, -math.inf if in_band else math.inf, np.minimum(to_min, to_max))
+    hi = np.where(level, math.inf if in_band else -math.inf, np.maximum(to_min, to_max))
+    lo = np.maximum(lo, _F32_MIN_POSITIVE).astype(np.float32)
+    hi = np.minimum(hi, _F32_MAX).astype(np.float32)
+    widest = np.minimum(np.where(left == 0.0, math.inf, widest), _F32_MAX).astype(np.float32)
+    bounds = (np.asarray(ahead, dtype=np.float64), lo, hi, widest)
+    for array in bounds:
+        array.flags.writeable = False      # shared by every call with the same arguments
+    return bounds
+
+
 def nearest_ahead_m(depth: np.ndarray, hfov_deg: float, camera_height_m: float, half_width_m: float,
-                    stride: int = 2, pitch_deg: float = 0.0) -> float:
+                    pitch_deg: float = 0.0) -> float:
     """The nearest surface in the robot's path in a depth image (z-depth in meters along the optical axis,
-    pitched `pitch_deg` down from level; 0, NaN or inf = no return): the least distance ahead over every
-    `stride`-th pixel whose point lies within `half_width_m` left or right of the camera and between
-    OBSTACLE_MIN_HEIGHT_M and OBSTACLE_MAX_HEIGHT_M above the floor, the camera `camera_height_m` above it.
-    inf when no such point; 0 for a point at or behind the camera's vertical plane (a wide camera pitched far
-    down or up sees under or over itself: such a surface is as near as can be, and holds forward motion).
+    pitched `pitch_deg` down from level): the least distance ahead over every pixel whose point lies within
+    `half_width_m` left or right of the camera and between OBSTACLE_MIN_HEIGHT_M and OBSTACLE_MAX_HEIGHT_M above
+    the floor, the camera `camera_height_m` above it (every pixel: a chair leg one pixel wide counts).
+
+    Readings follow REP 117: 0, NaN and +inf are no return (nothing measured: they do not count); -inf is "too
+    near to measure", a surface inside the sensor's minimum range, and reads 0 m wherever it lies in the image
+    (its distance, and so its place, cannot be told, and it is at the robot whichever way the pixel looks).
+    inf when no point is in the path; 0 for a point at or behind the camera's vertical plane too (a wide camera
+    pitched far down or up sees under or over itself: such a surface is as near as can be, and holds forward
+    motion).
 
     Raises:
         ValueError: an image that is not 2-D, a field of view outside (0, 180) degrees or a height <= 0.
@@ -148,15 +187,20 @@ def nearest_ahead_m(depth: np.ndarray, hfov_deg: float, camera_height_m: float, 
         raise ValueError(f"depth must be a 2-D image, got shape {d.shape}")
     if not (0.0 < hfov_deg < 180.0) or not (camera_height_m > 0.0):
         raise ValueError(f"hfov_deg must be in (0, 180) and camera_height_m > 0, got {hfov_deg}, {camera_height_m}")
+    if (d == -np.inf).any():
+        return 0.0
     h, w = d.shape
-    left, up = pixel_ray_offsets(np.arange(0, w, stride), np.arange(0, h, stride), w, h, hfov_deg)
-    d = d[::stride, ::stride]
-    with np.errstate(invalid="ignore"):
-        ahead, lat, rise = level_points(d, left[None, :], up[:, None], pitch_deg)
-        height = camera_height_m + rise
-        inside = (np.isfinite(d) & (d > 0) & (np.abs(lat) <= half_width_m)
-                  & (height >= OBSTACLE_MIN_HEIGHT_M) & (height <= OBSTACLE_MAX_HEIGHT_M))
-    return max(0.0, float(ahead[inside].min())) if inside.any() else math.inf
+    ahead, lo, hi, widest = _path_depth_bounds(w, h, float(hfov_deg), float(camera_height_m), float(half_width_m),
+                                               float(pitch_deg))
+    # comparisons only, no points computed (as many as the image has pixels); NaN compares false
+    inside = np.greater_equal(d, lo[:, None])
+    inside &= np.less_equal(d, hi[:, None])
+    inside &= np.less_equal(d, widest)
+    row_min = np.where(inside, d, np.float32(np.inf)).min(axis=1)
+    seen = np.isfinite(row_min)
+    if not seen.any():
+        return math.inf
+    return max(0.0, float((ahead[seen] * row_min[seen]).min()))
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,14 @@ def image_to_rgb(msg) -> np.ndarray:
     return np.ascontiguousarray(arr[..., :3])
 
 
-def image_to_depth(msg) -> np.ndarray:
+def image_to_depth(msg, keep_too_near: bool = False) -> np.ndarray:
     """sensor_msgs/Image (32FC1 meters, or 16UC1 / mono16 millimeters) -> float32 (H, W) meters.
 
-    Non-finite and zero readings become 0 (no reading).
+    Readings as REP 117 gives them: in 32FC1, +inf is no return (too far), NaN invalid and -inf too near to
+    measure (a surface inside the sensor's minimum range); in 16UC1, 0 is no return. All of them, and zero or
+    negative values, become 0 (no reading), as the encoder was trained and the map is built: neither can place a
+    surface it has no distance for. With `keep_too_near` (the safety node, for `nearest_ahead_m`), -inf stays -inf,
+    so that a surface too near to measure holds the robot instead of reading as open space.
     """
     arr = _image_array(msg)
     if arr.shape[2] != 1 or arr.dtype not in (np.float32, np.uint16):
@@ -70,7 +74,10 @@ def image_to_depth(msg) -> np.ndarray:
     depth = arr[..., 0].astype(np.float32)
     if arr.dtype == np.uint16:
         depth *= 0.001
-    return np.where(np.isfinite(depth) & (depth > 0), depth, 0.0).astype(np.float32)
+    out = np.where(np.isfinite(depth) & (depth > 0), depth, np.float32(0.0))
+    if keep_too_near:
+        out[depth == -np.inf] = -np.inf
+    return out
 
 
 def rgb_to_image(rgb: np.ndarray, stamp=None, frame_id: str = "camera_color_optical_frame"):

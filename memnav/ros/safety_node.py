@@ -4,7 +4,8 @@ Subscribes:
     /memnav/cmd_vel_raw         geometry_msgs/Twist  the policy's command (reliable, depth 10)
     /camera/color/image_raw     sensor_msgs/Image    colour stream watched for freshness (sensor-data QoS)
     /camera/depth/image_raw     sensor_msgs/Image    depth stream watched for freshness  (sensor-data QoS), and with
-                                guard.stop_distance_m for surfaces in the robot's path
+                                guard.stop_distance_m for surfaces in the robot's path (32FC1 -inf, too near to
+                                measure by REP 117, is a surface at the camera)
     /camera/color/camera_info   sensor_msgs/CameraInfo  with guard.stop_distance_m and camera_hfov_deg 0: the field
                                 of view the depth image (registered to the colour image) is measured with
     /odom                       nav_msgs/Odometry    odometry watched for freshness      (sensor-data QoS)
@@ -204,7 +205,7 @@ def build(node) -> Callable[[], None]:
 
     def on_depth(msg: Image) -> None:
         try:
-            depth = conv.image_to_depth(msg)
+            depth = conv.image_to_depth(msg, keep_too_near=True)   # -inf: a surface too near to measure
         except conv.MessageError as err:
             drop("depth", err)
             return
@@ -255,7 +256,8 @@ def build(node) -> Callable[[], None]:
                 why = "no depth image measured yet" + ("" if st["hfov"] is not None else
                                                        " (no camera_info: field of view unknown)")
             elif ahead < c.stop_distance_m:
-                why = f"a surface {ahead:.2f} m ahead in the robot's path"
+                why = f"a surface {ahead:.2f} m ahead in the robot's path" + (
+                    " (too near to measure, or under the camera)" if ahead == 0.0 else "")
             else:
                 why = (f"no return in {100 * guard.blind:.0f}% of the middle of the depth image (more than "
                        f"guard.max_blind_share {c.max_blind_share:g}): a surface inside the camera's minimum range?")

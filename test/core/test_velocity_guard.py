@@ -174,6 +174,73 @@ def test_nearest_ahead_is_the_nearest_surface_in_the_robots_path():
         nearest_ahead_m(np.zeros((4, 4, 3)), *args)
 
 
+def test_a_one_pixel_wide_obstacle_is_seen_wherever_it_lies():
+    """A chair leg one pixel wide at an odd column, a table edge one pixel high at an odd row: every pixel counts
+    (sampling every 2nd pixel missed both)."""
+    args = (90.0, 1.25, 0.25)
+    assert nearest_ahead_m(_wall(0.6, slice(33, 34)), *args) == pytest.approx(0.6)   # a leg just right of the axis
+    edge = _wall(0.0)
+    edge[31, 20:44] = 1.0                            # row 31: just above the axis, 1.27 m up at 1 m
+    assert nearest_ahead_m(edge, *args) == pytest.approx(1.0)
+
+
+def _points_reference(depth, hfov_deg, camera_height_m, half_width_m, pitch_deg):
+    """nearest_ahead_m computed the plain way: every pixel's point, then the path's bounds on it."""
+    from memnav.core.frames import level_points, pixel_ray_offsets
+    from memnav.core.velocity_guard import OBSTACLE_MAX_HEIGHT_M, OBSTACLE_MIN_HEIGHT_M
+
+    h, w = depth.shape
+    left, up = pixel_ray_offsets(np.arange(w), np.arange(h), w, h, hfov_deg)
+    d = depth.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        ahead, lat, rise = level_points(d, left[None, :], up[:, None], pitch_deg)
+        height = camera_height_m + rise
+        inside = (np.isfinite(d) & (d > 0) & (np.abs(lat) <= half_width_m)
+                  & (height >= OBSTACLE_MIN_HEIGHT_M) & (height <= OBSTACLE_MAX_HEIGHT_M))
+    return max(0.0, float(ahead[inside].min())) if inside.any() else math.inf
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_nearest_ahead_is_that_of_every_pixels_point(seed):
+    """Against the plain computation over every pixel's point, on random images with holes (0, NaN, +inf) and on
+    images of one measured pixel each (whether that one point is in the path), with odd sizes (a level middle
+    row), pitched cameras and cameras below or above the obstacle band."""
+    rng = np.random.default_rng(seed)
+    h, w = int(rng.integers(5, 60)) | 1, int(rng.integers(5, 80))
+    depth = rng.uniform(0.05, 6.0, (h, w)).astype(np.float32)
+    holes = rng.random((h, w)) < 0.7
+    depth[holes] = rng.choice(np.array([0.0, np.nan, np.inf, 9.0], np.float32), int(holes.sum()))
+    for hfov, height, half_width, pitch in ((90.0, 1.25, 0.25, 0.0), (120.0, 0.4, 0.3, 30.0),
+                                            (60.0, 1.8, 0.5, -10.0), (100.0, 0.05, 0.2, 45.0),
+                                            (float(rng.uniform(30, 150)), float(rng.uniform(0.05, 2.0)),
+                                             float(rng.uniform(0.05, 1.0)), float(rng.uniform(-45, 45)))):
+        camera = (hfov, height, half_width, pitch)
+        assert nearest_ahead_m(depth, hfov, height, half_width, pitch_deg=pitch) == pytest.approx(
+            _points_reference(depth, *camera), rel=1e-5), camera
+        for _ in range(40):
+            one = np.full((h, w), np.nan, np.float32)
+            r, c = int(rng.integers(h)), int(rng.integers(w))
+            one[r, c] = rng.uniform(0.05, 4.0)
+            assert nearest_ahead_m(one, hfov, height, half_width, pitch_deg=pitch) == pytest.approx(
+                _points_reference(one, *camera), rel=1e-5), (camera, r, c, one[r, c])
+
+
+def test_a_surface_too_near_to_measure_is_0_m_ahead_and_holds_forward():
+    """REP 117: -inf in a 32FC1 depth image is too near to measure (inside the sensor's minimum range); it holds
+    forward wherever it lies in the image, where +inf (no return) and NaN (invalid) count for nothing."""
+    args = (90.0, 1.25, 0.25)
+    depth = _wall(2.0)
+    depth[5, 60] = np.inf
+    depth[6, 61] = np.nan
+    assert nearest_ahead_m(depth, *args) == pytest.approx(2.0)
+    depth[37, 3] = -np.inf                           # low and far left, beside the path were it measured
+    assert nearest_ahead_m(depth, *args) == 0.0
+    guard = VelocityGuard(stop_distance_m=0.3)
+    guard.obstacle(nearest_ahead_m(depth, *args), blind_share(depth))
+    assert guard.obstacle_ahead
+    assert math.isinf(nearest_ahead_m(np.full((8, 8), np.inf, np.float32), *args))
+
+
 def test_a_surface_under_a_wide_camera_pitched_far_down_is_0_m_ahead_and_holds_forward():
     """120 deg 4:3 camera pitched 45 deg down: its bottom rows look behind its vertical plane. A box right under
     the lens lies at a negative distance ahead; it reads 0 m (the guard refused the negative value, and the

@@ -41,6 +41,18 @@ def test_depth_encodings():
     assert np.allclose(cv.image_to_depth(_img(mm, "16UC1")), [[1.5, 0.0], [65.535, 0.25]])
 
 
+def test_depth_too_near_to_measure_is_kept_only_when_asked():
+    """REP 117 in 32FC1: -inf too near, +inf no return, NaN invalid. All read 0 (no reading, as the encoder was
+    trained); the safety node asks to keep -inf, a surface inside the minimum range, for its bumper."""
+    d = np.array([[1.5, -np.inf, np.inf], [np.nan, 0.0, -2.0]], np.float32)
+    msg = cv.depth_to_image(d)
+    assert cv.image_to_depth(msg).tolist() == [[1.5, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    kept = cv.image_to_depth(msg, keep_too_near=True)
+    assert kept.dtype == np.float32 and kept.tolist() == [[1.5, -math.inf, 0.0], [0.0, 0.0, 0.0]]
+    mm = np.array([[0, 300]], np.uint16)[..., None]                         # 16UC1: 0 is no return
+    assert cv.image_to_depth(_img(mm, "16UC1"), keep_too_near=True).tolist() == [[0.0, pytest.approx(0.3)]]
+
+
 @pytest.mark.parametrize("mutate, msg", [
     (lambda m: setattr(m, "encoding", "yuv422"), "encoding"),
     (lambda m: setattr(m, "height", 6), "bytes"),

@@ -158,7 +158,8 @@ def test_safety_node_guards_the_command(monkeypatch):
 def test_a_surface_ahead_holds_forward_speed_until_it_is_gone_or_the_stop_distance_is_lowered(monkeypatch):
     """guard.stop_distance_m 0.3 with the field of view from camera_info: forward is held until one has come; a
     wall 2 m ahead passes the command, one 0.2 m ahead holds forward speed at zero while the turn passes (status,
-    /diagnostics and the log say so); `memnav param set` lowering the distance to 0.1 drives again."""
+    /diagnostics and the log say so); `memnav param set` lowering the distance to 0.1 drives again; a patch too near
+    to measure (REP 117's -inf) holds it again, 0 m ahead."""
     from conftest import run_memnav
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import Twist
@@ -187,13 +188,16 @@ def test_a_surface_ahead_holds_forward_speed_until_it_is_gone_or_the_stop_distan
         ("rgb", Image, "/camera/color/image_raw"), ("depth", Image, "/camera/depth/image_raw"),
         ("odom", Odometry, "/odom"), ("info", CameraInfo, "/camera/color/camera_info"))}
     pub_cmd = node.create_publisher(Twist, "/memnav/cmd_vel_raw", 10)
-    feed = {"wall_m": 2.0, "info": False}
+    feed = {"wall_m": 2.0, "info": False, "too_near": False}
     rgb = conv.rgb_to_image(np.zeros((64, 64, 3), np.uint8))
     info = CameraInfo(width=64, height=64, k=[32.0, 0.0, 32.0, 0.0, 32.0, 32.0, 0.0, 0.0, 1.0])   # 90 deg
 
     def on_feed() -> None:
         pubs["rgb"].publish(rgb)
-        pubs["depth"].publish(conv.depth_to_image(np.full((64, 64), feed["wall_m"], np.float32)))
+        frame = np.full((64, 64), feed["wall_m"], np.float32)
+        if feed["too_near"]:
+            frame[40:44, 5:9] = -np.inf                 # low at the left: inside the camera's minimum range
+        pubs["depth"].publish(conv.depth_to_image(frame))
         pubs["odom"].publish(conv.pose_to_odometry(Pose2D(0.0, 0.0, 0.0)))
         if feed["info"]:
             pubs["info"].publish(info)
@@ -226,6 +230,12 @@ def test_a_surface_ahead_holds_forward_speed_until_it_is_gone_or_the_stop_distan
         lowered = run_memnav(["param", "set", "safety_node", "guard.stop_distance_m", "0.1"], env, 60)
         assert lowered.returncode == 0, lowered.stdout + lowered.stderr
         assert wait_for(sending(0.3, 0.2, "ok"), 5.0), got["status"][-1:]
+        # a surface too near to measure: held, 0 m ahead (it read as no return, outside the middle: open space)
+        feed["too_near"] = True
+        assert wait_for(sending(0.0, 0.2, "obstacle_ahead"), 5.0), got["status"][-1:]
+        assert got["status"][-1]["ahead_m"] == 0.0 and got["status"][-1]["blind_share"] == 0.0
+        feed["too_near"] = False
+        assert wait_for(sending(0.3, 0.2, "ok"), 5.0), got["status"][-1:]
         # a depth image with no return at all (a wall inside the camera's minimum range): held as well
         feed["wall_m"] = 0.0
         assert wait_for(sending(0.0, 0.2, "obstacle_ahead"), 5.0), got["status"][-1:]
@@ -241,6 +251,8 @@ def test_a_surface_ahead_holds_forward_speed_until_it_is_gone_or_the_stop_distan
     assert "forward held: no depth image measured yet (no camera_info: field of view unknown)" in out, out[-3000:]
     assert "forward held: a surface 0.20 m ahead in the robot's path (guard.stop_distance_m 0.3)" in out, out[-3000:]
     assert "forward held: no return in 100% of the middle of the depth image" in out, out[-3000:]
+    assert ("forward held: a surface 0.00 m ahead in the robot's path (too near to measure, or under the camera) "
+            "(guard.stop_distance_m 0.1)") in out, out[-3000:]
 
 
 def test_robot_yaml_builds_the_robot_profile_configs():
