@@ -2,7 +2,8 @@
 
 The index stores float32 unit vectors under caller-chosen non-negative integer keys (the scene graph uses
 dense row slots). Vectors live in contiguous blocks ("inverted lists") that grow by doubling, so a query
-is a handful of BLAS matrix-vector products plus one `argpartition`:
+is a handful of BLAS matrix-vector products plus one `partition`, and a float64 rescoring of the few rows
+near the top:
 
 * exact mode (size <= `exact_max_size`): one block holds everything; search scans it all. On two cores a
   20k x 256 float32 scan takes ~1.4 ms, 100k ~7 ms: that memory-bound scan is why the default switch to the
@@ -12,6 +13,12 @@ is a handful of BLAS matrix-vector products plus one `argpartition`:
   the `nprobe` lists whose centroids are most similar. The index retrains itself (amortised) each time it
   has grown `retrain_growth` times since the last training, and falls back to exact mode when it shrinks
   below half the threshold.
+
+Results do not depend on how the vectors happen to be laid out (insertion and removal order, which list a
+vector sits in, exact or IVF mode): equal similarities rank the lower key first (or the lower of a caller's
+tie-break values), and the similarities returned are computed row by row in float64, since a BLAS scan may
+round one vector's dot product differently depending on its row. Two indexes holding the same vectors under
+the same keys give the same results in exact mode or with `exact=True` (IVF lists depend on the training).
 
 This module also holds the input checks shared by the memory components (embeddings, poses, stamps), so
 every component rejects bad input with the same `InvalidInputError` naming the offending field.
@@ -414,9 +421,14 @@ class EmbeddingIndex:
 
     # -- search -----------------------------------------------------------------------------------------
 
-    def search(self, query: np.ndarray, k: int, *, exact: bool = False,
-               nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: np.ndarray, k: int, *, exact: bool = False, nprobe: int | None = None,
+               tie_order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The k stored vectors most similar (cosine) to a unit query.
+
+        The ranking does not depend on the storage layout: the rows near the top of the scan are rescored in
+        float64 (one row at a time, so a vector's similarity is the same wherever it is stored), and equal
+        similarities rank the lower key first (the lower `tie_order[key]` if given), also where the cut after
+        the k-th result goes through a tie. In IVF mode this holds among the vectors of the lists scanned.
 
         Args:
             query: (dim,) float32 unit vector (validated by the caller).
@@ -424,6 +436,9 @@ class EmbeddingIndex:
                 lists scanned hold fewer than k together (a large k with a small nprobe).
             exact: scan every list even in IVF mode (for recall measurements).
             nprobe: IVF lists to scan for this query (default: the index's `nprobe`).
+            tie_order: optional array indexed by key, one distinct value per stored key: among equal
+                similarities the key with the lower value comes first (e.g. the scene graph's node id of each
+                slot). Default: the key itself.
 
         Returns:
             (keys int64 (k',), similarities float32 (k',)), most similar first.
@@ -437,19 +452,52 @@ class EmbeddingIndex:
             nprobe = min(self.nprobe if nprobe is None else max(1, nprobe), len(self._centroids))
             csims = self._centroids @ q
             probe = np.argpartition(-csims, nprobe - 1)[:nprobe] if nprobe < len(csims) else range(len(csims))
-        sims_parts, key_parts = [], []
-        for b in probe:
-            block = self._blocks[b]
-            if block.n:
-                sims_parts.append(block.vecs[: block.n] @ q)
-                key_parts.append(block.keys[: block.n])
-        if not sims_parts:
+        blocks = [self._blocks[b] for b in probe if self._blocks[b].n]
+        if not blocks:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        sims_parts = [b.vecs[: b.n] @ q for b in blocks]
         sims = sims_parts[0] if len(sims_parts) == 1 else np.concatenate(sims_parts)
-        keys = key_parts[0] if len(key_parts) == 1 else np.concatenate(key_parts)
-        if k < len(sims):
-            top = np.argpartition(-sims, k - 1)[:k]
+        n = len(sims)
+        if k < n:
+            kth = np.partition(sims, n - k)[n - k]   # the k-th largest scanned similarity
+            # a float32 dot product of unit vectors is within dim * 2^-24 * |q| of the exact one (whatever the
+            # summation order): every row that can be in the exact top k, or tie with its k-th, scans within
+            # twice that of `kth`
+            slack = 2.0 * (self.dim + 1) * 2.0 ** -24 * math.sqrt(float(q @ q))
+            short = np.flatnonzero(sims >= kth - slack)
         else:
-            top = np.arange(len(sims))
-        top = top[np.argsort(-sims[top], kind="stable")]
-        return keys[top].copy(), sims[top].copy()
+            short = np.arange(n)
+        keys, vecs = self._gather(blocks, short)
+        # float64 products of float32 values are exact, and each row is summed alone, in one order
+        scores = (vecs.astype(np.float64) * q.astype(np.float64)).sum(axis=1).astype(np.float32)
+        rank = keys if tie_order is None else np.asarray(tie_order)[keys]
+        m = len(short)
+        if k < m:
+            t = np.partition(scores, m - k)[m - k]   # the k-th largest rescored similarity
+            above = np.flatnonzero(scores > t)
+            tied = np.flatnonzero(scores == t)
+            need = k - len(above)
+            if need < len(tied):    # the cut goes through a tie: first in tie order
+                tied = tied[np.argpartition(rank[tied], need - 1)[:need]]
+            top = np.concatenate([above, tied])
+            top = top[np.lexsort((rank[top], -scores[top]))]
+        else:
+            top = np.lexsort((rank, -scores))
+        return keys[top], scores[top]
+
+    @staticmethod
+    def _gather(blocks: list[_Block], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and vectors of `rows` (ascending positions in the concatenation of `blocks`' used rows)."""
+        if len(blocks) == 1:
+            return blocks[0].keys[rows], blocks[0].vecs[rows]
+        starts = np.cumsum([0] + [b.n for b in blocks])
+        cuts = np.searchsorted(rows, starts).tolist()   # rows[cuts[i]:cuts[i + 1]] lie in blocks[i]
+        keys = np.empty(len(rows), np.int64)
+        vecs = np.empty((len(rows), blocks[0].vecs.shape[1]), np.float32)
+        for i, block in enumerate(blocks):
+            lo, hi = cuts[i], cuts[i + 1]
+            if lo < hi:
+                local = rows[lo:hi] - starts[i]
+                keys[lo:hi] = block.keys[local]
+                vecs[lo:hi] = block.vecs[local]
+        return keys, vecs

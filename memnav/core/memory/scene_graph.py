@@ -126,11 +126,12 @@ class SceneGraphConfig:
             localised: its frame is this odometry's.
         relocalisation_confirmations: an unlocalised memory (loaded from a file, or after `relocalise()`) takes
             its frame from appearance only when this many loop-closure candidates, seen in different
-            observations and at different places, agree on where the robot is (within loop_closure_gate_sigmas
-            x sqrt(2) x place_position_std_m and as many times place_yaw_std_deg), seen at least
-            relocalisation_baseline_m apart; 1 trusts the first candidate. Look-alike views elsewhere in the
-            house rarely agree with each other once the robot has moved between them (turning on the spot in
-            a room like another, every view agrees with the other room).
+            observations and at different places (a place and one consolidation merged into it count as one),
+            agree on where the robot is (within loop_closure_gate_sigmas x sqrt(2) x place_position_std_m and
+            as many times place_yaw_std_deg), seen at least relocalisation_baseline_m apart; 1 trusts the first
+            candidate. Look-alike views elsewhere in the house rarely agree with each other once the robot has
+            moved between them (turning on the spot in a room like another, every view agrees with the other
+            room).
         relocalisation_baseline_m: how far odometry must have moved the robot between two agreeing
             relocalisation votes, m.
         relocalisation_radius_m: how far from where odometry puts the robot an unlocalised memory's loop closures
@@ -458,7 +459,8 @@ class _Hypothesis:
 
     correction: np.ndarray   # memory <- odometry (tx_m, ty_m, theta_rad)
     support: int             # agreeing candidates, at different places and observations
-    slots: frozenset[int]    # the places behind them
+    places: frozenset[int]   # node ids of the places behind them (ids are never reused, unlike index slots;
+                             # a place merged into another passes its votes on to it: see _merge)
     stamp_ns: int            # the last observation that supported it
     odom_xy: tuple[float, float]   # where odometry put the robot at that observation
 
@@ -824,7 +826,8 @@ class SceneGraphMemory:
             if sims[best] >= cfg.new_place_similarity:
                 return _Decision(InsertKind.UPDATED_PLACE, int(local[best]), float(sims[best]))
             best_sim = float(sims[best])
-        keys, sims = self._index.search(emb, cfg.loop_closure_candidates, nprobe=cfg.loop_closure_nprobe)
+        keys, sims = self._index.search(emb, cfg.loop_closure_candidates, nprobe=cfg.loop_closure_nprobe,
+                                        tie_order=pl.ids)
         min_age_ns = int(cfg.loop_closure_min_age_s * 1e9)
         gate_m = self.loop_closure_gate_m(variance)
         if len(sims):
@@ -846,21 +849,21 @@ class SceneGraphMemory:
                 continue
             if not voting:
                 return _Decision(InsertKind.LOOP_CLOSURE, slot, sim)
-            vote = self._vote(odom, _correction_between(odom, Pose2D(px, py, pyaw)), slot, stamp)
+            vote = self._vote(odom, _correction_between(odom, Pose2D(px, py, pyaw)), int(pl.ids[slot]), stamp)
             if vote.support >= cfg.relocalisation_confirmations:
                 return _Decision(InsertKind.LOOP_CLOSURE, slot, sim)
             votes.append(vote)
         return _Decision(InsertKind.NEW_PLACE, -1, best_sim, tuple(votes))
 
-    def _vote(self, odom: Pose2D, correction: np.ndarray, slot: int, stamp: int) -> _Hypothesis:
-        """The relocalisation hypothesis of one loop-closure candidate, supported by every earlier one that
-        puts the robot at the same pose from another place."""
+    def _vote(self, odom: Pose2D, correction: np.ndarray, place_id: int, stamp: int) -> _Hypothesis:
+        """The relocalisation hypothesis of one loop-closure candidate (the place with node id `place_id`),
+        supported by every earlier one that puts the robot at the same pose from another place."""
         cfg = self.config
         spread = cfg.loop_closure_gate_sigmas * math.sqrt(2.0)
         here = _se2_apply(correction, odom)
         best: _Hypothesis | None = None
         for h in self._hypotheses:
-            if slot in h.slots or h.stamp_ns >= stamp or (best is not None and h.support <= best.support):
+            if place_id in h.places or h.stamp_ns >= stamp or (best is not None and h.support <= best.support):
                 continue
             if math.hypot(odom.x_m - h.odom_xy[0], odom.y_m - h.odom_xy[1]) < cfg.relocalisation_baseline_m:
                 continue                             # no baseline: a look-alike room agrees with itself
@@ -870,8 +873,8 @@ class SceneGraphMemory:
                 best = h
         here_xy = (odom.x_m, odom.y_m)
         if best is None:
-            return _Hypothesis(correction, 1, frozenset((slot,)), stamp, here_xy)
-        return _Hypothesis(correction, best.support + 1, best.slots | {slot}, stamp, here_xy)
+            return _Hypothesis(correction, 1, frozenset((place_id,)), stamp, here_xy)
+        return _Hypothesis(correction, best.support + 1, best.places | {place_id}, stamp, here_xy)
 
     def _move_frame_nodes(self, stale: np.ndarray) -> None:
         """The memory just relocalised: move the places and objects created since the last relocalise(), stored
@@ -1310,9 +1313,13 @@ class SceneGraphMemory:
                     self._link_places(pl.slot_of[u], pl.slot_of[v], du + dv)
 
     def _merge(self, keep: int, drop: int) -> None:
-        """Fold place `drop` into place `keep`: visits, stamps, embedding, edges and thumbnail."""
+        """Fold place `drop` into place `keep`: visits, stamps, embedding, edges, thumbnail and relocalisation
+        votes (`keep` now stands for the same spot and view, so a vote from it does not count as another place's
+        after one from `drop`)."""
         pl = self._places
         keep_id, drop_id = int(pl.ids[keep]), int(pl.ids[drop])
+        self._hypotheses = [replace(h, places=h.places | {keep_id}) if drop_id in h.places else h
+                            for h in self._hypotheses]
         mean = _mean_embedding(self._index.get(keep), int(pl.visits[keep]), self._index.get(drop), int(pl.visits[drop]),
                                self.config.embedding_average_max_visits)
         self._index.update(keep, mean)
@@ -1570,7 +1577,9 @@ class SceneGraphMemory:
     def retrieve(self, embedding: np.ndarray, k: int = 10, *, exact: bool = False) -> list[Retrieval]:
         """The k places whose embeddings are most cosine-similar to `embedding`, best first.
 
-        Exact up to `index_exact_max_size` places, IVF-approximate beyond (unless `exact`).
+        Exact up to `index_exact_max_size` places, IVF-approximate beyond (unless `exact`). Equal similarities
+        rank the lower node id first, and the k kept at a tie are those with the lowest ids, so a memory and
+        the same memory reopened from its file answer alike (in exact mode).
 
         Raises:
             InvalidInputError: bad embedding or k < 1.
@@ -1578,8 +1587,8 @@ class SceneGraphMemory:
         emb = check_embedding(embedding, self.config.embedding_dim)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise InvalidInputError("k", f"expected a positive int, got {k!r}")
-        slots, sims = self._index.search(emb, int(k), exact=exact)
         pl = self._places
+        slots, sims = self._index.search(emb, int(k), exact=exact, tie_order=pl.ids)
         return [Retrieval(int(pl.ids[s]), float(sim), Pose2D(*pl.pose[s].tolist()))
                 for s, sim in zip(slots.tolist(), sims.tolist())]
 

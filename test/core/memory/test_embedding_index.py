@@ -164,3 +164,59 @@ def test_get_many_refuses_an_absent_key_like_get():
     for absent in ([0], [1, 0], [7], [-1]):
         with pytest.raises(KeyError, match="is absent"):
             index.get_many(absent)
+
+
+def _with_copies(rng, n, d, copy_keys):
+    """n unit rows keyed 0..n-1, the rows under copy_keys all one vector (exactly equal similarities)."""
+    x = unit_rows(rng, n, d)
+    x[copy_keys] = x[copy_keys[0]]
+    return x
+
+
+def test_equal_similarities_rank_the_lower_key_first_whatever_the_layout():
+    """Two indexes holding the same vectors under the same keys, added in different orders and moved around by
+    removals, answer alike: equal similarities rank the lower key first, a top-k that cuts through a tie keeps
+    the lowest keys, and the similarities are bit for bit the same (a BLAS scan rounds a row by its position)."""
+    rng = np.random.default_rng(7)
+    copy_keys = np.array([183, 5, 97, 42, 150, 61, 17, 130])
+    x = _with_copies(rng, 203, 32, copy_keys)    # 203: not a multiple of the rows a BLAS kernel takes at once
+    forward, backward = EmbeddingIndex(32), EmbeddingIndex(32)
+    forward.add_batch(np.arange(203), x)
+    for key in range(202, -1, -1):       # reverse storage order: the highest key sits first
+        backward.add(key, x[key])
+    for key in (5, 17, 0, 1):            # removal swaps the last row into the hole; the key goes back at the end
+        backward.remove(key)
+        backward.add(key, x[key])
+    lowest = np.sort(copy_keys)
+    for k in (1, 3, 8, 11):
+        for index in (forward, backward):
+            keys, sims = index.search(x[5], k)
+            assert keys[: min(k, 8)].tolist() == lowest[: min(k, 8)].tolist()
+            assert np.all(sims[: min(k, 8)] == sims[0]) and np.all(np.diff(sims) <= 0)
+    for q in [x[5], *unit_rows(rng, 20, 32)]:
+        for k in (1, 4, 10, 203):
+            a, b = forward.search(q, k), backward.search(q, k)
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+    # a caller's tie order (e.g. node ids of the keys): here the reverse of the keys
+    keys, _ = backward.search(x[5], 3, tie_order=1000 - np.arange(203))
+    assert keys.tolist() == lowest[::-1][:3].tolist()
+
+
+def test_equal_similarities_rank_the_lower_key_first_in_ivf_mode():
+    rng = np.random.default_rng(8)
+    copy_keys = np.array([1500, 9, 777, 300, 1999, 64])
+    x = clustered(rng, 2000, 32)
+    x[copy_keys] = x[copy_keys[0]]
+    index = EmbeddingIndex(32, exact_max_size=256, nprobe=4, seed=0)
+    for key in range(1999, -1, -1):
+        index.add(key, x[key])
+    assert index.mode is IndexMode.IVF
+    lowest = np.sort(copy_keys)
+    for exact in (False, True):
+        for k in (2, 4, 6):
+            keys, sims = index.search(x[9], k, exact=exact)
+            assert keys.tolist() == lowest[:k].tolist() and np.all(sims == sims[0])
+    index.remove(9)
+    index.add(9, x[9])                  # back in at the end of its list
+    assert index.search(x[9], 2)[0].tolist() == [9, 64]

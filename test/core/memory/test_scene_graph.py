@@ -400,6 +400,52 @@ def test_a_relocalisation_vote_can_be_confirmed_from_outside(tmp_path):
     m.close()
 
 
+def _voting_memory_with_a_merged_voter():
+    """A memory with places `kept` at (0, 0) and `dup` (same view) at (0.3, 0), unlocalised, whose first vote came
+    from `dup` (odometry 50 m off the memory's frame along y); consolidation then merged `dup` into `kept`.
+    Only the best retrieval hit is a loop-closure candidate, so each observation casts at most one vote."""
+    rng = np.random.default_rng(11)
+    m = SceneGraphMemory(cfg(relocalisation_confirmations=2, loop_closure_candidates=1))
+    e_kept = random_unit(rng)
+    e_dup = e_kept + 0.05 * random_unit(rng)
+    kept, dup = m.add_places_bulk(np.array([0, 0]), np.array([[0.0, 0.0, 0.0], [0.3, 0.0, 0.0]]),
+                                  np.stack([e_kept, e_dup / np.linalg.norm(e_dup)])).tolist()
+    m.relocalise()
+    first = m.insert_observation(300 * S, [0.3, 50.0, 0.0], e_dup)
+    assert first.kind is InsertKind.NEW_PLACE and [s for _, s in m.relocalisation_votes()] == [1]
+    assert m.consolidate(full=True).merged_places == 1 and dup not in m.graph and kept in m.graph
+    return m, kept, rng
+
+
+def test_a_relocalisation_vote_from_a_place_that_took_a_freed_slot_counts():
+    """Votes remember the places behind them by node id: a place stored where a voter merged away used to be
+    (the same row of the memory's arrays and index) is another place, and its agreeing vote relocalises."""
+    m, _, rng = _voting_memory_with_a_merged_voter()
+    e_c = random_unit(rng)
+    (c,) = m.add_places_bulk(np.array([300 * S]), np.array([[6.0, 0.0, 0.0]]), e_c[None]).tolist()  # a map import
+    # 100 s later, 5.7 m on along odometry, the robot sees c: it puts the robot where the vote on dup did
+    r = m.insert_observation(400 * S, [6.0, 50.0, 0.0], e_c)
+    assert r.kind is InsertKind.LOOP_CLOSURE and r.node_id == c and m.localised
+    tx, ty, _ = m.drift_correction
+    assert (tx, ty) == pytest.approx((0.0, -50.0), abs=1e-6)
+
+
+def test_a_place_merged_into_another_passes_its_relocalisation_vote_on():
+    """The survivor of a merge stands for the same spot and view as the place merged into it: after a vote from
+    the merged place, a vote from the survivor is that place voting again, not a second place agreeing."""
+    m, kept, _ = _voting_memory_with_a_merged_voter()
+    # 1.3 m from the first vote along odometry, the robot sees kept (which now holds dup's view too)
+    r = m.insert_observation(400 * S, [-1.0, 50.0, 0.0], m.place(kept).embedding)
+    assert r.kind is InsertKind.NEW_PLACE and not m.localised
+    assert [s for _, s in m.relocalisation_votes()] == [1, 1]
+    # a third place that agrees does relocalise (support 2 with either vote)
+    rng = np.random.default_rng(12)
+    e_c = random_unit(rng)
+    (c,) = m.add_places_bulk(np.array([400 * S]), np.array([[6.0, 0.0, 0.0]]), e_c[None]).tolist()
+    r = m.insert_observation(500 * S, [6.0, 50.0, 0.0], e_c)
+    assert r.kind is InsertKind.LOOP_CLOSURE and r.node_id == c and m.localised
+
+
 def test_set_pose_localises_from_an_outside_estimate():
     embed = SmoothEmbedder()
     m = SceneGraphMemory(cfg())
@@ -508,6 +554,27 @@ def test_retrieve_returns_best_matches_first():
     assert len(m.retrieve(embs[0], k=100)) == 20
     with pytest.raises(InvalidInputError, match="k"):
         m.retrieve(embs[0], k=0)
+
+
+def test_retrieve_ranks_equal_similarities_by_node_id_alike_live_and_reopened(tmp_path):
+    """Places with the same embedding rank the lower node id first, also when the top k cuts through them, in
+    a memory whose rows were reshuffled by a merge and a reused slot as in the same memory reopened."""
+    rng = np.random.default_rng(6)
+    m = SceneGraphMemory(cfg(tmp_path))
+    e, v = random_unit(rng), random_unit(rng)
+    near = e + 0.05 * random_unit(rng)       # same spot, same view: merged with e's place
+    poses = np.array([[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [10.0, 0.0, 0.0], [15.0, 0.0, 0.0], [20.0, 0.0, 0.0],
+                      [30.0, 0.0, 0.0]])
+    ids = m.add_places_bulk(np.arange(6), poses, np.stack([e, near, v, random_unit(rng), random_unit(rng), v]))
+    assert m.consolidate(full=True).merged_places == 1          # ids[1] merged away: its slot is free again
+    (late,) = m.add_places_bulk(np.array([6]), np.array([[40.0, 0.0, 0.0]]), v[None])   # ... and reused here
+    same_view = [int(ids[2]), int(ids[5]), int(late)]
+    live = {k: [(h.node_id, h.similarity) for h in m.retrieve(v, k)] for k in (1, 2, 3, 6)}
+    assert [i for i, _ in live[3]] == same_view and [i for i, _ in live[1]] == same_view[:1]
+    assert len({s for _, s in live[3]}) == 1
+    m.close()
+    with SceneGraphMemory.open(tmp_path / "m.db", cfg()) as again:
+        assert {k: [(h.node_id, h.similarity) for h in again.retrieve(v, k)] for k in live} == live
 
 
 def test_shortest_path_uses_traversability_only():
