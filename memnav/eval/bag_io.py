@@ -26,7 +26,10 @@ written to the input: sqlite3 files are opened immutable, mcap files read-only.
 and Kilted all read; version 9 stores QoS profiles in a layout Humble does not parse) with mcap or
 sqlite3 storage. A writer that fails before it finishes removes the folder it created when no message is in
 it yet; a bag that holds messages is kept (a partial recording is still a bag). A folder that existed before
-is never written to or removed.
+is never written to or removed. sqlite3 storage is committed every `SQLITE_COMMIT_S` seconds (or
+`SQLITE_COMMIT_BYTES`), so a writer killed, or one whose disk fills, loses at most that last part: `rosbags` alone
+commits only at close, and a killed or failed writer then kept no message at all. A message that cannot be written
+(disk full, file too large) raises `BagError` naming the bag and what it keeps.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import contextlib
 import math
 import re
 import shutil
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +54,9 @@ _DISTRO_STORES = {"humble": "ros2_humble", "iron": "ros2_iron", "jazzy": "ros2_j
                   "rolling": "ros2_kilted", "foxy": "ros2_foxy", "galactic": "ros2_galactic"}
 DEFAULT_DISTRO = "kilted"
 WRITER_METADATA_VERSION = 8
+SQLITE_COMMIT_S = 1.0              # a killed writer loses at most about this much of a sqlite3 bag, seconds
+SQLITE_COMMIT_BYTES = 16 << 20     # ... or this much message data, bytes
+_SQLITE_CACHE_KIB = 64 << 10       # > SQLITE_COMMIT_BYTES: uncommitted pages never spill into the file
 
 
 class BagError(RuntimeError):
@@ -597,6 +604,13 @@ class BagWriter:
             if isinstance(err, OSError) or not isinstance(err, Exception):   # an OSError names its file already
                 raise
             raise BagError(f"{self.path}: cannot create bag: {err}") from err   # e.g. sqlite3 cannot open it
+        # sqlite3: rosbags commits only at close; commit as we go (see the module docstring)
+        self._sqlite = getattr(self._writer.storage, "conn", None) if storage == "sqlite3" else None
+        if self._sqlite is not None:
+            self._sqlite.execute(f"PRAGMA cache_size=-{_SQLITE_CACHE_KIB}")
+        self._pending_bytes = 0
+        self._last_commit = time.monotonic()
+        self._committed: tuple = (Counter(), {}, self._writer.min_timestamp, self._writer.max_timestamp)
 
     def _failed_creating_folder(self, err: BaseException) -> bool:
         """Whether rosbags' `Writer.open` failed creating the bag folder itself (an OSError naming the folder or a
@@ -613,6 +627,7 @@ class BagWriter:
             raise UnknownTypeError(f"topic {topic}: message type {msgtype!r} has no definition in the typestore")
         self._conns[topic] = self._writer.add_connection(topic, msgtype, typestore=self.typestore,
                                                          offered_qos_profiles=list(qos))
+        self._commit(topic)   # a killed writer's messages are only readable with their topic
 
     def has_topic(self, topic: str) -> bool:
         return topic in self._conns
@@ -622,8 +637,43 @@ class BagWriter:
         conn = self._conns.get(topic)
         if conn is None:
             raise BagError(f"{self.path}: topic {topic} was not declared with add_topic")
-        self._writer.write(conn, int(log_time_ns), raw)
+        try:
+            self._writer.write(conn, int(log_time_ns), raw)
+        except Exception as err:   # noqa: BLE001 - disk full, file too large, I/O error: OSError or sqlite3.Error
+            self._write_failed(topic, err)
         self.counts[topic] += 1
+        self._pending_bytes += len(raw)
+        if self._sqlite is not None and (self._pending_bytes >= SQLITE_COMMIT_BYTES
+                                         or time.monotonic() - self._last_commit >= SQLITE_COMMIT_S):
+            self._commit(topic)
+
+    def _commit(self, topic: str) -> None:
+        """Commit sqlite3 storage and remember what it then holds (nothing to do for mcap)."""
+        if self._sqlite is None:
+            return
+        try:
+            self._sqlite.commit()
+        except Exception as err:   # noqa: BLE001 - sqlite3.Error: disk full, I/O error
+            self._write_failed(topic, err)
+        w = self._writer
+        self._committed = (Counter(self.counts), dict(w.counts), w.min_timestamp, w.max_timestamp)
+        self._pending_bytes = 0
+        self._last_commit = time.monotonic()
+
+    def _write_failed(self, topic: str, err: Exception) -> None:
+        """Raise BagError for a message that could not be stored; for sqlite3, first roll back to the last commit
+        so that the counts (and the metadata close() writes) say what the bag holds."""
+        if self._sqlite is not None:
+            with contextlib.suppress(Exception):
+                self._sqlite.rollback()
+            counts, writer_counts, self._writer.min_timestamp, self._writer.max_timestamp = self._committed
+            self.counts, self._writer.counts = Counter(counts), dict(writer_counts)
+            kept = f"the {sum(self.counts.values())} messages committed before it"
+        else:
+            kept = f"what it wrote before it (up to {sum(self.counts.values())} messages)"
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise BagError(f"{self.path}: cannot write a message of {topic} ({type(err).__name__}: {reason}); "
+                       f"the bag keeps {kept}") from err
 
     def write(self, topic: str, msg: Any, log_time_ns: int, msgtype: str | None = None) -> None:
         """Serialize a rosbags message object and append it (declaring the topic on first use)."""

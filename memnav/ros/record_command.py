@@ -4,14 +4,18 @@ A generic recorder (rclpy raw subscriptions -> `rosbags` writer) for machines wi
 rosbag2 folder (metadata.yaml version 8 + one .mcap or .db3 file) that `ros2 bag info/play` of Humble,
 Jazzy and Kilted read, and that `memnav eval-bag` and `memnav replay` take.
 
-Topics: the ones named, or every topic when none is named; the graph is re-checked every
+Topics: the ones named (a relative name such as `odom` resolves in the recorder's namespace, /odom by default,
+as `ros2 bag record` does), or every topic when none is named; the graph is re-checked every
 `--discovery-interval` seconds, so topics whose publishers appear later are picked up. Each topic is
 subscribed with QoS compatible with all its publishers (reliable only when every publisher is reliable,
 transient local when every publisher is, so latched topics such as /memnav/goal_image are recorded), and
 the publishers' QoS is stored as the topic's offered QoS (so `replay` offers the same). A topic whose type
 has no Python message package installed, or no definition in the Kilted typestore, is skipped with a
 warning. Messages are stored as received (CDR bytes), stamped with the node clock at reception (`--ros-args
--p use_sim_time:=true` records /clock time).
+-p use_sim_time:=true` records /clock time; `--duration` and `--discovery-interval` still count wall time, so a
+paused or absent /clock neither stalls discovery nor the end of the recording). With use_sim_time, messages that
+arrive before the first /clock (latched ones, typically) are written with the time of that first /clock, not at
+time 0 (which put a decades-long gap at the start of the bag, so that a replay never reached its second message).
 
 Recording ends at Ctrl-C, SIGTERM or after `--duration` seconds; the bag is then finished (index and
 metadata written). The output folder must not exist: a bag is never overwritten. A recording that fails
@@ -28,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memnav.core.namespaces import resolve_name
 from memnav.eval.bag_io import STORAGES, BagError, BagWriter, UnknownTypeError
 
 MAX_TIMER_S = 9e9   # ROS timers count int64 nanoseconds (up to ~9.2e9 s)
@@ -97,20 +102,32 @@ def run(args: argparse.Namespace) -> int:
     if args.out.exists():
         raise BagError(f"--out {args.out} exists already; a bag is never overwritten")
     import rclpy
+    from rclpy.clock import Clock, ClockType
     from rclpy.executors import ExternalShutdownException
 
     rclpy.init(args=["memnav_record", "--ros-args", *args.ros_args] if args.ros_args else ["memnav_record"])
     node = rclpy.create_node("memnav_record")
     log = node.get_logger()
     writer: BagWriter | None = None
-    wanted = set(args.topics)
+    wanted = {resolve_name(t, node.get_namespace()) for t in args.topics}   # the graph lists absolute names
+    wall = Clock(clock_type=ClockType.STEADY_TIME)   # the timers' clock: the node's is /clock with use_sim_time
     subs: dict[str, Any] = {}
     refused: set[str] = set()
     state = {"done": False}
 
+    sim_time = node.get_parameter("use_sim_time").value
+    before_clock: list[tuple[str, bytes]] = []   # with use_sim_time: messages received while the clock reads 0
+
     def make_callback(topic: str):
         def on_message(raw: bytes) -> None:
-            writer.write_raw(topic, node.get_clock().now().nanoseconds, raw)
+            stamp_ns = node.get_clock().now().nanoseconds
+            if sim_time and stamp_ns == 0:
+                before_clock.append((topic, raw))
+                return
+            for early_topic, early_raw in before_clock:
+                writer.write_raw(early_topic, stamp_ns, early_raw)
+            before_clock.clear()
+            writer.write_raw(topic, stamp_ns, raw)
         return on_message
 
     def discover() -> None:
@@ -139,9 +156,9 @@ def run(args: argparse.Namespace) -> int:
     previous_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         signal.signal(signal.SIGTERM, stop)
-        node.create_timer(args.discovery_interval, discover)
+        node.create_timer(args.discovery_interval, discover, clock=wall)
         if args.duration > 0:
-            node.create_timer(args.duration, stop)
+            node.create_timer(args.duration, stop, clock=wall)
         writer = BagWriter(args.out, args.storage)   # last: whatever can refuse the options has run by now
         discover()
         log.info(f"recording into {args.out} ({args.storage}); Ctrl-C to stop")
@@ -150,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
                 rclpy.spin_once(node, timeout_sec=0.1)
         except (KeyboardInterrupt, ExternalShutdownException):
             pass
+        for topic, raw in before_clock:   # no /clock ever came: time 0 is all there is
+            writer.write_raw(topic, 0, raw)
         writer.close()
     except BaseException:
         if writer is not None:   # keeps a bag that holds messages, removes an empty one (run refused an existing --out)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -471,3 +473,57 @@ def test_log_times_out_of_order_are_counted_and_kept(tmp_path):
     with BagFile(killed) as bag:   # per topic, only the odometry goes back (1.3 s + 1 ns, then 1.2 s + 1 ns)
         odom_times = [m.log_time_ns for m in bag.messages(["/odom"])]
         assert odom_times == [m[2] for m in stored if m[0] == "/odom"] and bag.counts.log_time_out_of_order == 1
+
+
+# writes 3000 messages of 1 kB (about 3 MB) committing every 256 kB, then fails or dies as argv[3] says:
+# "kill" leaves without closing (SIGKILL, OOM, power loss), "full" runs out of room at 2 MB (RLIMIT_FSIZE)
+_WRITER_SCRIPT = """
+import os, resource, signal, sys
+from memnav.eval import bag_io
+from memnav.eval.bag_io import BagError, BagWriter
+bag_io.SQLITE_COMMIT_BYTES = 256 << 10
+path, storage, how = sys.argv[1:4]
+if how == "full":
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, 2 << 20))
+w = BagWriter(path, storage)
+String = w.typestore.types["std_msgs/msg/String"]
+try:
+    for i in range(3000):
+        w.write("/chatter", String(data=f"{i:06d}" + "x" * 1000), 10**9 + i)
+except BagError as err:
+    print(err)
+    w.abandon()
+    sys.exit(3)
+os._exit(0)
+"""
+
+
+def _run_writer(tmp_path: Path, storage: str, how: str) -> tuple[Path, subprocess.CompletedProcess]:
+    path = tmp_path / f"{how}_{storage}"
+    proc = subprocess.run([sys.executable, "-c", _WRITER_SCRIPT, str(path), storage, how], capture_output=True,
+                          text=True, timeout=120)
+    return path, proc
+
+
+def test_a_killed_sqlite3_writer_keeps_what_it_committed(tmp_path):
+    """rosbags commits a .db3 only at close: a recorder killed without it kept no message at all."""
+    path, proc = _run_writer(tmp_path, "sqlite3", "kill")
+    assert proc.returncode == 0, proc.stderr
+    assert not (path / "metadata.yaml").exists()
+    with BagFile(path) as bag:
+        got = [m.msg.data for m in bag.messages()]
+    assert 2000 <= len(got) < 3000 and got == [f"{i:06d}" + "x" * 1000 for i in range(len(got))]
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_full_disk_is_one_error_naming_the_bag_which_keeps_what_was_written(tmp_path, storage):
+    path, proc = _run_writer(tmp_path, storage, "full")
+    assert proc.returncode == 3, proc.stderr   # BagError, not a bare OSError / sqlite3.OperationalError
+    assert proc.stdout.startswith(f"{path}: cannot write a message of /chatter") and "keeps" in proc.stdout
+    with BagFile(path) as bag:
+        got = [m.msg.data for m in bag.messages()]
+        declared = bag.message_count
+    assert len(got) >= 500 and got == [f"{i:06d}" + "x" * 1000 for i in range(len(got))]
+    if storage == "sqlite3":   # rolled back to the last commit: the metadata says what the bag holds
+        assert (path / "metadata.yaml").is_file() and declared == len(got)

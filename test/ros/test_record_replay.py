@@ -292,3 +292,73 @@ def test_replay_node_warns_of_a_params_file_section_one_typo_from_its_name(sourc
     assert (f"params file {params}: section 'memnav_reply' names no node of this process and gives memnav_replay "
             "nothing; did you mean 'memnav_replay'?") in warning
     assert f"published {2 * N + 1} messages" in run.stdout, run.stdout
+
+
+def test_record_with_sim_time_and_no_clock_still_discovers_and_ends_on_wall_time(tmp_path, ros_env):
+    """`--duration` and the discovery of topics that appear later count wall time, also with use_sim_time and no
+    /clock (they ran on the node's clock: the recording never ended and saw no new topic); a relative TOPIC
+    resolves in the recorder's namespace."""
+    from std_msgs.msg import String
+
+    rec_path = tmp_path / "sim_time"
+    recorder = _memnav("record", "--out", str(rec_path), "--duration", "6", "--discovery-interval", "0.2", "chatter",
+                       "--ros-args", "-p", "use_sim_time:=true", "-r", "__ns:=/robot1")
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_late_talker")
+    try:
+        time.sleep(1.5)   # the topic appears after the recorder started
+        pub = node.create_publisher(String, "/robot1/chatter", 10)
+        end = time.monotonic() + 5
+        while pub.get_subscription_count() == 0 and recorder.poll() is None and time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        assert pub.get_subscription_count() > 0, "the recorder never subscribed to /robot1/chatter"
+        for i in range(5):
+            pub.publish(String(data=f"m{i}"))
+            rclpy.spin_once(node, timeout_sec=0.05)
+        out = _finish(recorder, 20)   # ends by itself
+    finally:
+        _close(node, recorder)
+    assert recorder.returncode == 0, out
+    with BagFile(rec_path) as bag:
+        assert [m.msg.data for m in bag.messages(["/robot1/chatter"])] == [f"m{i}" for i in range(5)]
+
+
+def test_record_with_sim_time_stamps_messages_before_the_first_clock_with_it(tmp_path, ros_env):
+    """With use_sim_time, a latched message delivered before any /clock was stamped 0: the bag then began decades
+    before its other messages (a replay waited that long). It takes the time of the first /clock instead."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+    from std_msgs.msg import String
+
+    from memnav.ros.embedding_msgs import ns_to_stamp
+
+    rec_path = tmp_path / "early"
+    recorder = _memnav("record", "--out", str(rec_path), "--duration", "60", "--discovery-interval", "0.2",
+                       "/latched", "/chatter", "--ros-args", "-p", "use_sim_time:=true")
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_early_talker")
+    try:
+        latched = node.create_publisher(String, "/latched", QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        latched.publish(String(data="goal"))
+        chatter = node.create_publisher(String, "/chatter", 10)
+        clock = node.create_publisher(Clock, "/clock", 10)
+        end = time.monotonic() + 20
+        while (chatter.get_subscription_count() == 0 or latched.get_subscription_count() == 0
+               or clock.get_subscription_count() == 0) and recorder.poll() is None and time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        time.sleep(0.5)   # the latched message reaches the recorder, still without a clock
+        for i in range(5):
+            clock.publish(Clock(clock=ns_to_stamp(T0 + i * 10**8)))
+            rclpy.spin_once(node, timeout_sec=0.1)
+            chatter.publish(String(data=f"m{i}"))
+            rclpy.spin_once(node, timeout_sec=0.1)
+        time.sleep(0.5)
+        out = _finish(recorder, 20, signal.SIGINT)
+    finally:
+        _close(node, recorder)
+    assert recorder.returncode == 0, out
+    with BagFile(rec_path) as bag:
+        got = {m.msg.data: m.log_time_ns for m in bag.messages()}
+    assert set(got) == {"goal", "m0", "m1", "m2", "m3", "m4"}, got
+    assert all(T0 <= t <= T0 + 5 * 10**8 for t in got.values()), got
