@@ -86,12 +86,20 @@ class SimConfig:
     odometry_origin: str = "house"
 
     def __post_init__(self) -> None:
+        # counts must be integers: a float image size or step limit otherwise fails deep in rendering or numpy
+        for name in ("width_px", "height_px", "max_episode_steps", "seed", "render_threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"SimConfig.{name} must be an integer, got {value!r}")
+        if self.seed < 0:
+            raise ValueError(f"SimConfig.seed must be >= 0, got {self.seed!r}")
         positive = ("width_px", "height_px", "hfov_deg", "sensor_height_m", "forward_step_m",
                     "turn_angle_deg", "agent_radius_m", "agent_height_m", "navmesh_cell_m",
                     "max_episode_steps", "success_distance_m", "max_depth_m")
         for name in positive:
             value = getattr(self, name)
-            if not np.isfinite(value) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(value) or value <= 0:
                 raise ValueError(f"SimConfig.{name} must be a positive number, got {value!r}")
         if not 0 < self.hfov_deg < 180:
             raise ValueError(f"SimConfig.hfov_deg must be in (0, 180), got {self.hfov_deg}")

@@ -16,7 +16,7 @@ import numpy as np
 from memnav.core.frames import heading_habitat, pose2d_from_habitat, quat_xyzw_from_yaw, yaw_from_quat_xyzw
 from memnav.core.types import Action, Observation, Pose2D, wrap_angle
 from memnav.sim.base import AgentState, SimConfig
-from memnav.sim.mesh import SceneMesh, load_scene_mesh
+from memnav.sim.mesh import SceneLoadError, SceneMesh, load_scene_mesh
 from memnav.sim.navmesh import NavGrid, NavGridConfig
 from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command, start_odometry
 from memnav.sim.render import Camera, RayCaster
@@ -25,11 +25,24 @@ if TYPE_CHECKING:
     from memnav.sim.episodes import Episode
 
 START_SNAP_M = 0.2  # a start within this distance of the navigable area is moved onto it
+GOAL_SNAP_M = 0.5   # geodesic distances to a goal start from the navigable cell this close to it (NavGrid.snap)
 SUBSTEP_M = 0.02    # collision checks along a motion every this many meters
+MAX_NAVGRID_CELLS = 10_000_000  # about 1 kB each while the grid is built: 10 GB; 158 m x 158 m at 5 cm
 
 
 class StartNotNavigableError(ValueError):
     """An episode's start position is off the navigable area."""
+
+
+class OffFloorError(ValueError):
+    """An episode's start or goal lies above or below the one floor the embedded simulator maps."""
+
+
+def navgrid_cells(mesh: SceneMesh, cell_m: float) -> int:
+    """How many cells the navigable grid of `mesh` has at `cell_m` (NavGrid's shape: the mesh's x-z bounds plus a
+    cell of margin on each side)."""
+    lo, hi = mesh.bounds
+    return (int(math.ceil((hi[2] - lo[2]) / cell_m)) + 3) * (int(math.ceil((hi[0] - lo[0]) / cell_m)) + 3)
 
 
 class _LoadedScene:
@@ -40,6 +53,14 @@ class _LoadedScene:
         self.mesh: SceneMesh = load_scene_mesh(path)
         self.caster = RayCaster(self.mesh, config.renderer, config.render_threads)
         self.has_semantics = self.mesh.has_semantics  # a scan over every face: once per scene, not per frame
+        cells = navgrid_cells(self.mesh, config.navmesh_cell_m)
+        if cells > MAX_NAVGRID_CELLS:
+            lo, hi = self.mesh.bounds
+            raise SceneLoadError(
+                f"{path}: the scene spans {hi[0] - lo[0]:.1f} m x {hi[2] - lo[2]:.1f} m (x from {lo[0]:.1f} to "
+                f"{hi[0]:.1f}, z from {lo[2]:.1f} to {hi[2]:.1f}), a navigable grid of {cells:,} cells at "
+                f"{config.navmesh_cell_m:g} m (at most {MAX_NAVGRID_CELLS:,}): remove stray far-away geometry from "
+                f"the mesh, or coarsen SimConfig.navmesh_cell_m")
         self.grid = NavGrid(self.mesh, self.caster, NavGridConfig(
             cell_m=config.navmesh_cell_m, agent_radius_m=config.agent_radius_m,
             agent_height_m=config.agent_height_m, max_climb_m=config.max_climb_m))
@@ -99,7 +120,12 @@ class EmbeddedSimulator:
                 raise StartNotNavigableError(
                     f"episode {episode.episode_id} ({episode.scene_id}): start_position {start.tolist()} "
                     f"is not on the navigable area (nothing navigable within {START_SNAP_M} m)")
+            self._check_on_floor(episode, "start_position", start, cell)
             start = self.grid.cell_center(*cell)
+        for j, goal in enumerate(episode.goals):
+            cell = self.grid.snap(goal.position, GOAL_SNAP_M)
+            if cell is not None:   # None: unreachable, which the episode's bookkeeping reports
+                self._check_on_floor(episode, f"goals[{j}].position", goal.position, cell)
         self._position = start.copy()
         self._position[1] = self.grid.height_at(start)
         self._yaw = yaw_from_quat_xyzw(episode.start_rotation)
@@ -180,6 +206,19 @@ class EmbeddedSimulator:
         self._scene = None
 
     # --- internals ----------------------------------------------------------------------------
+    def _check_on_floor(self, episode: Episode, field_name: str, point: np.ndarray, cell: tuple[int, int]) -> None:
+        """Refuse a point whose height is off the mapped floor at its nearest navigable cell (the grid is one floor:
+        snapped in x-z only, a start or goal upstairs would silently land on the floor below)."""
+        p = np.asarray(point, dtype=np.float64)
+        floor_y = float(self.grid.floor_y[cell])
+        tolerance_m = self.config.max_climb_m + 0.5   # as NavGrid.is_navigable
+        if abs(p[1] - floor_y) > tolerance_m:
+            raise OffFloorError(
+                f"episode {episode.episode_id} ({episode.scene_id}): {field_name} {p.tolist()} is "
+                f"{p[1] - floor_y:+.2f} m off the floor the embedded simulator maps there (y = {floor_y:.2f}; "
+                f"at most {tolerance_m:g} m allowed): it maps one floor per scene, the lowest large one; "
+                "episodes on other floors need --backend habitat")
+
     def _render(self, position: np.ndarray, yaw_rad: float):
         eye = (position + np.array([0.0, self.config.sensor_height_m, 0.0])
                + heading_habitat(yaw_rad) * self.config.sensor_forward_m)

@@ -49,12 +49,13 @@ class ImageNavEnv:
         self._path_length = 0.0
         self._steps = 0
         self._last_position = self.sim.agent_state.position
-        self._geodesic_start = self.sim.geodesic_distance(self._last_position, episode.goal.position)
+        self._geodesic_start = self._distance_to_goals(self._last_position)
         goal = self.sim.goal_observation
         self._goal_view_depth = view_median_depth(goal.depth) if goal is not None else None
         if not math.isfinite(self._geodesic_start):
-            raise ValueError(f"episode {episode.episode_id} ({episode.scene_id}): the goal "
-                             f"{np.asarray(episode.goal.position).tolist()} is unreachable from the start")
+            where = [np.asarray(g.position).tolist() for g in episode.goals]
+            goals = f"the goal {where[0]} is" if len(where) == 1 else f"each of the goals {where} is"
+            raise ValueError(f"episode {episode.episode_id} ({episode.scene_id}): {goals} unreachable from the start")
         return obs
 
     def step(self, action: Action | int | str) -> Observation:
@@ -96,8 +97,15 @@ class ImageNavEnv:
         return obs
 
     def distance_to_goal(self) -> float:
+        """Geodesic distance from the agent to the nearest of the episode's goals, meters."""
         assert self.episode is not None
-        return self.sim.geodesic_distance(self.sim.agent_state.position, self.episode.goal.position)
+        return self._distance_to_goals(self.sim.agent_state.position)
+
+    def _distance_to_goals(self, position: np.ndarray) -> float:
+        # habitat-lab's DistanceToGoal measures to the nearest of an episode's goals (several goals: any one of
+        # them is the goal); one goal at a time, as every backend takes a single end point
+        assert self.episode is not None
+        return min(self.sim.geodesic_distance(position, g.position) for g in self.episode.goals)
 
     def result(self) -> EpisodeResult:
         if self.episode is None:

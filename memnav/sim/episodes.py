@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from memnav.core.frames import yaw_from_quat_xyzw
+from memnav.core.frames import rotate_by_quat_xyzw, yaw_from_quat_xyzw
+
+MAX_ROTATION_TILT_DEG = 30.0  # a start or goal rotation may tilt the agent's up axis this far from +Y, degrees
 
 
 class EpisodeFormatError(ValueError):
@@ -108,12 +110,12 @@ class Episode:
         if not isinstance(scene_id, str) or not scene_id:
             raise EpisodeFormatError(f"{where}: field 'scene_id' must be a non-empty string")
         start = _vector(d["start_position"], 3, f"{where}: field 'start_position'")
-        rot = _vector(d["start_rotation"], 4, f"{where}: field 'start_rotation'")
-        if np.linalg.norm(rot) < 1e-6:
-            raise EpisodeFormatError(f"{where}: field 'start_rotation' must be a non-zero quaternion [x, y, z, w]")
+        rot = _rotation(d["start_rotation"], f"{where}: field 'start_rotation'")
         goals_raw = d["goals"]
         if not isinstance(goals_raw, list) or not goals_raw:
-            raise EpisodeFormatError(f"{where}: field 'goals' must be a non-empty list")
+            hint = " (a single goal goes in a list: [{...}])" if isinstance(goals_raw, dict) else ""
+            raise EpisodeFormatError(f"{where}: field 'goals' must be a non-empty list of goals, got "
+                                     f"{_json_type(goals_raw)}{hint}")
         goals = []
         for j, g in enumerate(goals_raw):
             gw = f"{where}: field 'goals[{j}]"
@@ -127,9 +129,7 @@ class Episode:
                 radius = float(radius)
             grot = g.get("rotation")
             if grot is not None:
-                grot = _vector(grot, 4, f"{gw}.rotation'")
-                if np.linalg.norm(grot) < 1e-6:
-                    raise EpisodeFormatError(f"{gw}.rotation' must be a non-zero quaternion [x, y, z, w]")
+                grot = _rotation(grot, f"{gw}.rotation'")
             goals.append(NavGoal(position=pos, radius=radius, rotation=grot))
         info = d.get("info") or {}
         if not isinstance(info, dict):
@@ -157,6 +157,35 @@ def _vector(value: object, n: int, where: str) -> np.ndarray:
     return arr
 
 
+def _json_type(value: object) -> str:
+    """How JSON would name a value's type (for messages)."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an empty list" if not value else "a list"
+    if isinstance(value, str):
+        return "a string"
+    return "null" if value is None else type(value).__name__
+
+
+def _rotation(value: object, where: str) -> np.ndarray:
+    """A Habitat agent rotation [x, y, z, w]: non-zero, and turning about +Y (a heading), within
+    MAX_ROTATION_TILT_DEG. Quaternions written [w, x, y, z] (numpy-quaternion's order) turn the agent
+    upside down when read as [x, y, z, w]: they are refused here instead of giving a wrong heading."""
+    rot = _vector(value, 4, where)
+    norm = float(np.linalg.norm(rot))
+    if norm < 1e-6:
+        raise EpisodeFormatError(f"{where} must be a non-zero quaternion [x, y, z, w]")
+    up = rotate_by_quat_xyzw(rot / norm, np.array([0.0, 1.0, 0.0]))
+    tilt_deg = math.degrees(math.acos(min(1.0, max(-1.0, float(up[1])))))
+    if tilt_deg > MAX_ROTATION_TILT_DEG:
+        raise EpisodeFormatError(
+            f"{where} {list(value)} tilts the agent's up axis {tilt_deg:.0f} deg from +Y (at most "
+            f"{MAX_ROTATION_TILT_DEG:g} allowed): Habitat rotations are quaternions [x, y, z, w] about +Y, e.g. "
+            f"[0, sin(yaw/2), 0, cos(yaw/2)]; one written [w, x, y, z] reads as upside down")
+    return rot
+
+
 def _read_json(path: Path) -> dict:
     try:
         raw = path.read_bytes()
@@ -165,14 +194,20 @@ def _read_json(path: Path) -> dict:
         data = json.loads(raw.decode("utf-8"))
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise EpisodeFormatError(f"{path}: not a readable episode file ({type(err).__name__}: {err})") from err
-    if not isinstance(data, dict) or not isinstance(data.get("episodes", []), list):
-        raise EpisodeFormatError(f"{path}: expected an object with an 'episodes' list")
+    if not isinstance(data, dict) or not isinstance(data.get("episodes"), list):
+        if not isinstance(data, dict):
+            found = _json_type(data)
+        elif "episodes" in data:
+            found = f"'episodes' as {_json_type(data['episodes'])}"
+        else:
+            found = f"no 'episodes' key (keys: {', '.join(sorted(data)[:8]) or 'none'})"
+        raise EpisodeFormatError(f"{path}: expected an object with an 'episodes' list, got {found}")
     return data
 
 
 def _episodes_from(path: Path) -> list[Episode]:
     data = _read_json(path)
-    return [Episode.from_json(d, source=str(path), index=i) for i, d in enumerate(data.get("episodes", []))]
+    return [Episode.from_json(d, source=str(path), index=i) for i, d in enumerate(data["episodes"])]
 
 
 def episode_files(data: Path, split: str) -> list[Path]:

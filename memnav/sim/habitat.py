@@ -30,14 +30,14 @@ from memnav.sim.base import AgentState, SimConfig
 from memnav.sim.episodes import Episode, require_scene
 from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command, start_odometry
 
-INSTALL_MESSAGE = (
-    "habitat-sim is not installed. It is distributed through conda only, e.g.:\n"
+INSTALL_STEPS = (
     "    conda create -n habitat python=3.9 cmake=3.14.0\n"
     "    conda activate habitat\n"
     "    conda install habitat-sim headless -c conda-forge -c aihabitat\n"
     "then install memnav into that environment with pip (pip install -e . from the memnav checkout).\n"
     "The default backend (--backend embedded) needs none of this."
 )
+INSTALL_MESSAGE = "habitat-sim is not installed. It is distributed through conda only, e.g.:\n" + INSTALL_STEPS
 ACTION_NAMES = {Action.MOVE_FORWARD: "move_forward", Action.TURN_LEFT: "turn_left",
                 Action.TURN_RIGHT: "turn_right"}
 START_SNAP_M = 0.2   # same tolerance as the embedded backend: a start this close to the navmesh is snapped onto it
@@ -49,12 +49,33 @@ class HabitatUnavailableError(ImportError):
 
 
 def import_habitat_sim() -> Any:
-    """Import habitat_sim, or raise HabitatUnavailableError with install instructions."""
+    """Import habitat_sim, or raise HabitatUnavailableError with install instructions.
+
+    A habitat_sim that is there but fails to import (a missing magnum, libEGL, a numpy it was not built for) is
+    told apart from one that is absent, naming where it is and what failed.
+    """
     try:
         import habitat_sim  # optional, conda-only dependency
-    except ImportError as err:
-        raise HabitatUnavailableError(f"{INSTALL_MESSAGE}\n(import error: {err})") from err
+    except Exception as err:   # a broken build raises ImportError, OSError, AttributeError, ... while importing
+        if isinstance(err, ModuleNotFoundError) and err.name == "habitat_sim":
+            raise HabitatUnavailableError(f"{INSTALL_MESSAGE}\n(import error: {err})") from err
+        where = _habitat_sim_location()
+        raise HabitatUnavailableError(
+            f"habitat-sim is installed{f' ({where})' if where else ''} but fails to import: {type(err).__name__}: "
+            f"{err}\nIts conda package brings what it needs (magnum, EGL); a pip wheel or a build from another "
+            f"environment may not. Reinstall it with conda, e.g.:\n{INSTALL_STEPS}") from err
     return habitat_sim
+
+
+def _habitat_sim_location() -> str:
+    """Where the habitat_sim package lies, or "" when that cannot be told."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("habitat_sim")
+    except (ImportError, ValueError):
+        return ""
+    return str(spec.origin or "") if spec is not None else ""
 
 
 # --- pure functions (no habitat-sim) ------------------------------------------------------------------

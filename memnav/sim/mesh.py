@@ -140,6 +140,8 @@ def load_scene_mesh(path: Path | str) -> SceneMesh:
     import trimesh
 
     path = Path(path)
+    if path.is_dir():
+        raise SceneLoadError(f"{path}: is a directory, not a scene file ({', '.join(SUPPORTED_SUFFIXES)})")
     if not path.is_file():
         raise SceneLoadError(f"scene file not found: {path}")
     if path.suffix.lower() not in SUPPORTED_SUFFIXES:

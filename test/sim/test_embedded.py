@@ -202,6 +202,12 @@ def test_scene_loading_errors(tmp_path):
         load_scene_mesh(bad)
     with pytest.raises(SceneLoadError, match="unsupported"):
         load_scene_mesh(tmp_path / "x.txt") if (tmp_path / "x.txt").write_text("x") else None
+    (tmp_path / "folder.glb").mkdir()   # was reported as "not found"
+    with pytest.raises(SceneLoadError, match="folder.glb: is a directory, not a scene file"):
+        load_scene_mesh(tmp_path / "folder.glb")
+    (tmp_path / "empty.glb").write_bytes(b"")
+    with pytest.raises(SceneLoadError, match="empty.glb: cannot read mesh"):
+        load_scene_mesh(tmp_path / "empty.glb")
 
 
 def test_default_frame_is_z_up_like_habitat(tmp_path):
@@ -239,7 +245,8 @@ def test_start_off_navigable_area_is_named(sim, two_room_scene):
 
 @pytest.mark.parametrize("field, value", [("width_px", 0), ("hfov_deg", 190.0), ("agent_radius_m", -0.1),
                                           ("odom_noise_trans_std", -1.0), ("max_episode_steps", 0),
-                                          ("odometry_origin", "map")])
+                                          ("odometry_origin", "map"), ("width_px", 100.5), ("height_px", True),
+                                          ("max_episode_steps", 2.5), ("seed", -1), ("seed", 1.0)])
 def test_bad_config_fields_are_named(field, value):
     with pytest.raises(ValueError, match=field):
         SimConfig(**{field: value})
@@ -295,3 +302,58 @@ def test_a_camera_pitched_down_sees_the_floor_where_its_geometry_puts_it(two_roo
         level.close()
     with pytest.raises(ValueError, match="sensor_pitch_deg"):
         SimConfig(sensor_pitch_deg=60.0)
+
+
+@pytest.mark.parametrize("start_y, goal_y, field", [(3.0, 0.0, "start_position"), (0.0, 3.0, "goals\\[1\\].position"),
+                                                     (-2.0, 0.0, "start_position")])
+def test_a_start_or_goal_on_another_floor_is_refused(sim, two_room_scene, start_y, goal_y, field):
+    """The grid maps one floor and snaps in x-z only: a point upstairs was moved silently onto the floor below (the
+    agent started there, or distances were measured to the spot under the goal)."""
+    from memnav.sim.embedded import OffFloorError
+    from memnav.sim.episodes import Episode, NavGoal
+
+    ep = Episode("e8", "two_rooms.glb", np.array([2.0, start_y, 3.0]), np.array([0, 0, 0, 1.0]),
+                 [NavGoal(np.array([7.0, 0.0, 3.0])), NavGoal(np.array([6.0, goal_y, 3.0]))], scene_path=two_room_scene)
+    with pytest.raises(OffFloorError, match=f"e8.*{field}.*off the floor"):
+        sim.reset(ep)
+    ep.start_position[1] = ep.goals[1].position[1] = 0.3   # within the tolerance (as is_navigable's): accepted
+    assert sim.reset(ep) is not None and sim.agent_state.position[1] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_nearest_of_several_goals_counts(sim, two_room_scene):
+    """habitat-lab measures the distance to the nearest goal; only the first one counted."""
+    from memnav.sim.env import ImageNavEnv
+    from memnav.sim.episodes import Episode, NavGoal
+
+    env = ImageNavEnv(sim)
+    ep = Episode("e9", "two_rooms.glb", np.array([2.0, 0.0, 3.0]), np.array([0, 0, 0, 1.0]),
+                 [NavGoal(np.array([7.0, 0.0, 3.0])), NavGoal(np.array([2.6, 0.0, 3.0]))], scene_path=two_room_scene)
+    env.reset(ep)
+    env.step("STOP")
+    result = env.result()
+    assert result.geodesic_distance_m == pytest.approx(0.6, abs=0.03)
+    assert result.distance_to_goal_m == pytest.approx(0.6, abs=0.03)
+    assert result.success == 1.0 and result.spl == 1.0
+    one = Episode("e9", "two_rooms.glb", ep.start_position, ep.start_rotation, ep.goals[:1], scene_path=two_room_scene)
+    env.reset(one)
+    assert env.distance_to_goal() == pytest.approx(sim.geodesic_distance(ep.start_position, ep.goals[0].position))
+
+
+def test_a_scene_too_wide_for_the_grid_is_refused_before_building_it(tmp_path):
+    """One stray triangle 5 km away made a 10^10-cell grid: numpy's MemoryError (or the machine swapping) instead
+    of a message."""
+    import json
+
+    import trimesh
+
+    floor = trimesh.creation.box(extents=[8.0, 0.1, 8.0])
+    floor.apply_translation([4.0, -0.05, 4.0])
+    stray = trimesh.Trimesh(vertices=[[5000, 0, 5000], [5000.1, 0, 5000], [5000, 0, 5000.1]], faces=[[0, 1, 2]])
+    scene = trimesh.Scene()
+    scene.add_geometry(floor, node_name="floor")
+    scene.add_geometry(stray, node_name="stray")
+    path = tmp_path / "stray.glb"
+    scene.export(path)
+    (tmp_path / "stray.stage_config.json").write_text(json.dumps({"up": [0, 1, 0], "front": [0, 0, -1]}))
+    with pytest.raises(SceneLoadError, match="stray.glb: the scene spans 5000.1 m x 5000.1 m.*navmesh_cell_m"):
+        EmbeddedSimulator(path)

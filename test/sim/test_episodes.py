@@ -161,6 +161,11 @@ def test_goal_yaw_fallback_is_deterministic():
     (lambda d: d.update(start_position="0 0 0"), "start_position"),
     (lambda d: d.update(info=[1]), "info"),
     (lambda d: d.update(info={"geodesic_distance": -2.0}), "geodesic_distance"),
+    # [w, x, y, z] order (numpy-quaternion's) read as Habitat's [x, y, z, w]: upside down
+    (lambda d: d.update(start_rotation=[1.0, 0.0, 0.0, 0.0]), "start_rotation.*\\[x, y, z, w\\]"),
+    (lambda d: d.update(start_rotation=[math.cos(0.5), 0.0, math.sin(0.5), 0.0]), "start_rotation.*180 deg"),
+    (lambda d: d.update(goals=[{"position": [0, 0, 0], "rotation": [0.7071, 0.0, 0.7071, 0.0]}]),
+     "goals\\[0\\].rotation.*from \\+Y"),
 ])
 def test_bad_fields_are_named(tmp_path, mutate, field):
     raw = _raw(7, "x.glb")
@@ -179,6 +184,7 @@ def test_bad_fields_are_named(tmp_path, mutate, field):
     ("latin1.json", '{"episodes": [], "n": "\u00e9"}'.encode("latin-1")),
     ("list.json", b"[1, 2]"),
     ("episodes_not_list.json", b'{"episodes": {}}'),
+    ("no_episodes_key.json", b'{"scenes": ["a.glb"]}'),   # not an episode file: was read as zero episodes
 ])
 def test_corrupt_file_is_named(tmp_path, name, payload):
     path = tmp_path / name
@@ -219,3 +225,29 @@ def test_limit(tmp_path):
     assert load_episodes(tmp_path / "e.json.gz", "x", limit=0) == []
     with pytest.raises(ValueError, match="limit"):
         load_episodes(tmp_path / "e.json.gz", "x", limit=-1)
+
+
+def test_goals_given_as_one_object_say_to_wrap_it_in_a_list(tmp_path):
+    raw = _raw(1, "x.glb")
+    raw["goals"] = {"position": [1.0, 0.1, 2.0]}
+    (tmp_path / "e.json").write_text(json.dumps({"episodes": [raw]}))
+    with pytest.raises(EpisodeFormatError, match="'goals' must be a non-empty list of goals, got an object.*in a list"):
+        load_episodes(tmp_path / "e.json", "x")
+
+
+@pytest.mark.parametrize("rotation, yaw", [
+    ([0.0, math.sin(0.6), 0.0, math.cos(0.6)], 1.2),                      # about +Y: a heading
+    ([0.0, 0.0, 0.0, -1.0], 0.0),                                         # -q is the same rotation
+    ([0.0, 2 * math.sin(-0.4), 0.0, 2 * math.cos(-0.4)], -0.8),           # not unit length: normalised
+    ([math.sin(math.radians(10)), 0.0, 0.0, math.cos(math.radians(10))], 0.0),   # a camera pitched 20 deg
+])
+def test_rotations_about_up_are_read_as_headings(tmp_path, rotation, yaw):
+    raw = _raw(1, "x.glb")
+    raw["start_rotation"] = rotation
+    raw["goals"][0]["rotation"] = rotation
+    (tmp_path / "e.json").write_text(json.dumps({"episodes": [raw]}))
+    ep = load_episodes(tmp_path / "e.json", "x")[0]
+    from memnav.core.frames import yaw_from_quat_xyzw
+
+    assert yaw_from_quat_xyzw(ep.start_rotation) == pytest.approx(yaw, abs=1e-6)
+    assert ep.goal_yaw_rad() == pytest.approx(yaw, abs=1e-6)

@@ -41,6 +41,26 @@ def test_missing_habitat_sim_says_how_to_install():
         make_simulator("habitat", SimConfig())
 
 
+@pytest.mark.parametrize("failure, shown", [
+    ("raise ImportError('libEGL.so.1: cannot open shared object file')", "ImportError: libEGL.so.1"),
+    ("import magnum_not_here_for_the_test", "No module named 'magnum_not_here_for_the_test'"),
+    ("raise AttributeError(\"module 'numpy' has no attribute 'float'\")", "AttributeError: module 'numpy'"),
+])
+def test_a_habitat_sim_that_fails_to_import_is_not_called_missing(tmp_path, monkeypatch, failure, shown):
+    """An installed but broken habitat-sim (the pip wheel without magnum, no EGL) was reported as not installed
+    (or, for errors other than ImportError, as a traceback)."""
+    package = tmp_path / "habitat_sim"
+    package.mkdir()
+    (package / "__init__.py").write_text(failure + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "habitat_sim", raising=False)
+    with pytest.raises(hab.HabitatUnavailableError, match="installed .*but fails to import") as info:
+        hab.HabitatSimulator(SimConfig())
+    msg = str(info.value)
+    assert str(package / "__init__.py") in msg and shown in msg and "is not installed" not in msg
+    assert "conda install habitat-sim headless" in msg
+
+
 def test_unknown_backend():
     with pytest.raises(ValueError, match="'nope'.*embedded, habitat"):
         make_simulator("nope", SimConfig())
