@@ -20,7 +20,9 @@ to the damage with a streaming reader and flagged `truncated`. A `.db3` file sho
 header says (cut short) raises `BagError` naming it, since SQLite would read the missing bytes as zeros
 and hand out damaged messages without an error; damage SQLite detects while reading ends iteration
 with `truncated` set. A file that is not a bag at all raises `BagError` naming it. Nothing is ever
-written to the input: sqlite3 files are opened immutable, mcap files read-only.
+written to the input: sqlite3 files are opened immutable, mcap files read-only; a `.db3` with a non-empty
+`-wal` file beside it (a recorder in WAL mode, rosbag2's `resilient` preset, killed or still running) is read
+from a temporary copy with the log applied, with a warning, since an immutable open ignores the log.
 
 `BagWriter` writes rosbag2 folders (metadata version 8, which the `ros2 bag` tools of Humble, Jazzy
 and Kilted all read; version 9 stores QoS profiles in a layout Humble does not parse) with mcap or
@@ -265,6 +267,7 @@ class BagFile:
         self.metadata_version: int | None = None
         self.ros_distro: str | None = None
         self._reader: Any = None
+        self._copy_dir: Any = None              # a temporary copy with a .db3's write-ahead log applied
         self._stream_path: Path | None = None   # salvage mode: a damaged .mcap read sequentially
         self._stream_topics: dict[str, TopicInfo] = {}
         self._stream_definitions: list[tuple[str, str, str]] = []
@@ -316,6 +319,7 @@ class BagFile:
             self._check_magic(target)
             if target.suffix == ".db3":
                 _check_sqlite_size(target)
+        target = self._with_wal_applied(target)
         try:
             reader = Reader(target)
             reader.open()
@@ -329,6 +333,52 @@ class BagFile:
         except Exception as err:  # apsw / sqlite errors have no common base with the above
             raise BagError(f"{target}: cannot read bag: {type(err).__name__}: {err}") from err
         self._reader = reader
+
+    def _with_wal_applied(self, target: Path) -> Path:
+        """`target`, or a temporary copy of it in which the write-ahead log of its .db3 files is applied.
+
+        rosbags opens .db3 files immutable, which ignores a `-wal` file beside them: the messages a recorder in
+        WAL mode (rosbag2's `resilient` storage preset) committed since its last checkpoint live only there
+        while it runs, and stay there when it is killed. The input is not written: the files are copied, the
+        copy checkpointed, and the copy read (removed at close)."""
+        db3s = sorted(target.glob("*.db3")) if target.is_dir() else [target] if target.suffix == ".db3" else []
+        logged = [db for db in db3s if (wal := db.with_name(db.name + "-wal")).is_file() and wal.stat().st_size]
+        if not logged:
+            return target
+        import sqlite3
+        import tempfile
+
+        self._copy_dir = tempfile.TemporaryDirectory(prefix="memnav-bag-")
+        copy_root = Path(self._copy_dir.name)
+        try:
+            if target.is_dir():
+                copy = copy_root / target.name
+                copy.mkdir()
+                for f in target.iterdir():
+                    if f.is_file() and not f.name.endswith("-shm"):
+                        shutil.copy2(f, copy / f.name)
+                copied = [copy / db.name for db in logged]
+            else:
+                copy = copy_root / target.name
+                shutil.copy2(target, copy)
+                shutil.copy2(target.with_name(target.name + "-wal"), copy_root / (target.name + "-wal"))
+                copied = [copy]
+            for db in copied:
+                con = sqlite3.connect(db)
+                try:
+                    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    con.execute("PRAGMA journal_mode=DELETE")
+                finally:
+                    con.close()
+        except (OSError, sqlite3.Error) as err:
+            self._copy_dir.cleanup()
+            self._copy_dir = None
+            raise BagError(f"{target}: cannot apply the write-ahead log of {', '.join(db.name for db in logged)} "
+                           f"(a temporary copy in {copy_root.parent}): {err}") from err
+        self.warnings.append(f"{', '.join(db.name + '-wal' for db in logged)}: messages not yet checkpointed into "
+                             "the .db3 (a recorder in WAL mode, killed or still running); read from a temporary "
+                             "copy with the log applied")
+        return copy
 
     def _single_mcap(self, target: Path) -> Path | None:
         """The one .mcap file a damaged bag consists of (salvage candidate), else None."""
@@ -535,6 +585,9 @@ class BagFile:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._copy_dir is not None:
+            self._copy_dir.cleanup()
+            self._copy_dir = None
 
     def __enter__(self) -> BagFile:
         return self

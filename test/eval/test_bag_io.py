@@ -527,3 +527,43 @@ def test_a_full_disk_is_one_error_naming_the_bag_which_keeps_what_was_written(tm
     assert len(got) >= 500 and got == [f"{i:06d}" + "x" * 1000 for i in range(len(got))]
     if storage == "sqlite3":   # rolled back to the last commit: the metadata says what the bag holds
         assert (path / "metadata.yaml").is_file() and declared == len(got)
+
+
+_WAL_RECORDER = """
+import os, sqlite3, sys
+db, n = sys.argv[1], int(sys.argv[2])
+con = sqlite3.connect(db)
+assert con.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+con.execute("PRAGMA wal_autocheckpoint=0")
+topic_id, t, data = con.execute("SELECT topic_id, timestamp, data FROM messages ORDER BY timestamp DESC").fetchone()
+for i in range(1, n + 1):
+    con.execute("INSERT INTO messages (topic_id, timestamp, data) VALUES (?, ?, ?)", (topic_id, t + i, data))
+con.commit()
+os._exit(0)    # killed: the log is never checkpointed into the .db3
+"""
+
+
+@pytest.mark.parametrize("layout", ["folder", "no_metadata", "bare"])
+def test_messages_only_in_a_killed_recorders_write_ahead_log_are_read(tmp_path, layout):
+    # rosbag2's `resilient` preset records sqlite3 in WAL mode: what it committed since its last checkpoint is in
+    # bag.db3-wal only, which an immutable open (rosbags) ignores
+    msgs = raw_messages(5)
+    db3 = _sqlite3_bag(tmp_path / "bag", msgs)
+    subprocess.run([sys.executable, "-c", _WAL_RECORDER, str(db3), "7"], check=True, timeout=60)
+    wal = db3.with_name(db3.name + "-wal")
+    assert wal.stat().st_size > 0
+    if layout != "folder":
+        (tmp_path / "bag" / "metadata.yaml").unlink()
+    path = db3 if layout == "bare" else tmp_path / "bag"
+    bag, read = read_all(path)     # the input is not written, nothing is created beside it
+    assert len(read) == len(msgs) + 7
+    assert any("bag.db3-wal" in w and "temporary copy" in w for w in bag.warnings)
+    assert bag._copy_dir is None   # the copy is gone once the bag is closed
+
+
+def test_a_db3_without_a_write_ahead_log_is_read_in_place(tmp_path):
+    msgs = raw_messages(3)
+    _sqlite3_bag(tmp_path / "bag", msgs)
+    bag, read = read_all(tmp_path / "bag")
+    assert len(read) == len(msgs)
+    assert not any("-wal" in w for w in bag.warnings)
