@@ -38,7 +38,7 @@ from memnav.core.frames import (
     pixel_ray_offsets,
     unseen_range_m,
 )
-from memnav.core.grid_path import cell_centers, descend, line_of_sight, string_pull
+from memnav.core.grid_path import cell_centers, descend, segment_clear, string_pull
 from memnav.core.scan_match import Candidate, GoalScan, ScanMatchConfig, colour_affinity, goal_scan, match_scan
 from memnav.core.types import Action, Pose2D, wrap_angle
 
@@ -956,18 +956,18 @@ class Explorer:
         gr, gc = int(r[0]) - win[0].start, int(c[0]) - win[1].start
         if not (0 <= gr < field.shape[0] and 0 <= gc < field.shape[1]) or not math.isfinite(field[gr, gc]):
             return Plan(None, kind)
-        cells = descend(field, gr, gc, cfg.cell_m)[::-1]      # robot -> goal
+        cells = descend(field, gr, gc, cfg.cell_m, True)[::-1]      # robot -> goal
         origin = m.window_origin(win)
         pts = np.zeros((len(cells) + 1, 3))
         pts[0, 0], pts[0, 2] = pose.x_m, pose.y_m
         pts[1:, 0], pts[1:, 2] = cell_centers(origin, cells[:, 0], cells[:, 1], cfg.cell_m)
-        keep = string_pull(trav, origin, cfg.cell_m, pts)
+        keep = string_pull(trav, origin, cfg.cell_m, pts, True)
         path = pts[keep]
         wp = path[1] if len(path) > 1 else path[0]
         # skip a waypoint the robot is already on
         if len(path) > 2 and math.hypot(wp[0] - pose.x_m, wp[2] - pose.y_m) < 0.15:
             wp = path[2]
-        if not line_of_sight(trav, origin, cfg.cell_m, pts[0], wp) and len(path) > 1:
+        if not segment_clear(trav, origin, cfg.cell_m, pts[0], wp) and len(path) > 1:
             wp = pts[min(3, len(pts) - 1)]
         return Plan(steer(pose, float(wp[0]), float(wp[2]), cfg.heading_tolerance_rad), kind,
                     (float(wp[0]), float(wp[2])), float(field[gr, gc]),
