@@ -7,12 +7,15 @@ names what differs.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import io
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
 import torch
 from torch import nn
+
+from memnav.core.files import replace_files
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -21,16 +24,35 @@ class CheckpointError(ValueError):
     """A checkpoint file is missing, unreadable, or of another format, version or architecture."""
 
 
+def non_finite_tensors(state: Mapping[str, torch.Tensor]) -> list[str]:
+    """Names of the floating-point tensors of a state dict that hold a NaN or an infinity."""
+    return [k for k, v in state.items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+
+
+def torch_bytes(obj: object) -> bytes:
+    """What torch.save writes for `obj`, as bytes (to be written atomically with `memnav.core.files.replace_files`)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
 def save_model(model: nn.Module, path: Path | str, fmt: str, version: int, config: dict,
                extra: dict | None = None) -> None:
-    """Write `model` atomically (temp file + rename), loadable with weights_only=True."""
+    """Write `model` atomically (temp file, synced, renamed), loadable with weights_only=True.
+
+    Raises:
+        CheckpointError: a weight is NaN or infinite (the file is then left as it was).
+        OSError: the file cannot be written (the file is then left as it was).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": fmt, "version": version, "config": config,
-               "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}, "extra": extra or {}}
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    bad = non_finite_tensors(state)
+    if bad:
+        raise CheckpointError(f"{path}: not written: tensor {bad[0]} holds NaN or infinite values "
+                              f"({len(bad)} tensor{'s' if len(bad) > 1 else ''} in all)")
+    payload = {"format": fmt, "version": version, "config": config, "state_dict": state, "extra": extra or {}}
+    replace_files({path: torch_bytes(payload)}, sync=True)
 
 
 def _torch_load_reason(err: Exception) -> str:
@@ -76,7 +98,12 @@ def load_model(path: Path | str, fmt: str, version: int, build: Callable[[dict],
         model = build(dict(payload["config"]))
     except (TypeError, ValueError, KeyError) as err:
         raise CheckpointError(f"{path}: config does not describe this {what} architecture: {err}") from err
-    state = payload["state_dict"]
+    state = payload.get("state_dict")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: no state_dict mapping of tensors (found {type(state).__name__})")
+    odd = sorted(str(k) for k, v in state.items() if not isinstance(v, torch.Tensor))
+    if odd:
+        raise CheckpointError(f"{path}: state_dict entry {odd[0]} is not a tensor ({len(odd)} such in all)")
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))

@@ -7,8 +7,11 @@ over the batch where other views of the same place are removed from the negative
 few houses so most negatives come from the same house (hard negatives). Optional terms: mined look-alikes
 (`--mine-every`) and the house bank (`--house-bank-every`, `house_bank_loss`). Augmentations (brightness,
 contrast, colour gain, noise, depth noise and dropout, small shifts) make it robust to lighting and
-sensor noise. Resumable: the optimiser state and curve live in `<out>.state`; re-running the same command
-continues up to `--steps`.
+sensor noise. Resumable: the optimiser state, random streams, mined look-alikes, house-bank table and curve
+live in `<out>.state`; re-running the same command continues up to `--steps`, and a run stopped and resumed
+(`--max-minutes`) trains as the same run uninterrupted (bit for bit on the CPU; on a GPU as far as its
+kernels are deterministic). Every save (checkpoint, state, curves) replaces its files
+atomically; a NaN or infinite loss stops the run before it is saved.
 """
 from __future__ import annotations
 
@@ -24,10 +27,12 @@ import numpy as np
 import torch
 
 from memnav.cli import add_camera_arguments, camera_options
-from memnav.core.checkpoint import read_state
+from memnav.core.checkpoint import read_state, torch_bytes
 from memnav.core.encoder import SIM_HFOV_DEG, EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
+from memnav.core.files import replace_files
 from memnav.paths import check_output_dir, check_output_file
 from memnav.sim.dataset import default_data_dir
+from memnav.train.checks import check_writable_output, diverged, figure_png
 from memnav.train.frame_bank import (
     NEAR_MISS_M,
     NEAR_MISS_TURN_DEG,
@@ -504,6 +509,7 @@ def run(args: argparse.Namespace) -> int:
     # every option is checked before the first frame is rendered (minutes of work on a real dataset)
     _check_options(cfg, args)
     check_output_file(args.out, "--out")
+    check_writable_output(args.out, "--out")
     if args.cache_dir is not None:
         check_output_dir(args.cache_dir, "--cache-dir")
     device = resolve_device(args.device)
@@ -527,6 +533,9 @@ def run(args: argparse.Namespace) -> int:
                    "aspect_ratios": list(cfg.aspect_ratios), "camera": cfg.camera,
                    "dataset": _dataset_tag(args.data), "init": _init_tag(args.init),
                    "house_streams": getattr(args, "render_workers", 0) > 0}
+    # settings the optimisation depends on beyond the data and architecture (--steps is checked on its own)
+    train_config = {k: getattr(cfg, k) for k in ("lr", "batch_pairs", "pairs_per_house", "seed", "houses_per_batch",
+                                                 "weight_decay", "temperature")}
     state_path = args.out.with_name(args.out.name + ".state")
     st = _read_state(state_path) if state_path.is_file() and not args.restart else None
     if st is not None:
@@ -544,6 +553,8 @@ def run(args: argparse.Namespace) -> int:
                          "min_hfov_deg": SIM_HFOV_DEG, "aspect_ratios": [1.0], "camera": {},
                          "dataset": data_config["dataset"], "init": None, "house_streams": False,
                          **st.get("data_config", {})}, data_config)
+        if "train_config" in st:   # states written before it was recorded are not checked for these
+            _refuse_changed(state_path, "training settings", st["train_config"], train_config)
     progress = not args.no_progress
     train_a, train_b, train_n = _bank(args.data, "train", cfg.pairs_per_house, enc_cfg, cfg.seed, True,
                                       args.cache_dir or (args.data / "cache"), near_miss=cfg.near_miss,
@@ -583,23 +594,31 @@ def run(args: argparse.Namespace) -> int:
         curve, step = st["curve"], st["step"]
         print(f"resuming {args.out} at step {step}/{cfg.steps}", file=sys.stderr)
 
-    def save_state() -> None:
-        save_checkpoint(model, args.out, extra={"train_config": asdict(cfg), "step": step,
-                                                 "val_recall_at_1": (curve["val_recall_at_1"] or [None])[-1]})
-        tmp = state_path.with_name(state_path.name + ".tmp")
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                    "gen": gen.get_state(), "rng": rng.bit_generator.state, "curve": curve, "step": step,
-                    "total_steps": cfg.steps,
-                    "data_config": data_config,
-                    "encoder_config": enc_cfg.to_dict()}, tmp)
-        tmp.replace(state_path)
-        write_curve(args.out, curve)
-
     houses = np.unique(train_a.house)
     by_house = {h: np.flatnonzero(train_a.house == h) for h in houses}
     mined: np.ndarray | None = None
     table: torch.Tensor | None = None
     table_step = -1  # the step at which `table` was last computed in full
+    if st is not None and st.get("mined") is not None:   # states before these were kept recompute them
+        mined = st["mined"].numpy()
+    if st is not None and st.get("table") is not None:
+        table, table_step = st["table"].to(device), st["table_step"]
+    saved_step = step if st is not None else None
+
+    def save_state() -> None:
+        nonlocal saved_step
+        # the checkpoint refuses NaN weights; the state and curves are written together after it
+        save_checkpoint(model, args.out, extra={"train_config": asdict(cfg), "step": step,
+                                                 "val_recall_at_1": (curve["val_recall_at_1"] or [None])[-1]})
+        keep_table = cfg.house_bank_every > 0 and table is not None
+        state = {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                 "gen": gen.get_state(), "rng": rng.bit_generator.state, "curve": curve, "step": step,
+                 "total_steps": cfg.steps, "data_config": data_config, "train_config": train_config,
+                 "encoder_config": enc_cfg.to_dict(),
+                 "mined": torch.from_numpy(mined) if mined is not None else None,
+                 "table": table.cpu() if keep_table else None, "table_step": table_step if keep_table else -1}
+        replace_files({state_path: torch_bytes(state), **curve_files(args.out, curve)}, sync=True)
+        saved_step = step
 
     def anchor_table() -> torch.Tensor:
         """Embeddings of all training anchors by the current model, computed once per step at most."""
@@ -628,93 +647,109 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     bar = tqdm(total=cfg.steps, initial=step, desc="train encoder", unit="step", disable=args.no_progress,
                file=sys.stderr)
-    while step < cfg.steps:
-        model.train()
-        hs = rng.choice(houses, size=min(cfg.houses_per_batch, len(houses)), replace=False)
-        per = cfg.batch_pairs // len(hs)
-        idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
-        if cfg.min_hfov_deg < SIM_HFOV_DEG:   # drawn only when asked: runs without it draw as before
-            narrow, u = torch.rand(2, generator=gen).tolist()
-            hfov = cfg.min_hfov_deg + u * (base_hfov - cfg.min_hfov_deg) if narrow < 0.5 else base_hfov
-        if cfg.aspect_ratios != (1.0,):   # likewise
-            aspect = cfg.aspect_ratios[int(torch.randint(len(cfg.aspect_ratios), (1,), generator=gen))]
-        views = [view(train_a.frames, idx), view(train_b.frames, idx)]
-        house = train_a.house[idx]
-        same = same_mask(train_a.poses[idx], train_a.poses[idx], house)
-        same_an = same_bn = None
-        if train_n is not None:
-            views.append(view(train_n.frames, idx))
-            same_an = same_mask(train_a.poses[idx], train_n.poses[idx], house)
-            same_bn = same_mask(train_b.poses[idx], train_n.poses[idx], house)
-        if cfg.mine_every > 0 and step >= cfg.mine_every:
-            if mined is None or step % cfg.mine_every == 0:
-                mined = mine_look_alikes(model, train_a, anchor_table().cpu().numpy())
-            j = mined[idx]
-            views.append(view(train_a.frames, j))
-            sa = same_mask(train_a.poses[idx], train_a.poses[j], house)
-            sb = same_mask(train_b.poses[idx], train_a.poses[j], house)
-            same_an = sa if same_an is None else torch.cat([same_an, sa], dim=1)
-            same_bn = sb if same_bn is None else torch.cat([same_bn, sb], dim=1)
-        use_bank = cfg.house_bank_every > 0 and step >= cfg.house_bank_every
-        if use_bank and (table_step < 0 or step % cfg.house_bank_every == 0):
-            anchor_table()
-        z = model(torch.cat(views)).split(len(idx))
-        zn = torch.cat(z[2:]) if len(z) > 2 else None
-        loss = info_nce(z[0], z[1], same, cfg.temperature, zn, same_an, same_bn)
-        if use_bank:
-            assert table is not None
-            loss = loss + 0.5 * (
-                house_bank_loss(z[0], z[1], train_a.poses[idx], house, idx, table, train_a.poses, train_a.house,
-                                cfg.temperature)
-                + house_bank_loss(z[1], z[0], train_b.poses[idx], house, idx, table, train_a.poses, train_a.house,
-                                  cfg.temperature))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if use_bank:
-            assert table is not None
-            table[torch.from_numpy(idx).to(device)] = z[0].detach()
-        step += 1
-        curve["step"].append(step)
-        curve["loss"].append(loss.item())
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            r = validation_recall(model, val_db, val_q)
-            curve["val_step"].append(step)
-            curve["val_recall_at_1"].append(r)
-            bar.set_postfix(loss=f"{loss.item():.3f}", val_r1=f"{r:.3f}")
-            save_state()
-        if args.max_minutes is not None and time.monotonic() - start > 60 * args.max_minutes:
-            save_state()
-            print(f"stopped after {args.max_minutes} min at step {step}/{cfg.steps}; re-run to continue",
-                  file=sys.stderr)
-            return 0
-    bar.close()
-    save_state()
+    try:
+        while step < cfg.steps:
+            model.train()
+            hs = rng.choice(houses, size=min(cfg.houses_per_batch, len(houses)), replace=False)
+            per = cfg.batch_pairs // len(hs)
+            idx = np.concatenate([rng.choice(by_house[h], size=per, replace=len(by_house[h]) < per) for h in hs])
+            if cfg.min_hfov_deg < SIM_HFOV_DEG:   # drawn only when asked: runs without it draw as before
+                narrow, u = torch.rand(2, generator=gen).tolist()
+                hfov = cfg.min_hfov_deg + u * (base_hfov - cfg.min_hfov_deg) if narrow < 0.5 else base_hfov
+            if cfg.aspect_ratios != (1.0,):   # likewise
+                aspect = cfg.aspect_ratios[int(torch.randint(len(cfg.aspect_ratios), (1,), generator=gen))]
+            views = [view(train_a.frames, idx), view(train_b.frames, idx)]
+            house = train_a.house[idx]
+            same = same_mask(train_a.poses[idx], train_a.poses[idx], house)
+            same_an = same_bn = None
+            if train_n is not None:
+                views.append(view(train_n.frames, idx))
+                same_an = same_mask(train_a.poses[idx], train_n.poses[idx], house)
+                same_bn = same_mask(train_b.poses[idx], train_n.poses[idx], house)
+            if cfg.mine_every > 0 and step >= cfg.mine_every:
+                if mined is None or step % cfg.mine_every == 0:
+                    mined = mine_look_alikes(model, train_a, anchor_table().cpu().numpy())
+                j = mined[idx]
+                views.append(view(train_a.frames, j))
+                sa = same_mask(train_a.poses[idx], train_a.poses[j], house)
+                sb = same_mask(train_b.poses[idx], train_a.poses[j], house)
+                same_an = sa if same_an is None else torch.cat([same_an, sa], dim=1)
+                same_bn = sb if same_bn is None else torch.cat([same_bn, sb], dim=1)
+            use_bank = cfg.house_bank_every > 0 and step >= cfg.house_bank_every
+            if use_bank and (table_step < 0 or step % cfg.house_bank_every == 0):
+                anchor_table()
+            z = model(torch.cat(views)).split(len(idx))
+            zn = torch.cat(z[2:]) if len(z) > 2 else None
+            loss = info_nce(z[0], z[1], same, cfg.temperature, zn, same_an, same_bn)
+            if use_bank:
+                assert table is not None
+                loss = loss + 0.5 * (
+                    house_bank_loss(z[0], z[1], train_a.poses[idx], house, idx, table, train_a.poses, train_a.house,
+                                    cfg.temperature)
+                    + house_bank_loss(z[1], z[0], train_b.poses[idx], house, idx, table, train_a.poses, train_a.house,
+                                      cfg.temperature))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            loss_value = loss.item()
+            if not math.isfinite(loss_value):   # stop before this step's weights are saved
+                kept = f"as saved at step {saved_step}" if saved_step is not None else "as they were (none saved yet)"
+                raise diverged(loss_value, f"step {step + 1} of {cfg.steps}",
+                               f"{args.out} and {state_path} are left {kept}; start over with --restart and a lower "
+                               f"--lr (now {cfg.lr:g})")
+            if use_bank:
+                assert table is not None
+                table[torch.from_numpy(idx).to(device)] = z[0].detach()
+            step += 1
+            curve["step"].append(step)
+            curve["loss"].append(loss_value)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}")
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                r = validation_recall(model, val_db, val_q)
+                curve["val_step"].append(step)
+                curve["val_recall_at_1"].append(r)
+                bar.set_postfix(loss=f"{loss_value:.3f}", val_r1=f"{r:.3f}")
+                save_state()
+            if args.max_minutes is not None and time.monotonic() - start > 60 * args.max_minutes:
+                save_state()
+                print(f"stopped after {args.max_minutes} min at step {step}/{cfg.steps}; re-run to continue",
+                      file=sys.stderr)
+                return 0
+        save_state()
+    finally:
+        bar.close()
     print(f"wrote {args.out} (step {step}, val recall@1 {curve['val_recall_at_1'][-1]:.3f})")
     return 0
 
 
-def write_curve(out: Path, curve: dict) -> None:
-    """`<out>.curve.json` and `<out>.curve.png` (loss and validation recall@1 against step)."""
+def curve_files(out: Path, curve: dict) -> dict[Path, bytes]:
+    """The bytes of `<out>.curve.json` and `<out>.curve.png` (loss and validation recall@1 against step), to be
+    written with `memnav.core.files.replace_files`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out.with_suffix(".curve.json").write_text(json.dumps(curve) + "\n")
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-    if curve["loss"]:
-        k = max(1, len(curve["loss"]) // 200)
-        loss = np.convolve(curve["loss"], np.ones(k) / k, mode="valid")
-        ax[0].plot(curve["step"][k - 1:], loss)
-    ax[0].set(xlabel="step", ylabel="InfoNCE loss", title="training loss")
-    ax[1].plot(curve["val_step"], curve["val_recall_at_1"], marker="o")
-    ax[1].set(xlabel="step", ylabel="recall@1", title="val place recognition (1 m, 30 deg)", ylim=(0, 1))
-    for a in ax:
-        a.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".curve.png"), dpi=80)
-    plt.close(fig)
+    try:
+        if curve["loss"]:
+            k = max(1, len(curve["loss"]) // 200)
+            loss = np.convolve(curve["loss"], np.ones(k) / k, mode="valid")
+            ax[0].plot(curve["step"][k - 1:], loss)
+        ax[0].set(xlabel="step", ylabel="InfoNCE loss", title="training loss")
+        ax[1].plot(curve["val_step"], curve["val_recall_at_1"], marker="o")
+        ax[1].set(xlabel="step", ylabel="recall@1", title="val place recognition (1 m, 30 deg)", ylim=(0, 1))
+        for a in ax:
+            a.grid(alpha=0.3)
+        fig.tight_layout()
+        png = figure_png(fig, dpi=80)
+    finally:
+        plt.close(fig)
+    return {out.with_suffix(".curve.json"): (json.dumps(curve) + "\n").encode(), out.with_suffix(".curve.png"): png}
+
+
+def write_curve(out: Path, curve: dict) -> None:
+    """Write `<out>.curve.json` and `<out>.curve.png` atomically (`curve_files`)."""
+    replace_files(curve_files(out, curve))

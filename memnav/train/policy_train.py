@@ -15,11 +15,16 @@ with STOP right after the policy's move, so the policy is rewarded for bringing 
 photo was taken and facing the same way (the belief needs the view to match).
 
 Resumable: model, optimiser, counters and curves live in `<out>.state`; re-running the same command continues
-up to `--updates`, and `--max-minutes` ends a chunk cleanly so runs fit a session.
+up to `--updates`, and `--max-minutes` ends a chunk cleanly so runs fit a session. A resumed run starts new
+episodes with a new DAgger replay and its random streams drawn from the update it resumes at, so it does not
+repeat an uninterrupted run step for step. A resume with other settings, another encoder checkpoint, calibration
+or set of houses is refused by name. Saves replace their files atomically; a NaN or infinite loss stops the run
+before it is saved.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -33,8 +38,9 @@ import torch
 from torch import nn
 
 from memnav.core import stop
-from memnav.core.checkpoint import read_state
+from memnav.core.checkpoint import read_state, torch_bytes
 from memnav.core.encoder import Encoder
+from memnav.core.files import replace_files
 from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig, StepInput
 from memnav.core.policy import MOVES, MemoryPolicy, PolicyConfig, save_policy
 from memnav.core.stop import GoalBeliefCalibrator
@@ -42,6 +48,7 @@ from memnav.core.types import Action
 from memnav.paths import check_output_file
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
+from memnav.train.checks import check_writable_output, diverged, figure_png
 
 VARIANTS = {"memnav": MemoryKind.SCENE_GRAPH, "episodic": MemoryKind.EPISODIC, "gru": MemoryKind.NONE}
 
@@ -226,6 +233,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-every", type=int, default=10, metavar="N",
                         help="updates between saves of the checkpoint, state and curves (the last update is "
                              "always saved)")
+    parser.add_argument("--restart", action="store_true",
+                        help="ignore an existing PATH.state and start over (it is replaced at the first save)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -256,6 +265,17 @@ def _check_options(args: argparse.Namespace) -> None:
     if not args.max_minutes >= 0:
         raise ValueError(f"--max-minutes must be >= 0 (0 = no limit), got {args.max_minutes:g}")
     check_output_file(args.out, "--out")
+    check_writable_output(args.out, "--out")
+
+
+def minibatch_envs(envs: int) -> int:
+    """Environments per PPO minibatch: the largest divisor of `envs` up to 4 (4 for the default 8)."""
+    return max(d for d in range(1, 5) if envs % d == 0)
+
+
+def _file_tag(path: Path) -> str:
+    """A file's name and a digest of its bytes: what a resumed run must read again."""
+    return f"{Path(path).name}:{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
 
 
 # what `run` reads back from `<out>.state`
@@ -280,15 +300,16 @@ def run(args: argparse.Namespace) -> int:
     _check_options(args)
     cfg = PolicyTrainConfig(variant=args.variant, updates=args.updates, bc_updates=args.bc_updates, envs=args.envs,
                             rollout_steps=args.rollout_steps, max_episode_steps=args.max_episode_steps, lr=args.lr,
-                            seed=args.seed, minibatch_envs=min(4, args.envs) if args.envs % 4 else 4)
+                            seed=args.seed, minibatch_envs=minibatch_envs(args.envs))
     state_path = args.out.with_name(args.out.name + ".state")
-    st = _read_state(state_path) if state_path.is_file() else None
+    st = _read_state(state_path) if state_path.is_file() and not getattr(args, "restart", False) else None
     if st is not None:
         # `updates` may grow between chunks (train longer); every other setting must match
         diff = {k: (st["train_config"].get(k), v) for k, v in asdict(cfg).items()
                 if k != "updates" and st["train_config"].get(k) != v}
         if diff:
-            raise ValueError(f"{state_path}: resuming with other settings {diff}; use the same options or delete it")
+            raise ValueError(f"{state_path}: resuming with other settings {diff}; use the same options, or "
+                             f"--restart to start over")
     torch.set_num_threads(1)
     try:
         episodes = load_episodes(args.data, "train")
@@ -304,16 +325,27 @@ def run(args: argparse.Namespace) -> int:
         houses = houses[: args.houses]
     encoder = Encoder.from_checkpoint(args.checkpoint)
     calibrator = load_calibrator(args.calibration)
+    # what the policy learns from besides its settings; states written before it was recorded are not checked
+    inputs = {"encoder": _file_tag(args.checkpoint), "calibration": _file_tag(args.calibration),
+              "houses": [pool[0].scene_id for pool in houses]}
+    if st is not None and "inputs" in st:
+        changed = {k: (st["inputs"].get(k), v) for k, v in inputs.items() if st["inputs"].get(k) != v}
+        if changed:
+            what = ", ".join(f"{k} {old} (now {new})" for k, (old, new) in changed.items())
+            raise ValueError(f"{state_path}: was started with other inputs: {what}; pass the same --checkpoint, "
+                             f"--calibration, --data and --houses to resume, or --restart to start over")
     nav_cfg = NavigatorConfig(memory=VARIANTS[cfg.variant].value, greedy=False)
     pcfg = PolicyConfig(embedding_dim=encoder.embedding_dim, memory_tokens=nav_cfg.memory_tokens)
     torch.manual_seed(cfg.seed)
     model = MemoryPolicy(pcfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     update, curve = 0, []
+    saved_update: int | None = None
     if st is not None:
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["optimizer"])
         update, curve = st["update"], st["curve"]
+        saved_update = update
         print(f"resuming from update {update}", file=sys.stderr)
     if update >= cfg.updates:
         print(f"{args.out}: already trained for {update} updates", file=sys.stderr)
@@ -329,74 +361,85 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     bar = tqdm(total=cfg.updates, initial=update, desc=f"policy[{cfg.variant}]", unit="upd",
                disable=args.no_progress, file=sys.stderr)
-    while update < cfg.updates:
-        bc_phase = update < cfg.bc_updates
-        beta = max(0.0, 1.0 - update / max(1, cfg.bc_updates)) if bc_phase else 0.0
-        T, N = cfg.rollout_steps, cfg.envs
-        h0 = hidden.clone()
-        steps, toks, masks, acts, logps, vals, rews, dones, labels, goals = ([] for _ in range(10))
-        with torch.no_grad():
-            for _ in range(T):
+    try:
+        while update < cfg.updates:
+            bc_phase = update < cfg.bc_updates
+            beta = max(0.0, 1.0 - update / max(1, cfg.bc_updates)) if bc_phase else 0.0
+            T, N = cfg.rollout_steps, cfg.envs
+            h0 = hidden.clone()
+            steps, toks, masks, acts, logps, vals, rews, dones, labels, goals = ([] for _ in range(10))
+            with torch.no_grad():
+                for _ in range(T):
+                    s, tk, mk = _stack(cur)
+                    logits, value, _, hidden = model(s, tk if pcfg.memory_tokens else None,
+                                                     mk if pcfg.memory_tokens else None, hidden)
+                    dist = torch.distributions.Categorical(logits=logits)
+                    a = dist.sample()
+                    oracle = torch.tensor([t.oracle for t in cur])
+                    if bc_phase:
+                        use_oracle = (torch.from_numpy(rng.random(N) < beta)) & (oracle >= 0)
+                        a = torch.where(use_oracle, oracle, a)
+                    steps.append(s), toks.append(tk), masks.append(mk), acts.append(a)
+                    logps.append(dist.log_prob(a)), vals.append(value)
+                    labels.append(oracle), goals.append(torch.tensor([t.at_goal for t in cur]))
+                    nxt = [e.step(int(ai)) for e, ai in zip(envs, a)]
+                    rews.append(torch.tensor([t.reward for t in nxt]))
+                    dones.append(torch.tensor([t.done for t in nxt]))
+                    for i, t in enumerate(nxt):
+                        if t.done:
+                            finished.append(t.finished)
+                            nxt[i] = envs[i].reset()
+                            hidden[i] = 0.0
+                    cur = nxt
                 s, tk, mk = _stack(cur)
-                logits, value, _, hidden = model(s, tk if pcfg.memory_tokens else None,
-                                                 mk if pcfg.memory_tokens else None, hidden)
-                dist = torch.distributions.Categorical(logits=logits)
-                a = dist.sample()
-                oracle = torch.tensor([t.oracle for t in cur])
+                _, last_value, _, _ = model(s, tk if pcfg.memory_tokens else None, mk if pcfg.memory_tokens else None,
+                                            hidden)
+            R, D, V = torch.stack(rews), torch.stack(dones).float(), torch.stack(vals)
+            adv = torch.zeros(T, N)
+            gae = torch.zeros(N)
+            for t in reversed(range(T)):
+                nv = last_value if t == T - 1 else V[t + 1]
+                delta = R[t] + cfg.gamma * nv * (1 - D[t]) - V[t]
+                gae = delta + cfg.gamma * cfg.gae_lambda * (1 - D[t]) * gae
+                adv[t] = gae
+            ret = adv + V
+            batch = {"s": torch.stack(steps), "tk": torch.stack(toks), "mk": torch.stack(masks), "a": torch.stack(acts),
+                     "logp": torch.stack(logps), "adv": adv, "ret": ret, "lab": torch.stack(labels),
+                     "goal": torch.stack(goals), "done": D}
+            frac = (update - cfg.bc_updates) / max(1, cfg.updates - cfg.bc_updates)
+            bc_coef = 1.0 if bc_phase else cfg.bc_coef_ppo * max(0.0, 1.0 - frac)
+            try:
                 if bc_phase:
-                    use_oracle = (torch.from_numpy(rng.random(N) < beta)) & (oracle >= 0)
-                    a = torch.where(use_oracle, oracle, a)
-                steps.append(s), toks.append(tk), masks.append(mk), acts.append(a)
-                logps.append(dist.log_prob(a)), vals.append(value)
-                labels.append(oracle), goals.append(torch.tensor([t.at_goal for t in cur]))
-                nxt = [e.step(int(ai)) for e, ai in zip(envs, a)]
-                rews.append(torch.tensor([t.reward for t in nxt])), dones.append(torch.tensor([t.done for t in nxt]))
-                for i, t in enumerate(nxt):
-                    if t.done:
-                        finished.append(t.finished)
-                        nxt[i] = envs[i].reset()
-                        hidden[i] = 0.0
-                cur = nxt
-            s, tk, mk = _stack(cur)
-            _, last_value, _, _ = model(s, tk if pcfg.memory_tokens else None, mk if pcfg.memory_tokens else None,
-                                        hidden)
-        R, D, V = torch.stack(rews), torch.stack(dones).float(), torch.stack(vals)
-        adv = torch.zeros(T, N)
-        gae = torch.zeros(N)
-        for t in reversed(range(T)):
-            nv = last_value if t == T - 1 else V[t + 1]
-            delta = R[t] + cfg.gamma * nv * (1 - D[t]) - V[t]
-            gae = delta + cfg.gamma * cfg.gae_lambda * (1 - D[t]) * gae
-            adv[t] = gae
-        ret = adv + V
-        batch = {"s": torch.stack(steps), "tk": torch.stack(toks), "mk": torch.stack(masks), "a": torch.stack(acts),
-                 "logp": torch.stack(logps), "adv": adv, "ret": ret, "lab": torch.stack(labels),
-                 "goal": torch.stack(goals), "done": D}
-        frac = (update - cfg.bc_updates) / max(1, cfg.updates - cfg.bc_updates)
-        bc_coef = 1.0 if bc_phase else cfg.bc_coef_ppo * max(0.0, 1.0 - frac)
-        if bc_phase:
-            replay.append((batch, h0))
-            stats = _dagger(model, opt, replay, cfg, pcfg, rng)
-        else:
-            replay.clear()
-            stats = _optimise(model, opt, batch, h0, cfg, pcfg, bc_coef)
-        update += 1
-        recent = finished[-50:]
-        row = {"update": update, "phase": "dagger" if bc_phase else "ppo", "beta": beta, "bc_coef": bc_coef,
-               "episodes": len(finished), "reward_per_step": float(R.mean()),
-               "success": float(np.mean([f["success"] for f in recent])) if recent else math.nan,
-               "spl": float(np.mean([f["spl"] for f in recent])) if recent else math.nan, **stats}
-        curve.append(row)
-        bar.update(1)
-        bar.set_postfix(phase=row["phase"], succ=f"{row['success']:.2f}", bc=f"{stats['bc_loss']:.2f}")
-        out_of_time = args.max_minutes > 0 and (time.monotonic() - t0) / 60 >= args.max_minutes
-        if update % args.save_every == 0 or update >= cfg.updates or out_of_time:
-            _save(model, opt, cfg, update, curve, args.out, state_path, args)
-        if out_of_time:
-            print(f"stopped after {args.max_minutes} min at update {update}/{cfg.updates}; re-run to resume",
-                  file=sys.stderr)
-            break
-    bar.close()
+                    replay.append((batch, h0))
+                    stats = _dagger(model, opt, replay, cfg, pcfg, rng)
+                else:
+                    replay.clear()
+                    stats = _optimise(model, opt, batch, h0, cfg, pcfg, bc_coef)
+            except FloatingPointError as err:   # `_step`: a NaN or infinite loss, before the step is taken
+                kept = f"as saved at update {saved_update}" if saved_update is not None else "as they were (none saved)"
+                raise diverged(err.args[0], f"update {update + 1} of {cfg.updates} "
+                                            f"({'DAgger' if bc_phase else 'PPO'})",
+                               f"{args.out} and {state_path} are left {kept}; start over with --restart and a lower "
+                               f"--lr (now {cfg.lr:g})") from err
+            update += 1
+            recent = finished[-50:]
+            row = {"update": update, "phase": "dagger" if bc_phase else "ppo", "beta": beta, "bc_coef": bc_coef,
+                   "episodes": len(finished), "reward_per_step": float(R.mean()),
+                   "success": float(np.mean([f["success"] for f in recent])) if recent else math.nan,
+                   "spl": float(np.mean([f["spl"] for f in recent])) if recent else math.nan, **stats}
+            curve.append(row)
+            bar.update(1)
+            bar.set_postfix(phase=row["phase"], succ=f"{row['success']:.2f}", bc=f"{stats['bc_loss']:.2f}")
+            out_of_time = args.max_minutes > 0 and (time.monotonic() - t0) / 60 >= args.max_minutes
+            if update % args.save_every == 0 or update >= cfg.updates or out_of_time:
+                _save(model, opt, cfg, update, curve, inputs, state_path, args)
+                saved_update = update
+            if out_of_time:
+                print(f"stopped after {args.max_minutes} min at update {update}/{cfg.updates}; re-run to resume",
+                      file=sys.stderr)
+                break
+    finally:
+        bar.close()
     return 0
 
 
@@ -423,6 +466,10 @@ def _imitation_losses(logits: torch.Tensor, goal_logit: torch.Tensor, b: dict, c
 
 
 def _step(model: MemoryPolicy, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One clipped gradient step on `loss` (FloatingPointError(loss) where it is NaN or infinite, before the step)."""
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise FloatingPointError(value)
     opt.zero_grad()
     loss.backward()
     nn.utils.clip_grad_norm_(model.parameters(), 0.5)
@@ -473,37 +520,41 @@ def _optimise(model: MemoryPolicy, opt: torch.optim.Optimizer, b: dict, h0: torc
 
 
 def _save(model: MemoryPolicy, opt: torch.optim.Optimizer, cfg: PolicyTrainConfig, update: int, curve: list,
-          out: Path, state_path: Path, args: argparse.Namespace) -> None:
+          inputs: dict, state_path: Path, args: argparse.Namespace) -> None:
+    """Write the checkpoint (refused with NaN weights), then the state and the curves together, each file replaced
+    atomically."""
+    out = args.out
     save_policy(model, out, extra={"variant": cfg.variant, "memory": VARIANTS[cfg.variant].value,
                                    "update": update, "train_config": asdict(cfg),
                                    "encoder_checkpoint": str(args.checkpoint)})
-    tmp = state_path.with_name(state_path.name + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "update": update, "curve": curve,
-                "train_config": asdict(cfg)}, tmp)
-    tmp.replace(state_path)
-    curve_path = out.with_suffix(".curve.json")
-    curve_path.write_text(json.dumps(curve, indent=1) + "\n")
-    _plot(curve, out.with_suffix(".curve.png"), cfg.variant)
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "update": update, "curve": curve,
+             "train_config": asdict(cfg), "inputs": inputs}
+    replace_files({state_path: torch_bytes(state),
+                   out.with_suffix(".curve.json"): (json.dumps(curve, indent=1) + "\n").encode(),
+                   out.with_suffix(".curve.png"): _plot(curve, cfg.variant)}, sync=True)
 
 
-def _plot(curve: list[dict], path: Path, variant: str) -> None:
+def _plot(curve: list[dict], variant: str) -> bytes:
+    """The training curves as PNG bytes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     x = [r["update"] for r in curve]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    axes[0].plot(x, [r["success"] for r in curve], label="success (last 50 eps)")
-    axes[0].plot(x, [r["spl"] for r in curve], label="SPL")
-    axes[0].set_ylim(0, 1)
-    axes[1].plot(x, [r["bc_loss"] for r in curve], label="BC cross-entropy")
-    axes[1].plot(x, [r["goal_loss"] for r in curve], label="goal-head BCE")
-    axes[2].plot(x, [r["reward_per_step"] for r in curve], label="reward / step")
-    for ax in axes:
-        ax.set_xlabel("update")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"memnav train policy --variant {variant}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        axes[0].plot(x, [r["success"] for r in curve], label="success (last 50 eps)")
+        axes[0].plot(x, [r["spl"] for r in curve], label="SPL")
+        axes[0].set_ylim(0, 1)
+        axes[1].plot(x, [r["bc_loss"] for r in curve], label="BC cross-entropy")
+        axes[1].plot(x, [r["goal_loss"] for r in curve], label="goal-head BCE")
+        axes[2].plot(x, [r["reward_per_step"] for r in curve], label="reward / step")
+        for ax in axes:
+            ax.set_xlabel("update")
+            ax.legend(fontsize=8)
+            ax.grid(alpha=0.3)
+        fig.suptitle(f"memnav train policy --variant {variant}")
+        fig.tight_layout()
+        return figure_png(fig, dpi=90)
+    finally:
+        plt.close(fig)

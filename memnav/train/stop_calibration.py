@@ -18,11 +18,13 @@ import numpy as np
 
 from memnav.cli import add_camera_arguments, camera_options
 from memnav.core.encoder import Encoder
+from memnav.core.files import replace_files
 from memnav.core.stop import STOP_FEATURES, GoalBeliefCalibrator
 from memnav.core.verification import verify_pair
 from memnav.paths import check_output_file
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
+from memnav.train.checks import check_writable_output, figure_png
 from memnav.train.frame_bank import checked_houses
 
 FEATURES = STOP_FEATURES
@@ -88,23 +90,31 @@ def make_examples(encoder: Encoder, houses: list[Path], per_house: int, max_dist
 
 
 def plot_reliability(rel: dict, path: Path, title: str) -> None:
+    """Write the reliability diagram to `path` (PNG, replaced atomically)."""
+    replace_files({path: reliability_png(rel, title)})
+
+
+def reliability_png(rel: dict, title: str) -> bytes:
+    """The reliability diagram of `GoalBeliefCalibrator.reliability`'s `rel`, as PNG bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
-    pred, freq = np.array(rel["mean_predicted"]), np.array(rel["observed_frequency"])
-    ok = np.isfinite(pred)
-    ax.plot(pred[ok], freq[ok], "o-", label=f"fitted belief (ECE {rel['ece']:.3f})")
-    ax.set(xlabel="predicted P(goal within radius)", ylabel="observed frequency", title=title, xlim=(0, 1),
-           ylim=(0, 1))
-    ax.legend(loc="upper left")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:
+        ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
+        pred, freq = np.array(rel["mean_predicted"]), np.array(rel["observed_frequency"])
+        ok = np.isfinite(pred)
+        ax.plot(pred[ok], freq[ok], "o-", label=f"fitted belief (ECE {rel['ece']:.3f})")
+        ax.set(xlabel="predicted P(goal within radius)", ylabel="observed frequency", title=title, xlim=(0, 1),
+               ylim=(0, 1))
+        ax.legend(loc="upper left")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        return figure_png(fig, dpi=90)
+    finally:
+        plt.close(fig)
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -120,6 +130,7 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--success-distance ({args.success_distance:g} m) must be below --max-distance "
                          f"({args.max_distance:g} m), or no example lies outside the success radius")
     check_output_file(args.out, "--out")
+    check_writable_output(args.out, "--out")
     if args.out.suffix.lower() == ".png":
         raise ValueError(f"--out {args.out}: the reliability diagram is written to <out>.png; give the JSON "
                          f"another suffix (e.g. .json)")
@@ -148,9 +159,9 @@ def run(args: argparse.Namespace) -> int:
                examples={"train": int(len(train_y)), "val": int(len(val_y))},
                positive_rate={"train": float(train_y.mean()), "val": float(val_y.mean())},
                ece={"train": rel_train["ece"], "val": rel_val["ece"]}, reliability_val=rel_val)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    plot_reliability(rel_val, args.out.with_suffix(".png"), "goal belief on val houses")
+    # the calibration (read by the policy node) and its diagram replace the old ones together, never half written
+    replace_files({args.out: (json.dumps(out, indent=2) + "\n").encode(),
+                   args.out.with_suffix(".png"): reliability_png(rel_val, "goal belief on val houses")}, sync=True)
     print(f"wrote {args.out}: weights {np.round(cal.weights, 3).tolist()}, ECE train {rel_train['ece']:.3f} "
           f"val {rel_val['ece']:.3f}")
     return 0

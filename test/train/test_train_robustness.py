@@ -1,0 +1,200 @@
+"""What a user training their own models runs into: a diverging loss, a resume that must repeat the uninterrupted
+run or be refused by name, an output folder that cannot be written, and a save that fails half way."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import file_sha256, make_tiny_dataset
+
+from memnav.cli import main
+from memnav.core.checkpoint import CheckpointError
+from memnav.core.encoder import EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
+from memnav.core.stop import GoalBeliefCalibrator
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc (a folder no file can "
+                                                                        "be created in, even by root)")
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    return make_tiny_dataset(tmp_path_factory.mktemp("robust") / "houses", seed=2)
+
+
+def _encoder_args(data, out, *extra):
+    return ["train", "encoder", "--data", str(data), "--out", str(out), "--steps", "4", "--batch", "8",
+            "--pairs-per-house", "12", "--eval-every", "2", "--no-progress", "--device", "cpu", "--threads", "1",
+            "--no-near-miss", *extra]
+
+
+def test_save_model_refuses_nan_weights_and_keeps_the_file(tmp_path):
+    path = tmp_path / "enc.pt"
+    torch.manual_seed(0)
+    model = FrameEncoder(EncoderConfig())
+    save_checkpoint(model, path)
+    before = file_sha256(path)
+    with torch.no_grad():
+        next(model.parameters())[0] = float("nan")
+    with pytest.raises(CheckpointError, match="holds NaN or infinite values"):
+        save_checkpoint(model, path)
+    assert file_sha256(path) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["enc.pt"]   # no temporary file left
+
+
+def test_a_checkpoint_without_tensors_is_refused_by_name(tmp_path):
+    path = tmp_path / "enc.pt"
+    torch.manual_seed(0)
+    save_checkpoint(FrameEncoder(EncoderConfig()), path)
+    payload = torch.load(path, weights_only=True)
+    for state, message in ((None, "no state_dict mapping of tensors"),
+                           ({**payload["state_dict"], "head.bias": [0.0]}, "entry head.bias is not a tensor")):
+        broken = dict(payload)
+        if state is None:
+            del broken["state_dict"]
+        else:
+            broken["state_dict"] = state
+        torch.save(broken, tmp_path / "broken.pt")
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(tmp_path / "broken.pt")
+
+
+def test_curves_and_reliability_diagram_survive_a_failed_write(tmp_path, monkeypatch):
+    """A write that fails half way (a full disk) leaves the previous curve files whole, and no temporary file."""
+    from matplotlib.figure import Figure
+
+    from memnav.train.encoder_train import write_curve
+    from memnav.train.stop_calibration import plot_reliability
+
+    out = tmp_path / "enc.pt"
+    write_curve(out, {"step": [1], "loss": [1.0], "val_step": [1], "val_recall_at_1": [0.5]})
+    plot_reliability({"mean_predicted": [0.2], "observed_frequency": [0.3], "ece": 0.1}, tmp_path / "cal.png", "t")
+    before = {p.name: file_sha256(p) for p in tmp_path.iterdir()}
+
+    def savefig(self, fname, *args, **kwargs):
+        if hasattr(fname, "write"):
+            fname.write(b"\x89PNG half")
+        else:
+            Path(fname).write_bytes(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    with pytest.raises(OSError):
+        write_curve(out, {"step": [1, 2], "loss": [1.0, 0.5], "val_step": [2], "val_recall_at_1": [0.6]})
+    with pytest.raises(OSError):
+        plot_reliability({"mean_predicted": [0.4], "observed_frequency": [0.3], "ece": 0.2}, tmp_path / "cal.png", "t")
+    assert {p.name: file_sha256(p) for p in tmp_path.iterdir()} == before
+
+
+@needs_proc
+@pytest.mark.parametrize("command", [
+    ["train", "encoder", "--device", "cpu"],
+    ["train", "stop"],
+    ["train", "policy"],
+])
+def test_an_out_folder_that_cannot_be_written_is_refused_before_any_work(command, tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "splits.json").write_text(json.dumps({"houses": 2, "seed": 0, "splits": {"h0": "train", "h1": "val"}}))
+    rc = main([*command, "--data", str(data), "--out", "/proc/memnav_nowhere/model.pt", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "--out /proc/memnav_nowhere/model.pt: cannot write in /proc" in err and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+def test_encoder_loss_that_turns_nan_stops_the_run_before_it_is_saved(tiny_data, tmp_path, capsys):
+    out = tmp_path / "enc.pt"
+    assert main(_encoder_args(tiny_data, out, "--lr", "1e30")) == 2
+    err = capsys.readouterr().err
+    assert "the training loss is nan at step 2 of 4: the run diverged" in err and "--lr (now 1e+30)" in err, err
+    assert not out.exists() and not out.with_name("enc.pt.state").exists()
+
+
+@pytest.mark.slow
+def test_encoder_resumed_step_by_step_with_mining_and_house_bank_equals_the_uninterrupted_run(tiny_data, tmp_path):
+    """The mined look-alikes and the house-bank table are kept in the state, so a run stopped after every step
+    (`--max-minutes 0`) trains exactly as one that never stopped."""
+    extra = ("--mine-every", "2", "--house-bank-every", "2")
+    whole, chunked = tmp_path / "whole" / "enc.pt", tmp_path / "chunked" / "enc.pt"
+    assert main(_encoder_args(tiny_data, whole, *extra)) == 0
+    for _ in range(4):
+        assert main(_encoder_args(tiny_data, chunked, *extra, "--max-minutes", "0")) == 0
+    curves = [json.loads(p.with_suffix(".curve.json").read_text()) for p in (whole, chunked)]
+    assert curves[1]["step"] == [1, 2, 3, 4]
+    assert curves[0] == curves[1]
+    a, b = (torch.load(p, weights_only=True)["state_dict"] for p in (whole, chunked))
+    assert all(torch.equal(v, b[k]) for k, v in a.items())
+
+
+@pytest.mark.slow
+def test_encoder_resume_with_other_training_settings_is_refused_by_name(tiny_data, tmp_path, capsys):
+    out = tmp_path / "enc.pt"
+    assert main(_encoder_args(tiny_data, out, "--max-minutes", "0")) == 0
+    capsys.readouterr()
+    before = file_sha256(out.with_name("enc.pt.state"))
+    for option, value, field in (("--lr", "0.01", "lr 0.002 (now 0.01)"), ("--seed", "3", "seed 0 (now 3)"),
+                                 ("--batch", "6", "batch_pairs 8 (now 6)"),
+                                 ("--pairs-per-house", "6", "pairs_per_house 12 (now 6)")):
+        assert main(_encoder_args(tiny_data, out, option, value)) == 2
+        err = capsys.readouterr().err
+        assert "was started with other training settings: " + field in err and "--restart" in err, err
+    assert file_sha256(out.with_name("enc.pt.state")) == before
+
+
+@pytest.fixture(scope="module")
+def policy_setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("policy_robust")
+    data = make_tiny_dataset(root / "houses", houses=2, seed=4, train=1, val=1, test=0)
+    encoders = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        encoders.append(root / f"enc{seed}.pt")
+        save_checkpoint(FrameEncoder(EncoderConfig()), encoders[-1])
+    cal = root / "cal.json"
+    cal.write_text(json.dumps(GoalBeliefCalibrator(None, ("similarity", "verification")).to_dict()))
+    return root, data, encoders, cal
+
+
+def _policy_args(setup, out, updates, *extra, encoder=0):
+    root, data, encoders, cal = setup
+    return ["train", "policy", "--variant", "gru", "--out", str(out), "--data", str(data), "--checkpoint",
+            str(encoders[encoder]), "--calibration", str(cal), "--envs", "4", "--rollout-steps", "4", "--updates",
+            str(updates), "--bc-updates", "1", "--save-every", "1", "--no-progress", *extra]
+
+
+@pytest.mark.slow
+def test_policy_resume_with_another_encoder_is_refused_and_restart_starts_over(policy_setup, tmp_path, capsys):
+    out = tmp_path / "pol.pt"
+    assert main(_policy_args(policy_setup, out, 1)) == 0
+    state = out.with_name("pol.pt.state")
+    before = file_sha256(state)
+    capsys.readouterr()
+    assert main(_policy_args(policy_setup, out, 2, encoder=1)) == 2
+    err = capsys.readouterr().err
+    assert "was started with other inputs: encoder enc0.pt:" in err and "(now enc1.pt:" in err, err
+    assert file_sha256(state) == before
+    assert main(_policy_args(policy_setup, out, 1, "--restart", encoder=1)) == 0
+    assert "resuming" not in capsys.readouterr().err
+    assert torch.load(state, weights_only=True)["inputs"]["encoder"].startswith("enc1.pt:")
+
+
+@pytest.mark.slow
+def test_policy_trains_with_any_number_of_envs(policy_setup, tmp_path):
+    """--envs 6 (not a multiple of the 4-environment PPO minibatch) used to be refused with an internal message."""
+    from memnav.train.policy_train import minibatch_envs
+
+    assert [minibatch_envs(n) for n in (1, 2, 3, 4, 5, 6, 8, 12)] == [1, 2, 3, 4, 1, 3, 4, 4]
+    args = _policy_args(policy_setup, tmp_path / "pol.pt", 2)
+    args[args.index("--envs") + 1] = "6"
+    assert main(args) == 0
+    curve = json.loads((tmp_path / "pol.curve.json").read_text())
+    assert [r["phase"] for r in curve] == ["dagger", "ppo"]
+
+
+@pytest.mark.slow
+def test_policy_loss_that_turns_nan_stops_the_run_before_it_is_saved(policy_setup, tmp_path, capsys):
+    out = tmp_path / "pol.pt"
+    assert main(_policy_args(policy_setup, out, 3, "--lr", "1e30")) == 2
+    err = capsys.readouterr().err
+    assert "the training loss is nan at update 1 of 3 (DAgger): the run diverged" in err, err
+    assert "Traceback" not in err and not out.exists() and not out.with_name("pol.pt.state").exists()
