@@ -42,6 +42,7 @@ from memnav.ros.shell_node import (
     ROBOT_CAMERA_INFO_TOPIC,
     ROBOT_ENCODER,
     Ros,
+    add_exit_statuses,
     add_robot_topic_arguments,
     add_ros_args,
     check_seconds,
@@ -75,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
                         help="also write the per-topic figures and the findings to this JSON file")
     add_ros_args(parser)
+    add_exit_statuses(f"0 nothing FAILs; 1 something FAILs (a topic nobody publishes among them); 2 a bad option or "
+                      f"--encoder; 130 Ctrl-C. It takes --duration plus up to {DISCOVERY_S:g} s waiting for the "
+                      "first message of every stream", parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import Ros, add_exit_statuses, add_ros_args, check_seconds, shell_ros_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
                         help="fail when the safety node has not confirmed (status: reported) within this many seconds")
     add_ros_args(parser)
+    add_exit_statuses("0 the safety node confirmed the change (status: reported its state); 2 it did not within "
+                      "--timeout (no safety node, or no confirmation: the robot may still be moving), or a bad "
+                      "option; 130 Ctrl-C", parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -37,9 +37,23 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from memnav.core.goal_photo import GoalPhoto, GoalPhotoError, read_goal_photo, refuse_overwriting, write_goal_photo
+from memnav.core.goal_photo import (
+    DEPTH_SUFFIXES,
+    GoalPhoto,
+    GoalPhotoError,
+    read_goal_photo,
+    refuse_overwriting,
+    write_goal_photo,
+)
 from memnav.ros.qos import latched_qos
-from memnav.ros.shell_node import Ros, add_robot_topic_arguments, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import (
+    Ros,
+    add_exit_statuses,
+    add_robot_topic_arguments,
+    add_ros_args,
+    check_seconds,
+    shell_ros_args,
+)
 
 GOAL_IMAGE_TOPIC = "memnav/goal_image"
 GOAL_DEPTH_TOPIC = "memnav/goal_depth"
@@ -71,6 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="give up when no frame (pair) has arrived after this many seconds")
     cap.add_argument("--overwrite", action="store_true", help="replace the files of an earlier capture of NAME")
     add_ros_args(cap)
+    add_exit_statuses("0 written; 2 no usable frame (pair) within --timeout, files of NAME that exist already "
+                      "(without --overwrite) or a bad option; 130 Ctrl-C", cap)
 
     snd = sub.add_parser(
         "send", help="send a goal photo to the robot (optionally follow it until STOP)",
@@ -110,6 +126,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     snd.add_argument("--node", default="policy_node", metavar="NAME",
                      help="with --wait: the policy node whose ~/cancel_goal Ctrl-C calls")
     add_ros_args(snd)
+    add_exit_statuses("0 sent (with --wait: every goal ended at the robot's own STOP); 1 with --wait: a STOP at the "
+                      "action budget, no STOP within --timeout, or a goal cancelled or given up; 2 no policy node "
+                      "took the goal within --match-timeout, a photo that cannot be read or a bad option; 130 Ctrl-C "
+                      "(with --wait: after cancelling the goal)", snd)
 
     can = sub.add_parser(
         "cancel", help="give up the goal the robot is working on: it stops and waits for the next goal",
@@ -123,6 +143,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     can.add_argument("--timeout", type=float, default=10.0, metavar="S",
                      help="fail when the policy node has not answered within this many seconds")
     add_ros_args(can)
+    add_exit_statuses("0 a goal was cancelled; 1 none was being worked on; 2 no policy node answered within --timeout "
+                      "or a bad option; 130 Ctrl-C", can)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -294,6 +316,8 @@ def send(args: argparse.Namespace) -> int:
                          "at the one before; pass --wait")
     if len(args.photos) > 1 and args.depth is not None:
         raise ValueError(f"--depth {args.depth}: names the depth of one photo, not of {len(args.photos)}")
+    for photo in args.photos:
+        refuse_depth_as_photo(photo)
     goals = [read_goal_photo(photo, args.depth, find_depth=not args.no_depth)   # all of them before any ROS work
              for photo in args.photos]
     from nav_msgs.msg import Odometry
@@ -397,6 +421,16 @@ def send(args: argparse.Namespace) -> int:
     if interrupted:
         return 130
     return 0 if reached == len(goals) else 1
+
+
+def refuse_depth_as_photo(photo: Path) -> None:
+    """Raise GoalPhotoError for a PHOTO that is a capture's depth file (NAME.depth.png, picked by a tab completion):
+    OpenCV reads its millimetres as a dark grey picture, and the robot would look for that."""
+    suffix = next((s for s in DEPTH_SUFFIXES if photo.name.lower().endswith(s)), None)
+    if suffix is not None and len(photo.name) > len(suffix):
+        colour = photo.with_name(photo.name[:-len(suffix)] + ".png")
+        raise GoalPhotoError(f"{photo} is the depth of a goal photo, not its colour image: send {colour} (its depth "
+                             "beside it goes along)")
 
 
 class GoalPublisher:
@@ -519,7 +553,11 @@ def _stamp_source(ros: Ros, topic: str, timeout_s: float, qos):
 
     if not ros.spin_until(lambda: bool(types()), timeout_s):
         raise RuntimeError(f"--stamp-topic {topic}: no publisher within {timeout_s:g} s")
-    node.create_subscription(message_class(types()[0]), topic,
+    msg_class = message_class(types()[0])
+    if msg_class.get_fields_and_field_types().get("header") != "std_msgs/Header":
+        raise ValueError(f"--stamp-topic {topic}: its messages ({types()[0]}) have no std_msgs/Header stamp to go by; "
+                         "name a stamped topic such as the robot's colour camera")
+    node.create_subscription(msg_class, topic,
                              lambda msg: newest.append(stamp_to_ns(msg.header.stamp)), qos)
 
     def after_newest():

@@ -23,9 +23,10 @@ from typing import Any
 
 import yaml
 
-from memnav.ros.shell_node import Ros, add_actions, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import Ros, add_actions, add_exit_statuses, add_ros_args, check_seconds, shell_ros_args
 
 REFUSED_EXIT = 1
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1   # a ROS integer parameter's range
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--timeout", type=float, default=10.0, metavar="S",
                        help="fail when the node's parameter services have not answered within this many seconds")
         add_ros_args(p)
+    add_exit_statuses("0 done; 1 the node refused the change (its reason on stderr); 2 no such node (none answered "
+                      "within --timeout) or parameter, a value of the wrong type, or a bad option; 130 Ctrl-C",
+                      parser, *parsers.values())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.action == "set":
             current = client.get([args.name])[args.name]
-            new = to_type(args.name, yaml_value(args.value), current)
+            new = to_type(args.name, yaml_value(args.value), current, text=args.value)
             ok, reason = client.set(args.name, new)
             if not ok:
                 print(f"memnav param: {target} refused {args.name} = {_text(new)}: {reason or 'no reason given'}",
@@ -113,16 +117,43 @@ def yaml_value(text: str) -> Any:
         return text
 
 
-def to_type(name: str, value: Any, current: Any) -> Any:
+def to_type(name: str, value: Any, current: Any, text: str | None = None) -> Any:
     """`value` as the type of the parameter's `current` value (an int for a float parameter becomes a float; for a
-    string parameter, the text as typed). Raises ValueError naming the parameter and the type it takes."""
+    string parameter, the text as typed). A parameter not set (`current` None) takes any parameter type; a value
+    that is none (a mapping, a date, a list of mixed types) is taken as the text typed, `text`, as `ros2 param set`
+    does. Raises ValueError naming the parameter and the type it takes, or an integer beyond 64 bits."""
     from memnav.ros.params import coerce_parameter
 
     if isinstance(current, str) and not isinstance(value, str):
         value = "true" if value is True else "false" if value is False else str(value)
     if current is None:   # not set: any type
+        value = _parameter_value(value)
+        if value is None and text is not None:
+            value = text
+        if value is None:
+            raise ValueError(f"parameter {name!r}: a value must be a bool, an integer, a double, text or a list of "
+                             "one of them")
+    else:
+        value = coerce_parameter(name, value, current)
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v <= INT64_MAX:
+            raise ValueError(f"parameter {name!r}: {v} is beyond a 64-bit integer ({INT64_MIN} to {INT64_MAX})")
+    return value
+
+
+def _parameter_value(value: Any) -> Any:
+    """`value` as a ROS parameter takes it (bool, int, float, str, or a list of one of them: integers among doubles
+    become doubles); None when it is no parameter value."""
+    if isinstance(value, (bool, int, float, str)):
         return value
-    return coerce_parameter(name, value, current)
+    if not isinstance(value, list) or not value:
+        return None   # an empty list has no element type to declare
+    for kind in (bool, str):
+        if all(isinstance(v, kind) for v in value):
+            return value
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return value if all(isinstance(v, int) for v in value) else [float(v) for v in value]
+    return None
 
 
 def params_file(node: str, values: dict[str, Any]) -> str:

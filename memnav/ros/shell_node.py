@@ -115,6 +115,12 @@ def add_actions(parser: argparse.ArgumentParser, helps: dict[str, str]) -> dict[
                                    formatter_class=parser.formatter_class) for action, text in helps.items()}
 
 
+def add_exit_statuses(text: str, *parsers: argparse.ArgumentParser) -> None:
+    """Say at the end of each parser's --help what the command's exit statuses mean (`text`: "0 ...; 1 ...")."""
+    for parser in parsers:
+        parser.epilog = f"Exit status: {text}."
+
+
 def add_ros_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default="", metavar="NS",
                         help="the robot's namespace (the launch file's namespace:=NS): relative topic names, "

@@ -21,7 +21,7 @@ from pathlib import Path
 from memnav.core.files import replace_files
 from memnav.core.stack_status import GraphSettle, Heard, summarize
 from memnav.ros.qos import latched_qos
-from memnav.ros.shell_node import Ros, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import Ros, add_exit_statuses, add_ros_args, check_seconds, shell_ros_args
 
 DISCOVERY_S = 5.0   # wait up to this long for a policy node to show in the graph before listening
 # After the listen window the node list must have stayed the same SETTLE_S seconds: a fresh process discovers the
@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep listening and print the status again every S seconds until Ctrl-C (0 = once); "
                              "the exit status is the last report's")
     add_ros_args(parser)
+    add_exit_statuses(f"0 a policy node runs in the namespace; 1 none does (said after at most {DISCOVERY_S:g} s of "
+                      f"discovery, --listen and {SETTLE_MAX_S:g} s of settling: about 10 s with nothing running); 2 "
+                      "a bad option; 130 Ctrl-C (with --watch: once a report is out, Ctrl-C ends with the last "
+                      "report's status)", parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 return
         return callback
 
-    ok = False
+    ok, reported = False, False
     try:
         node = ros.node
         node.create_subscription(String, "memnav/goal_status", keep("goal"), latched)
@@ -86,14 +90,14 @@ def run(args: argparse.Namespace) -> int:
         graph = GraphSettle(listen_start + args.listen, SETTLE_S)
         ros.spin_until(lambda: graph.update(node.get_node_names_and_namespaces(), time.monotonic()),
                        args.listen + SETTLE_MAX_S)
-        ok = report(node, got, diagnosed, listen_start, args.json)
+        ok, reported = report(node, got, diagnosed, listen_start, args.json), True
         while args.watch > 0:
             start = time.monotonic()
             ros.spin_until(lambda: False, args.watch)
             print(f"\n--- {time.strftime('%H:%M:%S')}")
             ok = report(node, got, diagnosed, start, args.json)
-    except KeyboardInterrupt:   # the end of --watch
-        if args.watch <= 0:
+    except KeyboardInterrupt:   # the end of --watch (before its first report: interrupted, as without --watch)
+        if args.watch <= 0 or not reported:
             raise
     finally:
         ros.close()

@@ -12,22 +12,27 @@
 
 TOPIC is resolved as the stack's commands resolve topics: relative names under --namespace. `hz` and `echo`
 subscribe with QoS matching every publisher (reliable only when all are, transient local when all are), as
-`memnav record` does. Exit status 0; 1 when no message came within --timeout (`hz`, `echo`) or the topic is
-not in the graph (`info`); 2 for a bad option or a type whose package is not installed.
+`memnav record` does; a topic published with several message types is heard in the type most publishers use,
+with a warning naming the others. `echo` ends quietly when its reader does (`| head`); Ctrl-C during `hz`
+still prints the rate measured until then. Exit status 0; 1 when no message came within --timeout (`hz`,
+`echo`) or the topic is not in the graph (`info`); 2 for a bad option or a type whose package is not installed;
+130 at Ctrl-C.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from memnav.ros.shell_node import Ros, add_actions, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import Ros, add_actions, add_exit_statuses, add_ros_args, check_seconds, shell_ros_args
 
 NO_MESSAGE_EXIT = 1
+INTERRUPTED_EXIT = 130   # as memnav's commands end at Ctrl-C
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                      help="also write the result to this JSON file")
     for p in parsers.values():
         add_ros_args(p)
+    add_exit_statuses("0 done; 1 no message within --timeout (hz, echo: a topic nobody publishes) or the topic not in "
+                      "the graph (info); 2 a bad option or a message type whose package is not installed; 130 "
+                      "Ctrl-C (the way to end `echo` without --count)", parser, *parsers.values())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,10 +111,14 @@ def _list(ros: Ros, args: argparse.Namespace) -> tuple[dict, int]:
 
 def endpoint(info: Any) -> dict:
     """One publisher's or subscriber's node and QoS, from rclpy's TopicEndpointInfo."""
+    from rclpy.qos import HistoryPolicy
+
     qos = info.qos_profile
+    # DDS discovery does not carry another process's history: it comes as UNKNOWN with depth 0 (None here)
+    depth = int(qos.depth) if qos.history == HistoryPolicy.KEEP_LAST else None
     return {"node": f"{info.node_namespace.rstrip('/')}/{info.node_name}", "type": info.topic_type,
             "reliability": qos.reliability.name.lower(), "durability": qos.durability.name.lower(),
-            "history_depth": int(qos.depth)}
+            "history_depth": depth}
 
 
 def qos_mismatches(publishers: list[dict], subscribers: list[dict]) -> list[str]:
@@ -139,16 +151,17 @@ def _info(ros: Ros, args: argparse.Namespace) -> tuple[dict | None, int]:
     for what, ends in (("publishers", pubs), ("subscribers", subs)):
         print(f"{what}: {len(ends)}")
         for e in ends:
-            print(f"  {e['node']}  {e['reliability']}, {e['durability']}, depth {e['history_depth']}")
+            depth = "history unknown" if e["history_depth"] is None else f"depth {e['history_depth']}"
+            print(f"  {e['node']}  {e['reliability']}, {e['durability']}, {depth}")
     for line in problems:
         print(f"QoS mismatch: {line}")
     return {"topic": args.topic, "types": list(types), "publishers": pubs, "subscribers": subs,
             "qos_mismatches": problems}, 0
 
 
-def _subscribe(ros: Ros, topic: str, callback, raw: bool, deadline: float) -> bool:
-    """Subscribe `topic` with QoS matching its publishers once one is in the graph; False when none came before
-    `deadline` (time.monotonic())."""
+def _subscribe(ros: Ros, topic: str, callback, raw: bool, deadline: float) -> str | None:
+    """Subscribe `topic` with QoS matching its publishers once one is in the graph: the message type subscribed
+    (`heard_type`); None when no publisher came before `deadline` (time.monotonic())."""
     from memnav.ros.record_command import message_class, subscription_qos
 
     node = ros.node
@@ -157,11 +170,32 @@ def _subscribe(ros: Ros, topic: str, callback, raw: bool, deadline: float) -> bo
         return node.get_publishers_info_by_topic(topic)
 
     if not ros.spin_until(lambda: bool(publishers()), max(deadline - time.monotonic(), 1e-3)):
-        return False
+        return None
     infos = publishers()
+    msgtype = heard_type([i.topic_type for i in infos])
+    infos = [i for i in infos if i.topic_type == msgtype]
     qos = subscription_qos(infos)[0]
-    node.create_subscription(message_class(infos[0].topic_type), topic, callback, qos, raw=raw)
-    return True
+    node.create_subscription(message_class(msgtype), topic, callback, qos, raw=raw)
+    return msgtype
+
+
+def heard_type(publisher_types: list[str]) -> str:
+    """The message type to subscribe a topic with, given its publishers' types: the one most of them publish (a
+    subscription hears one type only; the first by name among equals)."""
+    counts = {t: publisher_types.count(t) for t in sorted(set(publisher_types))}
+    return max(counts, key=lambda t: counts[t])
+
+
+def unheard_types(ros: Ros, topic: str, heard: str) -> str | None:
+    """A warning naming the publishers of `topic` whose message type is not `heard` (the subscribed type), or None
+    when every publisher in the graph publishes that type."""
+    types = [i.topic_type for i in ros.node.get_publishers_info_by_topic(topic)]
+    others = {t: types.count(t) for t in sorted(set(types) - {heard})}
+    if not others:
+        return None
+    return (f"memnav topic: {topic} is published with {len(others) + 1} message types: only its "
+            f"{types.count(heard)} publisher(s) of {heard} are heard, not those of "
+            + ", ".join(f"{t} ({n})" for t, n in others.items()))
 
 
 def rate_summary(arrivals: list[float], sizes: list[int]) -> dict:
@@ -187,22 +221,32 @@ def _hz(ros: Ros, args: argparse.Namespace) -> tuple[dict | None, int]:
         sizes.append(len(data))
 
     deadline = time.monotonic() + args.timeout
-    if not _subscribe(ros, args.topic, on_msg, True, deadline) or not ros.spin_until(
-            lambda: bool(arrivals), max(deadline - time.monotonic(), 1e-3)):
+    heard = _subscribe(ros, args.topic, on_msg, True, deadline)
+    if heard is None or not ros.spin_until(lambda: bool(arrivals), max(deadline - time.monotonic(), 1e-3)):
         print(f"memnav topic hz: no message on {args.topic} within {args.timeout:g} s", file=sys.stderr)
         return None, NO_MESSAGE_EXIT
-    end = arrivals[0] + args.window
-    ros.spin_until(lambda: time.monotonic() >= end, args.window + 1.0)
-    summary = {"topic": args.topic, "window_s": args.window, **rate_summary(arrivals, sizes)}
+    window_s, status = args.window, 0
+    print(f"measuring {args.topic} ({heard}) for {window_s:g} s ...", file=sys.stderr, flush=True)
+    end = arrivals[0] + window_s
+    try:
+        ros.spin_until(lambda: time.monotonic() >= end, window_s + 1.0)
+    except KeyboardInterrupt:   # what was measured until then is still the answer
+        window_s, status = round(time.monotonic() - arrivals[0], 3), INTERRUPTED_EXIT
+        print(f"\nCtrl-C: measured over {window_s:g} s", file=sys.stderr)
+    # checked after the window: a new participant learns the publishers one by one
+    warning = unheard_types(ros, args.topic, heard)
+    if warning:
+        print(warning, file=sys.stderr)
+    summary = {"topic": args.topic, "type": heard, "window_s": window_s, **rate_summary(arrivals, sizes)}
     rate = summary["rate_hz"]
     if rate is None:
-        print(f"{args.topic}: 1 message in {args.window:g} s")
+        print(f"{args.topic}: 1 message in {window_s:g} s")
     else:
         print(f"{args.topic}: {rate:.2f} Hz over {summary['messages']} messages; period min "
               f"{summary['period_min_s'] * 1000:.1f} ms, max {summary['period_max_s'] * 1000:.1f} ms, std "
               f"{summary['period_std_s'] * 1000:.1f} ms; {summary['mean_bytes'] / 1024:.1f} KiB each, "
               f"{summary['bandwidth_bytes_per_s'] / 2 ** 20:.2f} MiB/s")
-    return summary, 0
+    return summary, status
 
 
 def to_plain(msg: Any, max_array: int) -> Any:
@@ -238,10 +282,10 @@ def field_of(plain: Any, path: str) -> Any:
 def _echo(ros: Ros, args: argparse.Namespace) -> tuple[None, int]:
     import yaml
 
-    seen = {"n": 0, "error": None}
+    seen = {"n": 0, "error": None, "closed": False}
 
     def on_msg(msg: Any) -> None:
-        if args.count and seen["n"] >= args.count or seen["error"]:
+        if args.count and seen["n"] >= args.count or seen["error"] or seen["closed"]:
             return
         plain = to_plain(msg, args.max_array)
         try:
@@ -251,15 +295,25 @@ def _echo(ros: Ros, args: argparse.Namespace) -> tuple[None, int]:
             seen["error"] = err
             return
         seen["n"] += 1
-        sys.stdout.write(yaml.safe_dump(plain, sort_keys=False, default_flow_style=False, width=100) + "---\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(yaml.safe_dump(plain, sort_keys=False, default_flow_style=False, width=100) + "---\n")
+            sys.stdout.flush()
+        except BrokenPipeError:   # the reader went away (`| head -n 20`): done, as a shell tool ends there
+            seen["closed"] = True
+            # Python would flush stdout again at exit, and fail again: let it write to nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     deadline = time.monotonic() + args.timeout
-    if not _subscribe(ros, args.topic, on_msg, False, deadline) or not ros.spin_until(
-            lambda: seen["n"] > 0 or seen["error"] is not None, max(deadline - time.monotonic(), 1e-3)):
+    heard = _subscribe(ros, args.topic, on_msg, False, deadline)
+    if heard is None or not ros.spin_until(lambda: seen["n"] > 0 or seen["error"] is not None,
+                                           max(deadline - time.monotonic(), 1e-3)):
         print(f"memnav topic echo: no message on {args.topic} within {args.timeout:g} s", file=sys.stderr)
         return None, NO_MESSAGE_EXIT
-    ros.spin_until(lambda: bool(args.count) and seen["n"] >= args.count or seen["error"] is not None, 0)
+    warning = unheard_types(ros, args.topic, heard)
+    if warning:
+        print(warning, file=sys.stderr)
+    ros.spin_until(lambda: bool(args.count) and seen["n"] >= args.count or seen["error"] is not None
+                   or seen["closed"], 0)
     if seen["error"] is not None:
         raise seen["error"]
     return None, 0

@@ -1,6 +1,7 @@
 """`memnav check` against the simulator bridge in real time (a real process over DDS), standing in for a robot."""
 import json
 import re
+import signal
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import isolated_ros_env, make_tiny_dataset, run_memnav, stop_processes  # noqa: E402
+from conftest import isolated_ros_env, make_tiny_dataset, run_memnav, spin_until, stop_processes  # noqa: E402
 
 from memnav.cli import main  # noqa: E402
 
@@ -77,3 +78,37 @@ def test_bad_check_options_are_refused(tmp_path, capsys):
     assert "parameter '--encoder': model file" in capsys.readouterr().err
     assert main(["check", "--json", str(tmp_path)]) == 2
     assert "--json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["check"], ["status"], ["estop"], ["topic", "echo"], ["topic", "list"],
+                                     ["param", "set"], ["goal", "capture"], ["goal", "send"], ["goal", "cancel"]])
+def test_the_shell_commands_help_says_what_their_exit_statuses_mean(command, capsys):
+    """Their --help said nothing of exit statuses, which scripts go by (the module docstrings did)."""
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 " in out and " 2 " in out.split("Exit status:")[1] and "130 Ctrl-C" in out, out
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_status_watch_interrupted_before_its_first_report_says_so(tmp_path):
+    """Ctrl-C during `memnav status --watch S`'s first listen ended it silently with status 1 ("no policy node"),
+    as if it had looked."""
+    env = isolated_ros_env(143)
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("test_status_watcher")
+    status = subprocess.Popen([sys.executable, "-m", "memnav.cli", "status", "--watch", "1"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:   # its node is up: it is listening (at least 5 s with no policy node) when the signal comes
+        assert spin_until(node, lambda: "memnav_status" in node.get_node_names(), 60)
+        status.send_signal(signal.SIGINT)
+        out, err = status.communicate(timeout=30)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        if status.poll() is None:
+            status.kill()
+            status.communicate()
+    assert status.returncode == 130 and "memnav status: interrupted" in err and out == "", (out, err)

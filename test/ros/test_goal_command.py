@@ -322,3 +322,47 @@ def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_sta
         err = capsys.readouterr().err
         assert expected in err, (args, err)
     assert {p.name: file_sha256(p) for p in tmp_path.iterdir()} == before
+
+
+def test_a_captures_depth_file_is_refused_as_the_photo(tmp_path, capsys):
+    """`memnav goal send kitchen.depth.png` (a tab completion one step too far) sent the millimetres as a dark grey
+    goal picture."""
+    photo = tmp_path / "kitchen.png"
+    rgb = np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    write_goal_photo(photo, GoalPhoto(rgb, np.ones((32, 32), np.float32)))
+    assert main(["goal", "send", str(tmp_path / "kitchen.depth.png"), "--match-timeout", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"kitchen.depth.png is the depth of a goal photo, not its colour image: send {photo}" in err, err
+
+
+TEXT_PEER = """
+import rclpy
+from std_msgs.msg import String
+
+rclpy.init()
+node = rclpy.create_node("test_text_peer")
+pub = node.create_publisher(String, "/text", 10)
+node.create_timer(0.1, lambda: pub.publish(String(data="hello")))
+try:
+    rclpy.spin(node)
+except KeyboardInterrupt:
+    pass
+"""
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_stamp_topic_without_a_header_is_refused(tmp_path):
+    """`--stamp-topic` naming a topic whose messages have no header ended in an AttributeError traceback from the
+    subscription's callback (status 1)."""
+    photo = tmp_path / "g.png"
+    write_goal_photo(photo, GoalPhoto(np.random.default_rng(2).integers(0, 256, (32, 32, 3), dtype=np.uint8)))
+    env = isolated_ros_env(141)
+    peer = subprocess.Popen([sys.executable, "-c", TEXT_PEER], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    try:
+        sent = run_memnav(["goal", "send", str(photo), "--stamp-topic", "/text", "--match-timeout", "20"], env, 90)
+    finally:
+        stop_processes([peer])
+    assert sent.returncode == 2 and "Traceback" not in sent.stderr, sent.stderr
+    assert "--stamp-topic /text: its messages (std_msgs/msg/String) have no std_msgs/Header stamp" in sent.stderr

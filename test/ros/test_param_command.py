@@ -145,3 +145,28 @@ def test_names_values_and_the_params_file_are_read_as_ros2_param_reads_them():
     assert yaml.safe_load(text) == {"/robot1/safety_node": {"ros__parameters": {
         "rate_hz": 50.0, "guard": {"max_linear_mps": 0.3}}}}
     assert list(yaml.safe_load(params_file("/safety_node", {"rate_hz": 5.0}))) == ["safety_node"]
+
+
+def test_set_refuses_an_integer_beyond_64_bits_and_takes_other_values_as_text_where_ros_has_no_type():
+    """`memnav param set N n 99999999999999999999` and a value ROS parameters cannot hold (a mapping, a date, a list of
+    mixed types) for a parameter not set ended in a traceback from rclpy (status 1: "refused")."""
+    import datetime
+
+    from memnav.ros.param_command import to_type, yaml_value
+
+    for current in (3, [1, 2], None):
+        with pytest.raises(ValueError, match="'n': 99999999999999999999 is beyond a 64-bit integer"):
+            to_type("n", yaml_value("99999999999999999999" if current != [1, 2] else "[1, 99999999999999999999]"),
+                    current)
+    assert to_type("d", 10 ** 20, 0.5) == 1e20   # a double takes it
+    assert isinstance(yaml_value("2020-01-01"), datetime.date)
+    for text in ("{a: 1}", "[1, a]", "2020-01-01", "[]"):
+        assert to_type("free", yaml_value(text), None, text=text) == text
+    assert to_type("free", yaml_value("[1, 2.5]"), None, text="[1, 2.5]") == [1.0, 2.5]
+    assert to_type("free", yaml_value("[1, 2]"), None, text="[1, 2]") == [1, 2]
+    assert to_type("free", yaml_value("0.3"), None, text="0.3") == 0.3
+
+    from rclpy.parameter import Parameter
+
+    for text in ("{a: 1}", "[1, a]", "[1, 2.5]", "true"):   # each one a parameter message rclpy builds
+        Parameter("free", value=to_type("free", yaml_value(text), None, text=text)).to_parameter_msg()

@@ -3,8 +3,10 @@ its status and /diagnostics, and subscribes the e-stop), plus the pure pieces: m
 mismatches, the rate summary."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -112,5 +114,70 @@ def test_topic_lists_measures_and_prints_a_running_nodes_topics(monkeypatch, tmp
         assert silent.returncode == 1 and "no message on /nothing_here within 1 s" in silent.stderr
         absent = topic("info", "/nothing_here", "--wait", "0.5")
         assert absent.returncode == 1 and "/nothing_here is not in the graph" in absent.stderr
+    finally:
+        stop_processes(procs)
+
+
+MIXED_PEER = """
+import sys
+
+import rclpy
+from std_msgs.msg import Int32, String
+
+rclpy.init()
+node = rclpy.create_node("test_mixed_" + sys.argv[1])
+kind = String if sys.argv[1] == "text" else Int32
+pub = node.create_publisher(kind, "/mixed", 10)
+node.create_timer(0.05, lambda: pub.publish(kind(data="x" * 100) if kind is String else kind(data=7)))
+try:
+    rclpy.spin(node)
+except KeyboardInterrupt:
+    pass
+"""
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_hz_names_publishers_of_another_type_echo_ends_with_its_reader_and_hz_reports_at_ctrl_c(monkeypatch,
+                                                                                                tmp_path):
+    """A topic published with two message types (20 Hz each), which a subscription hears only one of: hz says so
+    (it reported 20 Hz as the topic's rate, silently). `echo | head` ended with "error: Broken pipe" (status 2);
+    Ctrl-C during hz's window threw the measurement away."""
+    domain = 40 + ((os.getpid() + 139) % 150)
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    procs = [subprocess.Popen([sys.executable, "-c", MIXED_PEER, kind], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for kind in ("text", "number")]
+    cli = [sys.executable, "-m", "memnav.cli", "topic"]
+    try:
+        rate = subprocess.run([*cli, "hz", "/mixed", "--window", "3", "--json", str(tmp_path / "hz.json")],
+                              capture_output=True, text=True, timeout=90)
+        assert rate.returncode == 0, rate.stderr
+        summary = json.loads((tmp_path / "hz.json").read_text())
+        assert 10.0 < summary["rate_hz"] < 30.0, summary
+        other = ({"std_msgs/msg/Int32", "std_msgs/msg/String"} - {summary["type"]}).pop()
+        assert "/mixed is published with 2 message types" in rate.stderr and f"not those of {other} (1)" in \
+            rate.stderr, rate.stderr
+
+        echo = subprocess.Popen([*cli, "echo", "/mixed"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = echo.stdout.readline()   # then the reader goes away, as `| head -n 1` does
+        echo.stdout.close()
+        err = echo.communicate(timeout=30)[1]
+        assert first.startswith("data:") and echo.returncode == 0 and "Broken pipe" not in err, (first, err)
+
+        hz = subprocess.Popen([*cli, "hz", "/mixed", "--window", "120", "--json", str(tmp_path / "cut.json")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        lines = []
+        while not any(line.startswith("measuring /mixed") for line in lines):
+            lines.append(hz.stderr.readline())
+            assert lines[-1], "".join(lines)   # ended before measuring
+        spin_s = 2.0
+        time.sleep(spin_s)
+        hz.send_signal(signal.SIGINT)
+        out, err = hz.communicate(timeout=30)
+        assert hz.returncode == 130 and "Hz over" in out and "Ctrl-C: measured over" in err, (out, err)
+        cut = json.loads((tmp_path / "cut.json").read_text())
+        assert spin_s <= cut["window_s"] < 60 and cut["messages"] >= 10, cut
     finally:
         stop_processes(procs)
