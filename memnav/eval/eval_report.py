@@ -21,6 +21,11 @@ Files written into the report folder (and nowhere else):
 - `views.png` (live runs only): the goal photo beside the last view of the same episodes;
 - `report.html`: tables (with confidence intervals and paired differences) and the figures, relative links.
 
+Files of the same names from an earlier report in the folder are replaced, each whole (written beside and
+renamed into place, so a failed write keeps the old file); other files are left as they are, and the page links
+only the figures this report wrote. Results of older versions without `soft_spl`, `steps` or distances show
+"n/a" for those columns.
+
 The statistics are plain functions (`wilson_interval`, `mean_interval`, `paired_difference`, `reliability`),
 so scripts can use them on `memnav eval --json` files too.
 """
@@ -36,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from memnav.eval.report import _clean, _fmt, _plt, page_head
+from memnav.core.files import replace_files
+from memnav.eval.report import _clean, _fmt, _plt, page_head, save_figure
 from memnav.paths import check_output_dir
 from memnav.sim.metrics import mean_path_by_layer
 
@@ -193,6 +199,9 @@ def agents_of(results: dict) -> dict[str, dict]:
         if not isinstance(a.get("per_episode"), list):
             raise ValueError(f"results: agent {name!r} has no 'per_episode' list")
         for i, ep in enumerate(a["per_episode"]):
+            for key in ("scene_id", "episode_id"):   # what tells episodes apart (see _key)
+                if not isinstance(ep, dict) or ep.get(key) is None:
+                    raise ValueError(f"results: agent {name!r} per_episode[{i}] has no {key!r}")
             for key in ("success", "spl"):
                 value = ep.get(key) if isinstance(ep, dict) else None
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -210,17 +219,25 @@ def focus_agent(agents: dict[str, dict], wanted: str | None = None) -> str:
     return "memnav" if "memnav" in agents else next(iter(agents))
 
 
+def _every(episodes: list[dict], key: str) -> list | None:
+    """Each episode's `key`, or None when an episode lacks it (results of an older version)."""
+    values = [e.get(key) for e in episodes]
+    return None if any(v is None for v in values) else values
+
+
 def summary_rows(agents: dict[str, dict]) -> list[dict]:
-    """Per agent: episodes, success with its Wilson interval, SPL and SoftSPL with their intervals, mean steps."""
+    """Per agent: episodes, success with its Wilson interval, SPL and SoftSPL with their intervals, mean steps
+    (SoftSPL and steps nan where an episode did not record them)."""
     rows = []
     for name, a in agents.items():
         eps = a["per_episode"]
         succ = [float(e["success"]) for e in eps]
         lo, hi = wilson_interval(sum(succ), len(succ))
+        soft, steps = _every(eps, "soft_spl"), _every(eps, "steps")
         rows.append({"agent": name, "episodes": len(eps), "success": float(np.mean(succ)) if succ else math.nan,
                      "success_ci": (lo, hi), "spl": mean_interval([e["spl"] for e in eps]),
-                     "soft_spl": mean_interval([e["soft_spl"] for e in eps]),
-                     "mean_steps": float(np.mean([e["steps"] for e in eps])) if eps else math.nan})
+                     "soft_spl": mean_interval(soft) if soft is not None else (math.nan,) * 3,
+                     "mean_steps": float(np.mean(steps)) if eps and steps is not None else math.nan})
     return rows
 
 
@@ -328,10 +345,8 @@ def stops_with_belief(episodes: list[dict]) -> tuple[np.ndarray, np.ndarray]:
 # --- figures ------------------------------------------------------------------------------------------------
 
 def _save(fig: Any, path: Path) -> None:
-    plt = _plt()
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_summary(rows: list[dict], path: Path) -> None:
@@ -601,8 +616,7 @@ def _ci(mid: float, lo: float, hi: float) -> str:
 
 def _html_table(head: list[str], rows: list[list[Any]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, str) else _fmt(c)}</td>" for c in r) + "</tr>"
-                   for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in r) + "</tr>" for r in rows)   # escapes text
     return f"<table><tr>{th}</tr>{body}</table>"
 
 
@@ -615,8 +629,7 @@ def _path_table(agents: dict[str, dict]) -> str:
             layers = ", ".join(f"{layer} {m:.1f}" + (f" ({given_up:.1f} given up)" if given_up >= 0.05 else "")
                                for layer, (m, given_up) in row["layers"].items())
             total = sum(m for m, _ in row["layers"].values())
-            rows.append([html.escape(name), f"{group} ({row['episodes']})", total, row["geodesic_m"],
-                         html.escape(layers)])
+            rows.append([name, f"{group} ({row['episodes']})", total, row["geodesic_m"], layers])
     return ("<p>Meters per episode (mean) travelled while each Navigator layer chose the moves; in brackets the "
             "part driven towards spots the agent then gave up (judged and rejected, or unreachable). The path "
             "beyond the shortest one is what SPL charges.</p>"
@@ -645,7 +658,7 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
         meta.append(("command", command))
     parts = [page_head("memnav eval report"),
              f"<h1>memnav eval: {html.escape(', '.join(agents))}</h1>",
-             _html_table(["run", ""], [[k, html.escape(setting_text(v))] for k, v in meta if v is not None]),
+             _html_table(["run", ""], [[k, setting_text(v)] for k, v in meta if v is not None]),
              "<h2>Summary</h2><p>Means over episodes with 95% intervals (success: Wilson; SPL, SoftSPL: normal "
              "approximation).</p>",
              _html_table(["agent", "episodes", "success", "SPL", "SoftSPL", "mean steps"],
@@ -683,14 +696,14 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
                           [[h] + [f"{v[n][1]:.2f} / {v[n][2]:.2f} ({v[n][0]})" if n in v else "" for n in names]
                            for h, v in houses.items()])]
     fails = sorted((e for e in agents[focus]["per_episode"] if not e["success"]),
-                   key=lambda e: -e["distance_to_goal_m"])
+                   key=lambda e: -(e.get("distance_to_goal_m") or 0.0))
     if fails:
         parts += [f"<h2>{html.escape(focus)}: failed episodes ({len(fails)})</h2>",
                   _html_table(["episode", "house", "end distance (m)", "start distance (m)", "actions", "status",
                                "ended by"],
-                              [[html.escape(e["episode_id"]), html.escape(Path(e["scene_id"]).stem),
-                                e["distance_to_goal_m"], e["geodesic_distance_m"], e["steps"],
-                                html.escape(str(e.get("status", ""))), html.escape(e.get("ended_by") or "")]
+                              [[str(e["episode_id"]), Path(e["scene_id"]).stem, e.get("distance_to_goal_m"),
+                                e.get("geodesic_distance_m"), e.get("steps"), str(e.get("status", "")),
+                                e.get("ended_by") or ""]
                                for e in fails[:50]])]
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -710,8 +723,8 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
     rows = summary_rows(agents)
     plot_summary(rows, out_dir / "summary.png")
     figures.append(("Success and SPL", "summary.png"))
-    plot_by_distance(agents, out_dir / "by_distance.png")
-    figures.append(("By distance to the goal", "by_distance.png"))
+    if plot_by_distance(agents, out_dir / "by_distance.png"):   # not without episodes
+        figures.append(("By distance to the goal", "by_distance.png"))
     if plot_by_distance(agents, out_dir / "by_goal_view.png", "goal_view_depth_m", GOAL_DEPTH_BINS_M,
                         "goal photo's median depth"):
         figures.append(("By how far the goal photo looks (close-ups of a wall tell little)", "by_goal_view.png"))
@@ -733,7 +746,8 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
         figures.append((f"{focus}: worst episodes, top-down", "episodes.png"))
     if plot_views(chosen, out_dir / "views.png"):
         figures.append((f"{focus}: goal photo and last view of the same episodes", "views.png"))
-    (out_dir / "report.html").write_text(render_html(_clean(results), agents, focus, figures, rel, command))
+    page = render_html(_clean(results), agents, focus, figures, rel, command)
+    replace_files({out_dir / "report.html": page.encode()})
     return [out_dir / "report.html"] + [out_dir / src for _, src in figures]
 
 
@@ -790,7 +804,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="names for the runs, one per file (default: the file names without .json)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="report folder (created; report.html and PNG figures; existing files of the same "
-                             "names are replaced)")
+                             "names are replaced, other files left as they are)")
     parser.add_argument("--focus", default=None, metavar="AGENT",
                         help="the agent the others are compared with episode by episode, and whose failures are "
                              "listed (default: memnav if it was run, else the first agent; with several files, "

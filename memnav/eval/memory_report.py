@@ -9,11 +9,14 @@
 DB is a memory database as the memory node (`db_path`), the fused stack or `memnav eval --lifelong
 --memory-dir` write it. It is opened read-only (`memnav.core.memory.snapshot`), so a memory in use by a
 running node can be inspected, and a refused file (not a memnav memory, newer schema, damaged) is named with
-the reason and left as it is.
+the reason and left as it is. Outputs (the figure, the export, the `--json` file) are replaced whole if they exist
+(written beside and renamed into place, so a failed write keeps the old file); `backup` never overwrites. JSON
+holds no NaN or Infinity: a value a damaged memory stores as such is written as null.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import sys
@@ -23,11 +26,23 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import STDOUT_ONLY
+from memnav.core.files import replace_files
 from memnav.core.memory.scene_graph import EdgeKind
 from memnav.core.memory.snapshot import MemorySnapshot, read_snapshot, read_thumbnails, summarize, to_networkx
+from memnav.eval.report import _clean
 from memnav.paths import lifelong_map_path
 
 EXPORT_FORMATS = (".graphml", ".json")
+# beyond these, a figure's labels would cover each other and take most of its drawing time (a 100k-place
+# memory with thousands of rooms and objects): they are left out, and the figure says so
+MAX_ROOM_LABELS = 60
+MAX_OBJECT_LABELS = 120
+MAX_HEADING_TICKS = 5000   # a 25 cm heading tick is under a pixel on the figure of a memory that large
+
+
+def json_text(value: object, indent: int | None = 2) -> str:
+    """`value` as strict JSON: NaN and infinities (which json.dumps writes, but JSON has not) become null."""
+    return json.dumps(_clean(value), indent=indent, allow_nan=False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                    "keyframes of the most visited places.",
                        formatter_class=parser.formatter_class)
     p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
-    p.add_argument("--out", type=Path, required=True, metavar="PNG", help="figure to write (.png)")
+    p.add_argument("--out", type=Path, required=True, metavar="PNG",
+                   help="figure to write (.png; replaced if it exists)")
     p.add_argument("--map", type=Path, default=None, metavar="NPZ",
                    help="occupancy map to draw underneath (default: DB's `<name>.map.npz` beside it, as "
                         "`memnav eval --lifelong` keeps one, when present)")
@@ -60,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        formatter_class=parser.formatter_class)
     p.add_argument("db", type=Path, metavar="DB", help="memory database file (.db / .sqlite)")
     p.add_argument("--out", type=Path, required=True, metavar="FILE",
-                   help="output file; its suffix picks the format: " + ", ".join(EXPORT_FORMATS))
+                   help="output file (replaced if it exists); its suffix picks the format: "
+                        + ", ".join(EXPORT_FORMATS))
     p.add_argument("--embeddings", action="store_true",
                    help="include place and object embeddings (JSON only: GraphML attributes cannot be lists)")
     p = sub.add_parser("backup", help="a consistent, checked copy of a memory database, also while a node writes",
@@ -103,14 +120,13 @@ def _info(args: argparse.Namespace) -> int:
     if args.check:
         info["integrity_check"] = "ok"   # read_snapshot raised otherwise
     if args.json == STDOUT_ONLY:
-        print(json.dumps(info, indent=2))
+        print(json_text(info))
         return 0
+    if args.json is not None:   # before the summary is printed: a refused path is the only output
+        replace_files({args.json: (json_text(info) + "\n").encode()})
     _print_summary(info)
     if args.check:
         print("  integrity check: ok")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(info, indent=2) + "\n")
     return 0
 
 
@@ -140,9 +156,12 @@ def _occupancy(path: Path) -> tuple[np.ndarray, tuple[float, float, float, float
 
 
 def draw_memory(snap: MemorySnapshot, out: Path, *, occupancy: tuple | None = None,
-                thumbnails: dict[int, np.ndarray] | None = None) -> None:
+                thumbnails: dict[int, np.ndarray] | None = None) -> list[str]:
     """Top-down figure of a memory: places coloured by room (size by visits, a tick for heading), traversability
-    edges, objects, room ids, and beside it the given keyframes, numbered on the map."""
+    edges, objects, room ids, and beside it the given keyframes, numbered on the map. Returns what was left out
+    (room ids beyond MAX_ROOM_LABELS rooms, object labels beyond MAX_OBJECT_LABELS objects, heading ticks
+    beyond MAX_HEADING_TICKS places), as the figure's
+    title says."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,6 +170,7 @@ def draw_memory(snap: MemorySnapshot, out: Path, *, occupancy: tuple | None = No
 
     g = snap.graph
     thumbnails = thumbnails or {}
+    left_out: list[str] = []
     cols = min(4, len(thumbnails))
     rows = math.ceil(len(thumbnails) / cols) if cols else 0
     fig = plt.figure(figsize=(11 if cols else 8, 8))
@@ -170,20 +190,29 @@ def draw_memory(snap: MemorySnapshot, out: Path, *, occupancy: tuple | None = No
         xy, yaw = g.place_poses[:, :2], g.place_poses[:, 2]
         ax.scatter(xy[:, 0], xy[:, 1], s=12 + 10 * np.sqrt(g.place_visits), c=colours, edgecolors="k",
                    linewidths=0.3, zorder=2)
-        tick = 0.25
-        ax.add_collection(LineCollection(np.stack([xy, xy + tick * np.column_stack([np.cos(yaw), np.sin(yaw)])], 1),
-                                         colors="k", linewidths=0.6, zorder=2))
-        for r in room_ids:
-            m = g.place_rooms == r
-            cx, cy = xy[m].mean(axis=0)
-            ax.text(cx, cy, f"room {r}", fontsize=7, ha="center", va="center", zorder=4,
-                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": colour_of[r], "alpha": 0.8})
+        if len(xy) <= MAX_HEADING_TICKS:
+            tick = 0.25
+            ax.add_collection(LineCollection(np.stack([xy, xy + tick * np.column_stack([np.cos(yaw), np.sin(yaw)])],
+                                                      1), colors="k", linewidths=0.6, zorder=2))
+        else:
+            left_out.append("heading ticks")
+        if len(room_ids) <= MAX_ROOM_LABELS:
+            for r in room_ids:
+                cx, cy = xy[g.place_rooms == r].mean(axis=0)
+                ax.text(cx, cy, f"room {r}", fontsize=7, ha="center", va="center", zorder=4,
+                        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": colour_of[r], "alpha": 0.8})
+        else:
+            left_out.append(f"{len(room_ids)} room ids")
     if g.objects:
         oxy = np.array([o.position_m[:2] for o in g.objects])
         ax.scatter(oxy[:, 0], oxy[:, 1], marker="^", s=40, c="crimson", edgecolors="k", linewidths=0.4, zorder=3,
                    label="objects")
-        for o in g.objects:
-            ax.annotate(o.label, o.position_m[:2], fontsize=6, xytext=(3, 3), textcoords="offset points", zorder=4)
+        if len(g.objects) <= MAX_OBJECT_LABELS:
+            for o in g.objects:
+                ax.annotate(o.label, o.position_m[:2], fontsize=6, xytext=(3, 3), textcoords="offset points",
+                            zorder=4)
+        else:
+            left_out.append(f"{len(g.objects)} object labels")
         ax.legend(loc="upper right", fontsize=7)
     for i, pid in enumerate(thumbnails):
         if pid in pos:
@@ -194,7 +223,8 @@ def draw_memory(snap: MemorySnapshot, out: Path, *, occupancy: tuple | None = No
     ax.set_xlabel("x (m, memory frame)")
     ax.set_ylabel("y (m)")
     ax.set_title(f"{Path(snap.path).name}: {len(g.place_ids)} places, {len(g.rooms)} rooms, {len(g.objects)} "
-                 f"objects, {len(segs)} traversability edges", fontsize=10)
+                 f"objects, {len(segs)} traversability edges"
+                 + (f"\n(labels left out: {', '.join(left_out)})" if left_out else ""), fontsize=10)
     for i, (pid, thumb) in enumerate(thumbnails.items()):
         r, c = divmod(i, cols)
         w, h = 0.29 / cols, 0.86 / max(rows, 4)
@@ -203,9 +233,13 @@ def draw_memory(snap: MemorySnapshot, out: Path, *, occupancy: tuple | None = No
         visits = int(g.place_visits[np.flatnonzero(g.place_ids == pid)[0]])
         tax.set_title(f"{i + 1}: place {pid}, {visits}x", fontsize=6)
         tax.axis("off")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png", dpi=120)
+    finally:
+        plt.close(fig)
+    replace_files({out: png.getvalue()})   # a failed write keeps the old figure
+    return left_out
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -224,9 +258,10 @@ def _show(args: argparse.Namespace) -> int:
     g = snap.graph
     order = np.argsort(-g.place_visits, kind="stable")[: args.thumbnails]
     thumbs = read_thumbnails(args.db, [int(g.place_ids[i]) for i in order])
-    draw_memory(snap, args.out, occupancy=occupancy, thumbnails=thumbs)
+    left_out = draw_memory(snap, args.out, occupancy=occupancy, thumbnails=thumbs)
     print(f"wrote {args.out} ({len(g.place_ids)} places, {len(thumbs)} keyframes"
-          + (f", map {map_path}" if occupancy is not None else "") + ")", file=sys.stderr)
+          + (f", map {map_path}" if occupancy is not None else "")
+          + (f"; labels left out: {', '.join(left_out)}" if left_out else "") + ")", file=sys.stderr)
     return 0
 
 
@@ -240,13 +275,13 @@ def _export(args: argparse.Namespace) -> int:
     if args.embeddings and suffix == ".graphml":
         raise ValueError("--embeddings needs --out *.json: GraphML attributes cannot hold lists")
     graph = to_networkx(read_snapshot(args.db), embeddings=args.embeddings)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
     if suffix == ".graphml":
-        nx.write_graphml(graph, tmp)
+        data = io.BytesIO()
+        nx.write_graphml(graph, data)
+        text = data.getvalue()
     else:
-        tmp.write_text(json.dumps(nx.node_link_data(graph, edges="edges")) + "\n")
-    tmp.replace(args.out)
+        text = (json_text(nx.node_link_data(graph, edges="edges"), indent=None) + "\n").encode()
+    replace_files({args.out: text})   # a failed write keeps the old file and leaves no temporary one
     print(f"wrote {args.out}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges", file=sys.stderr)
     return 0
 
@@ -280,9 +315,17 @@ def _refuse_writing_over(db: Path, out: Path | None, option: str) -> None:
                          "write the output to another file")
 
 
+def _refuse_a_folder(out: Path | None, option: str) -> None:
+    """An output path that is a folder is named before the memory is read (and before any summary is printed)."""
+    if out is not None and out != STDOUT_ONLY and out.is_dir():
+        raise ValueError(f"{option} {out}: is a directory; give a file path")
+
+
 def run(args: argparse.Namespace) -> int:
     option = "OUT" if args.action == "backup" else "--out" if getattr(args, "out", None) is not None else "--json"
-    _refuse_writing_over(args.db, getattr(args, "out", None) or getattr(args, "json", None), option)
+    out = getattr(args, "out", None) or getattr(args, "json", None)
+    _refuse_writing_over(args.db, out, option)
+    _refuse_a_folder(out, option)
     if args.action == "show" and args.map is not None and args.no_map:
         raise ValueError("--map and --no-map contradict each other: give one of them")
     return {"info": _info, "show": _show, "export": _export, "backup": _backup}[args.action](args)

@@ -8,10 +8,14 @@ Files written into the report folder (and nowhere else):
   stop decisions, per-frame latency;
 - `latency.png`: per-stage latency distributions;
 - `report.html`: the tables and the plots (relative links, so the folder can be moved as a whole).
+
+Each file is written beside its place and renamed into it (`memnav.core.files.replace_files`): a file of an
+earlier report in the folder is replaced whole, and a failed write (a full disk) keeps it as it was.
 """
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 from pathlib import Path
@@ -19,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from memnav.core.files import replace_files
 from memnav.eval.eval_bag import EvalResult
 
 FILES = ("metrics.json", "report.html", "trajectory.png", "metrics_over_time.png", "latency.png")
@@ -41,7 +46,8 @@ def _clean(value: Any) -> Any:
 
 def write_metrics(result: EvalResult, out_dir: Path) -> Path:
     path = out_dir / "metrics.json"
-    path.write_text(json.dumps(_clean(result.to_json()), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    replace_files({path: (json.dumps(_clean(result.to_json()), indent=2, sort_keys=True, allow_nan=False)
+                          + "\n").encode()})
     return path
 
 
@@ -52,6 +58,16 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 90) -> None:
+    """Write a figure as PNG, whole or not at all (a failed write keeps the file that was there), and close it."""
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png", dpi=dpi)
+    finally:
+        _plt().close(fig)
+    replace_files({path: png.getvalue()})
 
 
 def plot_trajectory(result: EvalResult, path: Path) -> None:
@@ -91,8 +107,7 @@ def plot_trajectory(result: EvalResult, path: Path) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_over_time(result: EvalResult, path: Path) -> None:
@@ -112,7 +127,8 @@ def plot_over_time(result: EvalResult, path: Path) -> None:
         ax2.set_ylabel("loop closures")
         ax2.legend(loc="lower right", fontsize=8)
     ax.set(ylabel="count", title="long-term memory growth")
-    ax.legend(loc="upper left", fontsize=8)
+    if g:
+        ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
 
     ax = axes[1]
@@ -146,8 +162,7 @@ def plot_over_time(result: EvalResult, path: Path) -> None:
            title=f"per-frame processing time (p50 {total['total'].get('p50', float('nan')):.2f} ms)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _at_goal(result: EvalResult, frames: list) -> np.ndarray:
@@ -174,8 +189,7 @@ def plot_latency(result: EvalResult, path: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _fmt(v: Any) -> str:
@@ -264,5 +278,5 @@ def write_report(result: EvalResult, out_dir: Path) -> list[Path]:
     plot_trajectory(result, out_dir / "trajectory.png")
     plot_over_time(result, out_dir / "metrics_over_time.png")
     plot_latency(result, out_dir / "latency.png")
-    (out_dir / "report.html").write_text(render_html(result))
+    replace_files({out_dir / "report.html": render_html(result).encode()})
     return [out_dir / f for f in FILES]

@@ -231,3 +231,95 @@ def test_the_lifelong_figure_draws_each_episode_at_its_visit_of_its_sequence(mon
     assert sorted(set(faint)) == [1, 2, 3, 4, 5] and len(faint) == 30
     assert list(lines["memnav"].get_xdata()) == [1, 2, 3, 4, 5]
     assert list(lines["memnav"].get_ydata()) == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9])
+
+
+def _img_sources(page):
+    import re
+
+    return re.findall(r"<img src='([^']+)'", page)
+
+
+def test_names_are_html_escaped_in_every_table(tmp_path, capsys):
+    ep = dict(_episode("<script>x</script>", "da<ta>/h&1", 0, 0.0, ended_by="<i>l</i>"), status="<s>")
+    results = {"split": "<split>", "agents": {"mem<b>nav&": {"per_episode": [ep]},
+                                              "b'x\"": {"per_episode": [dict(ep, success=1.0, spl=0.5)]}}}
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(results))
+    assert main(["eval-report", str(src), "--out", str(tmp_path / "rep")]) == 0
+    page = (tmp_path / "rep" / "report.html").read_text()
+    for raw in ("<b>", "<script>", "<i>", "<s>", "<ta>", "&1", "<split>"):
+        assert raw not in page, raw
+    assert "<td>mem&lt;b&gt;nav&amp;</td>" in page and "<td>h&amp;1</td>" in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page and "&amp;lt;" not in page   # escaped once, not twice
+
+
+@pytest.mark.parametrize("episodes", [[], [_episode(i, "h1", 0, 0.0) for i in range(5)]],
+                         ids=["no episodes", "all failed"])
+def test_a_report_names_only_figures_it_wrote(tmp_path, capsys, episodes):
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps({"agent": "memnav", "per_episode": episodes}))
+    out = tmp_path / "rep"
+    assert main(["eval-report", str(src), "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    sources = _img_sources(page)
+    assert sources and all((out / s).is_file() for s in sources)
+    assert f"({len(sources)} figures)" in capsys.readouterr().out
+    assert "nan" not in page.lower().replace("memnav", "")
+
+
+def test_results_of_an_older_version_without_soft_spl_or_steps(tmp_path, capsys):
+    old = [{"episode_id": i, "scene_id": "data/h1.glb", "success": float(i % 2), "spl": 0.4 * (i % 2)}
+           for i in range(4)]   # an integer id, no soft_spl, steps or distances
+    src = tmp_path / "old.json"
+    src.write_text(json.dumps({"agent": "memnav", "per_episode": old}))
+    assert main(["eval-report", str(src), "--out", str(tmp_path / "rep")]) == 0, capsys.readouterr().err
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "0.500 [" in page and "n/a" in page   # success as before; SoftSPL and steps unknown
+    missing = {"agent": "memnav", "per_episode": [{"success": 1.0, "spl": 0.5}]}
+    src.write_text(json.dumps(missing))
+    assert main(["eval-report", str(src), "--out", str(tmp_path / "rep2")]) == 2
+    err = capsys.readouterr().err
+    assert "per_episode[0]" in err and "'scene_id'" in err and not (tmp_path / "rep2").exists()
+
+
+def test_a_failed_figure_write_keeps_the_previous_report_files(tmp_path, capsys, monkeypatch):
+    import matplotlib.figure
+
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps({"agent": "memnav", "per_episode": [_episode(i, "h1", i % 2, 0.5) for i in range(4)]}))
+    out = tmp_path / "rep"
+    assert main(["eval-report", str(src), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def half_written(self, fname, **kwargs):   # a full disk: part of the file, then an error
+        (open(fname, "wb") if isinstance(fname, (str, type(out))) else fname).write(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_written)
+    assert main(["eval-report", str(src), "--out", str(out)]) == 2
+    assert "no space left on device" in capsys.readouterr().err.lower()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before   # whole old files, no temporary ones
+
+
+def test_an_eval_bag_figure_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from memnav.eval.eval_bag import EvalResult
+    from memnav.eval.report import plot_latency, plot_over_time, plot_trajectory
+
+    lat = {k: {"count": 0} for k in ("read_decode", "encode", "memory_insert", "retrieve", "stop", "total")}
+    empty = EvalResult(metrics={"input": {"reference": "odometry"}, "latency_ms": lat, "stop": {}}, frames=[],
+                       goals=[], places={}, edges=[], loop_closures=[], growth=[])
+    for plot in (plot_trajectory, plot_over_time, plot_latency):   # a bag without frames: empty figures
+        plot(empty, tmp_path / f"{plot.__name__}.png")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert all(b.startswith(b"\x89PNG") for b in before.values())
+
+    def half_written(self, fname, **kwargs):
+        (open(fname, "wb") if isinstance(fname, (str, type(tmp_path))) else fname).write(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_written)
+    with pytest.raises(OSError):
+        plot_latency(empty, tmp_path / "plot_latency.png")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

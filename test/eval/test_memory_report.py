@@ -123,3 +123,97 @@ def test_backup_copies_the_database_and_its_map_and_never_overwrites(db, tmp_pat
     assert (tmp_path / "lone.map.npz").read_bytes() == b"someone else's map"
     assert main(["memory", "backup", str(db), str(db)]) == 2
     assert "OUT" in capsys.readouterr().err
+
+
+def _no_nan(text):
+    """json.loads that refuses NaN / Infinity (Python writes them, but they are not JSON)."""
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_stays_valid_json_with_non_finite_values(db, tmp_path, capsys):
+    import sqlite3
+
+    with sqlite3.connect(db) as con:   # a damaged or foreign memory: a NaN embedding, a place at infinity
+        con.execute("UPDATE places SET embedding = ? WHERE id = (SELECT min(id) FROM places)",
+                    (np.full(DIM, np.nan, np.float32).tobytes(),))
+        con.execute("UPDATE places SET x_m = ? WHERE id = (SELECT max(id) FROM places)", (float("inf"),))
+    con.close()
+    assert main(["memory", "info", str(db), "--json"]) == 0
+    assert _no_nan(capsys.readouterr().out)["extent_m"]["x_max"] is None
+    out = tmp_path / "info.json"
+    assert main(["memory", "info", str(db), "--json", str(out)]) == 0
+    assert _no_nan(out.read_text())["places"] == 8
+    js = tmp_path / "g.json"
+    assert main(["memory", "export", str(db), "--out", str(js), "--embeddings"]) == 0
+    nodes = _no_nan(js.read_text())["nodes"]
+    assert any(n.get("embedding", [0.0])[0] is None for n in nodes)
+    assert any(n.get("x_m", 0.0) is None for n in nodes)
+
+
+@pytest.mark.parametrize("action, name", [("export", "g.json"), ("show", "m.png"), ("info", "i.json")])
+def test_an_output_path_that_is_a_folder_is_refused_before_anything_is_written(db, tmp_path, capsys, action,
+                                                                              name):
+    out = tmp_path / "out"
+    (out / name).mkdir(parents=True)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    option = "--json" if action == "info" else "--out"
+    assert main(["memory", action, str(db), option, str(out / name)]) == 2
+    captured = capsys.readouterr()
+    assert f"{out / name}: is a directory" in captured.err
+    assert ".tmp" not in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""          # no summary printed before the refusal
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and [p.name for p in out.iterdir()] == [name]
+
+
+def test_a_failed_write_keeps_the_previous_figure_and_export(db, tmp_path, capsys, monkeypatch):
+    import matplotlib.figure
+    import networkx.readwrite.json_graph as jg
+
+    png, js = tmp_path / "m.png", tmp_path / "g.json"
+    assert main(["memory", "show", str(db), "--out", str(png), "--thumbnails", "0"]) == 0
+    assert main(["memory", "export", str(db), "--out", str(js)]) == 0
+    before = png.read_bytes(), js.read_bytes()
+
+    def half_written(self, fname, **kwargs):   # a full disk: part of the file, then an error
+        (open(fname, "wb") if isinstance(fname, (str, type(png))) else fname).write(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_written)
+    assert main(["memory", "show", str(db), "--out", str(png), "--thumbnails", "0"]) == 2
+    assert "No space left on device".lower() in capsys.readouterr().err.lower()
+    monkeypatch.setattr(jg, "node_link_data", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "disk full")))
+    monkeypatch.setattr(nx, "node_link_data", jg.node_link_data)
+    assert main(["memory", "export", str(db), "--out", str(js)]) == 2
+    assert (png.read_bytes(), js.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json", "house_000.db", "m.png"]
+
+
+def test_show_of_a_large_memory_leaves_out_the_labels_it_cannot_fit(db, tmp_path, capsys, monkeypatch):
+    import sqlite3
+
+    import matplotlib.axes
+
+    rooms, objects = 400, 600
+    with sqlite3.connect(db) as con:
+        base = 10_000
+        con.executemany("INSERT INTO rooms VALUES (?, ?, ?)", [(base + i, float(i), 0.0) for i in range(rooms)])
+        con.executemany("INSERT INTO places (id, x_m, y_m, yaw_rad, first_seen_ns, last_seen_ns, visit_count, "
+                        "room_id, embedding) VALUES (?, ?, ?, 0, 0, 0, 1, ?, ?)",
+                        [(base + rooms + i, float(i % 40), float(i // 40), base + i % rooms,
+                          np.zeros(DIM, np.float32).tobytes()) for i in range(2 * rooms)])
+        con.executemany("INSERT INTO objects (id, class_id, instance_id, label, x_m, y_m, z_m, first_seen_ns, "
+                        "last_seen_ns, observation_count) VALUES (?, 1, ?, 'chair', ?, ?, 0, 0, 0, 1)",
+                        [(base + 3 * rooms + i, i, float(i % 30), float(i // 30)) for i in range(objects)])
+        con.execute("UPDATE meta SET value = ? WHERE key = 'next_node_id'", (str(base + 3 * rooms + objects),))
+    con.close()
+    labels = []
+    for name in ("text", "annotate"):
+        original = getattr(matplotlib.axes.Axes, name)
+        monkeypatch.setattr(matplotlib.axes.Axes, name,
+                            lambda self, *a, _f=original, **k: labels.append(1) or _f(self, *a, **k))
+    png = tmp_path / "big.png"
+    assert main(["memory", "show", str(db), "--out", str(png), "--thumbnails", "2", "--no-map"]) == 0
+    assert "labels left out" in capsys.readouterr().err
+    assert len(labels) < 200 and png.stat().st_size > 5_000   # not one label per room and per object
