@@ -244,11 +244,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memnav {args.command}: interrupted", file=sys.stderr)
         return 130
     if getattr(args, "_group", None) == "bench":
-        text = json.dumps(result, indent=2, sort_keys=True)
+        from memnav.core.files import json_safe, replace_files
+
+        text = json.dumps(json_safe(result), indent=2, sort_keys=True, allow_nan=False)   # NaN: null
         print(text)
         if args.json is not None and args.json != STDOUT_ONLY:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(text + "\n")
+            replace_files({args.json: (text + "\n").encode()})
         return 0
     return int(result or 0)
 

@@ -2,8 +2,12 @@
 beside it, renamed into place. No ROS here."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 
 def replace_files(files: dict[Path, bytes], sync: bool = False) -> None:
@@ -45,3 +49,20 @@ def state_path_in_namespace(path: str, namespace: str) -> str:
         return path
     p = Path(path)
     return str(p.parent.joinpath(*ns.split("/"), p.name))
+
+
+def json_safe(value: Any) -> Any:
+    """A copy of `value` that `json.dumps(..., allow_nan=False)` takes: non-finite floats become None (null;
+    NaN and Infinity are not JSON, and strict readers refuse a file holding them), numpy scalars plain numbers,
+    tuples lists, keys strings."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value

@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from memnav.core.files import replace_files
-from memnav.eval.report import _clean, _fmt, _plt, page_head, save_figure
+from memnav.core.files import json_safe, replace_files
+from memnav.eval.report import _fmt, _plt, page_head, save_figure
 from memnav.paths import check_output_dir
 from memnav.sim.metrics import mean_path_by_layer
 
@@ -746,7 +746,7 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
         figures.append((f"{focus}: worst episodes, top-down", "episodes.png"))
     if plot_views(chosen, out_dir / "views.png"):
         figures.append((f"{focus}: goal photo and last view of the same episodes", "views.png"))
-    page = render_html(_clean(results), agents, focus, figures, rel, command)
+    page = render_html(json_safe(results), agents, focus, figures, rel, command)
     replace_files({out_dir / "report.html": page.encode()})
     return [out_dir / "report.html"] + [out_dir / src for _, src in figures]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import add_camera_arguments, camera_options
+from memnav.core.files import json_safe, replace_files
 from memnav.core.navigator import NavigatorConfig
 from memnav.core.types import Action, EpisodeStatus
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
@@ -715,15 +716,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         extra = {k: v for k, v in summaries[names[0]].items() if k.startswith("lifelong_")}
         out = dict(results_document(names[0], all_results[names[0]], **meta), **extra)
-    text = json.dumps(out, indent=2) + "\n"
+    # strict JSON (a NaN, e.g. of a mean over no episodes, is null) written whole or not at all
+    text = (json.dumps(json_safe(out), indent=2, allow_nan=False) + "\n").encode()
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
+        replace_files({args.json: text})
     if args.report is not None:
         from memnav.eval.eval_report import write_eval_report
 
-        args.report.mkdir(parents=True, exist_ok=True)
-        (args.report / "results.json").write_text(text)
+        replace_files({args.report / "results.json": text})
         files = write_eval_report(out, args.report, traces=traces, command="memnav " + " ".join(sys.argv[1:]))
         print(f"report: {files[0]} ({len(files) - 1} figures)")
     return 0

@@ -26,10 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import STDOUT_ONLY
-from memnav.core.files import replace_files
+from memnav.core.files import json_safe, replace_files
 from memnav.core.memory.scene_graph import EdgeKind
 from memnav.core.memory.snapshot import MemorySnapshot, read_snapshot, read_thumbnails, summarize, to_networkx
-from memnav.eval.report import _clean
 from memnav.paths import lifelong_map_path
 
 EXPORT_FORMATS = (".graphml", ".json")
@@ -42,7 +41,7 @@ MAX_HEADING_TICKS = 5000   # a 25 cm heading tick is under a pixel on the figure
 
 def json_text(value: object, indent: int | None = 2) -> str:
     """`value` as strict JSON: NaN and infinities (which json.dumps writes, but JSON has not) become null."""
-    return json.dumps(_clean(value), indent=indent, allow_nan=False)
+    return json.dumps(json_safe(value), indent=indent, allow_nan=False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

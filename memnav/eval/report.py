@@ -23,30 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from memnav.core.files import replace_files
+from memnav.core.files import json_safe, replace_files
 from memnav.eval.eval_bag import EvalResult
 
 FILES = ("metrics.json", "report.html", "trajectory.png", "metrics_over_time.png", "latency.png")
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: non-finite floats become None, numpy scalars plain numbers."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
-
-
 def write_metrics(result: EvalResult, out_dir: Path) -> Path:
     path = out_dir / "metrics.json"
-    replace_files({path: (json.dumps(_clean(result.to_json()), indent=2, sort_keys=True, allow_nan=False)
+    replace_files({path: (json.dumps(json_safe(result.to_json()), indent=2, sort_keys=True, allow_nan=False)
                           + "\n").encode()})
     return path
 
@@ -216,7 +201,7 @@ def page_head(title: str) -> str:
 
 
 def render_html(result: EvalResult) -> str:
-    m = _clean(result.to_json())
+    m = json_safe(result.to_json())
     bag, inp, pr, lc, mem, stop, tm = (m["bag"], m["input"], m["place_recognition"], m["loop_closure"], m["memory"],
                                        m["stop"], m["timing"])
     parts = [

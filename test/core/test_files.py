@@ -13,3 +13,19 @@ def test_files_are_replaced_together_and_a_failed_write_replaces_none(tmp_path):
         replace_files({a: b"new", tmp_path / "blocker" / "c.txt": b"x"})
     assert a.read_bytes() == b"one"                              # the first file was not replaced either
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "blocker", "sub"]   # no temporary file left
+
+
+def test_json_safe_makes_strict_json_of_non_finite_and_numpy_values():
+    import json
+    import math
+
+    import numpy as np
+
+    from memnav.core.files import json_safe
+
+    value = {"spl": float("nan"), "by_visit": [np.float32(0.5), math.inf, -math.inf], 3: np.int64(7),
+             "ok": np.bool_(True), "pair": (1, np.float64("nan"))}
+    with pytest.raises(ValueError):
+        json.dumps(value, allow_nan=False, default=float)
+    text = json.dumps(json_safe(value), allow_nan=False)
+    assert json.loads(text) == {"spl": None, "by_visit": [0.5, None, None], "3": 7, "ok": True, "pair": [1, None]}
