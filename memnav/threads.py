@@ -14,6 +14,10 @@ import ctypes
 import sys
 from pathlib import Path
 
+MAX_INFERENCE_THREADS = 1024
+"""Upper bound of a node's torch_threads: a count far beyond the cores (10^5) crashed the process (segmentation
+fault)."""
+
 # setter symbols of the OpenBLAS builds numpy ships (scipy-openblas, 64-bit ints) and of plain OpenBLAS
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
             "openblas_set_num_threads")

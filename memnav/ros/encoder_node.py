@@ -28,12 +28,15 @@ Bad messages are dropped with a throttled warning and counted; the node never di
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from memnav.ros.qos import latched_qos
+from memnav.ros.shell_node import MAX_WAIT_S
+from memnav.threads import MAX_INFERENCE_THREADS
 
 
 @dataclass
@@ -47,8 +50,9 @@ class EncoderNodeConfig:
         queue_size: unpaired frames kept per stream while waiting for a partner.
         goal_depth_wait_s: how long a new goal image waits for /memnav/goal_depth of the same stamp before it is
             encoded without depth (a goal photo from a user has none), seconds (wall clock).
-        torch_threads: CPU threads of this process's torch and numpy BLAS (0 = their defaults, one per core). 1 by
-            default: several nodes on few cores each spinning a thread per core were measured 50x slower.
+        torch_threads: CPU threads of this process's torch and numpy BLAS (0 = their defaults, one per core; at
+            most MAX_INFERENCE_THREADS). 1 by default: several nodes on few cores each spinning a thread per core were
+            measured 50x slower.
     """
 
     checkpoint: str = "models/encoder.pt"
@@ -61,8 +65,12 @@ class EncoderNodeConfig:
         if not (self.sync_tolerance_s >= 0 and self.goal_depth_wait_s >= 0) or self.queue_size < 1:
             raise ValueError("EncoderNodeConfig: sync_tolerance_s and goal_depth_wait_s must be >= 0, queue_size >= 1; "
                              f"got {self.sync_tolerance_s!r}, {self.goal_depth_wait_s!r}, {self.queue_size!r}")
-        if self.torch_threads < 0:
-            raise ValueError(f"EncoderNodeConfig.torch_threads must be >= 0, got {self.torch_threads!r}")
+        if not math.isfinite(self.sync_tolerance_s) or self.sync_tolerance_s > MAX_WAIT_S:   # int64 nanoseconds
+            raise ValueError(f"EncoderNodeConfig.sync_tolerance_s must be a number of seconds >= 0 and at most "
+                             f"{MAX_WAIT_S:g}, got {self.sync_tolerance_s!r}")
+        if not 0 <= self.torch_threads <= MAX_INFERENCE_THREADS:
+            raise ValueError(f"EncoderNodeConfig.torch_threads must be >= 0 and at most {MAX_INFERENCE_THREADS}, got "
+                             f"{self.torch_threads!r}")
 
 
 # (prefix, dataclass) of every parameter group this node declares, in declaration order

@@ -35,6 +35,11 @@ Services (std_srvs/Trigger):
               loop closures that agree with each other localise it again (SceneGraphMemory.relocalise)
 Parameters: the fields of MemoryNodeConfig, of SceneGraphConfig (db_path "" = RAM only, lost at exit; a file
 is created or loaded, so the memory survives restarts) and of WorkingBufferConfig (prefix "buffer.").
+Database file: the node holds an exclusive lock on db_path while it runs (flock; read-only inspection is not
+blocked). It refuses to start, in one line with exit status 2 and without modifying the file, when db_path lies in
+a folder that does not exist or cannot be written, is a file it cannot write, is locked by another memory node, or
+is not a memory it can read (another schema version, another embedding_dim, not a memnav memory). A ~/clear that
+cannot create the file again answers failure and goes on in RAM only (as after a failed write).
 Time sync: an embedding is inserted with the latest odometry stamped at or before it (at most odom_max_age_s
 older). An embedding newer than all odometry received waits up to odom_wait_s for odometry to catch up. A
 re-sent embedding (same stamp as the last insert) is skipped; an older one is dropped with a warning (the memory's
@@ -53,16 +58,20 @@ Bad messages are dropped with a throttled warning and counted; the node never di
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from memnav.core.memory import SceneGraphConfig, WorkingBufferConfig
 from memnav.ros.qos import latched_qos
+from memnav.ros.shell_node import MAX_WAIT_S
 
 
 @dataclass
@@ -112,14 +121,49 @@ class MemoryNodeConfig:
                 raise ValueError(f"MemoryNodeConfig.{name} must be >= {least}, got {getattr(self, name)!r}")
         for name in ("markers_period_s", "snapshot_period_s", "odom_wait_s", "odom_max_age_s"):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"MemoryNodeConfig.{name} must be a finite number >= 0, got {value!r}")
+            if not (math.isfinite(value) and 0 <= value <= MAX_WAIT_S):   # ROS timers count int64 nanoseconds
+                raise ValueError(f"MemoryNodeConfig.{name} must be a number of seconds >= 0 and at most "
+                                 f"{MAX_WAIT_S:g}, got {value!r}")
         if not self.frame_id:
             raise ValueError("MemoryNodeConfig.frame_id must name the markers' frame (the memory frame), got ''")
 
 
 # (prefix, dataclass) of every parameter group this node declares, in declaration order
 PARAMETER_GROUPS = (("", MemoryNodeConfig), ("", SceneGraphParams), ("buffer.", WorkingBufferConfig))
+
+
+def claim_database(db_path: str) -> int:
+    """Open `db_path` for writing (created empty when absent) and lock it exclusively (flock, non-blocking) for
+    as long as the returned descriptor stays open: two memory nodes writing one file would clash on its node ids,
+    and the second would go on in RAM only from its first insert. Readers (SQLite's own locks) are not affected.
+
+    Raises:
+        ValueError: naming parameter 'db_path' and why it cannot be used (no such folder, not writable, locked
+            by another memory node); the file is not modified.
+    """
+    path = Path(db_path)
+    folder = path.parent
+    what = f"parameter 'db_path' {db_path}"
+    if not folder.is_dir():
+        raise ValueError(f"{what}: the folder {str(folder)!r} does not exist; create it first")
+    # SQLite writes its -wal and -shm files beside the database, and ~/clear deletes and re-creates it
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{what}: the folder {str(folder)!r} is not writable (the database keeps its -wal and "
+                         "-shm files beside it)")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise ValueError(f"{what}: cannot be opened for writing ({err.strerror}); a read-only memory can be "
+                         "inspected with `memnav memory`, not run") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            raise ValueError(f"{what}: in use by another memory node (locked); give each memory node its own "
+                             "file, or stop the other one") from None
+        raise ValueError(f"{what}: cannot be locked ({err.strerror})") from None
+    return fd
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +199,22 @@ def build(node) -> Callable[[], None]:
     if buffer_cfg.embedding_dim != graph_cfg.embedding_dim:
         raise ValueError(f"buffer.embedding_dim {buffer_cfg.embedding_dim} differs from embedding_dim "
                          f"{graph_cfg.embedding_dim}: both must be the encoder's embedding length")
-    st = {"memory": SceneGraphMemory.from_config(graph_cfg), "goal": None, "pose": None, "last_ns": None,
+    lock = {"fd": claim_database(graph_cfg.db_path) if graph_cfg.db_path is not None else None}
+
+    def release() -> None:
+        if lock["fd"] is not None:
+            os.close(lock["fd"])   # closing the descriptor releases the flock
+            lock["fd"] = None
+
+    try:
+        memory = SceneGraphMemory.from_config(graph_cfg)
+    except MemoryStoreError as err:   # another schema version, another embedding_dim, not a memory: untouched
+        release()
+        raise ValueError(f"parameter 'db_path' {err}") from None
+    except BaseException:
+        release()
+        raise
+    st = {"memory": memory, "goal": None, "pose": None, "last_ns": None,
           "dropped": 0, "duplicates": 0, "late_detections": 0, "markers_dirty": True, "snapshot_dirty": True}
     buffer = WorkingBuffer.from_config(buffer_cfg)
     node.get_logger().info(f"memory {graph_cfg.db_path or 'in RAM only'}: {st['memory'].stats().places} places")
@@ -294,16 +353,32 @@ def build(node) -> Callable[[], None]:
 
     def srv_clear(_req, resp):
         st["memory"].close()
+        failed = None
         if graph_cfg.db_path is not None:
-            for suffix in ("", "-wal", "-shm"):
-                Path(graph_cfg.db_path + suffix).unlink(missing_ok=True)
-        st["memory"] = SceneGraphMemory.from_config(graph_cfg)
+            try:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(graph_cfg.db_path + suffix).unlink(missing_ok=True)
+                release()   # the lock was on the file just deleted
+                lock["fd"] = claim_database(graph_cfg.db_path)
+                st["memory"] = SceneGraphMemory.from_config(graph_cfg)
+            except (OSError, ValueError, MemoryStoreError) as err:   # the folder gone, the disk full, ...
+                release()
+                failed = str(err)
+        if failed is not None:
+            st["memory"] = SceneGraphMemory.from_config(replace(graph_cfg, db_path=None))
+            st["memory"].persist_error = f"~/clear could not create the database again: {failed}"
+            node.get_logger().error(f"the memory is no longer saved: {st['memory'].persist_error}; it goes on "
+                                    "in RAM (restart the node to save again)")
+        elif graph_cfg.db_path is None:
+            st["memory"] = SceneGraphMemory.from_config(graph_cfg)
         buffer.clear()
         if st["goal"] is not None:
             buffer.set_goal(st["goal"][1])
         st.update(markers_dirty=True, snapshot_dirty=True)
         publish_snapshot()
-        resp.success, resp.message = True, f"memory cleared ({graph_cfg.db_path or 'RAM only'})"
+        resp.success = failed is None
+        resp.message = (f"memory cleared ({graph_cfg.db_path or 'RAM only'})" if failed is None else
+                        f"memory cleared, but in RAM only: {st['memory'].persist_error}")
         return resp
 
     def on_initialpose(msg: PoseWithCovarianceStamped) -> None:
@@ -367,7 +442,13 @@ def build(node) -> Callable[[], None]:
     if cfg.snapshot_period_s > 0:
         node.create_timer(cfg.snapshot_period_s, publish_snapshot)
         publish_snapshot()   # late joiners see a memory loaded from its file at once
-    return lambda: st["memory"].close()
+    def close() -> None:
+        try:
+            st["memory"].close()
+        finally:
+            release()
+
+    return close
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_robo
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import latched_qos
+from memnav.threads import MAX_INFERENCE_THREADS
 
 KEEP_EVERY_ACTIONS = 10   # a kept goal's action count is brought up to date this often (goal_state_file)
 
@@ -120,8 +121,9 @@ class PolicyNodeConfig(ExploringTuning):
             (memnav.eval.exploring_defaults.EXPLORING_BEST_VIEW_RESERVE). In real time (lockstep false, a robot)
             the goal's max_steps-th action is a STOP (policy state mode "budget") if no STOP came before: nothing
             else would end a search that finds nothing. In lock-step the bridge ends the episode at its limit.
-        torch_threads: CPU threads of this process's torch and numpy BLAS (0 = their defaults, one per core). 1 by
-            default: several nodes on few cores each spinning a thread per core were measured 50x slower.
+        torch_threads: CPU threads of this process's torch and numpy BLAS (0 = their defaults, one per core; at
+            most memnav.threads.MAX_INFERENCE_THREADS). 1 by default: several nodes on few cores each spinning a
+            thread per core were measured 50x slower.
         candidate_prior: exploring agents visit first the scan-matched candidate the long-term memory saw as
             most like the goal photo (`memnav eval --candidate-prior`; off, as measured in README).
         explore_homing: exploring agents also home over the scene graph to a remembered place that matches the
@@ -264,6 +266,9 @@ class PolicyNodeConfig(ExploringTuning):
                      "max_goal_resumes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"PolicyNodeConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.torch_threads > MAX_INFERENCE_THREADS:
+            raise ValueError(f"PolicyNodeConfig.torch_threads must be at most {MAX_INFERENCE_THREADS}, got "
+                             f"{self.torch_threads!r}")
         if self.lifelong_dir and not self.memory_key:
             raise ValueError("PolicyNodeConfig.memory_key must name the environment's memory when lifelong_dir is set "
                              "(sim.launch.yaml: pass scene:=house_NNN)")

@@ -307,6 +307,17 @@ def _start(module: str, *ros_args: str, timeout: float = 30.0) -> subprocess.Com
     ("sim_bridge_node", ["-p", "sim.width_px:=0"], "SimConfig.width_px"),
     ("sim_bridge_node", ["-p", "rate_hz:=0"], "BridgeConfig.rate_hz"),
     ("sim_bridge_node", ["-p", "episodes:=-1"], "RunnerConfig.episodes"),
+    # these three ended in a traceback (OverflowError: infinity or 10^309 ns to an integer) or a segfault
+    ("encoder_node", ["-p", "sync_tolerance_s:=.inf"], "EncoderNodeConfig.sync_tolerance_s must be a number of "
+                                                        "seconds >= 0 and at most 9e+09"),
+    ("encoder_node", ["-p", "torch_threads:=100000000"], "EncoderNodeConfig.torch_threads must be >= 0 and at most"),
+    ("policy_node", ["-p", "torch_threads:=100000000"], "PolicyNodeConfig.torch_threads must be at most 1024"),
+    ("memory_node", ["-p", "markers_period_s:=1e300"], "MemoryNodeConfig.markers_period_s must be a number of "
+                                                        "seconds >= 0 and at most 9e+09"),
+    ("memory_node", ["-p", "odom_max_age_s:=1e300"], "MemoryNodeConfig.odom_max_age_s"),
+    # was SQLite's "unable to open database file", naming neither the parameter nor the folder
+    ("memory_node", ["-p", "db_path:=/nonexistent/memnav/house.db"],
+     "parameter 'db_path' /nonexistent/memnav/house.db: the folder '/nonexistent/memnav' does not exist"),
 ])
 def test_node_refuses_bad_configuration_in_one_line(ros_env, module, ros_args, named):
     run = _start(module, *ros_args)
