@@ -12,7 +12,9 @@ Publishes:
     /cmd_vel                    geometry_msgs/Twist (each action as a velocity held for `action_duration_s`)
     /memnav/goal_status         std_msgs/String JSON {goal_stamp_ns, status, actions, mode, resumed}: "active" when
                                 a goal starts; then "stopped" (the agent's STOP), "budget" (real time: max_steps
-                                spent, a STOP), "cancelled" (~/cancel_goal), "ended" (the simulator's episode result)
+                                spent, a STOP), "cancelled" (~/cancel_goal; or a new goal photo replaced it, before
+                                that goal's "active": then with `replaced_by`, the new goal's stamp), "ended" (the
+                                simulator's episode result)
                                 or "abandoned" (goal_state_file: the node restarted more than max_goal_resumes times
                                 while working on it); `resumed`: how often a restarted node took this goal up again
                                 (reliable, transient local: a late subscriber gets the newest)
@@ -70,6 +72,7 @@ from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_robo
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import latched_qos
+from memnav.ros.shell_node import MAX_WAIT_S
 from memnav.threads import MAX_INFERENCE_THREADS
 
 KEEP_EVERY_ACTIONS = 10   # a kept goal's action count is brought up to date this often (goal_state_file)
@@ -244,9 +247,9 @@ class PolicyNodeConfig(ExploringTuning):
     def __post_init__(self) -> None:
         check_robot_camera("PolicyNodeConfig", self.camera_hfov_deg, self.camera_height_m, self.camera_pitch_deg)
         check_camera_forward("PolicyNodeConfig.camera_forward_m", self.camera_forward_m)
-        if not (math.isfinite(self.mount_check_s) and self.mount_check_s >= 0):
-            raise ValueError(f"PolicyNodeConfig.mount_check_s must be a number of seconds >= 0 (0 = never), got "
-                             f"{self.mount_check_s!r}")
+        if not (math.isfinite(self.mount_check_s) and 0 <= self.mount_check_s <= MAX_WAIT_S):
+            raise ValueError(f"PolicyNodeConfig.mount_check_s must be a number of seconds >= 0 (0 = never) and at most "
+                             f"{MAX_WAIT_S:g}, got {self.mount_check_s!r}")
         if not 0.0 < self.collision_fraction <= 1.0:
             raise ValueError(f"PolicyNodeConfig.collision_fraction must be in (0, 1], got {self.collision_fraction!r}")
         # one message per field: a negative step would drive MOVE_FORWARD backwards, a negative turn swap left and
@@ -256,10 +259,13 @@ class PolicyNodeConfig(ExploringTuning):
                                   ("goal_depth_wait_s", 0.0, False), ("subscriber_wait_s", 0.0, False),
                                   ("odometry_jump_m", 0.0, False), ("odometry_jump_deg", 0.0, False)):
             value = getattr(self, name)
+            # durations also within int64 nanoseconds (the decision gate counts the sync tolerance in them)
+            most = MAX_WAIT_S if name.endswith("_s") else math.inf
             if not (isinstance(value, (int, float)) and math.isfinite(value)
-                    and (value > low if strict else value >= low)):
+                    and (value > low if strict else value >= low) and value <= most):
                 raise ValueError(f"PolicyNodeConfig.{name} must be a finite number {'>' if strict else '>='} "
-                                 f"{low:g}, got {value!r}")
+                                 f"{low:g}" + (f" and at most {most:g}" if most < math.inf else "")
+                                 + f", got {value!r}")
         if self.turn_angle_deg >= 180.0:
             raise ValueError(f"PolicyNodeConfig.turn_angle_deg must be below 180, got {self.turn_angle_deg!r}")
         for name in ("max_steps", "torch_threads", "min_action_subscribers", "min_state_subscribers",
@@ -275,8 +281,9 @@ class PolicyNodeConfig(ExploringTuning):
         if self.lifelong_dir and Path(self.lifelong_dir).exists() and not Path(self.lifelong_dir).is_dir():
             raise ValueError(f"PolicyNodeConfig.lifelong_dir {self.lifelong_dir!r} is a file, not a folder for the "
                              "memories")
-        if not (math.isfinite(self.map_period_s) and self.map_period_s >= 0):
-            raise ValueError(f"PolicyNodeConfig.map_period_s must be >= 0 (0 = off), got {self.map_period_s!r}")
+        if not (math.isfinite(self.map_period_s) and 0 <= self.map_period_s <= MAX_WAIT_S):
+            raise ValueError(f"PolicyNodeConfig.map_period_s must be a number of seconds >= 0 (0 = off) and at most "
+                             f"{MAX_WAIT_S:g}, got {self.map_period_s!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,11 +383,14 @@ def build(node) -> Callable[[], None]:
     def now_s() -> float:
         return node.get_clock().now().nanoseconds / 1e9
 
-    def goal_status(status: str, goal_stamp_ns: int | None, mode: str | None = None) -> None:
+    def goal_status(status: str, goal_stamp_ns: int | None, mode: str | None = None,
+                    replaced_by: int | None = None) -> None:
         """Say what became of the goal stamped `goal_stamp_ns` (see the module's docstring)."""
         if goal_stamp_ns is not None:
             st["goal"] = {"goal_stamp_ns": goal_stamp_ns, "status": status, "actions": st["actions"], "mode": mode,
                           "resumed": st["resumes"]}
+            if replaced_by is not None:
+                st["goal"]["replaced_by"] = replaced_by
             pub_status.publish(String(data=json.dumps(st["goal"])))
             if status != "active":
                 forget_goal()
@@ -416,6 +426,7 @@ def build(node) -> Callable[[], None]:
         """Start the newest goal; `depth_followed`: it started without depth and its depth came before any
         decision, so the same episode goes on with an RGB-D goal (no new visit: the memory stays as it is)."""
         t_goal, rgb, depth = gate.goal_to_start()
+        previous = gate.goal_stamp_ns
         try:
             if depth_followed:
                 agent.set_goal(rgb, depth)
@@ -424,6 +435,10 @@ def build(node) -> Callable[[], None]:
         except ValueError as err:
             drop("goal depth" if depth_followed else "goal image", err)
             return
+        if not depth_followed and previous is not None and previous != t_goal:
+            # the goal being worked on ends here, or a client waiting on it (`memnav goal send --wait`) never hears
+            node.get_logger().info(f"goal {previous} given up after {st['actions']} actions: a new goal replaces it")
+            goal_status("cancelled", previous, replaced_by=t_goal)
         gate.goal_started(t_goal, rgb, depth, time.monotonic())
         resume = st["resume"]
         if resume is not None and resume.goal_stamp_ns == t_goal:   # the goal kept before this node restarted
@@ -559,6 +574,8 @@ def build(node) -> Callable[[], None]:
         maybe_act()
 
     def maybe_act() -> None:
+        if not cfg.lockstep and clock_missing():
+            return
         if st["hfov"] is None:
             if time.monotonic() - st["started_s"] > 5.0:
                 node.get_logger().warning(f"no camera_info on {sub_info.topic_name}: the camera's field of view is "
@@ -598,6 +615,17 @@ def build(node) -> Callable[[], None]:
             gate.goal_over()
         elif goal_file and st["actions"] - st["kept_actions"] >= KEEP_EVERY_ACTIONS:
             keep_goal()
+
+    def clock_missing() -> bool:
+        """Real time under use_sim_time before the first /clock: the node's time stands at 0, and an action taken
+        then would be held (driven on /cmd_vel) until that time passes action_duration_s, that is for ever."""
+        clock = node.get_clock()
+        if not (getattr(clock, "ros_time_is_active", False) and clock.now().nanoseconds == 0):
+            return False
+        node.get_logger().warning("use_sim_time is set but no /clock has arrived: nothing is decided until it does "
+                                  "(start the simulator or bag player that publishes /clock, or set use_sim_time "
+                                  "false)", throttle_duration_sec=5.0)
+        return True
 
     def over_budget(actions: int) -> bool:
         """Real time (a robot): the goal's last action allowed by max_steps is a STOP, so the robot does not search

@@ -55,6 +55,7 @@ from typing import Any
 from memnav.core.detections import detections_from_semantic, detections_to_dict
 from memnav.core.types import Action, Observation
 from memnav.paths import check_output_file, earlier_memories
+from memnav.ros.shell_node import MAX_WAIT_S
 from memnav.sim.agent_states import RESULTS_WAIT_S, AgentStates, write_results
 from memnav.sim.base import SimConfig
 from memnav.sim.houses import read_semantic_classes
@@ -75,6 +76,7 @@ TOPICS = {
     "/memnav/episode_result": ("std_msgs/msg/String", True, True, 1),
     "/memnav/detections": ("std_msgs/msg/String", True, False, 10),
 }
+MAX_RATE_HZ = 1e9   # a timer period under 1 ns is 0 ns: a busy loop
 TF_TOPICS = {"/tf": ("tf2_msgs/msg/TFMessage", True, False, 100)}   # as tf2_ros.TransformBroadcaster
 
 
@@ -117,13 +119,16 @@ class BridgeConfig:
     lifelong_dir: str = ""
 
     def __post_init__(self) -> None:
-        # rate_hz 0 would divide by zero, a negative one is refused by the timer; inf would busy-loop it
-        for name, least, strict in (("rate_hz", 0.0, True), ("cmd_timeout_s", 0.0, True),
-                                    ("republish_s", 0.0, False)):
+        # rate_hz 0 would divide by zero, a negative one is refused by the timer; inf would busy-loop it. ROS
+        # timers count int64 nanoseconds: a period (1 / rate_hz, republish_s / 2) beyond MAX_WAIT_S overflows them,
+        # one under 1 ns is a 0 ns timer (a busy loop)
+        for name, least, strict, most in (("rate_hz", 1.0 / MAX_WAIT_S, False, MAX_RATE_HZ),
+                                          ("cmd_timeout_s", 0.0, True, MAX_WAIT_S),
+                                          ("republish_s", 0.0, False, MAX_WAIT_S)):
             value = getattr(self, name)
-            if not (math.isfinite(value) and (value > least if strict else value >= least)):
-                raise ValueError(f"BridgeConfig.{name} must be a finite number {'>' if strict else '>='} {least:g}, "
-                                 f"got {value!r}")
+            if not (math.isfinite(value) and (value > least if strict else value >= least) and value <= most):
+                raise ValueError(f"BridgeConfig.{name} must be a finite number {'>' if strict else '>='} {least:g} "
+                                 f"and at most {most:g}, got {value!r}")
         for name in ("camera_frame", "results_agent"):
             if not getattr(self, name):
                 raise ValueError(f"BridgeConfig.{name} must not be empty")

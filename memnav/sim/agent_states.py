@@ -100,19 +100,18 @@ def _stop_of(body: dict, goal_stamp_ns: int, next_goal_stamp_ns: int | None = No
 
 def write_results(path: str, agent: str, results: list, run_cfg: RunnerConfig, lifelong: bool = False,
                   **meta) -> Path:
-    """The bridge's episode results as a `memnav eval --json` file (written whole, then renamed into place);
-    `lifelong`: the agent kept its long-term memory across them, so the file gives SPL by visit as well
+    """The bridge's episode results as a `memnav eval --json` file (strict JSON, written whole, then renamed into
+    place); `lifelong`: the agent kept its long-term memory across them, so the file gives SPL by visit as well
     (`lifelong_spl_by_visit`, `lifelong_spl_known_house`, as `memnav eval --lifelong`). `meta`: more top-level
     keys (e.g. `odometry_origin`, `lifelong_earlier_memory`)."""
+    from memnav.core.files import json_safe, replace_files
     from memnav.sim.metrics import lifelong_known_house_spl, lifelong_spl_by_visit, results_document
 
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     extra = {"lifelong_spl_by_visit": lifelong_spl_by_visit(results),
              "lifelong_spl_known_house": lifelong_known_house_spl(results)} if lifelong else {}
     doc = results_document(agent, results, split=run_cfg.split, data=run_cfg.data, backend=run_cfg.backend,
                            lifelong=lifelong, source="sim_bridge_node", **extra, **meta)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(out)
+    # strict JSON: a NaN (a stop belief never computed) is null, as in `memnav eval --json`
+    replace_files({out: (json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n").encode()})
     return out

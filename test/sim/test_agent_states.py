@@ -89,3 +89,23 @@ def test_write_results_of_a_lifelong_run_gives_spl_by_visit_and_the_run_settings
     assert (doc["odometry_origin"], doc["lifelong_earlier_memory"]) == ("start", ["h"])
     assert doc["source"] == "sim_bridge_node" and [e["episode_id"] for e in doc["per_episode"]] == ["h_0", "h_1"]
     assert not path.with_name("r.json.tmp").exists()   # written whole, then renamed into place
+
+
+def test_write_results_is_strict_json_with_a_stop_belief_never_computed(tmp_path):
+    import json
+
+    from memnav.core.types import EpisodeStatus
+    from memnav.sim.agent_states import write_results
+    from memnav.sim.metrics import EpisodeResult
+    from memnav.sim.runner import RunnerConfig
+
+    result = EpisodeResult(episode_id="h_0", scene_id="scenes/h.glb", success=0.0, spl=0.0, soft_spl=0.1,
+                           distance_to_goal_m=3.0, geodesic_distance_m=4.0, path_length_m=2.0, steps=9,
+                           status=EpisodeStatus.STOPPED)
+    result.stop_belief = float("nan")      # a policy state's belief that was never computed
+    path = write_results(str(tmp_path / "r.json"), "memnav", [result], RunnerConfig(scene="h"))
+    text = path.read_text()
+    assert "NaN" not in text
+    doc = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the results file"))
+    assert doc["per_episode"][0]["stop_belief"] is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
