@@ -94,6 +94,24 @@ def isolated_ros_env(offset: int) -> dict:
                 ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
 
 
+def use_isolated_ros_domain(monkeypatch, offset: int) -> int:
+    """Set `isolated_ros_env(offset)`'s ROS_DOMAIN_ID and discovery range for this test (and the processes it
+    starts); returns the domain id."""
+    env = isolated_ros_env(offset)
+    for name in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE"):
+        monkeypatch.setenv(name, env[name])
+    return int(env["ROS_DOMAIN_ID"])
+
+
+# the end of a peer script a test runs in a process of its own: spin until the test stops it
+SPIN_UNTIL_STOPPED = """
+try:
+    rclpy.spin(node)
+except KeyboardInterrupt:
+    pass
+"""
+
+
 def spin_until(node, cond, timeout_s: float, step_s: float = 0.02) -> bool:
     """Spin `node` (an rclpy node, `step_s` at most per turn) until `cond()` holds (True) or `timeout_s` passes
     (False)."""

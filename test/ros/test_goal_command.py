@@ -24,6 +24,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from conftest import (  # noqa: E402
+    SPIN_UNTIL_STOPPED,
     far_goal_photo,
     file_sha256,
     isolated_ros_env,
@@ -343,11 +344,7 @@ rclpy.init()
 node = rclpy.create_node("test_text_peer")
 pub = node.create_publisher(String, "/text", 10)
 node.create_timer(0.1, lambda: pub.publish(String(data="hello")))
-try:
-    rclpy.spin(node)
-except KeyboardInterrupt:
-    pass
-"""
+""" + SPIN_UNTIL_STOPPED
 
 
 @pytest.mark.ros

@@ -19,7 +19,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import stop_processes  # noqa: E402
+from conftest import stop_processes, use_isolated_ros_domain  # noqa: E402
 
 from memnav.core.memory import SceneGraphConfig, SceneGraphMemory  # noqa: E402
 from memnav.ros.stack_node import CONFIG_ERROR_EXIT  # noqa: E402
@@ -29,10 +29,7 @@ pytestmark = pytest.mark.ros
 
 @pytest.fixture
 def ros_env(monkeypatch):
-    domain = 40 + ((os.getpid() + 149) % 150)
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    return domain
+    return use_isolated_ros_domain(monkeypatch, 149)
 
 
 def _memory_cmd(db: Path, *ros_args: str) -> list[str]:

@@ -4,7 +4,6 @@ taken for a float parameter. Bugs keep their traceback."""
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import stop_processes  # noqa: E402
+from conftest import stop_processes, use_isolated_ros_domain  # noqa: E402
 
 from memnav.ros.params import (  # noqa: E402
     ParameterTypeError,
@@ -33,10 +32,7 @@ pytestmark = pytest.mark.ros
 
 @pytest.fixture
 def ros_env(monkeypatch):
-    domain = 40 + ((os.getpid() + 127) % 150)
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    return domain
+    return use_isolated_ros_domain(monkeypatch, 127)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 remap and /clock) is recorded again byte for byte, latched topics stay latched, bad options exit 2."""
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -14,6 +13,8 @@ import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
+
+from conftest import use_isolated_ros_domain  # noqa: E402
 
 from memnav.eval.bag_io import BagFile, BagWriter, qos_profile, typestore_for_distro  # noqa: E402
 
@@ -27,10 +28,7 @@ T0 = 1_700_000_000 * 10**9
 
 @pytest.fixture
 def ros_env(monkeypatch):
-    domain = 40 + (os.getpid() % 150)
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    return domain
+    return use_isolated_ros_domain(monkeypatch, 0)
 
 
 def _header(t: int, frame: str):

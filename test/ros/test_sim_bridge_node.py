@@ -1,7 +1,6 @@
 """sim_bridge_node as a real process over DDS on an isolated domain: topics, services, actions, bad input."""
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -10,7 +9,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset, spin_until, stop_processes  # noqa: E402
+from conftest import make_tiny_dataset, spin_until, stop_processes, use_isolated_ros_domain  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -22,10 +21,7 @@ def data(tmp_path_factory):
 
 @pytest.fixture
 def ros_env(monkeypatch):
-    domain = 40 + (os.getpid() % 150)
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    return domain
+    return use_isolated_ros_domain(monkeypatch, 0)
 
 
 def _wait(node, cond, timeout=20.0):

@@ -14,7 +14,7 @@ import yaml
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import stop_processes  # noqa: E402
+from conftest import SPIN_UNTIL_STOPPED, stop_processes  # noqa: E402
 
 from memnav.ros.topic_command import field_of, qos_mismatches, rate_summary, to_plain  # noqa: E402
 
@@ -58,11 +58,7 @@ from std_msgs.msg import Bool
 rclpy.init()
 node = rclpy.create_node("test_topic_peer")
 node.create_publisher(Bool, "/memnav/estop", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
-try:
-    rclpy.spin(node)
-except KeyboardInterrupt:
-    pass
-"""
+""" + SPIN_UNTIL_STOPPED
 
 
 @pytest.mark.ros
@@ -129,11 +125,7 @@ node = rclpy.create_node("test_mixed_" + sys.argv[1])
 kind = String if sys.argv[1] == "text" else Int32
 pub = node.create_publisher(kind, "/mixed", 10)
 node.create_timer(0.05, lambda: pub.publish(kind(data="x" * 100) if kind is String else kind(data=7)))
-try:
-    rclpy.spin(node)
-except KeyboardInterrupt:
-    pass
-"""
+""" + SPIN_UNTIL_STOPPED
 
 
 @pytest.mark.ros
