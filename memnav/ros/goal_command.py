@@ -45,7 +45,7 @@ from memnav.core.goal_photo import (
     refuse_overwriting,
     write_goal_photo,
 )
-from memnav.ros.qos import latched_qos
+from memnav.ros.qos import events_qos, latched_qos
 from memnav.ros.shell_node import (
     Ros,
     add_exit_statuses,
@@ -367,7 +367,7 @@ def send(args: argparse.Namespace) -> int:
 
             node.create_subscription(String, "memnav/action", on_action, 10)
             node.create_subscription(String, "memnav/policy_state", on_state, 10)
-            node.create_subscription(String, "memnav/goal_status", on_status, latched_qos())
+            node.create_subscription(String, "memnav/goal_status", on_status, events_qos())
             if args.odom_topic:
                 node.create_subscription(Odometry, args.odom_topic, on_odom, qos_profile_sensor_data)
                 if not ros.spin_until(lambda: state["pose"] is not None, ODOM_WAIT_S):

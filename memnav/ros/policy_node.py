@@ -17,7 +17,8 @@ Publishes:
                                 simulator's episode result)
                                 or "abandoned" (goal_state_file: the node restarted more than max_goal_resumes times
                                 while working on it); `resumed`: how often a restarted node took this goal up again
-                                (reliable, transient local: a late subscriber gets the newest)
+                                (reliable, transient local, depth 10, `qos.events_qos`: statuses
+                                sent back to back all arrive; a late subscriber gets the last 10, newest last)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
                                 stop_reason, goal_probability, places, mode: "policy", "homing",
                                 "look", "explore", "candidate", "approach", "sweep", "best_view", "stop" or
@@ -71,7 +72,7 @@ from memnav.core.files import state_path_in_namespace
 from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_robot_camera
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
-from memnav.ros.qos import latched_qos
+from memnav.ros.qos import events_qos, latched_qos
 from memnav.ros.shell_node import MAX_WAIT_S
 from memnav.threads import MAX_INFERENCE_THREADS
 
@@ -366,7 +367,7 @@ def build(node) -> Callable[[], None]:
     pub_action = node.create_publisher(String, "memnav/action", 10)
     pub_cmd = node.create_publisher(Twist, "cmd_vel", 10)
     pub_state = node.create_publisher(String, "memnav/policy_state", 10)
-    pub_status = node.create_publisher(String, "memnav/goal_status", latched)
+    pub_status = node.create_publisher(String, "memnav/goal_status", events_qos())   # back-to-back statuses
     show_search = nav.cfg.explore and cfg.map_period_s > 0
     if show_search:
         pub_map = node.create_publisher(OccupancyGrid, "memnav/map", latched)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memnav.core.files import replace_files
 from memnav.core.stack_status import GraphSettle, Heard, summarize
-from memnav.ros.qos import latched_qos
+from memnav.ros.qos import events_qos, latched_qos
 from memnav.ros.shell_node import Ros, add_exit_statuses, add_ros_args, check_seconds, shell_ros_args
 
 DISCOVERY_S = 5.0   # wait up to this long for a policy node to show in the graph before listening
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     ok, reported = False, False
     try:
         node = ros.node
-        node.create_subscription(String, "memnav/goal_status", keep("goal"), latched)
+        node.create_subscription(String, "memnav/goal_status", keep("goal"), events_qos())   # the newest comes last
         node.create_subscription(String, "memnav/policy_state", keep("policy"), 10)
         node.create_subscription(String, "memnav/safety_status", keep("safety"), 10)
         node.create_subscription(String, "memnav/scene_graph",

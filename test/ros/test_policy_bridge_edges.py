@@ -56,7 +56,7 @@ class Feeder:
         from sensor_msgs.msg import Image
         from std_msgs.msg import String
 
-        from memnav.ros.qos import latched_qos
+        from memnav.ros.qos import events_qos, latched_qos
 
         self.node = node
         self.rgb = np.random.default_rng(0).integers(0, 255, (96, 128, 3), dtype=np.uint8)
@@ -73,7 +73,7 @@ class Feeder:
                                                                                 m.angular.z)), 50)
         node.create_subscription(String, "/memnav/action", lambda m: self.actions.append(m.data), 50)
         node.create_subscription(String, "/memnav/goal_status", lambda m: self.statuses.append(json.loads(m.data)),
-                                 latched_qos())
+                                 events_qos())
         node.create_timer(0.1, self.tick)
 
     def tick(self) -> None:
