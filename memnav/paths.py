@@ -7,6 +7,7 @@ data_files); that folder is used when the repository's is absent. No ROS imports
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,8 @@ def earlier_memories(folder: str | Path | None, keys) -> list[str]:
 
 def check_output_file(path: Path | None, option: str) -> None:
     """Refuse an output file path that could not be written, before any work is done for it: an existing
-    directory, or a path below an existing file.
+    directory, a path below an existing file, or one whose nearest existing folder does not take a new file
+    (read-only, no permission; a missing folder on the way is created when the file is written).
 
     Raises:
         ValueError: naming `option` and the path.
@@ -90,12 +92,12 @@ def check_output_file(path: Path | None, option: str) -> None:
         return
     if path.is_dir():
         raise ValueError(f"{option} {path}: is a directory; give the path of a file to write")
-    _check_parents(path, option)
+    _check_writable(path.parents, path, option)
 
 
 def check_output_dir(path: Path | None, option: str) -> None:
-    """Refuse an output folder path that exists as something other than a folder, or lies below a file, before any
-    work is done for it.
+    """Refuse an output folder path that exists as something other than a folder, lies below a file, or whose
+    nearest existing folder (itself, when it exists) does not take a new file, before any work is done for it.
 
     Raises:
         ValueError: naming `option` and the path.
@@ -104,12 +106,18 @@ def check_output_dir(path: Path | None, option: str) -> None:
         return
     if path.exists() and not path.is_dir():
         raise ValueError(f"{option} {path}: exists and is not a directory; give a folder path")
-    _check_parents(path, option)
+    _check_writable((path, *path.parents), path, option)
 
 
-def _check_parents(path: Path, option: str) -> None:
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{option} {path}: {parent} is a file, not a directory")
-            return
+def _check_writable(folders, path: Path, option: str) -> None:
+    """The first existing one of `folders` (nearest first) must be a folder that takes a new file."""
+    folder = next((f for f in folders if f.exists()), None)
+    if folder is None:
+        return
+    if not folder.is_dir():
+        raise ValueError(f"{option} {path}: {folder} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot write in {folder} ({err.strerror or err})") from err

@@ -45,14 +45,19 @@ def _plt():
     return plt
 
 
-def save_figure(fig: Any, path: Path, dpi: int = 90) -> None:
-    """Write a figure as PNG, whole or not at all (a failed write keeps the file that was there), and close it."""
+def figure_png(fig: Any, dpi: int = 90) -> bytes:
+    """A matplotlib figure as PNG bytes; the figure is closed (to be written with others by `replace_files`)."""
     png = io.BytesIO()
     try:
         fig.savefig(png, format="png", dpi=dpi)
     finally:
         _plt().close(fig)
-    replace_files({path: png.getvalue()})
+    return png.getvalue()
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 90) -> None:
+    """Write a figure as PNG, whole or not at all (a failed write keeps the file that was there), and close it."""
+    replace_files({path: figure_png(fig, dpi)})
 
 
 def plot_trajectory(result: EvalResult, path: Path) -> None:

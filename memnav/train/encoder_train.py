@@ -30,9 +30,10 @@ from memnav.cli import add_camera_arguments, camera_options
 from memnav.core.checkpoint import read_state, torch_bytes
 from memnav.core.encoder import SIM_HFOV_DEG, EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
 from memnav.core.files import replace_files
+from memnav.eval.report import figure_png
 from memnav.paths import check_output_dir, check_output_file
 from memnav.sim.dataset import default_data_dir
-from memnav.train.checks import check_writable_output, diverged, figure_png
+from memnav.train.checks import diverged
 from memnav.train.frame_bank import (
     NEAR_MISS_M,
     NEAR_MISS_TURN_DEG,
@@ -509,7 +510,6 @@ def run(args: argparse.Namespace) -> int:
     # every option is checked before the first frame is rendered (minutes of work on a real dataset)
     _check_options(cfg, args)
     check_output_file(args.out, "--out")
-    check_writable_output(args.out, "--out")
     if args.cache_dir is not None:
         check_output_dir(args.cache_dir, "--cache-dir")
     device = resolve_device(args.device)

@@ -45,10 +45,11 @@ from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig, StepIn
 from memnav.core.policy import MOVES, MemoryPolicy, PolicyConfig, save_policy
 from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.types import Action
+from memnav.eval.report import figure_png
 from memnav.paths import check_output_file
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
-from memnav.train.checks import check_writable_output, diverged, figure_png
+from memnav.train.checks import diverged
 
 VARIANTS = {"memnav": MemoryKind.SCENE_GRAPH, "episodic": MemoryKind.EPISODIC, "gru": MemoryKind.NONE}
 
@@ -265,7 +266,6 @@ def _check_options(args: argparse.Namespace) -> None:
     if not args.max_minutes >= 0:
         raise ValueError(f"--max-minutes must be >= 0 (0 = no limit), got {args.max_minutes:g}")
     check_output_file(args.out, "--out")
-    check_writable_output(args.out, "--out")
 
 
 def minibatch_envs(envs: int) -> int:
