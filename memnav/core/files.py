@@ -25,7 +25,8 @@ def replace_files(files: dict[Path, bytes], sync: bool = False) -> None:
     try:
         for path, data in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+            remove_stale_temporaries(path)
+            tmp = temporary_path(path)
             written.append((tmp, path))
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -37,6 +38,47 @@ def replace_files(files: dict[Path, bytes], sync: bool = False) -> None:
     finally:
         for tmp, _ in written:
             tmp.unlink(missing_ok=True)
+
+
+def temporary_path(path: Path, pid: int | None = None) -> Path:
+    """The hidden temporary file beside `path` that process `pid` (this one by default) writes before renaming
+    it into place: `.NAME.tmpPID`."""
+    return path.with_name(f".{path.name}.tmp{os.getpid() if pid is None else pid}")
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporary files beside `path` (`temporary_path`) left by processes that are gone (killed
+    during a write: SIGKILL, a power cut); those of running processes are theirs and stay.
+
+    Returns:
+        The files removed.
+    """
+    removed = []
+    prefix = f".{path.name}.tmp"
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return removed
+    for sibling in siblings:
+        pid = sibling.name[len(prefix):]
+        if not (sibling.name.startswith(prefix) and pid.isdigit()) or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            sibling.unlink()
+            removed.append(sibling)
+        except OSError:
+            pass        # another writer's clean-up got there first, or the folder is read-only: harmless
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True     # another user's process (or a number no process has: kept, nothing is risked)
+    return True
 
 
 def state_path_in_namespace(path: str, namespace: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.core.files import replace_files
 from memnav.core.frames import rotate_by_quat_xyzw, yaw_from_quat_xyzw
 
 MAX_ROTATION_TILT_DEG = 30.0  # a start or goal rotation may tilt the agent's up axis this far from +Y, degrees
@@ -335,11 +336,8 @@ def load_episodes(data: Path | str, split: str, scenes_dir: Path | None = None,
 def save_episodes(path: Path, episodes: list[Episode]) -> None:
     """Write {"episodes": [...]} as gzip JSON, byte-identical for identical input."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({"episodes": [e.to_json() for e in episodes]}, separators=(",", ":")).encode()
     buf = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as f:
         f.write(payload)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    replace_files({path: buf.getvalue()})

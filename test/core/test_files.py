@@ -1,7 +1,11 @@
-"""memnav.core.files.replace_files: all files replaced, or none."""
+"""memnav.core.files.replace_files: all files replaced, or none; temporaries of killed writers cleared."""
+import signal
+import subprocess
+import sys
+
 import pytest
 
-from memnav.core.files import replace_files
+from memnav.core.files import replace_files, temporary_path
 
 
 def test_files_are_replaced_together_and_a_failed_write_replaces_none(tmp_path):
@@ -13,6 +17,26 @@ def test_files_are_replaced_together_and_a_failed_write_replaces_none(tmp_path):
         replace_files({a: b"new", tmp_path / "blocker" / "c.txt": b"x"})
     assert a.read_bytes() == b"one"                              # the first file was not replaced either
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "blocker", "sub"]   # no temporary file left
+
+
+def test_a_writer_killed_mid_write_leaves_no_temporary_after_the_next_write(tmp_path):
+    a = tmp_path / "a.txt"
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        temporary_path(a, killed.pid).write_bytes(b"half of a file")    # what SIGKILL during a write leaves
+        temporary_path(a, running.pid).write_bytes(b"being written")    # a writer still at work
+        (tmp_path / ".b.txt.tmp1").write_bytes(b"another file's")       # not a.txt's: left alone
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        replace_files({a: b"whole"})
+        assert a.read_bytes() == b"whole"
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            ".a.txt.tmp%d" % running.pid, ".b.txt.tmp1", "a.txt"]
+    finally:
+        running.kill()
+        running.wait(timeout=30)
+        killed.kill()
 
 
 def test_json_safe_makes_strict_json_of_non_finite_and_numpy_values():
