@@ -375,7 +375,7 @@ _STATE_KEYS = ("model", "opt", "sched", "gen", "rng", "curve", "step", "total_st
 def _read_state(state_path: Path) -> dict:
     """The resumable state `run` saved in `state_path` (a ValueError naming the file otherwise)."""
     return read_state(state_path, _STATE_KEYS, "memnav train encoder",
-                      "pass --restart to start over (it is then replaced) or move it away", weights_only=False)
+                      "pass --restart to start over (it is then replaced) or move it away")
 
 
 def _refuse_changed(state_path: Path, what: str, started: dict, now: dict) -> None:

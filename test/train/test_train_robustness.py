@@ -198,3 +198,27 @@ def test_policy_loss_that_turns_nan_stops_the_run_before_it_is_saved(policy_setu
     err = capsys.readouterr().err
     assert "the training loss is nan at update 1 of 3 (DAgger): the run diverged" in err, err
     assert "Traceback" not in err and not out.exists() and not out.with_name("pol.pt.state").exists()
+
+
+class _RunsCodeWhenUnpickled:
+    """What a doctored `.state` file can hold: unpickling it calls open(marker, "w"), i.e. runs code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_resumable_state_is_read_without_running_code_it_holds(tiny_data, tmp_path, capsys):
+    """The encoder's `.state` was read with torch.load(weights_only=False): a state file from elsewhere ran
+    whatever it held. Now it is read like the checkpoints (weights_only=True) and such a file is refused."""
+    out = tmp_path / "enc.pt"
+    marker = tmp_path / "ran"
+    torch.save({"model": {}, "opt": {}, "sched": {}, "gen": torch.zeros(1), "rng": {}, "curve": {}, "step": 1,
+                "total_steps": 4, "payload": _RunsCodeWhenUnpickled(marker)}, out.with_name("enc.pt.state"))
+    assert main(_encoder_args(tiny_data, out)) == 2
+    err = capsys.readouterr().err
+    assert "enc.pt.state: not a resumable state of `memnav train encoder` (torch.load cannot read it)" in err, err
+    assert not marker.exists()
+    assert not out.exists()
