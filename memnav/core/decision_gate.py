@@ -16,6 +16,10 @@ odometry was off) is told apart from motion when configured (`odometry_jump_m` /
 consecutive odometry messages farther apart than a robot moves between two of them. The gate then forgets the
 poses before the jump and decides on no frame taken before it, and says so (`odometry` returns why), so that
 the agent can relocalise as after being carried.
+
+Odometry that stops (a base driver that died, a cable out) is told apart, in real time and when configured
+(`odometry_timeout_s`), by when its last message arrived: past that, a frame with no odometry of its instant is
+not decided on (the robot stands) rather than on the last pose heard, where the robot no longer is.
 """
 from __future__ import annotations
 
@@ -77,11 +81,13 @@ class DecisionGate:
         odometry_history: odometry poses kept to pair frames with.
         odometry_jump_m: consecutive odometry poses farther apart than this are a jump, meters (0 = off).
         odometry_jump_deg: ... or turned by more than this, degrees (0 = off).
+        odometry_timeout_s: real time: no decision while the newest odometry message arrived longer ago than
+            this (`odometry`'s `wall_s`, `due`'s clock) and none lies near the frame's instant, seconds (0 = off).
     """
 
     def __init__(self, *, lockstep: bool, sync_tolerance_s: float, action_duration_s: float,
                  goal_depth_wait_s: float, odometry_history: int = 64, odometry_jump_m: float = 0.0,
-                 odometry_jump_deg: float = 0.0) -> None:
+                 odometry_jump_deg: float = 0.0, odometry_timeout_s: float = 0.0) -> None:
         if action_duration_s <= 0 or sync_tolerance_s < 0 or goal_depth_wait_s < 0:
             raise ValueError("DecisionGate: action_duration_s must be > 0, sync_tolerance_s and goal_depth_wait_s "
                              f">= 0; got {action_duration_s!r}, {sync_tolerance_s!r}, {goal_depth_wait_s!r}")
@@ -89,7 +95,11 @@ class DecisionGate:
                 and math.isfinite(odometry_jump_deg) and odometry_jump_deg >= 0):
             raise ValueError("DecisionGate: odometry_jump_m and odometry_jump_deg must be >= 0 (0 = off); got "
                              f"{odometry_jump_m!r}, {odometry_jump_deg!r}")
+        if not (math.isfinite(odometry_timeout_s) and odometry_timeout_s >= 0):
+            raise ValueError(f"DecisionGate: odometry_timeout_s must be >= 0 (0 = off); got {odometry_timeout_s!r}")
         self.odometry_jump_m, self.odometry_jump_deg = odometry_jump_m, odometry_jump_deg
+        self.odometry_timeout_s = odometry_timeout_s
+        self._pose_wall_s: float | None = None   # when the newest odometry arrived (None: not told)
         self.lockstep = lockstep
         self.sync_tolerance_ns = 0 if lockstep else int(sync_tolerance_s * 1e9)
         self.action_duration_s = action_duration_s
@@ -163,10 +173,12 @@ class DecisionGate:
     def depth(self, stamp_ns: int, depth: np.ndarray) -> None:
         self._depth = (int(stamp_ns), depth)
 
-    def odometry(self, stamp_ns: int, pose: Pose2D) -> str | None:
-        """A new odometry pose. Returns None, or when it jumped from the pose before (see the module docstring)
-        one line saying how far; the poses before it are then forgotten, and frames taken before it are not
-        decided on."""
+    def odometry(self, stamp_ns: int, pose: Pose2D, wall_s: float | None = None) -> str | None:
+        """A new odometry pose, arrived at `wall_s` (`due`'s clock; for `odometry_timeout_s`). Returns None, or
+        when it jumped from the pose before (see the module docstring) one line saying how far; the poses before
+        it are then forgotten, and frames taken before it are not decided on."""
+        if wall_s is not None:
+            self._pose_wall_s = wall_s
         jump = None
         if self._newest_pose is not None:
             jump = odometry_jump(self._newest_pose[1], pose, self.odometry_jump_m, self.odometry_jump_deg)
@@ -200,11 +212,21 @@ class DecisionGate:
         match = self._poses.nearest(t_rgb, 0 if self.lockstep else self.sync_tolerance_ns + ODOMETRY_SLACK_NS)
         if match is None and self.lockstep:
             return None   # the odometry of this frame is still on its way
+        if match is None and self.odometry_silent_s(wall_s) is not None:
+            return None   # real time: odometry stopped; where the robot is now is not known
         if not self.lockstep and now_s < self._velocity_until_s:
             return None   # the previous action is still being carried out
         if not self.goal_has_depth and wall_s - self.goal_wall_s < self.goal_depth_wait_s:
             return None   # the goal's depth may still be on its way (topics are not ordered)
         return DecisionInput(t_rgb, rgb, depth, (match or self._newest_pose)[1])
+
+    def odometry_silent_s(self, wall_s: float) -> float | None:
+        """Real time with `odometry_timeout_s`: how long ago (by `wall_s`) the newest odometry arrived when that is
+        longer than the timeout, else None."""
+        if self.lockstep or self.odometry_timeout_s <= 0 or self._pose_wall_s is None:
+            return None
+        silent = wall_s - self._pose_wall_s
+        return silent if silent > self.odometry_timeout_s else None
 
     # --- the action ----------------------------------------------------------------------------
     def taking(self, stamp_ns: int) -> None:

@@ -206,6 +206,9 @@ class PolicyNodeConfig(ExploringTuning):
             robot stands), and decides on no frame taken before the jump; meters, 0 = off (the robot profile: 0.5,
             ten times a 10 Hz odometry's step at the safety node's 0.5 m/s).
         odometry_jump_deg: ... or turned by more than this between them, degrees (0 = off; the robot profile: 45).
+        odometry_timeout_s: real time: while no /odom message has arrived for this long, frames without odometry
+            of their instant are not decided on (the robot stands, logged) instead of on the last pose heard,
+            where the robot no longer is; seconds, 0 = off (lock-step waits for each frame's odometry anyway).
         mount_check_s: every this many seconds until a depth image shows enough floor, fit the floor
             (`sensor_check.fit_floor`, as `memnav check` does) and compare the camera's height and pitch it gives
             with camera_height_m and camera_pitch_deg: a difference is logged and reported on /diagnostics (WARN,
@@ -243,6 +246,7 @@ class PolicyNodeConfig(ExploringTuning):
     max_goal_resumes: int = 3
     odometry_jump_m: float = 0.0
     odometry_jump_deg: float = 0.0
+    odometry_timeout_s: float = 1.0
     mount_check_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -258,7 +262,8 @@ class PolicyNodeConfig(ExploringTuning):
         for name, low, strict in (("action_duration_s", 0.0, True), ("forward_step_m", 0.0, True),
                                   ("turn_angle_deg", 0.0, True), ("sync_tolerance_s", 0.0, False),
                                   ("goal_depth_wait_s", 0.0, False), ("subscriber_wait_s", 0.0, False),
-                                  ("odometry_jump_m", 0.0, False), ("odometry_jump_deg", 0.0, False)):
+                                  ("odometry_jump_m", 0.0, False), ("odometry_jump_deg", 0.0, False),
+                                  ("odometry_timeout_s", 0.0, False)):
             value = getattr(self, name)
             # durations also within int64 nanoseconds (the decision gate counts the sync tolerance in them)
             most = MAX_WAIT_S if name.endswith("_s") else math.inf
@@ -375,6 +380,7 @@ def build(node) -> Callable[[], None]:
         pub_markers = node.create_publisher(MarkerArray, "memnav/search_markers", 10)
     gate = DecisionGate(lockstep=cfg.lockstep, sync_tolerance_s=cfg.sync_tolerance_s,
                         odometry_jump_m=cfg.odometry_jump_m, odometry_jump_deg=cfg.odometry_jump_deg,
+                        odometry_timeout_s=cfg.odometry_timeout_s,
                         action_duration_s=cfg.action_duration_s, goal_depth_wait_s=cfg.goal_depth_wait_s)
 
     def drop(what: str, err: Exception) -> None:
@@ -564,7 +570,7 @@ def build(node) -> Callable[[], None]:
         st["heard"]["odom"] = time.monotonic()
         if not cfg.odom_frame and msg.header.frame_id:
             st["odom_frame"] = msg.header.frame_id
-        jump = gate.odometry(*got)
+        jump = gate.odometry(*got, wall_s=st["heard"]["odom"])
         if jump is not None:
             st["odometry_jumps"] += 1
             goal = gate.goal_photo
@@ -583,7 +589,13 @@ def build(node) -> Callable[[], None]:
                                           "unknown, so nothing is mapped or decided (remap the camera's camera_info "
                                           "there, or set camera_hfov_deg)", throttle_duration_sec=5.0)
             return
-        frame = gate.due(now_s(), time.monotonic())
+        wall = time.monotonic()
+        frame = gate.due(now_s(), wall)
+        silent = gate.odometry_silent_s(wall) if frame is None and gate.goal_stamp_ns is not None else None
+        if silent is not None:
+            node.get_logger().warning(f"no odometry on {sub_odom.topic_name} for {silent:.1f} s "
+                                      f"(odometry_timeout_s {cfg.odometry_timeout_s:g}): standing still until it "
+                                      "is back", throttle_duration_sec=5.0)
         if frame is None or not subscribers_ready():
             return  # lock-step: the bridge re-sends this frame; real time: the timer asks again
         gate.taking(frame.stamp_ns)
@@ -676,8 +688,8 @@ def build(node) -> Callable[[], None]:
     sub_info = node.create_subscription(CameraInfo, "camera/color/camera_info", on_camera_info,
                                         qos_profile_sensor_data) if not cfg.camera_hfov_deg else None
     # best effort: matches reliable and best-effort odometry publishers alike (robot drivers use both)
-    node.create_subscription(Odometry, "odom", on_odom,
-                             QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
+    sub_odom = node.create_subscription(Odometry, "odom", on_odom,
+                                        QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
     node.create_subscription(Image, "memnav/goal_image", on_goal, latched)
     node.create_subscription(Image, "memnav/goal_depth", on_goal_depth, latched)
     node.create_subscription(String, "memnav/episode_result", on_result, latched)

@@ -193,3 +193,36 @@ def test_bad_arguments_and_a_missing_goal_are_named():
         gate(False, odometry_jump_m=float("nan"))
     with pytest.raises(RuntimeError, match="no goal photo"):
         gate(False).goal_to_start()
+
+
+def test_real_time_stands_still_when_odometry_stops_instead_of_deciding_on_its_last_pose():
+    """Frames kept coming after the odometry stopped (a base driver that died) and were decided on with the
+    last pose heard, seconds old, where the robot no longer was: the map smeared and the search went astray."""
+    g = gate(False, odometry_timeout_s=1.0)
+    start_goal(g, 0)
+    g.odometry(1000 * MS, Pose2D(1.0, 0.0, 0.0), wall_s=10.0)
+    g.colour(1500 * MS, RGB)
+    g.depth(1500 * MS, DEPTH)                       # 500 ms from the pose: past the tolerance, not silent yet
+    got = g.due(10.5, 10.5)
+    assert got is not None and got.pose.x_m == 1.0
+    g.taking(got.stamp_ns)
+    g.hold((0.25, 0.0), 10.5)
+    g.colour(3000 * MS, RGB)
+    g.depth(3000 * MS, DEPTH)
+    assert g.odometry_silent_s(12.0) == pytest.approx(2.0)
+    assert g.due(12.0, 12.0) is None                # nothing heard for 2 s: no decision, the robot stands
+    assert g.velocity(12.0) == (0.0, 0.0)
+    g.odometry(3000 * MS, Pose2D(1.2, 0.0, 0.0), wall_s=12.1)   # it is back
+    assert g.odometry_silent_s(12.1) is None
+    got = g.due(12.1, 12.1)
+    assert got is not None and got.pose.x_m == 1.2
+    off = gate(False)                               # 0: off, the last pose as before
+    start_goal(off, 0)
+    off.odometry(1000 * MS, Pose2D(1.0, 0.0, 0.0), wall_s=10.0)
+    off.colour(3000 * MS, RGB)
+    off.depth(3000 * MS, DEPTH)
+    assert off.due(12.0, 12.0).pose.x_m == 1.0
+    lock = gate(True, odometry_timeout_s=1.0)       # lock-step waits for the frame's own odometry anyway
+    assert lock.odometry_silent_s(99.0) is None
+    with pytest.raises(ValueError, match="odometry_timeout_s must be >= 0"):
+        gate(False, odometry_timeout_s=float("nan"))

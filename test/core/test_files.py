@@ -32,7 +32,7 @@ def test_a_writer_killed_mid_write_leaves_no_temporary_after_the_next_write(tmp_
         replace_files({a: b"whole"})
         assert a.read_bytes() == b"whole"
         assert sorted(p.name for p in tmp_path.iterdir()) == [
-            ".a.txt.tmp%d" % running.pid, ".b.txt.tmp1", "a.txt"]
+            f".a.txt.tmp{running.pid}", ".b.txt.tmp1", "a.txt"]
     finally:
         running.kill()
         running.wait(timeout=30)
