@@ -41,7 +41,8 @@ a folder that does not exist or cannot be written, is a file it cannot write, is
 is not a memory it can read (another schema version, another embedding_dim, not a memnav memory). A ~/clear that
 cannot create the file again answers failure and goes on in RAM only (as after a failed write).
 Time sync: an embedding is inserted with the latest odometry stamped at or before it (at most odom_max_age_s
-older). An embedding newer than all odometry received waits up to odom_wait_s for odometry to catch up. A
+older). An embedding newer than all odometry received waits up to odom_wait_s for odometry to catch up; with
+MAX_PENDING_EMBEDDINGS waiting, the oldest one's wait ends (it is inserted, with a warning). A
 re-sent embedding (same stamp as the last insert) is skipped; an older one is dropped with a warning (the memory's
 time never goes backwards).
 Detections: /memnav/detections (std_msgs/String JSON, memnav.core.detections.detections_to_dict: stamp_ns and
@@ -129,6 +130,7 @@ class MemoryNodeConfig:
 
 
 # (prefix, dataclass) of every parameter group this node declares, in declaration order
+MAX_PENDING_EMBEDDINGS = 10   # embeddings waiting for odometry of their instants; the oldest is inserted beyond
 PARAMETER_GROUPS = (("", MemoryNodeConfig), ("", SceneGraphParams), ("buffer.", WorkingBufferConfig))
 
 
@@ -307,9 +309,18 @@ def build(node) -> Callable[[], None]:
             return
         pending.append((t, time.monotonic(), emb))
         pending.sort(key=lambda p: p[0])
-        if len(pending) > 10:
-            drop("embedding", RuntimeError(f"no odometry for {cfg.odom_wait_s} s; queue full"))
-            pending.pop(0)
+        if len(pending) > MAX_PENDING_EMBEDDINGS:
+            # embeddings come faster than odometry of their instants: the oldest one's wait ends here, and it is
+            # inserted with the odometry there is (as when its odom_wait_s is over), not thrown away
+            stamp_ns, arrived, oldest = pending.pop(0)
+            newest = odoms.newest_stamp_ns
+            odom = ("none heard yet" if newest is None
+                    else f"the newest /odom is {(stamp_ns - newest) / 1e9:.3f} s older than the oldest embedding")
+            node.get_logger().warning(
+                f"{MAX_PENDING_EMBEDDINGS} embeddings wait for odometry of their instants ({odom}): that one is "
+                f"inserted after {time.monotonic() - arrived:.2f} s of its odom_wait_s {cfg.odom_wait_s:g} s",
+                throttle_duration_sec=5.0)
+            insert(stamp_ns, oldest)
         process()
 
     def on_odom(msg: Odometry) -> None:
