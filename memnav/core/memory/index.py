@@ -12,13 +12,17 @@ near the top:
 * IVF mode: spherical k-means (trained on a sample) splits the vectors into ~sqrt(N) lists; a query scans
   the `nprobe` lists whose centroids are most similar. The index retrains itself (amortised) each time it
   has grown `retrain_growth` times since the last training, and falls back to exact mode when it shrinks
-  below half the threshold.
+  below half the threshold. A training depends only on the vectors held and the seed (the sample is drawn
+  in the caller's `key_order`, seeded by the size), and `training` / `restore` carry it over to an index
+  rebuilt elsewhere (the scene graph stores it with the memory), so that a reopened index scans the same lists.
 
 Results do not depend on how the vectors happen to be laid out (insertion and removal order, which list a
 vector sits in, exact or IVF mode): equal similarities rank the lower key first (or the lower of a caller's
 tie-break values), and the similarities returned are computed row by row in float64, since a BLAS scan may
-round one vector's dot product differently depending on its row. Two indexes holding the same vectors under
-the same keys give the same results in exact mode or with `exact=True` (IVF lists depend on the training).
+round one vector's dot product differently depending on its row; likewise the list a vector goes to is
+settled in float64 where two centroids come that close. Two indexes holding the same vectors under the same
+keys give the same results in exact mode or with `exact=True`, and in IVF mode when they hold the same
+training (the same centroids).
 
 This module also holds the input checks shared by the memory components (embeddings, poses, stamps), so
 every component rejects bad input with the same `InvalidInputError` naming the offending field.
@@ -26,7 +30,8 @@ every component rejects bad input with the same `InvalidInputError` naming the o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -133,6 +138,13 @@ def check_stamp(stamp_ns: object, last_stamp_ns: int | None, field: str = "stamp
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _row_similarities(vecs: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """float32 dot products of float32 rows with q, each row summed alone in float64 (a BLAS product may round
+    a row differently depending on its position in the matrix)."""
+    # float64 products of float32 values are exact, and each row is summed alone, in one order
+    return (vecs.astype(np.float64) * q.astype(np.float64)).sum(axis=1).astype(np.float32)
+
+
 class _Block:
     """A growable contiguous run of (key, vector) rows; removal swaps the last row into the hole."""
 
@@ -178,6 +190,23 @@ class _Block:
         return self.vecs.nbytes + self.keys.nbytes
 
 
+@dataclass(frozen=True)
+class IvfTraining:
+    """What an IVF index was trained to: enough for another index holding the same vectors to build the same
+    lists without training (see `EmbeddingIndex.restore`).
+
+    Attributes:
+        centroids: (nlist, dim) float32 unit rows.
+        trained_size: how many vectors the index held when they were trained (it retrains once it holds
+            `retrain_growth` times as many).
+        exact_max_size: the index's `exact_max_size` then (an index set up otherwise does not take them).
+    """
+
+    centroids: np.ndarray
+    trained_size: int
+    exact_max_size: int
+
+
 class IndexMode(Enum):
     """The search regime an index is in."""
 
@@ -197,12 +226,15 @@ class EmbeddingIndex:
         retrain_growth: retrain the IVF centroids each time the size has grown by this factor.
         kmeans_iters: Lloyd iterations when training IVF centroids.
         train_points_per_list: training sample size per IVF list.
-        seed: seed of the k-means sampling (training is deterministic for a given insertion order).
+        seed: seed of the k-means sampling.
+        key_order: maps an array of keys to values that order them (distinct per key; default: the keys). The
+            training sample is drawn in this order, so two indexes holding the same vectors under keys that this
+            order ranks alike train the same centroids (the scene graph passes the node id of each slot).
     """
 
     def __init__(self, dim: int, *, exact_max_size: int = 20_000, nprobe: int = 16,
                  retrain_growth: float = 4.0, kmeans_iters: int = 10, train_points_per_list: int = 64,
-                 seed: int = 0) -> None:
+                 seed: int = 0, key_order: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         if dim <= 0:
             raise ValueError(f"dim must be positive, got {dim}")
         if exact_max_size < 1 or nprobe < 1 or retrain_growth <= 1.0 or kmeans_iters < 1:
@@ -213,7 +245,9 @@ class EmbeddingIndex:
         self.retrain_growth = retrain_growth
         self.kmeans_iters = kmeans_iters
         self.train_points_per_list = train_points_per_list
-        self._rng = np.random.default_rng(seed)
+        self.seed = seed
+        self._key_order = key_order
+        self.generation = 0   # counts the (re)trainings and switches to exact mode: when `training` changed
         self._blocks: list[_Block] = [_Block(dim)]
         self._centroids: np.ndarray | None = None   # (nlist, dim) float32 unit rows in IVF mode
         self._trained_size = 0
@@ -255,12 +289,31 @@ class EmbeddingIndex:
         self._key_block, self._key_pos = kb, kp
 
     def _assign(self, vecs: np.ndarray, chunk: int = 16_384) -> np.ndarray:
-        """Nearest IVF list of each row (all zeros in exact mode)."""
+        """Nearest IVF list of each row (all zeros in exact mode), the lowest list among equally near ones.
+
+        The same for a vector whatever the batch it comes in: where the float32 scan puts another centroid within
+        its rounding error of the nearest (a BLAS product rounds a row differently depending on its position),
+        the row is settled by `_row_similarities` instead.
+        """
         if self._centroids is None:
             return np.zeros(len(vecs), dtype=np.int64)
+        cents = self._centroids
+        slack = 2.0 * (self.dim + 1) * 2.0 ** -24   # as in `search`, for unit rows and centroids
+        if len(vecs) == 1:      # one insert or update: the same test without the batch bookkeeping
+            sims = cents @ vecs[0]
+            best = int(np.argmax(sims))
+            if np.count_nonzero(sims >= sims[best] - slack) > 1:
+                best = int(np.argmax(_row_similarities(cents, vecs[0])))
+            return np.array([best], dtype=np.int64)
         out = np.empty(len(vecs), dtype=np.int64)
         for s in range(0, len(vecs), chunk):
-            out[s : s + chunk] = np.argmax(vecs[s : s + chunk] @ self._centroids.T, axis=1)
+            sims = vecs[s : s + chunk] @ cents.T
+            best = np.argmax(sims, axis=1)
+            top = sims[np.arange(len(best)), best]
+            close = np.count_nonzero(sims >= (top - slack)[:, None], axis=1) > 1
+            for i in np.flatnonzero(close).tolist():
+                best[i] = np.argmax(_row_similarities(cents, vecs[s + i]))
+            out[s : s + chunk] = best
         return out
 
     # -- mutation ---------------------------------------------------------------------------------------
@@ -279,6 +332,11 @@ class EmbeddingIndex:
         Raises:
             KeyError: if any key is negative, duplicated or already present.
         """
+        self._add(keys, vecs)
+        self._maybe_retrain()
+
+    def _add(self, keys: np.ndarray, vecs: np.ndarray) -> None:
+        """add_batch without retraining."""
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         vecs = np.asarray(vecs, dtype=np.float32)
         if len(keys) == 0:
@@ -299,7 +357,41 @@ class EmbeddingIndex:
             for group in np.split(order, bounds):
                 self._append(int(lists[group[0]]), keys[group], vecs[group])
         self._size += len(keys)
+
+    def restore(self, keys: np.ndarray, vecs: np.ndarray, training: IvfTraining | None) -> None:
+        """Fill an empty index with many vectors and the training another index holding them had (`training`),
+        so that both scan the same lists. The training is taken only if it was made under this index's
+        `exact_max_size` and the index is not below half of it (where that index would have left IVF mode);
+        otherwise, or with None, the index trains itself as `add_batch` would.
+
+        Raises:
+            ValueError: the index is not empty, or the centroids are not finite (nlist, dim) rows.
+            KeyError: as `add_batch`.
+        """
+        if self._size:
+            raise ValueError("restore() fills an empty index")
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if training is not None:
+            cents = np.asarray(training.centroids, dtype=np.float32)
+            if cents.ndim != 2 or cents.shape[1] != self.dim or len(cents) == 0 or not np.all(np.isfinite(cents)):
+                raise ValueError(f"IVF centroids must be finite (nlist, {self.dim}) rows, got {cents.shape}")
+            if training.trained_size < 1:
+                raise ValueError(f"IVF trained_size must be >= 1, got {training.trained_size}")
+            if training.exact_max_size != self.exact_max_size or len(keys) < self.exact_max_size // 2:
+                training = None
+        self._blocks[0].reserve(len(keys))
+        self._add(keys, vecs)
+        if training is not None:
+            self._rebuild(cents.copy())
+            self._trained_size = int(training.trained_size)
         self._maybe_retrain()
+
+    @property
+    def training(self) -> IvfTraining | None:
+        """The current IVF training (a copy), None in exact mode."""
+        if self._centroids is None:
+            return None
+        return IvfTraining(self._centroids.copy(), self._trained_size, self.exact_max_size)
 
     def _append(self, block_no: int, keys: np.ndarray, vecs: np.ndarray) -> None:
         start = self._blocks[block_no].append(keys, vecs)
@@ -354,9 +446,31 @@ class EmbeddingIndex:
         if not present.all():
             raise KeyError(f"index key {int(keys[np.argmin(present)])} is absent")
         out = np.empty((len(keys), self.dim), dtype=np.float32)
-        for i, key in enumerate(keys):
-            out[i] = self._blocks[int(self._key_block[key])].vecs[self._key_pos[key]]
+        blocks, pos = self._key_block[keys], self._key_pos[keys]
+        if len(self._blocks) == 1:
+            out[:] = self._blocks[0].vecs[pos]
+            return out
+        if len(keys) <= 64:     # a few rows (a place's neighbours): grouping by list costs more than it saves
+            for i, (b, p) in enumerate(zip(blocks.tolist(), pos.tolist())):
+                out[i] = self._blocks[b].vecs[p]
+            return out
+        order = np.argsort(blocks, kind="stable")
+        cuts = np.flatnonzero(np.diff(blocks[order])) + 1
+        for group in np.split(order, cuts):
+            out[group] = self._blocks[int(blocks[group[0]])].vecs[pos[group]]
         return out
+
+    def similarities(self, keys: Sequence[int] | np.ndarray, query: np.ndarray) -> np.ndarray:
+        """Cosine similarities of the vectors stored under `keys` to a unit query, as `search` scores them.
+
+        Each one is computed on its own in float64 (then rounded to float32), so it does not depend on which
+        other keys are asked for or in what order: equal vectors give equal similarities, and a caller that
+        picks the best of them can break ties by its own order.
+
+        Raises:
+            KeyError: naming the first key that is absent.
+        """
+        return _row_similarities(self.get_many(keys), np.asarray(query, dtype=np.float32))
 
     def keys(self) -> np.ndarray:
         """All keys currently stored (unordered)."""
@@ -377,17 +491,22 @@ class EmbeddingIndex:
         return keys, vecs
 
     def _train(self) -> np.ndarray:
-        """Spherical k-means on a sample; returns (nlist, dim) unit centroids."""
+        """Spherical k-means on a sample; returns (nlist, dim) unit centroids.
+
+        Depends only on the vectors held, their `key_order` and the seed, not on how they were inserted (the
+        storage layout) or on earlier trainings: an index rebuilt from the same vectors trains the same lists.
+        """
         # never more lists than vectors (an exact_max_size under 8 switches to lists with fewer than 8 vectors)
         nlist = min(int(np.clip(round(math.sqrt(self._size)), 8, 8192)), self._size)
         sample_size = min(self._size, nlist * self.train_points_per_list)
-        # sample rows block by block, without materialising all vectors
-        sizes = np.array([b.n for b in self._blocks])
-        flat = np.sort(self._rng.choice(self._size, size=sample_size, replace=False))
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        block_of = np.searchsorted(np.cumsum(sizes), flat, side="right")
-        x = np.concatenate([self._blocks[b].vecs[flat[block_of == b] - starts[b]] for b in np.unique(block_of)])
-        centroids = x[self._rng.choice(len(x), size=nlist, replace=False)].copy()
+        rng = np.random.default_rng([self.seed, self._size])
+        keys = self.keys()
+        rank = keys if self._key_order is None else np.asarray(self._key_order(keys))
+        # the sample in key order, gathered without materialising all vectors
+        sample = keys[np.argsort(rank, kind="stable")[np.sort(rng.choice(self._size, size=sample_size,
+                                                                           replace=False))]]
+        x = self.get_many(sample)
+        centroids = x[rng.choice(len(x), size=nlist, replace=False)].copy()
         for _ in range(self.kmeans_iters):
             assign = np.argmax(x @ centroids.T, axis=1)
             order = np.argsort(assign, kind="stable")
@@ -397,7 +516,7 @@ class EmbeddingIndex:
             centroids[present] = sums / np.maximum(norms, 1e-12)
             empty = np.setdiff1d(np.arange(nlist), present)
             if len(empty):  # re-seed empty lists with random sample points
-                centroids[empty] = x[self._rng.choice(len(x), size=len(empty), replace=False)]
+                centroids[empty] = x[rng.choice(len(x), size=len(empty), replace=False)]
         self._trained_size = self._size
         return centroids.astype(np.float32)
 
@@ -405,6 +524,7 @@ class EmbeddingIndex:
         """Redistribute every vector into the lists of `centroids` (None: one exact block)."""
         keys, vecs = self._all()
         self._centroids = centroids
+        self.generation += 1
         lists = self._assign(vecs)
         nlist = 1 if centroids is None else len(centroids)
         counts = np.bincount(lists, minlength=nlist)
@@ -468,8 +588,7 @@ class EmbeddingIndex:
         else:
             short = np.arange(n)
         keys, vecs = self._gather(blocks, short)
-        # float64 products of float32 values are exact, and each row is summed alone, in one order
-        scores = (vecs.astype(np.float64) * q.astype(np.float64)).sum(axis=1).astype(np.float32)
+        scores = _row_similarities(vecs, q)
         rank = keys if tie_order is None else np.asarray(tie_order)[keys]
         m = len(short)
         if k < m:

@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from enum import Enum, IntEnum
 from pathlib import Path
@@ -528,8 +529,11 @@ class SceneGraphMemory:
                                       check_integrity=cfg.db_check_integrity)
         self.graph = nx.Graph()
         self._places = _PlaceColumns()
+        # trained in node id order (slots are reused, so their order differs in the same memory reopened)
         self._index = EmbeddingIndex(cfg.embedding_dim, exact_max_size=cfg.index_exact_max_size,
-                                     nprobe=cfg.index_nprobe, seed=cfg.seed)
+                                     nprobe=cfg.index_nprobe, seed=cfg.seed,
+                                     key_order=lambda slots: self._places.ids[slots])
+        self._index_saved = self._index.generation   # the index training the database holds (see _transaction)
         self._grid = _SpatialGrid(max(cfg.new_place_distance_m, cfg.merge_distance_m))
         self._objects: dict[int, ObjectRow] = {}
         self._object_by_instance: dict[int, int] = {}
@@ -585,13 +589,13 @@ class SceneGraphMemory:
                 stale = [self._places.slot_of[n] for n in self._frame_places if n in self._places.slot_of]
                 objects = [o for o in self._frame_objects if o in self._objects]
                 if stale or objects:
-                    with self._store.transaction():
+                    with self._transaction():
                         for slot in stale:
                             self._remove_place(slot, bypass=False)
                         for oid in objects:
                             self._remove_object(oid)
             elif self._frame_objects:
-                with self._store.transaction():     # objects seen twice before and after relocalising: one
+                with self._transaction():     # objects seen twice before and after relocalising: one
                     self._merge_objects()
         finally:
             self._frame_places, self._frame_objects = set(), set()
@@ -612,11 +616,22 @@ class SceneGraphMemory:
         if self.persist_error is not None or self._store.path == ":memory:":
             return
         old, self._store = self._store, SceneGraphStore(None, self.config.embedding_dim)
+        self._index_saved = -1
         self.persist_error = why
         try:
             old.close()
         except sqlite3.Error:   # closing after a failed write: nothing is left to keep
             pass
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """The store's transaction, which also stores the index's IVF training when it changed (retrained, or
+        back to exact mode) before committing, so that the memory reopened searches the same lists."""
+        with self._store.transaction():
+            yield
+            if self._index.generation != self._index_saved:
+                self._store.set_index_training(self._index.training)
+                self._index_saved = self._index.generation
 
     def __enter__(self) -> Self:
         return self
@@ -641,7 +656,15 @@ class SceneGraphMemory:
             pl.room[slots] = data.place_rooms
             pl.alive[slots] = True
             pl.slot_of.update(zip(data.place_ids.tolist(), slots.tolist()))
-            self._index.add_batch(slots, data.place_embeddings)
+            try:
+                self._index.restore(slots, data.place_embeddings, data.index_training)
+            except ValueError as err:
+                raise CorruptStoreError(self._store.path, f"stored index training is unusable: {err}") from err
+            stored, now = data.index_training, self._index.training
+            same = (stored is None and now is None) or (
+                stored is not None and now is not None and stored.trained_size == now.trained_size
+                and stored.exact_max_size == now.exact_max_size and np.array_equal(stored.centroids, now.centroids))
+            self._index_saved = self._index.generation if same else -1
             for s, x, y in zip(slots.tolist(), data.place_poses[:, 0].tolist(), data.place_poses[:, 1].tolist()):
                 self._grid.add(s, x, y)
             self.graph.add_nodes_from(data.place_ids.tolist(), layer=Layer.PLACE)
@@ -769,7 +792,7 @@ class SceneGraphMemory:
             var = var + math.hypot(odom.x_m - self._last_odom.x_m, odom.y_m - self._last_odom.y_m) * np.array(
                 [self.config.odometry_drift_per_m ** 2, math.radians(self.config.odometry_yaw_drift_deg_per_m) ** 2])
         decision = self._decide(stamp, odom, predicted, emb, verifier or self._verifier, var)  # read-only
-        with self._store.transaction():
+        with self._transaction():
             node_id, object_ids = self._apply(decision, stamp, predicted, emb, thumb, dets)
             self._store.set_next_node_id(self._next_id)
         self._last_stamp_ns = stamp
@@ -821,8 +844,8 @@ class SceneGraphMemory:
                           & (dyaw <= cfg.new_place_angle_rad)]
         best_sim = 0.0
         if len(local):
-            sims = self._index.get_many(local) @ emb
-            best = int(np.argmax(sims))
+            sims = self._index.similarities(local, emb)
+            best = self._most_similar(local, sims)
             if sims[best] >= cfg.new_place_similarity:
                 return _Decision(InsertKind.UPDATED_PLACE, int(local[best]), float(sims[best]))
             best_sim = float(sims[best])
@@ -854,6 +877,12 @@ class SceneGraphMemory:
                 return _Decision(InsertKind.LOOP_CLOSURE, slot, sim)
             votes.append(vote)
         return _Decision(InsertKind.NEW_PLACE, -1, best_sim, tuple(votes))
+
+    def _most_similar(self, slots: np.ndarray, sims: np.ndarray) -> int:
+        """Position in `slots` of the most similar place, the lowest node id among equals (as `retrieve` ranks):
+        candidates come from the spatial grid, whose order differs between a memory and the same one reopened."""
+        top = np.flatnonzero(sims == sims.max())
+        return int(top[np.argmin(self._places.ids[slots[top]])])
 
     def _vote(self, odom: Pose2D, correction: np.ndarray, place_id: int, stamp: int) -> _Hypothesis:
         """The relocalisation hypothesis of one loop-closure candidate (the place with node id `place_id`),
@@ -904,7 +933,7 @@ class SceneGraphMemory:
                 self._room_add_place(slot, room)
             moved.append((new.x_m, new.y_m, new.yaw_rad, node_id))
         if moved or objects:
-            with self._store.transaction():
+            with self._transaction():
                 for obj in objects:
                     self._store.upsert_object(obj)
                 self._store.set_place_poses(moved)
@@ -1246,7 +1275,7 @@ class SceneGraphMemory:
             used.add(room)
             for m in members:
                 assignment[m] = room
-        with self._store.transaction():
+        with self._transaction():
             for a, b in trav_edges:
                 self._room_link(pl.slot_of[a], pl.slot_of[b], -1)
             changed = []
@@ -1361,9 +1390,11 @@ class SceneGraphMemory:
             full: check every place, not only those touched since the last consolidation.
         """
         cfg, pl = self.config, self._places
-        todo = pl.alive_slots().tolist() if full else sorted(self._dirty)
+        # in node id order: slots are reused, so their order differs between a memory and the same one reopened
+        todo = pl.alive_slots() if full else np.fromiter(self._dirty, np.int64, len(self._dirty))
+        todo = todo[np.argsort(pl.ids[todo], kind="stable")].tolist()
         merged = 0
-        with self._store.transaction():
+        with self._transaction():
             for slot in todo:
                 while pl.alive[slot]:
                     near = [s for s in self._grid.near(pl.pose[slot, 0], pl.pose[slot, 1]) if s != slot]
@@ -1379,8 +1410,8 @@ class SceneGraphMemory:
                     near_arr = near_arr[dist <= cfg.merge_distance_m]
                     if len(near_arr) == 0:
                         break
-                    sims = self._index.get_many(near_arr) @ self._index.get(slot)
-                    best = int(np.argmax(sims))
+                    sims = self._index.similarities(near_arr, self._index.get(slot))
+                    best = self._most_similar(near_arr, sims)
                     if sims[best] < cfg.merge_similarity:
                         break
                     other = int(near_arr[best])
@@ -1479,7 +1510,7 @@ class SceneGraphMemory:
             value[ids == pl.ids[self._prev_slot]] = np.inf
         count = len(ids) - target
         victims = ids[np.argpartition(value, count - 1)[:count]]
-        with self._store.transaction():
+        with self._transaction():
             for node_id in victims.tolist():
                 self._remove_place(pl.slot_of[node_id], bypass=True)
         return count
@@ -1554,7 +1585,7 @@ class SceneGraphMemory:
         self._next_id += n
         self._last_stamp_ns = int(stamps[-1])
         blobs = embs.astype("<f4")
-        with self._store.transaction():
+        with self._transaction():
             self._store.insert_places(
                 (i, x, y, t, s, s, 1, None, blobs[k].tobytes())
                 for k, (i, x, y, t, s) in enumerate(zip(ids.tolist(), poses[:, 0].tolist(), poses[:, 1].tolist(),
@@ -1579,7 +1610,8 @@ class SceneGraphMemory:
 
         Exact up to `index_exact_max_size` places, IVF-approximate beyond (unless `exact`). Equal similarities
         rank the lower node id first, and the k kept at a tie are those with the lowest ids, so a memory and
-        the same memory reopened from its file answer alike (in exact mode).
+        the same memory reopened from its file answer alike (in IVF mode too: the file keeps the index's
+        training, see `_transaction`).
 
         Raises:
             InvalidInputError: bad embedding or k < 1.
@@ -1615,7 +1647,8 @@ class SceneGraphMemory:
         return PathResult(tuple(path), float(length))
 
     def nearest_place(self, pose: Pose2D | Sequence[float]) -> tuple[int, float] | None:
-        """The place nearest to a memory-frame position: (node id, distance in m), or None when empty.
+        """The place nearest to a memory-frame position: (node id, distance in m), or None when empty
+        (equidistant places: the lowest node id).
 
         Raises:
             InvalidInputError: a bad pose.
@@ -1623,11 +1656,13 @@ class SceneGraphMemory:
         slots, d = self._place_distances(check_pose(pose, "pose"))
         if slots.size == 0:
             return None
-        i = int(np.argmin(d))
+        near = np.flatnonzero(d == d.min())   # equidistant: the lowest node id (slot order is not the same reopened)
+        i = int(near[np.argmin(self._places.ids[slots[near]])])
         return int(self._places.ids[slots[i]]), float(d[i])
 
     def places_within(self, pose: Pose2D | Sequence[float], radius_m: float) -> list[PlaceInfo]:
-        """Copies of the places within `radius_m` of a memory-frame position, nearest first.
+        """Copies of the places within `radius_m` of a memory-frame position, nearest first
+        (equidistant ones by node id).
 
         Raises:
             InvalidInputError: a bad pose or radius.
@@ -1637,7 +1672,8 @@ class SceneGraphMemory:
             raise InvalidInputError("radius_m", f"must be a finite distance >= 0, got {radius_m}")
         slots, d = self._place_distances(p)
         inside = np.flatnonzero(d <= radius_m)
-        return [self.place(int(self._places.ids[slots[i]])) for i in inside[np.argsort(d[inside], kind="stable")]]
+        ids = self._places.ids[slots[inside]]
+        return [self.place(int(ids[i])) for i in np.lexsort((ids, d[inside]))]   # equidistant: by node id
 
     def _place_distances(self, p: Pose2D) -> tuple[np.ndarray, np.ndarray]:
         """The live place slots and their planar distances to a memory-frame position, m."""

@@ -11,6 +11,11 @@ SQLite database, is malformed, is not a memnav memory, or has a newer schema ver
 
 The in-RAM graph is the working copy; this module only reads it back at start and mirrors each change.
 Place-room and object-room containment live in `room_id` columns; room adjacency is derived on load.
+
+Schema versions: 1 had no `index_training` table (the embedding index's IVF centroids, so that a reopened
+memory searches the same lists as the memory that wrote it). A version-1 file opened for writing is migrated
+to version 2 in one transaction that only adds that table (empty: the index trains itself once and stores
+its training with the next change); read-only it is read as it is.
 """
 from __future__ import annotations
 
@@ -26,7 +31,9 @@ from typing import TypeVar
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+from memnav.core.memory.index import IvfTraining
+
+SCHEMA_VERSION = 2
 APPLICATION = "memnav.scene_graph"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 T = TypeVar("T")
@@ -59,7 +66,18 @@ def file_state(path: Path) -> tuple[int, int, int]:
 # it rewrites pages under the read, which may then mix two states; such a read is made again (by then the
 # writer's -wal file is there, and the next reader reads through SQLite's locks)
 STABLE_READ_TRIES = 3
-_TABLES = ("meta", "places", "objects", "rooms", "edges")
+_TABLES = ("meta", "places", "objects", "rooms", "edges", "index_training")
+_TABLES_V1 = _TABLES[:-1]
+
+# version 2: the IVF training of the embedding index (one row, id 0; none in exact mode). centroids: nlist x
+# embedding_dim little-endian float32; exact_max_size: the index setting it was trained under
+_INDEX_TRAINING_TABLE = """
+CREATE TABLE index_training (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    trained_size INTEGER NOT NULL,
+    exact_max_size INTEGER NOT NULL,
+    centroids BLOB NOT NULL
+)"""
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -87,7 +105,7 @@ CREATE TABLE edges (
     PRIMARY KEY (a, b, kind)
 ) WITHOUT ROWID;
 CREATE INDEX edges_by_b ON edges (b);
-"""
+""" + _INDEX_TRAINING_TABLE + ";\n"
 
 
 class MemoryStoreError(RuntimeError):
@@ -143,6 +161,7 @@ class LoadedGraph:
     rooms: list[tuple[int, float, float]]  # (id, x_m, y_m)
     edges: list[tuple[int, int, int, float | None]]  # (a, b, kind, distance_m)
     next_node_id: int
+    index_training: IvfTraining | None = None   # None: exact mode, or a version-1 file
 
 
 class SceneGraphStore:
@@ -173,6 +192,7 @@ class SceneGraphStore:
         exists = path is not None and Path(path).exists() and Path(path).stat().st_size > 0
         if embedding_dim is None and not read_only:
             raise ValueError("embedding_dim may be None only when opening read-only")
+        self._file_version = SCHEMA_VERSION
         if exists and self._validate_existing(Path(path), check_integrity):
             # an SQLite file without a single table: a first creation cut short (the WAL switch writes the
             # header page before the schema commits); it holds nothing to lose, so the schema is created in it
@@ -205,9 +225,21 @@ class SceneGraphStore:
                     self._conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
                         ("schema_version", str(SCHEMA_VERSION)), ("application", APPLICATION),
                         ("embedding_dim", str(embedding_dim)), ("next_node_id", "0")])
+            elif self._file_version < SCHEMA_VERSION:
+                self._migrate()
         except sqlite3.Error as err:
             self._conn.close()
             raise MemoryStoreError(self.path, f"cannot initialise database: {err}") from err
+
+    def _migrate(self) -> None:
+        """Bring a version-1 file to the current schema (one transaction; nothing stored is changed). The version is
+        read again inside it: another writer may have migrated the file since it was validated."""
+        with self.transaction():
+            version = int(self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+            if version == 1:
+                self._conn.execute(_INDEX_TRAINING_TABLE)
+                self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        self._file_version = SCHEMA_VERSION
 
     def changed_under_read(self) -> bool:
         """A read-only store opened immutable (no writer held the file then) whose file has changed since: what
@@ -235,7 +267,6 @@ class SceneGraphStore:
             if conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
                 return True
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            missing = [t for t in _TABLES if t not in tables]
             if "meta" not in tables:
                 raise CorruptStoreError(self.path, "not a memnav memory database (no meta table)")
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -245,6 +276,7 @@ class SceneGraphStore:
                 raise CorruptStoreError(self.path, "meta table has no valid schema_version") from err
             if version > SCHEMA_VERSION:
                 raise SchemaVersionError(self.path, version, SCHEMA_VERSION)
+            missing = [t for t in (_TABLES_V1 if version == 1 else _TABLES) if t not in tables]
             if version < 1 or meta.get("application") != APPLICATION or missing:
                 raise CorruptStoreError(self.path, f"not a memnav memory database (schema_version {version}, "
                                                    f"application {meta.get('application')!r}, "
@@ -263,6 +295,7 @@ class SceneGraphStore:
                 result = conn.execute("PRAGMA quick_check").fetchone()[0]
                 if result != "ok":
                     raise CorruptStoreError(self.path, f"integrity check failed: {result}")
+            self._file_version = version
         except sqlite3.DatabaseError as err:
             raise CorruptStoreError(self.path, f"malformed database: {err}") from err
         finally:
@@ -311,6 +344,17 @@ class SceneGraphStore:
             self._conn.execute("ROLLBACK")
 
     # -- writes (call inside transaction()) -------------------------------------------------------------
+
+    def set_index_training(self, row: IvfTraining | None) -> None:
+        """Store the embedding index's IVF training, replacing the one stored (None: exact mode, none)."""
+        if row is None:
+            self._conn.execute("DELETE FROM index_training")
+            return
+        cents = np.asarray(row.centroids)
+        if cents.ndim != 2 or cents.shape[1] != self.embedding_dim or len(cents) == 0:
+            raise ValueError(f"index centroids must have shape (nlist, {self.embedding_dim}), got {cents.shape}")
+        self._conn.execute("INSERT OR REPLACE INTO index_training (id, trained_size, exact_max_size, centroids) "
+                           "VALUES (0, ?, ?, ?)", (int(row.trained_size), int(row.exact_max_size), _blob(cents)))
 
     def set_next_node_id(self, next_id: int) -> None:
         self._conn.execute("UPDATE meta SET value = ? WHERE key = 'next_node_id'", (str(next_id),))
@@ -458,12 +502,28 @@ class SceneGraphStore:
             room_rows = [tuple(r) for r in self._conn.execute("SELECT id, x_m, y_m FROM rooms ORDER BY id")]
             edges = [tuple(r) for r in self._conn.execute("SELECT a, b, kind, distance_m FROM edges")]
             next_id = int(self._conn.execute("SELECT value FROM meta WHERE key = 'next_node_id'").fetchone()[0])
+            training = self._index_training() if self._file_version >= 2 else None
         except sqlite3.DatabaseError as err:
             raise CorruptStoreError(self.path, f"malformed database while loading: {err}") from err
         finally:
             if own and self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")   # it only read
-        return LoadedGraph(ids, poses, first, last, visits, rooms, embs, objects, room_rows, edges, next_id)
+        return LoadedGraph(ids, poses, first, last, visits, rooms, embs, objects, room_rows, edges, next_id, training)
+
+    def _index_training(self) -> IvfTraining | None:
+        rows = self._conn.execute("SELECT trained_size, exact_max_size, centroids FROM index_training").fetchall()
+        if not rows:
+            return None
+        trained_size, exact_max_size, blob = rows[0]
+        d = self.embedding_dim or 0
+        if (not isinstance(blob, bytes) or len(blob) == 0 or len(blob) % (4 * d)
+                or not all(isinstance(v, int) and v >= 1 for v in (trained_size, exact_max_size))):
+            raise CorruptStoreError(self.path, "index_training row is malformed (centroids must be nlist x "
+                                               f"{d} float32 values, trained_size and exact_max_size integers >= 1)")
+        cents = np.frombuffer(blob, "<f4").reshape(-1, d).copy()
+        if not np.all(np.isfinite(cents)):
+            raise CorruptStoreError(self.path, "index_training centroids contain NaN or inf")
+        return IvfTraining(cents, trained_size, exact_max_size)
 
     def copy_to(self, target: Path) -> None:
         """SQLite's online backup of this database into the new file `target`, in WAL mode as the store keeps

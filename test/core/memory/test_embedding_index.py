@@ -5,6 +5,7 @@ from memnav.core.memory.index import (
     EmbeddingIndex,
     IndexMode,
     InvalidInputError,
+    IvfTraining,
     check_embedding,
     check_embeddings,
     check_pose,
@@ -220,3 +221,76 @@ def test_equal_similarities_rank_the_lower_key_first_in_ivf_mode():
     index.remove(9)
     index.add(9, x[9])                  # back in at the end of its list
     assert index.search(x[9], 2)[0].tolist() == [9, 64]
+
+
+def test_training_depends_only_on_the_vectors_held_in_key_order():
+    """Two indexes holding the same vectors, one filled in a single batch, the other one by one in reverse
+    under other keys that `key_order` ranks alike (as the scene graph's reused slots and node ids), train the
+    same centroids at the same size and answer every approximate query alike."""
+    rng = np.random.default_rng(9)
+    x = clustered(rng, 2000, 32)
+    slot_of = rng.permutation(2000) + 5          # item i sits under key slot_of[i]
+    rank = np.full(2005, -1)
+    rank[slot_of] = np.arange(2000)
+    batch = EmbeddingIndex(32, exact_max_size=1999, nprobe=2)
+    batch.add_batch(np.arange(2000), x)
+    single = EmbeddingIndex(32, exact_max_size=1999, nprobe=2, key_order=lambda keys: rank[keys])
+    for i in range(1999, -1, -1):
+        single.add(int(slot_of[i]), x[i])
+    assert batch.mode is single.mode is IndexMode.IVF and batch.generation == single.generation == 1
+    a, b = batch.training, single.training
+    np.testing.assert_array_equal(a.centroids, b.centroids)
+    assert a.trained_size == b.trained_size == 2000 and a.exact_max_size == b.exact_max_size == 1999
+    for q in [x[3], *unit_rows(rng, 30, 32)]:
+        keys_a, sims_a = batch.search(q, 10)
+        keys_b, sims_b = single.search(q, 10, tie_order=rank)
+        np.testing.assert_array_equal(slot_of[keys_a], keys_b)
+        np.testing.assert_array_equal(sims_a, sims_b)
+
+
+def test_restore_takes_over_a_training_and_searches_the_same_lists():
+    rng = np.random.default_rng(10)
+    x = clustered(rng, 1500, 32)
+    live = EmbeddingIndex(32, exact_max_size=256, nprobe=2, seed=3)
+    for key in range(1500):             # trained at 257, again at 1029: not what a fresh training of 1500 gives
+        live.add(key, x[key])
+    order = rng.permutation(1500)
+    copy = EmbeddingIndex(32, exact_max_size=256, nprobe=2, seed=3)
+    copy.restore(order, x[order], live.training)
+    assert copy.generation == 1 and copy.num_lists == live.num_lists
+    np.testing.assert_array_equal(copy.training.centroids, live.training.centroids)
+    assert copy.training.trained_size == live.training.trained_size == 1029
+    retrained = EmbeddingIndex(32, exact_max_size=256, nprobe=2, seed=3)
+    retrained.restore(np.arange(1500), x, None)
+    assert retrained.training.trained_size == 1500
+    differ = 0
+    for q in unit_rows(rng, 50, 32):
+        got, want = copy.search(q, 10), live.search(q, 10)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        differ += retrained.search(q, 10)[0].tolist() != want[0].tolist()
+    assert differ > 0                   # what restoring the training is for
+    # made under another exact_max_size, or too small to be in IVF mode: trained (or not) as add_batch would
+    other = EmbeddingIndex(32, exact_max_size=2000)
+    other.restore(np.arange(1500), x, live.training)
+    assert other.mode is IndexMode.EXACT
+    small = EmbeddingIndex(32, exact_max_size=256)
+    small.restore(np.arange(100), x[:100], live.training)
+    assert small.mode is IndexMode.EXACT and small.training is None
+
+
+@pytest.mark.parametrize("centroids, trained_size, message", [
+    (np.zeros((0, 32), np.float32), 10, "centroids"),
+    (np.ones((4, 31), np.float32), 10, "centroids"),
+    (np.full((4, 32), np.nan, np.float32), 10, "centroids"),
+    (np.ones((4, 32), np.float32), 0, "trained_size"),
+])
+def test_restore_refuses_a_bad_training_leaving_the_index_empty(centroids, trained_size, message):
+    index = EmbeddingIndex(32, exact_max_size=8)
+    x = unit_rows(np.random.default_rng(11), 20, 32)
+    with pytest.raises(ValueError, match=message):
+        index.restore(np.arange(20), x, IvfTraining(centroids, trained_size, 8))
+    assert len(index) == 0
+    index.restore(np.arange(20), x, None)
+    with pytest.raises(ValueError, match="empty index"):
+        index.restore(np.arange(20, 40), x, None)

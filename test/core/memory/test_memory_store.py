@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from conftest import file_sha256, run_sql
 
+from memnav.core.memory.index import IvfTraining
 from memnav.core.memory.store import (
     SCHEMA_VERSION,
     CorruptStoreError,
@@ -309,3 +310,52 @@ def test_a_file_created_at_the_backups_name_while_it_copies_is_not_overwritten(t
         store_module.backup_store(src, dst)
     assert dst.read_bytes() == b"keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["late.db", "m.db"]   # no temporary file left
+
+
+def _as_version_1(path):
+    """Turn a file into what schema version 1 wrote (no index_training table), folded into the main file."""
+    run_sql(path, "DROP TABLE index_training")
+    run_sql(path, "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    run_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def test_a_version_1_file_is_read_as_it_is_and_migrated_when_opened_for_writing(tmp_path):
+    path = make_store(tmp_path / "m.sqlite")
+    _as_version_1(path)
+    before = file_sha256(path)
+    reader = SceneGraphStore(path, None, read_only=True)
+    old = reader.load()
+    assert reader.schema_version() == 1 and old.index_training is None
+    reader.close()
+    assert file_sha256(path) == before
+    store = SceneGraphStore(path, 8)
+    assert store.schema_version() == SCHEMA_VERSION and store.count("index_training") == 0
+    new = store.load()
+    assert new.place_ids.tolist() == old.place_ids.tolist() == [0] and new.next_node_id == old.next_node_id
+    np.testing.assert_array_equal(new.place_embeddings, old.place_embeddings)
+    np.testing.assert_array_equal(new.place_poses, old.place_poses)
+    cents = np.eye(8, dtype=np.float32)[:3]
+    with store.transaction():
+        store.set_index_training(IvfTraining(cents, 40, 20))
+    stored = store.load().index_training
+    np.testing.assert_array_equal(stored.centroids, cents)
+    assert (stored.trained_size, stored.exact_max_size) == (40, 20)
+    with pytest.raises(ValueError, match=r"shape \(nlist, 8\)"), store.transaction():
+        store.set_index_training(IvfTraining(np.ones((3, 7), np.float32), 40, 20))
+    with store.transaction():
+        store.set_index_training(None)
+    assert store.load().index_training is None
+    store.close()
+    again = SceneGraphStore(path, 8)   # migrated once: opened again as it is
+    assert again.schema_version() == SCHEMA_VERSION and again.load().place_ids.tolist() == [0]
+    again.close()
+
+
+def test_a_current_file_without_the_index_training_table_is_refused(tmp_path):
+    path = make_store(tmp_path / "m.sqlite")
+    run_sql(path, "DROP TABLE index_training")
+    run_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+    before = file_sha256(path)
+    with pytest.raises(CorruptStoreError, match="index_training"):
+        SceneGraphStore(path, 8)
+    assert file_sha256(path) == before

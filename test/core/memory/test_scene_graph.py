@@ -7,10 +7,12 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import file_sha256, run_sql
 
 from memnav.core.memory import (
     SCHEMA_VERSION,
@@ -24,6 +26,9 @@ from memnav.core.memory import (
     SceneGraphMemory,
     SchemaVersionError,
 )
+from memnav.core.memory.index import IndexMode
+from memnav.core.memory.snapshot import read_snapshot, read_thumbnails
+from memnav.core.memory.store import backup_store
 from memnav.core.types import Pose2D
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -575,6 +580,207 @@ def test_retrieve_ranks_equal_similarities_by_node_id_alike_live_and_reopened(tm
     m.close()
     with SceneGraphMemory.open(tmp_path / "m.db", cfg()) as again:
         assert {k: [(h.node_id, h.similarity) for h in again.retrieve(v, k)] for k in live} == live
+
+
+def basis(i, dim=DIM):
+    """A unit vector along axis i: every similarity to it is exact, so equal ones tie exactly."""
+    v = np.zeros(dim)
+    v[i] = 1.0
+    return v
+
+
+def test_an_observation_between_equally_similar_places_updates_the_lowest_node_id_alike_reopened(tmp_path):
+    """Two nearby places with the same view: the observation updates the lower node id, in the memory that
+    moved one of them (set_pose re-files it last in its spatial-grid cell) as in a copy of it reopened."""
+    m = SceneGraphMemory(cfg(tmp_path))
+    m.insert_observation(0, [50.0, 50.0, 0.0], basis(3))
+    m.relocalise()
+    moved = m.insert_observation(1 * S, [0.0, 0.0, 0.0], basis(0)).node_id     # stored in the stale frame
+    (bulk,) = m.add_places_bulk(np.array([2 * S]), np.array([[5.2, 5.0, 0.0]]), basis(0)[None])
+    m.set_pose([0.0, 0.0, 0.0], [5.0, 5.0, 0.0])      # `moved` goes to (5, 5), beside `bulk`
+    m.set_pose([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    assert moved < bulk
+    backup_store(tmp_path / "m.db", tmp_path / "copy.db")
+    observation = (3 * S, [5.1, 5.0, 0.0], basis(0))
+    live = m.insert_observation(*observation)
+    with SceneGraphMemory.open(tmp_path / "copy.db", cfg(start_localised=True)) as again:
+        copy = again.insert_observation(*observation)
+    assert (live.kind, live.node_id) == (copy.kind, copy.node_id) == (InsertKind.UPDATED_PLACE, moved)
+    assert live.similarity == copy.similarity == 1.0
+    m.close()
+
+
+def test_consolidation_merges_with_the_lowest_node_id_among_equally_similar_places(tmp_path):
+    """A place with two equally similar neighbours merges with the lower node id, although the other one comes
+    first in the spatial grid (a cell to the west); once merged, the third no longer is similar enough."""
+    m = SceneGraphMemory(cfg(tmp_path, merge_similarity=0.55))
+    east, west = 0.6 * basis(0) + 0.8 * basis(1), 0.6 * basis(0) + 0.8 * basis(2)
+    ids = m.add_places_bulk(np.arange(3), np.array([[0.0, 0.5, 0.0], [0.6, 0.3, 0.0], [-0.6, 0.3, 0.0]]),
+                            np.stack([basis(0), east, west]))
+    assert m.consolidate(full=True).merged_places == 1
+    assert m.place_ids().tolist() == [ids[0], ids[2]] and m.place(int(ids[0])).visit_count == 2
+
+
+def test_consolidation_merges_alike_in_a_memory_and_in_the_same_memory_reopened(tmp_path):
+    """Places are consolidated in node id order: a place that took a freed slot (listed first by slot) does not
+    pick its partner before the older places do, and the memory consolidates as the same memory reopened
+    (slots there in id order): ids[3] takes the late place, which is even more similar to ids[4]."""
+    m = SceneGraphMemory(cfg(tmp_path))
+    east, west = 0.95 * basis(0) + math.sqrt(1 - 0.95 ** 2) * basis(1), 0.98 * basis(0) + 0.2 * basis(2)
+    ids = m.add_places_bulk(np.arange(5), np.array([[0.0, 0.0, 0.0], [0.1, 0.0, 0.0], [20.0, 0.0, 0.0],
+                                                    [0.6, 0.3, 0.0], [-0.6, 0.3, 0.0]]),
+                            np.stack([basis(3), basis(3), basis(2), east, west]))
+    assert m.consolidate(full=True).merged_places == 1          # ids[1] merged away: its slot is free again
+    (reused,) = m.add_places_bulk(np.array([6]), np.array([[0.0, 0.5, 0.0]]), basis(0)[None])
+    backup_store(tmp_path / "m.db", tmp_path / "copy.db")
+    with SceneGraphMemory.open(tmp_path / "copy.db", cfg()) as again:
+        copy = (again.consolidate(full=True).merged_places,
+                [(p, again.place(p).visit_count) for p in again.place_ids().tolist()])
+    live = (m.consolidate(full=True).merged_places, [(p, m.place(p).visit_count) for p in m.place_ids().tolist()])
+    assert live == copy == (1, [(ids[0], 2), (ids[2], 1), (ids[3], 2), (ids[4], 1)])
+    assert reused not in m.place_ids().tolist()
+    m.close()
+
+
+def test_equidistant_places_come_by_node_id_alike_live_and_reopened(tmp_path):
+    m = SceneGraphMemory(cfg(tmp_path))
+    ids = m.add_places_bulk(np.arange(3), np.array([[50.0, 0.0, 0.0], [50.1, 0.0, 0.0], [1.0, 0.0, 0.0]]),
+                            np.stack([basis(0), basis(0), basis(1)]))
+    assert m.consolidate(full=True).merged_places == 1          # frees a slot below ids[2]'s ...
+    (west,) = m.add_places_bulk(np.array([3]), np.array([[-1.0, 0.0, 0.0]]), basis(2)[None])   # ... taken here
+    m.close()
+    with SceneGraphMemory.open(tmp_path / "m.db", cfg()) as again:
+        for mem in (m, again):
+            assert mem.nearest_place([0.0, 0.0, 0.0]) == (ids[2], 1.0)
+            assert [p.node_id for p in mem.places_within([0.0, 0.0, 0.0], 1.5)] == [ids[2], west]
+
+
+def _ivf_memory(tmp_path, rng, **kw):
+    """A memory past index_exact_max_size (IVF, 2 of its lists scanned), built in batches so that it trained
+    more than once, and reshuffled by merges that free slots reused by later places."""
+    m = SceneGraphMemory(cfg(tmp_path, index_exact_max_size=100, index_nprobe=2, merge_similarity=0.999,
+                             start_localised=True, **kw))
+    for i in range(20):
+        embs = rng.standard_normal((50, DIM))
+        poses = np.column_stack([rng.uniform(0, 40, (50, 2)), np.zeros(50)])
+        if i % 4 == 3:
+            embs[1::2], poses[1::2] = embs[::2], poses[::2] + [0.1, 0.0, 0.0]
+        m.add_places_bulk(np.arange(50 * i, 50 * i + 50), poses, embs)
+        if i % 4 == 3:
+            assert m.consolidate(full=True).merged_places == 25
+    return m
+
+
+def _answers(memory, queries, k=5):
+    return [[(h.node_id, h.similarity) for h in memory.retrieve(q, k)] for q in queries]
+
+
+def _outcome(result):
+    return result.kind, result.node_id, result.similarity
+
+
+def test_an_ivf_memory_reopened_searches_the_same_lists(tmp_path):
+    """The IVF training is stored with the memory: reopened, it answers every approximate query as the memory
+    that wrote it (not a retrained index), and both go on alike through the same later changes, retraining
+    at the same size to the same lists."""
+    rng = np.random.default_rng(3)
+    m = _ivf_memory(tmp_path, rng)
+    queries = rng.standard_normal((100, DIM))
+    stats = m.stats()
+    assert stats.index_mode is IndexMode.IVF and stats.places == 875
+    live = _answers(m, queries)
+    backup_store(tmp_path / "m.db", tmp_path / "copy.db")
+    m.close()
+    again = SceneGraphMemory.open(tmp_path / "m.db", m.config)
+    copy = SceneGraphMemory.open(tmp_path / "copy.db", m.config)
+    m = SceneGraphMemory.open(tmp_path / "m.db", m.config)   # reopened twice: nothing retrained in between
+    assert again.stats().index_lists == m.stats().index_lists == stats.index_lists
+    assert _answers(again, queries) == _answers(m, queries) == live
+    more = [(np.arange(1000 + 100 * i, 1100 + 100 * i), rng.uniform(0, 40, (100, 3)), rng.standard_normal((100, DIM)))
+            for i in range(30)]
+    for mem in (again, copy):
+        for batch in more:
+            mem.add_places_bulk(*batch)
+        assert mem.stats().places == 3875
+    assert copy.stats().index_lists == again.stats().index_lists != stats.index_lists   # retrained at 3501
+    assert _answers(copy, queries) == _answers(again, queries)
+    observations = [((4000 + i) * S, rng.uniform(0, 40, 3), rng.standard_normal(DIM)) for i in range(50)]
+    assert ([_outcome(again.insert_observation(*o)) for o in observations]
+            == [_outcome(copy.insert_observation(*o)) for o in observations])
+    for mem in (m, again, copy):
+        mem.close()
+    with SceneGraphMemory.open(tmp_path / "m.db", m.config) as third:
+        assert _answers(third, queries) == _answers(copy, queries)
+
+
+def test_a_version_1_memory_is_migrated_losing_nothing_and_then_keeps_its_lists(tmp_path):
+    """A file written before the index training was stored (schema version 1): read-only it is read as it is;
+    opened by a memory it gains the (empty) table in one transaction, every row kept; the memory trains its
+    index once and stores it with its next change, so that from then on a reopened memory searches alike."""
+    rng = np.random.default_rng(4)
+    m = _ivf_memory(tmp_path, rng)
+    tagged = m.insert_observation(10_000 * S, [1.0, 2.0, 0.0], random_unit(rng),
+                                  thumbnail=np.zeros((4, 4, 3), np.uint8),
+                                  objects=[ObjectDetection(2, (1.0, 2.0, 0.5), label="cup")])
+    assert tagged.kind is InsertKind.NEW_PLACE
+    m.close()
+    path = tmp_path / "m.db"
+    run_sql(path, "DROP TABLE index_training")
+    run_sql(path, "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    run_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+    before = file_sha256(path)
+    old = read_snapshot(path)
+    assert old.schema_version == 1 and old.graph.index_training is None and file_sha256(path) == before
+    queries = rng.standard_normal((50, DIM))
+    with SceneGraphMemory.open(path, m.config) as first:
+        assert first.stats().schema_version == SCHEMA_VERSION
+        trained = _answers(first, queries)
+        added = first.insert_observation(10_001 * S, [30.0, 30.0, 0.0], random_unit(rng))   # stores the training
+        assert added.kind is InsertKind.NEW_PLACE
+    new = read_snapshot(path)
+    assert new.schema_version == SCHEMA_VERSION and new.graph.index_training is not None
+    for name in ("place_ids", "place_poses", "place_first_seen_ns", "place_visits", "place_rooms",
+                 "place_embeddings"):
+        np.testing.assert_array_equal(getattr(new.graph, name)[:-1], getattr(old.graph, name))
+    assert new.graph.objects == old.graph.objects and set(old.graph.edges) <= set(new.graph.edges)
+    assert list(read_thumbnails(path, [tagged.node_id])) == [tagged.node_id]
+    with SceneGraphMemory.open(path, m.config) as second:
+        assert _answers(second, queries) == trained
+
+
+def test_a_damaged_index_training_is_refused_naming_the_file_and_left_untouched(tmp_path):
+    rng = np.random.default_rng(5)
+    _ivf_memory(tmp_path, rng).close()
+    path = tmp_path / "m.db"
+    for damage, message in ((b"\x00" * 7, "index_training row is malformed"),
+                            (np.full(3 * DIM, np.nan, "<f4").tobytes(), "contain NaN or inf")):
+        run_sql(path, "UPDATE index_training SET centroids = ?", (damage,))
+        run_sql(path, "PRAGMA wal_checkpoint(TRUNCATE)")
+        before = file_sha256(path)
+        with pytest.raises(CorruptStoreError, match=message) as info:
+            SceneGraphMemory.open(path, cfg(index_exact_max_size=100))
+        assert str(path) in str(info.value) and file_sha256(path) == before
+
+
+def test_a_stored_index_training_follows_the_index_settings(tmp_path):
+    """Reopened with a larger index_exact_max_size the memory searches exactly, as that setting says, and
+    stores that; forgetting it below half of index_exact_max_size drops the stored training."""
+    rng = np.random.default_rng(6)
+    m = _ivf_memory(tmp_path, rng)
+    config = m.config
+    m.close()
+    with SceneGraphMemory.open(tmp_path / "m.db", replace(config, index_exact_max_size=1000)) as exact:
+        assert exact.stats().index_mode is IndexMode.EXACT
+        exact.insert_observation(10_000 * S, [1.0, 2.0, 0.0], random_unit(rng))
+    assert read_snapshot(tmp_path / "m.db").graph.index_training is None
+    with SceneGraphMemory.open(tmp_path / "m.db", config) as ivf:     # trains again, and stores it
+        assert ivf.stats().index_mode is IndexMode.IVF
+        ivf.insert_observation(10_001 * S, [1.0, 2.0, 0.0], random_unit(rng))
+    assert read_snapshot(tmp_path / "m.db").graph.index_training is not None
+    with SceneGraphMemory.open(tmp_path / "m.db", replace(config, max_places=40)) as small:
+        small.insert_observation(10_003 * S, [5.0, 2.0, 0.0], random_unit(rng))    # forgets down to ~40
+        assert small.stats().index_mode is IndexMode.EXACT
+    assert read_snapshot(tmp_path / "m.db").graph.index_training is None
 
 
 def test_shortest_path_uses_traversability_only():

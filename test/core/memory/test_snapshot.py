@@ -6,6 +6,7 @@ import pytest
 from conftest import file_sha256, run_sql
 
 from memnav.core.memory import (
+    SCHEMA_VERSION,
     CorruptStoreError,
     MemoryStoreError,
     ObjectDetection,
@@ -49,7 +50,7 @@ def test_summary_counts_match_the_memory(stored):
     assert info["places"] == 6 and info["objects"] == 1 and info["objects_by_label"] == {"chair": 1}
     assert info["edges"] == {"traversable": stats.traversable_edges, "observed_from": stats.observed_from_edges}
     assert info["edges"]["traversable"] == 5 and info["edges"]["observed_from"] == 2
-    assert info["embedding_dim"] == DIM and info["schema_version"] == 1
+    assert info["embedding_dim"] == DIM and info["schema_version"] == SCHEMA_VERSION
     assert info["first_seen_ns"] == 0 and info["last_seen_ns"] == 5 * S and info["span_s"] == 5.0
     assert info["extent_m"] == {"x_min": 0.0, "x_max": 7.5, "y_min": 0.0, "y_max": 0.0}
     assert info["visits_total"] == 6 and info["isolated_places"] == 0
