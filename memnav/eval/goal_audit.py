@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import STDOUT_ONLY, config_from_options
+from memnav.core.files import json_safe, replace_files
 from memnav.paths import check_output_file
 from memnav.sim.goal_lookalikes import GoalAuditConfig, HouseLookalikes
 
@@ -79,6 +80,9 @@ def load_audit(path: Path) -> dict:
         for r in doc["per_episode"]:
             for key in ("scene", "episode_id", "lookalike_ratio", "ambiguous", "near_identical"):
                 r[key]   # noqa: B018 - every row must hold the labels
+            for key in ("ambiguous", "near_identical"):   # counted: a "no" would count as one
+                if not isinstance(r[key], bool):
+                    raise TypeError(f"episode {r['episode_id']!r}: {key} is {r[key]!r}, not true or false")
         return doc
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a `memnav goal-audit --json` file ({err!r})") from err
@@ -105,10 +109,40 @@ def annotate_ratios(per_episode: list[dict], audit: dict[tuple[str, str], dict])
     return matched
 
 
+def load_results(path: Path) -> dict:
+    """A `memnav eval --json` file of one agent, checked for what `split_results` reads (read before the search,
+    so that a wrong file is named before minutes of rendering, not after).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not JSON, or not one agent's evaluation (naming --results and the file).
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"--results {path}: " + ("is a directory; give a `memnav eval --json` file"
+                                                         if path.is_dir() else "no such file"))
+    try:
+        results = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"--results {path}: not JSON ({err})") from err
+    per = results.get("per_episode") if isinstance(results, dict) else None
+    if not isinstance(per, list):
+        raise ValueError(f"--results {path}: not a `memnav eval --json` file of one agent (no per_episode list); "
+                         "for --compare runs pass one agent's file")
+    for r in per:
+        if not isinstance(r, dict):
+            raise ValueError(f"--results {path}: an entry of per_episode is {r!r}, not an episode's results")
+        for key in ("success", "spl"):
+            value = r.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"--results {path}: episode {r.get('episode_id')!r} has {key} {value!r}, "
+                                 "not a number")
+    return results
+
+
 def split_results(audit: dict[tuple[str, str], dict], results: dict) -> dict:
     """Success and SPL of an evaluation (`memnav eval --json`, one agent) on the audit's ambiguous,
     near-identical and unambiguous episodes (matched by `episode_key`)."""
-    per = results.get("per_episode")
+    per = results.get("per_episode") if isinstance(results, dict) else None
     if not isinstance(per, list):
         raise ValueError("--results: not a `memnav eval --json` file of one agent (no per_episode list); "
                          "for --compare runs pass one agent's file")
@@ -241,6 +275,10 @@ def format_summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.audit is not None:
         given = _given_search_options(args)
@@ -249,6 +287,12 @@ def run(args: argparse.Namespace) -> int:
                              f"{args.audit} (the audit is read, not searched)")
     _search_settings(args)
     check_output_file(args.json, "--json")
+    results = None
+    if args.results is not None:   # checked before the search, which the refusal of a wrong file would waste
+        if args.json not in (None, STDOUT_ONLY) and _same_file(args.json, args.results):
+            raise ValueError(f"--json {args.json} is the --results file: the audit would replace the evaluation; "
+                             "write it to another file")
+        results = load_results(args.results)
     names = ("grid_m", "heading_deg", "candidates", "nudge_m", "nudge_deg")
     cfg = config_from_options(GoalAuditConfig, {n: f"--{n.replace('_', '-')}" for n in names},
                               **{n: getattr(args, n) for n in names})
@@ -260,20 +304,14 @@ def run(args: argparse.Namespace) -> int:
         rows = _episode_rows(args, cfg)
         doc = {"split": args.split, "data": str(args.data), "config": asdict(cfg), **summarize(rows),
                "per_episode": rows}
-    if args.results is not None:
-        if not args.results.is_file():
-            raise FileNotFoundError(f"--results {args.results}: no such file")
-        try:
-            results = json.loads(args.results.read_text())
-        except ValueError as err:
-            raise ValueError(f"--results {args.results}: not JSON ({err})") from err
+    if results is not None:
         doc["results"] = split_results(by_episode(rows), results)
     if args.json is not None:
-        text = json.dumps(doc, indent=2)
+        # strict JSON (a non-finite value, which an audit written by hand may hold, as null)
+        text = json.dumps(json_safe(doc), indent=2, allow_nan=False)
         if args.json == STDOUT_ONLY:
             print(text)
             return 0
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
+        replace_files({args.json: (text + "\n").encode()})   # a failed write keeps an earlier audit whole
     print(format_summary(doc))
     return 0

@@ -252,7 +252,8 @@ def _show(args: argparse.Namespace) -> int:
         beside = lifelong_map_path(args.db.parent, args.db.stem)   # the map a lifelong run keeps beside it
         map_path = beside if beside.is_file() else None
     elif map_path is not None and not map_path.is_file():
-        raise FileNotFoundError(f"--map {map_path}: no such file")
+        raise FileNotFoundError(f"--map {map_path}: " + ("is a directory; give the occupancy map file (.map.npz)"
+                                                         if map_path.is_dir() else "no such file"))
     occupancy = None if map_path is None or args.no_map else _occupancy(map_path)
     g = snap.graph
     order = np.argsort(-g.place_visits, kind="stable")[: args.thumbnails]

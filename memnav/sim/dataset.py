@@ -197,6 +197,15 @@ def completion_marker(houses: int, seed: int, sampling: EpisodeSamplingConfig,
     return done
 
 
+def stored_episode_counts(out: Path) -> dict | None:
+    """The episodes per split a generated dataset's splits.json records; None when it cannot be read."""
+    try:
+        counts = json.loads((out / "splits.json").read_text())["episodes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return counts if isinstance(counts, dict) else None
+
+
 def add_lookalike_grid_arguments(parser: argparse.ArgumentParser, used_with: str) -> None:
     """--lookalike-grid-m / --lookalike-heading-deg: the grid of the look-alike search an option `used_with` runs."""
     parser.add_argument("--lookalike-grid-m", type=float, default=GoalAuditConfig.grid_m, metavar="M",
@@ -249,16 +258,28 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"--min-goal-lookalike-ratio: {err}") from None
     lookalikes = lookalike_grid(args)
+    if sampling.min_goal_lookalike_ratio == 0:   # the search runs only for the goal filter
+        given = [f"--{name.replace('_', '-')}" for name, default in (("lookalike_grid_m", GoalAuditConfig.grid_m),
+                                                                     ("lookalike_heading_deg",
+                                                                      GoalAuditConfig.heading_deg))
+                 if getattr(args, name) != default]
+        if given:
+            raise ValueError(f"{', '.join(given)}: {'has' if len(given) == 1 else 'have'} no effect without "
+                             "--min-goal-lookalike-ratio (the look-alike search runs only for the goal filter)")
+    per_split = {"train": args.train_episodes, "val": args.val_episodes, "test": args.test_episodes}
     marker = args.out / ".complete"
     if marker.exists() and not args.force:
         try:
             done = json.loads(marker.read_text())
         except json.JSONDecodeError:
             done = {}
-        if done == completion_marker(args.houses, args.seed, sampling, lookalikes):
+        # the marker does not hold the episodes asked per house; splits.json holds how many each split got
+        labels = assign_splits(args.houses)
+        wanted = {s: per_split[s] * labels.count(s) for s in SPLITS}
+        if done == completion_marker(args.houses, args.seed, sampling, lookalikes) and \
+                stored_episode_counts(args.out) == wanted:
             print(f"{args.out}: already holds {args.houses} houses for seed {args.seed} (use --force to redo)")
             return 0
-    per_split = {"train": args.train_episodes, "val": args.val_episodes, "test": args.test_episodes}
     summary = generate_dataset(args.out, args.houses, args.seed, per_split, sampling, progress=not args.no_progress,
                                lookalikes=lookalikes)
     print(f"wrote {args.houses} houses to {args.out / 'scenes'}; episodes: "

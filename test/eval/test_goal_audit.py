@@ -115,3 +115,58 @@ def test_an_audit_file_is_read_with_the_options_that_matter_and_refused_before_i
     err = capsys.readouterr().err
     assert err == (f"memnav goal-audit: error: --split, --grid-m: have no effect with --audit {missing} "
                    "(the audit is read, not searched)\n")
+
+
+def _no_search(*args, **kwargs):
+    raise AssertionError("the search ran before --results was checked")
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"),
+    ("[1, 2]", "not a `memnav eval --json` file of one agent"),
+    ('{"agent": "x", "per_episode": [{"episode_id": "h_0", "scene_id": "h.glb"}]}',
+     "episode 'h_0' has success None, not a number"),
+])
+def test_a_wrong_results_file_is_refused_before_the_search(tmp_path, capsys, monkeypatch, content, message):
+    """A minutes-long search is not wasted on a --results file that cannot be split: it is named first."""
+    import memnav.eval.goal_audit as goal_audit
+
+    monkeypatch.setattr(goal_audit, "_episode_rows", _no_search)
+    results, out = tmp_path / "eval.json", tmp_path / "audit.json"
+    if content is not None:
+        results.write_text(content)
+    assert main(["goal-audit", "--data", str(tmp_path), "--results", str(results), "--json", str(out),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"memnav goal-audit: error: --results {results}: ") and message in err
+    assert not out.exists()
+
+
+def test_json_that_is_the_results_file_is_refused_and_the_evaluation_kept(tmp_path, capsys):
+    audit, results = tmp_path / "audit.json", tmp_path / "eval.json"
+    audit.write_text(json.dumps({"per_episode": AUDIT_ROWS}))
+    results.write_text(json.dumps({"agent": "x", "per_episode": [
+        {"episode_id": "h_0", "scene_id": "scenes/h.glb", "success": 1.0, "spl": 0.5}]}))
+    before = results.read_bytes()
+    assert main(["goal-audit", "--audit", str(audit), "--results", str(results), "--json", str(results)]) == 2
+    assert f"error: --json {results} is the --results file" in capsys.readouterr().err
+    assert results.read_bytes() == before
+
+
+def test_json_output_is_strict_and_labels_that_are_not_booleans_are_refused(tmp_path, capsys):
+    audit, out = tmp_path / "audit.json", tmp_path / "out.json"
+    # written by a script: Python's json writes NaN, which is not JSON
+    audit.write_text(json.dumps({"per_episode": [dict(AUDIT_ROWS[0], lookalike_ratio=float("nan"))]}))
+    assert main(["goal-audit", "--audit", str(audit), "--json", str(out)]) == 0
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    assert json.loads(out.read_text(), parse_constant=refuse)["per_episode"][0]["lookalike_ratio"] is None
+    capsys.readouterr()
+    assert main(["goal-audit", "--audit", str(audit), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out, parse_constant=refuse)["episodes"] == 1
+    audit.write_text(json.dumps({"per_episode": [dict(AUDIT_ROWS[0], ambiguous="no")]}))
+    assert main(["goal-audit", "--audit", str(audit)]) == 2
+    err = capsys.readouterr().err
+    assert "not a `memnav goal-audit --json` file" in err and "ambiguous is 'no'" in err and "Traceback" not in err

@@ -75,12 +75,13 @@ def test_export_graphml_and_json(db, tmp_path):
     (["show", "{db}", "--out", "{tmp}/m.jpg"], "name it .png"),
     (["show", "{db}", "--out", "{tmp}/m.png", "--thumbnails", "-1"], "--thumbnails must be >= 0"),
     (["show", "{db}", "--out", "{tmp}/m.png", "--map", "{tmp}/none.npz"], "none.npz: no such file"),
+    (["show", "{db}", "--out", "{tmp}/m.png", "--map", "{tmp}"], "--map {tmp}: is a directory"),
     (["info", "{tmp}/none.db"], "none.db: no memory database here"),
 ])
 def test_bad_input_exits_2_naming_what_was_wrong(db, tmp_path, capsys, argv, message):
     args = [a.format(db=db, tmp=tmp_path) for a in argv]
     assert main(["memory", *args]) == 2
-    assert message in capsys.readouterr().err
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
     assert not (tmp_path / "g.csv").exists() and not (tmp_path / "m.png").exists()
 
 
