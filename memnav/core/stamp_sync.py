@@ -2,14 +2,18 @@
 
 Nodes push what they receive (raw messages, converted arrays, poses) with its stamp in nanoseconds and look
 up the item nearest to, or latest at or before, another stamp. Arrival order does not matter; the queue
-keeps the `maxlen` most recently pushed items.
+keeps the `maxlen` most recently pushed items. `ColourDepthPairer` pairs the colour and depth frames of one
+camera on top of two such queues.
 """
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+C = TypeVar("C")
+D = TypeVar("D")
 
 
 class StampedQueue(Generic[T]):
@@ -38,10 +42,14 @@ class StampedQueue(Generic[T]):
         """Largest stamp held (None when empty)."""
         return max((s for s, _ in self._items), default=None)
 
-    def nearest(self, stamp_ns: int, tolerance_ns: int) -> tuple[int, T] | None:
-        """The item whose stamp is closest to `stamp_ns` within `tolerance_ns` (ties: the earlier), or None."""
+    def nearest(self, stamp_ns: int, tolerance_ns: int,
+                where: Callable[[T], bool] | None = None) -> tuple[int, T] | None:
+        """The item whose stamp is closest to `stamp_ns` within `tolerance_ns` (ties: the earlier), or None;
+        `where`: only among the items it accepts."""
         best: tuple[int, T] | None = None
         for s, item in self._items:
+            if where is not None and not where(item):
+                continue
             d = abs(s - stamp_ns)
             if d <= tolerance_ns and (best is None or d < abs(best[0] - stamp_ns)
                                       or (d == abs(best[0] - stamp_ns) and s < best[0])):
@@ -61,3 +69,74 @@ class StampedQueue(Generic[T]):
         kept = [(s, item) for s, item in self._items if s > stamp_ns]
         self._items.clear()
         self._items.extend(kept)
+
+
+# distinct frame_ids remembered per stream for `ColourDepthPairer.unshared_frames` (a bound against a stream
+# that names a new frame in every message)
+MAX_FRAME_IDS = 8
+
+
+def same_camera_frame(a: str, b: str) -> bool:
+    """Whether a colour and a depth frame_id may belong together: equal, or either empty (a driver that fills no
+    frame_id says nothing against it)."""
+    return a == b or not a or not b
+
+
+class ColourDepthPairer(Generic[C, D]):
+    """Pairs the colour and depth frames of one camera: the same frame_id, stamps within `tolerance_ns`.
+
+    Depth registered to a colour image (RealSense aligned_depth_to_color, depth_image_proc/register) carries that
+    image's frame_id, and only such depth lines up pixel for pixel with the colour image. A depth frame of another
+    frame_id comes from another camera, or is not registered: it is never paired, however close its stamp. An
+    empty frame_id pairs by stamp alone (`same_camera_frame`). Each stream keeps its last `queue_size` unpaired
+    frames waiting for a partner, in any arrival order; a pair consumes both and every frame stamped before them.
+
+    Args:
+        queue_size: unpaired frames kept per stream (>= 1).
+        tolerance_ns: largest stamp difference of a pair, nanoseconds (>= 0).
+    """
+
+    def __init__(self, queue_size: int, tolerance_ns: int) -> None:
+        if tolerance_ns < 0:
+            raise ValueError(f"ColourDepthPairer.tolerance_ns must be >= 0, got {tolerance_ns}")
+        self._colours: StampedQueue[tuple[str, C]] = StampedQueue(queue_size)
+        self._depths: StampedQueue[tuple[str, D]] = StampedQueue(queue_size)
+        self._tolerance_ns = int(tolerance_ns)
+        self._frames: tuple[set[str], set[str]] = (set(), set())   # non-empty frame_ids seen: colour, depth
+
+    def add_colour(self, stamp_ns: int, frame_id: str, colour: C) -> tuple[C, D] | None:
+        """A colour frame: (it, the depth frame it pairs with) when a waiting depth frame matches, else None (it
+        waits for one)."""
+        self._seen(0, frame_id)
+        match = self._depths.nearest(stamp_ns, self._tolerance_ns, lambda d: same_camera_frame(frame_id, d[0]))
+        if match is None:
+            self._colours.push(stamp_ns, (frame_id, colour))
+            return None
+        self._depths.drop_through(match[0])
+        self._colours.drop_through(stamp_ns)
+        return colour, match[1][1]
+
+    def add_depth(self, stamp_ns: int, frame_id: str, depth: D) -> tuple[C, D] | None:
+        """A depth frame: (the colour frame it pairs with, it) when a waiting colour frame matches, else None (it
+        waits for one)."""
+        self._seen(1, frame_id)
+        match = self._colours.nearest(stamp_ns, self._tolerance_ns, lambda c: same_camera_frame(c[0], frame_id))
+        if match is None:
+            self._depths.push(stamp_ns, (frame_id, depth))
+            return None
+        self._colours.drop_through(match[0])
+        self._depths.drop_through(stamp_ns)
+        return match[1][1], depth
+
+    def unshared_frames(self) -> tuple[list[str], list[str]] | None:
+        """(colour frame_ids, depth frame_ids) seen, sorted, when both streams have named frames and no frame_id is
+        in both: no frame of the one can ever pair with a frame of the other. None otherwise."""
+        colour, depth = self._frames
+        if not colour or not depth or colour & depth:
+            return None
+        return sorted(colour), sorted(depth)
+
+    def _seen(self, stream: int, frame_id: str) -> None:
+        frames = self._frames[stream]
+        if frame_id and len(frames) < MAX_FRAME_IDS:
+            frames.add(frame_id)

@@ -94,7 +94,9 @@ def rgb_to_image(rgb: np.ndarray, stamp=None, frame_id: str = "camera_color_opti
     return msg
 
 
-def depth_to_image(depth: np.ndarray, stamp=None, frame_id: str = "camera_depth_optical_frame"):
+def depth_to_image(depth: np.ndarray, stamp=None, frame_id: str = "camera_color_optical_frame"):
+    """(H, W) float meters -> sensor_msgs/Image 32FC1. Depth registered to the colour image (what memnav reads)
+    is in the colour camera's frame, hence the default: the encoder pairs colour and depth of one frame_id."""
     from sensor_msgs.msg import Image
 
     depth = np.ascontiguousarray(depth, dtype=np.float32)

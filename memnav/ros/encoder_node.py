@@ -15,10 +15,16 @@ An embedding's header is a copy of its colour image's header (the goal embedding
 the stamp names the frame it was computed from, so the memory and stop nodes pair it by stamp with the
 odometry and the colour image of that instant (see memnav.ros.embedding_msgs).
 Parameters: the fields of EncoderNodeConfig below.
-Pairing: each colour frame is paired with the depth frame nearest in stamp within `sync_tolerance_s`; the
-last `queue_size` unpaired frames of each stream wait for a partner, older ones are dropped unencoded.
+Pairing: each colour frame is paired with the depth frame of the same header.frame_id nearest in stamp within
+`sync_tolerance_s` (memnav.core.stamp_sync.ColourDepthPairer): depth registered to the colour image carries its
+frame_id, a depth image of another frame_id (another camera, or unregistered depth) is never paired, and a
+throttled warning names both frame_ids while the two streams share none; an empty frame_id pairs by stamp alone.
+The last `queue_size` unpaired frames of each stream wait for a partner, older ones are dropped unencoded.
 A frame re-sent with the stamp of the last one encoded (the lock-step simulator re-sends for late joiners)
 gets the same embedding message again without re-encoding.
+Stamps: a camera image stamped 0 carries no time (a driver without a clock); it is stamped with its receive time
+(the node's clock) instead, pairs and is encoded like any other, and its embedding carries that time; a warning
+names the topic once.
 Depth: a checkpoint trained without depth (EncoderConfig.use_depth false) encodes every colour frame at once;
 one that uses depth waits for the matching depth frame (an empty depth channel would be out of its training
 distribution). Goal: encoded with /memnav/goal_depth of the same stamp when it comes within
@@ -91,7 +97,7 @@ def build(node) -> Callable[[], None]:
 
     from memnav.core.diagnostics import encoder_diagnostic
     from memnav.core.encoder import Encoder
-    from memnav.core.stamp_sync import StampedQueue
+    from memnav.core.stamp_sync import ColourDepthPairer
     from memnav.ros import conversions as conv
     from memnav.ros import diagnostics_msgs
     from memnav.ros.embedding_msgs import embedding_to_image, stamp_to_ns
@@ -114,10 +120,10 @@ def build(node) -> Callable[[], None]:
     latched = latched_qos()
     pub_emb = node.create_publisher(Image, "memnav/embedding", 10)
     pub_goal = node.create_publisher(Image, "memnav/goal_embedding", latched)
-    tolerance_ns = int(round(cfg.sync_tolerance_s * 1e9))
-    colours: StampedQueue = StampedQueue(cfg.queue_size)   # raw colour messages awaiting depth
-    depths: StampedQueue = StampedQueue(cfg.queue_size)    # raw depth messages awaiting colour
+    # raw colour and depth messages awaiting their partner
+    pairer: ColourDepthPairer = ColourDepthPairer(cfg.queue_size, int(round(cfg.sync_tolerance_s * 1e9)))
     st = {"dropped": 0, "last": None, "frames": 0}   # last: (colour stamp, embedding message)
+    unstamped: set[str] = set()   # topics whose images came stamped 0 (warned once each)
     # rgb: (stamp, array, header); depth: (stamp, array); published: (stamp, with depth) of the last goal embedding
     goal = {"rgb": None, "depth": None, "wall": 0.0, "published": None}
 
@@ -125,9 +131,32 @@ def build(node) -> Callable[[], None]:
         st["dropped"] += 1
         node.get_logger().warning(f"dropped {what} ({st['dropped']} so far): {err}", throttle_duration_sec=2.0)
 
+    def stamp_ns(msg: Image, topic: str) -> int:
+        """The image's stamp; one stamped 0 (no time) is stamped with its receive time first."""
+        t = stamp_to_ns(msg.header.stamp)
+        if t != 0:
+            return t
+        now = node.get_clock().now()
+        msg.header.stamp = now.to_msg()
+        if topic not in unstamped:
+            unstamped.add(topic)
+            node.get_logger().warning(f"images on {topic} are stamped 0 (no time): stamping them with their receive "
+                                      "time, which pairs them only as well as they arrive together (have the "
+                                      "camera driver stamp its frames)")
+        return now.nanoseconds
+
+    def warn_unshared_frames() -> None:
+        frames = pairer.unshared_frames()
+        if frames is not None:
+            node.get_logger().warning(
+                f"no colour image pairs with a depth image: colour frame_id {', '.join(map(repr, frames[0]))} on "
+                f"{sub_colour.topic_name}, depth frame_id {', '.join(map(repr, frames[1]))} on {sub_depth.topic_name};"
+                " the depth must be registered to the colour image, in its frame (a RealSense's "
+                "aligned_depth_to_color): nothing is encoded until they share a frame_id", throttle_duration_sec=5.0)
+
     def encode_and_publish(colour: Image, depth: Image | None) -> None:
         t = stamp_to_ns(colour.header.stamp)
-        if st["last"] is not None and st["last"][0] == t:
+        if t != 0 and st["last"] is not None and st["last"][0] == t:
             pub_emb.publish(st["last"][1])   # a re-sent frame (lock-step simulator, late joiners): same result
             return
         try:
@@ -146,29 +175,24 @@ def build(node) -> Callable[[], None]:
         st["frames"] += 1
 
     def on_colour(msg: Image) -> None:
-        t = stamp_to_ns(msg.header.stamp)
+        t = stamp_ns(msg, sub_colour.topic_name)
         if not needs_depth:
             encode_and_publish(msg, None)
             return
-        match = depths.nearest(t, tolerance_ns)
-        if match is None:
-            colours.push(t, msg)
+        pair = pairer.add_colour(t, msg.header.frame_id, msg)
+        if pair is None:
+            warn_unshared_frames()
             return
-        depths.drop_through(match[0])
-        colours.drop_through(t)
-        encode_and_publish(msg, match[1])
+        encode_and_publish(*pair)
 
     def on_depth(msg: Image) -> None:
         if not needs_depth:
             return
-        t = stamp_to_ns(msg.header.stamp)
-        match = colours.nearest(t, tolerance_ns)
-        if match is None:
-            depths.push(t, msg)
+        pair = pairer.add_depth(stamp_ns(msg, sub_depth.topic_name), msg.header.frame_id, msg)
+        if pair is None:
+            warn_unshared_frames()
             return
-        colours.drop_through(match[0])
-        depths.drop_through(t)
-        encode_and_publish(match[1], msg)
+        encode_and_publish(*pair)
 
     def encode_goal() -> None:
         if goal["rgb"] is None:
@@ -211,8 +235,8 @@ def build(node) -> Callable[[], None]:
         goal["depth"] = (stamp_to_ns(msg.header.stamp), depth)
         encode_goal()
 
-    node.create_subscription(Image, "camera/color/image_raw", on_colour, qos_profile_sensor_data)
-    node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
+    sub_colour = node.create_subscription(Image, "camera/color/image_raw", on_colour, qos_profile_sensor_data)
+    sub_depth = node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
     node.create_subscription(Image, "memnav/goal_depth", on_goal_depth, latched)
     node.create_timer(0.05, encode_goal)

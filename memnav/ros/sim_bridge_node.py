@@ -41,6 +41,13 @@ Bad messages are dropped with a throttled warning and counted; the node never di
 Start-up: a bad setting (a value out of range, a parameter it does not declare, missing data, a results_json or
 record.bag path that cannot be written) is refused before any episode, as one line on stderr, with exit status
 memnav.ros.stack_node.CONFIG_ERROR_EXIT (2).
+Time: messages are stamped with the node's clock. Under use_sim_time the bridge is not the /clock source (a bag
+player or another simulator is): until the first /clock its time stands at 0, so no episode starts (the services
+answer failure) and a throttled warning says why; frames stamped 0 would all look like one frame to the stack.
+Results file: the episodes cannot be run again, so a results_json write that fails at the end (a full disk, a
+folder made read-only or removed meanwhile) does not crash the node: it logs an error naming the parameter, the
+path and the cause (every episode's result and the summary are in the log above it), keeps the results in memory,
+and with exit_when_done exits with status RESULTS_ERROR_EXIT (1), so a script sees that the file is missing.
 """
 from __future__ import annotations
 
@@ -77,6 +84,9 @@ TOPICS = {
     "/memnav/detections": ("std_msgs/msg/String", True, False, 10),
 }
 MAX_RATE_HZ = 1e9   # a timer period under 1 ns is 0 ns: a busy loop
+RESULTS_ERROR_EXIT = 1   # exit status after the episodes when the results_json file could not be written
+NO_CLOCK = ("use_sim_time is set but no /clock has arrived: no episode starts until it does (the bridge does not "
+            "publish /clock: start the bag player or simulator that does, or set use_sim_time false)")
 TF_TOPICS = {"/tf": ("tf2_msgs/msg/TFMessage", True, False, 100)}   # as tf2_ros.TransformBroadcaster
 
 
@@ -161,6 +171,12 @@ def check_runner_config(cfg: RunnerConfig) -> None:
         raise ValueError(f"RunnerConfig.first_episode must be >= 0, got {cfg.first_episode}")
     if cfg.episodes < 0:
         raise ValueError(f"RunnerConfig.episodes must be >= 0 (0 = all from first_episode on), got {cfg.episodes}")
+
+
+def sim_clock_missing(node: Any) -> bool:
+    """Whether `node` runs on /clock (use_sim_time) and none has come yet: its time stands at 0."""
+    clock = node.get_clock()
+    return bool(getattr(clock, "ros_time_is_active", False)) and clock.now().nanoseconds == 0
 
 
 def tf_message_class() -> Any:
@@ -371,17 +387,24 @@ def main(argv: list[str] | None = None) -> int:
         publish(runner.drive(v, w, 1.0 / cfg.rate_hz))
 
     def srv_reset(_req, resp):
+        if sim_clock_missing(node):
+            resp.success, resp.message = False, NO_CLOCK
+            return resp
         start(runner.restart_episode())
         resp.success, resp.message = True, f"episode {runner.episodes[runner.index].episode_id} restarted"
         return resp
 
     def srv_next(_req, resp):
+        if sim_clock_missing(node):
+            resp.success, resp.message = False, NO_CLOCK
+            return resp
         start(runner.next_episode())
         resp.success, resp.message = True, f"episode {runner.episodes[runner.index].episode_id} started"
         return resp
 
     agent_states = AgentStates(runner.results)
     finishing = {"deadline": None}
+    exit_status = {"code": 0}
 
     def on_policy_state(msg: String) -> None:
         try:
@@ -398,9 +421,16 @@ def main(argv: list[str] | None = None) -> int:
         meta = {"odometry_origin": sim_cfg.odometry_origin}
         if cfg.lifelong_dir:
             meta["lifelong_earlier_memory"] = earlier
-        path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg,
-                             lifelong=bool(cfg.lifelong_dir), **meta)
-        node.get_logger().info(f"results written to {path} (`memnav eval-report {path} --out DIR`)")
+        try:
+            path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg,
+                                 lifelong=bool(cfg.lifelong_dir), **meta)
+        except OSError as err:   # see the module docstring: the run is over, only the file failed
+            exit_status["code"] = RESULTS_ERROR_EXIT
+            node.get_logger().error(f"parameter 'results_json': the results of {len(runner.results)} episodes could "
+                                    f"not be written to {cfg.results_json}: {err} (each episode's result and the "
+                                    "summary are logged above)")
+        else:
+            node.get_logger().info(f"results written to {path} (`memnav eval-report {path} --out DIR`)")
         if cfg.exit_when_done:
             done["flag"] = True
 
@@ -428,9 +458,20 @@ def main(argv: list[str] | None = None) -> int:
         node.create_timer(1.0 / cfg.rate_hz, on_tick)
     elif cfg.republish_s > 0:
         node.create_timer(cfg.republish_s / 2.0, on_idle)
-    start(runner.next_episode())
+    begun = {"flag": False}
+
+    def begin() -> None:
+        """Start the first episode once the node's time runs (under use_sim_time: after the first /clock)."""
+        if sim_clock_missing(node):
+            node.get_logger().warning(NO_CLOCK, throttle_duration_sec=5.0)
+            return
+        begun["flag"] = True
+        start(runner.next_episode())
+
     try:
         while rclpy.ok() and not done["flag"]:
+            if not begun["flag"]:
+                begin()
             rclpy.spin_once(node, timeout_sec=0.1)
             finish_results()
     except (KeyboardInterrupt, ExternalShutdownException):
@@ -446,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
-    return 0
+    return exit_status["code"]
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ stamp or the goal image of the goal embedding's stamp is not at hand, the score 
 Embeddings stamped before the goal image are skipped: they were taken before the goal was given. An embedding
 re-sent with the stamp of the last one decided (same goal) gets the same decision again, not recomputed.
 Bad messages are dropped with a throttled warning and counted; the node never dies on one. A goal embedding
-whose length differs from that of the embeddings already decided is dropped (it would block every decision).
+whose length differs from that of the embeddings already decided is dropped (it would block every decision);
+one that came before any embedding and differs from theirs is the one named, with both lengths, in a throttled
+warning for each embedding left undecided (the goal was encoded by another checkpoint than the embeddings).
 """
 from __future__ import annotations
 
@@ -122,9 +124,18 @@ def build(node) -> Callable[[], None]:
             return
         goal_ns, goal = st["goal"]
         try:
-            emb = image_to_embedding(msg, goal.size)
+            # the length decided before: this embedding is the odd one; none yet: the goal's is checked below
+            emb = image_to_embedding(msg, st["dim"])
         except conv.MessageError as err:
             drop("embedding", err)
+            return
+        if emb.size != goal.size:
+            st["dropped"] += 1
+            node.get_logger().warning(
+                f"goal embedding (stamp {goal_ns} ns) has length {goal.size}, the embeddings on "
+                f"{sub_embedding.topic_name} {emb.size}: no stop decision until a goal embedding of length {emb.size} "
+                f"comes (was the goal encoded by another encoder checkpoint?) ({st['dropped']} dropped so far)",
+                throttle_duration_sec=2.0)
             return
         st["dim"] = emb.size
         t = stamp_to_ns(msg.header.stamp)
@@ -150,9 +161,14 @@ def build(node) -> Callable[[], None]:
 
     def on_goal_embedding(msg: Image) -> None:
         try:
-            st.update(goal=(stamp_to_ns(msg.header.stamp), image_to_embedding(msg, st["dim"])), last=None)
+            goal = image_to_embedding(msg)
+            if st["dim"] is not None and goal.size != st["dim"]:
+                raise conv.MessageError(f"its length is {goal.size}, the embeddings decided so far have length "
+                                        f"{st['dim']} (was it encoded by another encoder checkpoint?)")
         except conv.MessageError as err:
             drop("goal embedding", err)
+            return
+        st.update(goal=(stamp_to_ns(msg.header.stamp), goal), last=None)
 
     def on_goal_image(msg: Image) -> None:
         try:
@@ -165,7 +181,7 @@ def build(node) -> Callable[[], None]:
 
     diagnostics_msgs.report_every_period(node, lambda new: stop_diagnostic(
         st["decisions"], st["goal"] is not None, st["last_body"], st["dropped"], new), lambda: st["dropped"])
-    node.create_subscription(Image, "memnav/embedding", on_embedding, 10)
+    sub_embedding = node.create_subscription(Image, "memnav/embedding", on_embedding, 10)
     node.create_subscription(Image, "memnav/goal_embedding", on_goal_embedding, latched)
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
     node.create_subscription(Image, "camera/color/image_raw", on_colour, qos_profile_sensor_data)

@@ -37,3 +37,50 @@ def test_bounded_and_drop_through():
     assert q.newest_stamp_ns is None
     with pytest.raises(ValueError, match="maxlen"):
         StampedQueue(0)
+
+
+def test_nearest_only_among_the_items_where_accepts():
+    q = StampedQueue(5)
+    for stamp, frame in ((100, "a"), (101, "b"), (130, "a")):
+        q.push(stamp, frame)
+    assert q.nearest(101, 50, lambda f: f == "a") == (100, "a")
+    assert q.nearest(101, 50, lambda f: f == "c") is None
+
+
+def test_pairer_pairs_colour_and_depth_of_one_frame_only():
+    from memnav.core.stamp_sync import ColourDepthPairer
+
+    pairer = ColourDepthPairer(queue_size=5, tolerance_ns=20)
+    # a depth image of another camera, stamped exactly like the colour image: never its partner
+    assert pairer.add_colour(1000, "cam_a", "colour@1000") is None
+    assert pairer.add_depth(1000, "cam_b", "depthB@1000") is None
+    assert pairer.unshared_frames() == (["cam_a"], ["cam_b"])
+    # the colour camera's own (registered) depth, a little later, in either arrival order
+    assert pairer.add_depth(1005, "cam_a", "depthA@1005") == ("colour@1000", "depthA@1005")
+    assert pairer.unshared_frames() is None
+    assert pairer.add_depth(2000, "cam_b", "depthB@2000") is None
+    assert pairer.add_depth(2003, "cam_a", "depthA@2003") is None
+    assert pairer.add_colour(2000, "cam_a", "colour@2000") == ("colour@2000", "depthA@2003")
+    # an empty frame_id (a driver that fills none) pairs by stamp alone
+    assert pairer.add_colour(3000, "", "colour@3000") is None
+    assert pairer.add_depth(3010, "cam_b", "depthB@3010") == ("colour@3000", "depthB@3010")
+    with pytest.raises(ValueError, match="tolerance_ns"):
+        ColourDepthPairer(queue_size=5, tolerance_ns=-1)
+
+
+def test_pairer_reports_streams_that_share_no_frame_id():
+    from memnav.core.stamp_sync import ColourDepthPairer
+
+    pairer = ColourDepthPairer(queue_size=3, tolerance_ns=0)
+    assert pairer.unshared_frames() is None
+    pairer.add_colour(1, "", "c")                       # no frame named yet
+    pairer.add_depth(1, "cam_depth_optical_frame", "d")
+    assert pairer.unshared_frames() is None
+    for t in range(2, 30):                              # more frames than the queues keep: the report stays
+        pairer.add_colour(t, "cam_color_optical_frame", "c")
+        pairer.add_depth(t, "cam_depth_optical_frame", "d")
+    assert pairer.unshared_frames() == (["cam_color_optical_frame"], ["cam_depth_optical_frame"])
+    for t in range(100, 120):                           # a stream naming a new frame each time stays bounded
+        pairer.add_depth(t, f"frame_{t}", "d")
+    colour, depth = pairer.unshared_frames()
+    assert colour == ["cam_color_optical_frame"] and len(depth) <= 8

@@ -142,7 +142,8 @@ def test_malformed_messages_on_every_topic_are_dropped(processes):
         depth = rng.uniform(0.5, 4.0, (128, 128)).astype(np.float32)
         colour = rgb_to_image(rgb, stamp) if encodings[0] == "rgb8" else \
             _image("bgr8", 128, 128, rgb[..., ::-1].tobytes(), stamp_ns=t)
-        depth_msg = depth_to_image(depth, stamp) if encodings[1] == "32FC1" else \
+        # depth registered to the colour image carries its frame_id (the encoder pairs no other)
+        depth_msg = depth_to_image(depth, stamp, colour.header.frame_id) if encodings[1] == "32FC1" else \
             _image("16UC1", 128, 128, (depth * 1000).astype(np.uint16).tobytes(), stamp_ns=t)
         pubs["odom"].publish(pose_to_odometry(Pose2D(0.1 * (t % 7), 0.0, 0.0), stamp))
         pubs["colour"].publish(colour)
@@ -214,7 +215,8 @@ def test_malformed_messages_on_every_topic_are_dropped(processes):
         mismatched = [("odom", pose_to_odometry(Pose2D(0.0, 0.0, 0.0), ns_to_stamp(t_pair))),
                       ("colour", rgb_to_image(rng.integers(0, 255, (128, 128, 3), dtype=np.uint8),
                                               ns_to_stamp(t_pair))),
-                      ("depth", depth_to_image(np.ones((64, 64), np.float32), ns_to_stamp(t_pair)))]
+                      ("depth", depth_to_image(np.ones((64, 64), np.float32), ns_to_stamp(t_pair),
+                                               "camera_color_optical_frame"))]
         sequence = ([("colour", m) for m in bad_images + colour_only] + [("depth", m) for m in bad_images + depth_only]
                     + [("odom", m) for m in bad_poses] + [("goal", m) for m in bad_images + colour_only]
                     + [("goal_depth", m) for m in bad_images + depth_only]

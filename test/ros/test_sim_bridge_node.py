@@ -267,3 +267,71 @@ def test_real_time_bridge_moves_by_cmd_vel_alone(data, ros_env):
         node.destroy_node()
         rclpy.shutdown()
         stop_processes([proc])
+
+
+def test_bridge_logs_a_results_json_it_cannot_write_and_exits_1_not_with_a_traceback(data, ros_env, tmp_path):
+    """The results file is writable at start (checked then) but not after the episodes (here a folder took its
+    place; a full disk, a read-only or removed folder alike): an error names the parameter and the path, and with
+    exit_when_done the bridge exits with RESULTS_ERROR_EXIT."""
+    from nav_msgs.msg import Odometry
+    from std_msgs.msg import String
+
+    results = tmp_path / "out" / "results.json"
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args",
+                             "-p", f"data:={data}", "-p", "split:=test", "-p", "episodes:=1",
+                             "-p", "exit_when_done:=true", "-p", f"results_json:={results}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_results_json")
+    odom = []
+    node.create_subscription(Odometry, "/odom", odom.append, 10)
+    pub = node.create_publisher(String, "/memnav/action", 10)
+    try:
+        assert _wait(node, lambda: odom and pub.get_subscription_count() > 0, 60)
+        results.mkdir(parents=True)
+        pub.publish(String(data="STOP"))
+        assert _wait(node, lambda: proc.poll() is not None, 30)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        out = stop_processes([proc])[0]
+    assert "Traceback" not in out, out[-3000:]
+    assert f"parameter 'results_json': the results of 1 episodes could not be written to {results}" in out, out[-3000:]
+    assert "summary over 1 episodes" in out
+    from memnav.ros.sim_bridge_node import RESULTS_ERROR_EXIT
+
+    assert proc.returncode == RESULTS_ERROR_EXIT == 1
+
+
+def test_bridge_under_use_sim_time_waits_for_clock_instead_of_stamping_zero(data, ros_env):
+    from builtin_interfaces.msg import Time
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+
+    from memnav.ros.embedding_msgs import stamp_to_ns
+
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args",
+                             "-p", f"data:={data}", "-p", "split:=test", "-p", "use_sim_time:=true",
+                             "-p", "republish_s:=0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_sim_time")
+    odom = []
+    node.create_subscription(Odometry, "/odom", odom.append, 10)
+    # as `ros2 bag play --clock` and memnav replay publish it
+    pub_clock = node.create_publisher(Clock, "/clock", QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+    try:
+        assert _wait(node, lambda: node.count_subscribers("/clock") > 0, 60)
+        _wait(node, lambda: odom, 3)
+        assert odom == []   # no frame before the first /clock (it would be stamped 0)
+        for _ in range(200):
+            pub_clock.publish(Clock(clock=Time(sec=5)))
+            if _wait(node, lambda: odom, 0.2):
+                break
+        assert odom and all(stamp_to_ns(m.header.stamp) == 5 * 10**9 for m in odom)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        out = stop_processes([proc])[0]
+    assert "use_sim_time is set but no /clock has arrived: no episode starts until it does" in out

@@ -355,8 +355,9 @@ def test_encoder_pairs_by_stamp_and_encodes_rgb_only_checkpoints(tmp_path, monke
         pub_rgb.publish(rgb_to_image(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8), ns_to_stamp(t_ns)))
         spin(0.05)
 
-    def depth(t_ns: int, shape=(24, 32)) -> None:
-        pub_depth.publish(depth_to_image(rng.uniform(0.5, 4.0, shape).astype(np.float32), ns_to_stamp(t_ns)))
+    def depth(t_ns: int, shape=(24, 32)) -> None:   # registered to the colour image: in its frame
+        pub_depth.publish(depth_to_image(rng.uniform(0.5, 4.0, shape).astype(np.float32), ns_to_stamp(t_ns),
+                                         "camera_color_optical_frame"))
         spin(0.05)
 
     s = 1_000_000_000
@@ -364,7 +365,7 @@ def test_encoder_pairs_by_stamp_and_encodes_rgb_only_checkpoints(tmp_path, monke
         assert spin(30, lambda: pub_rgb.get_subscription_count() >= 2 and pub_depth.get_subscription_count() >= 2
                     and node.count_publishers("/rgbd/embedding") >= 1), "encoder nodes did not come up"
         # discovery completes on each side at its own pace: repeat a warm-up pair until both nodes answer
-        for i in range(100):
+        for i in range(1, 100):   # stamped from 1 ns: a stamp of 0 is "no time", stamped on receipt
             colour(i), depth(i)
             if spin(0.2, lambda: got["rgb"] and got["rgbd"]):
                 break
