@@ -30,6 +30,9 @@ import numpy as np
 RenderFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
+MIN_HEADING_DEG = 1.0    # the finest heading spacing of the search: 360 views per position, 10x the default
+
+
 @dataclass(frozen=True)
 class GoalAuditConfig:
     """How look-alikes of a goal photo are searched for.
@@ -72,6 +75,9 @@ class GoalAuditConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"GoalAuditConfig.{name} must be a positive number, got {value!r}")
+        if not MIN_HEADING_DEG <= self.heading_deg <= 360.0:   # 1e-6 deg: 3.6e8 headings per position
+            raise ValueError(f"GoalAuditConfig.heading_deg must be between {MIN_HEADING_DEG:g} and 360 degrees, got "
+                             f"{self.heading_deg!r}")
         if self.image_px < 8 or self.image_px % 2:
             raise ValueError(f"GoalAuditConfig.image_px must be an even number >= 8, got {self.image_px!r}")
         for name in ("candidates", "refine_iterations"):

@@ -28,6 +28,9 @@ def test_config_refuses_bad_values_by_name():
         GoalAuditConfig(image_px=33)
     with pytest.raises(ValueError, match="candidates"):
         GoalAuditConfig(candidates=0)
+    for heading in (1e-6, 400.0):        # 1e-6 built 3.6e8 headings per grid position (memory ran out)
+        with pytest.raises(ValueError, match="heading_deg must be between 1 and 360 degrees"):
+            GoalAuditConfig(heading_deg=heading)
 
 
 def test_ratio_of_exact_copies_missing_look_alikes_and_blank_photos():
