@@ -230,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = _load(args._module)
     try:
+        if getattr(args, "_group", None) == "bench":   # every bench's --json: refused before the run, not after
+            from memnav.paths import check_output_file
+
+            check_output_file(args.json, "--json")
         result = module.run(args)
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as err:
         print(f"memnav {args.command}: error: {err}", file=sys.stderr)

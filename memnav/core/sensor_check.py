@@ -198,6 +198,11 @@ def check_streams(color: StreamLog, depth: StreamLog, odom: StreamLog, duration_
                                f"depth is {depth.width}x{depth.height} but colour {color.width}x{color.height}: depth "
                                "must be registered to the colour image (RealSense: align_depth.enable:=true, and the "
                                "aligned_depth_to_color topic)"))
+        if color.frame_id and depth.frame_id and color.frame_id != depth.frame_id:
+            out.append(Finding(Level.FAIL, depth.topic,
+                               f"depth is in frame_id {depth.frame_id!r}, colour in {color.frame_id!r}: the encoder "
+                               "node pairs colour only with depth in its frame (depth registered to the colour "
+                               "image; RealSense: align_depth.enable:=true, and the aligned_depth_to_color topic)"))
         share = _paired_share(color, depth, cfg.sync_tolerance_s)
         level = Level.OK if share >= cfg.good_paired else Level.WARN if share >= cfg.min_paired else Level.FAIL
         out.append(Finding(level, color.topic, f"{100 * share:.0f}% of the colour frames have a depth frame stamped "

@@ -23,7 +23,7 @@ from memnav.eval.evaluate import add_map_pixel_spacing_argument, add_model_argum
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
-from memnav.threads import blas_threads, set_inference_threads
+from memnav.threads import MAX_INFERENCE_THREADS, blas_threads, set_blas_threads, set_inference_threads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill", type=int, default=2000, metavar="N",
                         help="places loaded into the long-term memory before timing (0 = start empty)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads of torch and of numpy's BLAS (memnav.threads)")
+                        help="CPU threads of torch and of the OpenBLAS builds of numpy, OpenCV and SciPy "
+                             f"(memnav.threads), 1 to {MAX_INFERENCE_THREADS}")
     add_model_arguments(parser, "the agent")
     add_map_pixel_spacing_argument(parser)
     add_camera_arguments(parser, "that the timed views and goal photos are rendered with (larger images cost the "
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> dict:
             raise ValueError(f"--{name} must be >= 0, got {getattr(args, name)}")
     if not (math.isfinite(args.map_pixel_spacing_deg) and args.map_pixel_spacing_deg >= 0):
         raise ValueError(f"--map-pixel-spacing-deg must be a finite number >= 0, got {args.map_pixel_spacing_deg}")
+    if not 1 <= args.threads <= MAX_INFERENCE_THREADS:   # 10^5 crashed the process (segmentation fault)
+        raise ValueError(f"--threads must be from 1 to {MAX_INFERENCE_THREADS}, got {args.threads}")
     camera = camera_options(args)
     check_model_files(args)
     set_inference_threads(args.threads)
@@ -73,6 +76,9 @@ def run(args: argparse.Namespace) -> dict:
             ep = episodes[int(rng.integers(len(episodes)))]
             obs = env.reset(ep)
             agent.reset(ep, env.goal_observation, sim)
+            # loading a scene loads OpenCV's and SciPy's own OpenBLAS builds, each with a thread per core: set them
+            # too (untimed), or the steps ran on more threads than --threads and `blas_threads` said so
+            set_blas_threads(args.threads)
             memory = agent.navigator.memory
             if memory is not None and args.prefill > 0 and memory.stats().places == 0:
                 _prefill(memory, args.prefill, agent.encoder.embedding_dim, rng)

@@ -153,7 +153,10 @@ class OrbBagOfWords:
         import cv2
 
         descs = [d for d in _orb_bits(train_rgb) if len(d)]
-        data = np.concatenate(descs)
+        data = np.concatenate(descs) if descs else np.zeros((0, 256), np.float32)
+        if words > len(data):   # k-means needs a descriptor per word (cv2 failed with an assertion)
+            raise ValueError(f"--vocab-words {words}: more words than the {len(data)} ORB descriptors of the "
+                             "vocabulary views; give at most that")
         rng = np.random.default_rng(seed)
         if len(data) > 60_000:
             data = data[rng.choice(len(data), 60_000, replace=False)]
@@ -188,7 +191,7 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--max-houses must be >= 0 (0 = all), got {args.max_houses}")
     if args.render_workers < 0:
         raise ValueError(f"--render-workers must be >= 0 (0 = render in this process), got {args.render_workers}")
-    for name in ("db_per_house", "queries_per_house"):
+    for name in ("db_per_house", "queries_per_house", "vocab_words"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     camera = camera_options(args)

@@ -61,7 +61,7 @@ def parse_size(text: str) -> int:
         value = float(t[:-1] if mult > 1 else t) * mult
     except ValueError as err:
         raise ValueError(f"--sizes: cannot parse {text!r} (expected e.g. 1k, 100k, 1m)") from err
-    if value < 10 or value != int(value):
+    if not (math.isfinite(value) and value >= 10 and value == int(value)):   # inf, nan: no OverflowError
         raise ValueError(f"--sizes: {text!r} must be a whole number >= 10")
     return int(value)
 

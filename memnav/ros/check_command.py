@@ -24,7 +24,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from memnav.core.frames import camera_hfov_deg
+from memnav.core.files import json_safe, replace_files
+from memnav.core.frames import camera_hfov_deg, check_robot_camera
 from memnav.core.sensor_check import (
     CheckConfig,
     Finding,
@@ -83,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.duration, "--duration")
+    check_mount_options(args)
     ros_args = shell_ros_args(args)   # before any ROS work
     trained_hfov, trained_aspect = encoder_camera(args.encoder)   # a wrong path is said before listening
     color, depth, odom, cmd, info, frames = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs them
@@ -102,6 +104,17 @@ def run(args: argparse.Namespace) -> int:
     findings += check_command_topic(cmd["topic"], cmd["subscribers"], cmd["publishers"], cmd["subscriber_types"],
                                     args.cmd_vel_stamped)
     return report(args, (color, depth, odom), cmd, camera, findings, transports)
+
+
+def check_mount_options(args: argparse.Namespace) -> None:
+    """Refuse a --camera-height-m or --camera-pitch-deg the policy node would refuse as camera_height_m or
+    camera_pitch_deg (memnav.core.frames.check_robot_camera), naming the option: a NaN compared with the floor
+    fit is never "off by more than the tolerance", so it came out as an OK mount."""
+    try:
+        check_robot_camera("check", 0.0, args.camera_height_m, args.camera_pitch_deg)
+    except ValueError as err:
+        raise ValueError(str(err).replace("check.camera_height_m", "--camera-height-m")
+                         .replace("check.camera_pitch_deg", "--camera-pitch-deg")) from None
 
 
 def encoder_camera(path: str) -> tuple[tuple[float, float], float]:
@@ -203,10 +216,8 @@ def report(args: argparse.Namespace, logs: tuple[StreamLog, ...], cmd: dict, cam
     failed = any(f.level is Level.FAIL for f in findings)
     print(f"\n{'FAIL: memnav cannot run on these inputs as they are' if failed else 'memnav can run on these inputs'}"
           f" (listened {args.duration:g} s; FASTDDS_BUILTIN_TRANSPORTS={transports})")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"ok": not failed, "duration_s": args.duration, "topics": rows,
-                                         "cmd_vel": cmd, "camera_info": camera,
-                                         "findings": [{"level": f.level.value, "topic": f.topic, "text": f.text}
-                                                      for f in findings]}, indent=2) + "\n")
+    if args.json is not None:   # strict JSON (a camera_info's K can hold NaN), written whole
+        body = {"ok": not failed, "duration_s": args.duration, "topics": rows, "cmd_vel": cmd, "camera_info": camera,
+                "findings": [{"level": f.level.value, "topic": f.topic, "text": f.text} for f in findings]}
+        replace_files({args.json: (json.dumps(json_safe(body), indent=2, allow_nan=False) + "\n").encode()})
     return 1 if failed else 0

@@ -12,6 +12,7 @@ is in the odometry frame, so no TF remapping is needed.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from memnav.core.namespaces import absolute_namespace, resolve_name
 SIM_COLOR_TOPIC = "camera/color/image_raw"   # the simulator bridge's, the shipped file's
 ROBOT_COLOR_TOPIC = "camera/camera/color/image_raw"   # robot.launch.yaml's color_topic default
 CAMERA_DISPLAY, ODOMETRY_DISPLAY = "Camera", "Odometry"   # the shipped file's display names
+_TOPIC = re.compile(r"/?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*")   # a fully qualified or relative name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out")
     template = args.template or shipped_file("config/memnav.rviz")
     color = args.color_topic or (ROBOT_COLOR_TOPIC if args.profile == "robot" else SIM_COLOR_TOPIC)
+    for option, topic in (("--color-topic", color), ("--odom-topic", args.odom_topic)):
+        try:
+            resolve(topic, namespace)
+        except ValueError as err:
+            raise ValueError(f"{option}: {err}") from None
     text = rviz_config(template.read_text(), namespace, {CAMERA_DISPLAY: color, ODOMETRY_DISPLAY: args.odom_topic})
     header = (f"# memnav RViz view of namespace {namespace}, made by `memnav rviz` from {template.name}\n"
               f"# open with: rviz2 -d {args.out or 'FILE'}\n")
@@ -62,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
 
 def resolve(topic: str, namespace: str) -> str:
     """`topic` as a node in `namespace` resolves it: absolute names stay, relative ones go under the namespace."""
-    if not topic or topic.endswith("/") or "//" in topic:
-        raise ValueError(f"not a topic name: {topic!r}")
+    if not _TOPIC.fullmatch(topic):
+        raise ValueError(f"not a topic name: {topic!r} (letters, digits and underscores, not starting with a digit, "
+                         "parts separated by '/')")
     return resolve_name(topic, namespace)
 
 
@@ -77,11 +85,11 @@ def rviz_config(text: str, namespace: str, topics: dict[str, str]) -> str:
         displays = cfg["Visualization Manager"]["Displays"]
     except (yaml.YAMLError, KeyError, TypeError) as err:
         raise ValueError(f"not an RViz configuration (no 'Visualization Manager' displays): {err}") from None
-    named = {d.get("Name"): d for d in displays if isinstance(d, dict)}
-    missing = sorted(set(topics) - set(named))
+    every = _every_display(displays)
+    missing = sorted(set(topics) - {d.get("Name") for d in every})
     if missing:
         raise ValueError(f"the RViz configuration has no display named {', '.join(map(repr, missing))}")
-    for display in named.values():
+    for display in every:
         topic = display.get("Topic")
         if not isinstance(topic, dict) or "Value" not in topic:
             continue
@@ -89,3 +97,14 @@ def rviz_config(text: str, namespace: str, topics: dict[str, str]) -> str:
         given = topics[name] if name in topics else str(topic["Value"]).lstrip("/")
         topic["Value"] = resolve(given, namespace)
     return yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False, width=120)
+
+
+def _every_display(displays: object) -> list[dict]:
+    """The displays of an RViz display list, those inside groups (an rviz_common/Group holds its own Displays)
+    included, each once, whatever its name (RViz names a new display after its class, so two often share one)."""
+    out: list[dict] = []
+    for display in displays if isinstance(displays, list) else []:
+        if isinstance(display, dict):
+            out.append(display)
+            out += _every_display(display.get("Displays"))
+    return out

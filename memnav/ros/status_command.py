@@ -18,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from memnav.core.files import replace_files
+from memnav.core.files import json_safe, replace_files
 from memnav.core.stack_status import GraphSettle, Heard, summarize
 from memnav.ros.qos import events_qos, latched_qos
 from memnav.ros.shell_node import Ros, add_exit_statuses, add_ros_args, check_seconds, shell_ros_args
@@ -117,5 +117,6 @@ def report(node, got: dict, diagnosed: dict, listen_start: float, json_path: Pat
     lines, body, ok = summarize(heard)
     print("\n".join(lines), flush=True)
     if json_path is not None:
-        replace_files({json_path: (json.dumps(body, indent=2) + "\n").encode()})
+        # strict JSON: the nodes' own messages can carry NaN (Python's json writes it), which strict readers refuse
+        replace_files({json_path: (json.dumps(json_safe(body), indent=2, allow_nan=False) + "\n").encode()})
     return ok

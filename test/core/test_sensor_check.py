@@ -58,6 +58,12 @@ def test_silence_unregistered_depth_bad_sync_stalls_and_clock_offsets_are_named(
     assert "LARGE_DATA" in next(f.text for f in check_streams(quiet, depth, odom, 5.0) if f.topic == "/c")
     small = _stream("/d", "depth", 30, size=(320, 240), encoding="16UC1")
     assert any(f.level is Level.FAIL and "must be registered" in f.text for f in check_streams(color, small, odom, 5))
+    # the same size, but the depth camera's own frame: unregistered depth, which the encoder node never pairs
+    color.frame_id, depth.frame_id = "camera_color_optical_frame", "camera_depth_optical_frame"
+    assert any(f.level is Level.FAIL and f.topic == "/d" and "depth is in frame_id 'camera_depth_optical_frame', "
+               "colour in 'camera_color_optical_frame'" in f.text for f in check_streams(color, depth, odom, 5))
+    depth.frame_id = "camera_color_optical_frame"
+    assert not any("frame_id" in f.text for f in check_streams(color, depth, odom, 5))
     # 10 Hz streams whose depth is stamped 50 ms off the colour frames: no pair within 20 ms (at 30 Hz any offset
     # finds some depth frame within half a period, 17 ms)
     color10 = _stream("/c", "color", 10)

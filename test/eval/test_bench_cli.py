@@ -162,3 +162,36 @@ def test_bench_encoder_negative_verify_top_is_a_clear_error(capsys):
 def test_bench_encoder_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert main(["bench", "encoder", "--checkpoint", str(tmp_path / "none.pt")]) == 2
     assert "none.pt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target, options", [
+    ("sim", ["--scene", "no/such/mesh.glb"]),
+    ("memory", ["--sizes", "10", "--queries", "1", "--patrol-hours", "0.001", "--no-progress"]),
+    ("relocalise", ["--data", "no/such/dataset"]),
+    ("encoder", ["--data", "no/such/dataset"]),
+    ("agent", ["--data", "no/such/dataset"]),
+    ("pipeline", ["--data", "no/such/dataset", "--no-progress"]),
+    ("replay", ["--data", "no/such/dataset", "--no-progress"]),
+])
+def test_bench_json_path_that_cannot_be_written_is_refused_before_the_run(target, options, tmp_path, capsys):
+    """`--json FOLDER` was found out only after the whole bench (a traceback at the end of an hour's run); every
+    other error came first."""
+    assert main(["bench", target, *options, "--json", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(f"memnav bench: error: --json {tmp_path}: is a directory")
+
+
+def test_bench_encoder_vocabulary_needs_a_word(capsys):
+    """--vocab-words 0 rendered every view, then failed in cv2.kmeans with a traceback."""
+    assert main(["bench", "encoder", "--vocab-words", "0"]) == 2
+    assert "--vocab-words must be >= 1" in capsys.readouterr().err
+
+
+def test_orb_vocabulary_larger_than_its_descriptors_is_a_clear_error():
+    import numpy as np
+
+    from memnav.eval.bench_encoder import OrbBagOfWords
+
+    rgb = np.random.default_rng(0).integers(0, 256, (2, 128, 128, 3), dtype=np.uint8)
+    with pytest.raises(ValueError, match="--vocab-words 100000: more words than the"):
+        OrbBagOfWords(rgb, 100_000, 0)
+    assert len(OrbBagOfWords(rgb, 8, 0).centers) == 8

@@ -1,6 +1,8 @@
 """`memnav bench memory --quick` through the real CLI: JSON keys and sane values."""
 import json
 
+import pytest
+
 from memnav.cli import main
 
 
@@ -14,3 +16,11 @@ def test_bench_memory_quick_writes_json(tmp_path, capsys):
     assert res["insert_ms_p50_1k"] > 0 and res["retrieve_ms_p50_1k"] > 0
     assert res["bytes_per_node"] > 0
     assert 0 < res["nodes_after_first_loop"] <= res["nodes_after_patrol"]
+
+
+@pytest.mark.parametrize("size", ["inf", "1e400", "nan", "5", "2.5"])
+def test_bench_memory_sizes_that_are_not_whole_counts_are_refused_by_name(size, capsys):
+    """`--sizes inf` ended in an OverflowError traceback, `nan` in "cannot convert float NaN to integer"."""
+    assert main(["bench", "memory", "--sizes", size, "--no-progress"]) == 2
+    assert f"memnav bench: error: --sizes: {size!r} must be a whole number >= 10" in capsys.readouterr().err
+

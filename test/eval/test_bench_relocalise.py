@@ -38,3 +38,26 @@ def test_bench_relocalise_keys_and_the_setting_compared(tmp_path, capsys):
 def test_bench_relocalise_bad_arguments_are_clear_errors(args, name, capsys):
     assert main(["bench", "relocalise", *args]) == 2
     assert name in capsys.readouterr().err
+
+
+def test_bench_relocalise_a_repeated_confirmations_value_is_one_setting(tmp_path, monkeypatch, capsys):
+    """`--confirmations 2 2` ran every kidnapping twice for the one setting and reported twice the --trials."""
+    from memnav.eval import bench_relocalise
+
+    calls = []
+
+    def trial(*args) -> dict:   # the walks and the memory are real; the trial itself is not what is tested
+        calls.append(args[3])
+        return {"steps": 1, "error_at_m": 0.1, "error_end_m": 0.1, "new_places": 1, "misplaced_places": 0,
+                "wrong": False, "wrong_end": False}
+
+    monkeypatch.setattr(bench_relocalise, "_trial", trial)
+    data = make_tiny_dataset(tmp_path / "houses", seed=9)
+    capsys.readouterr()
+    assert main(["bench", "relocalise", "--checkpoint", str(PACKAGE_ROOT / "models" / "encoder.pt"), "--data",
+                 str(data), "--map-steps", "8", "--trials", "2", "--trial-steps", "2", "--confirmations", "2", "1",
+                 "2", "--no-progress"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert calls == [2, 1, 2, 1]   # each kidnapping replayed once per distinct setting, in the order given
+    assert set(res["by_confirmations"]) == {"1", "2"}
+    assert res["by_confirmations"]["2"]["trials"] == 2 == res["trials"]

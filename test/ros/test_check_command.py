@@ -113,3 +113,42 @@ def test_status_watch_interrupted_before_its_first_report_says_so(tmp_path):
             status.kill()
             status.communicate()
     assert status.returncode == 130 and "memnav status: interrupted" in err and out == "", (out, err)
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--camera-height-m", "nan"], "--camera-height-m must be a height > 0 m"),
+    (["--camera-height-m", "-1"], "--camera-height-m must be a height > 0 m"),
+    (["--camera-pitch-deg", "nan"], "--camera-pitch-deg must be a finite pitch"),
+])
+def test_check_refuses_a_camera_mount_the_policy_node_would_refuse(options, named, monkeypatch, capsys):
+    """A NaN height or pitch is never farther than the tolerance from the floor fit: the mount came out OK ("as
+    camera_height_m nan ... say"). Refused by name before listening."""
+    from memnav.ros import check_command
+
+    def listened(*_args):
+        raise AssertionError("listened despite a bad option")
+
+    monkeypatch.setattr(check_command, "listen", listened)
+    assert main(["check", *options]) == 2
+    assert f"memnav check: error: {named}" in capsys.readouterr().err
+
+
+def test_check_json_is_strict_json_when_camera_info_holds_nan(tmp_path, capsys):
+    """A camera_info whose K[0] is NaN (a broken driver) went into --json as a bare NaN, which strict readers
+    refuse."""
+    import argparse
+
+    from memnav.core.sensor_check import StreamLog
+    from memnav.ros.check_command import report
+
+    out = tmp_path / "check.json"
+    logs = tuple(StreamLog(topic, kind) for topic, kind in (("/c", "color"), ("/d", "depth"), ("/o", "odom")))
+    camera = {"topic": "/ci", "width": 640, "height": 480, "fx_px": float("nan"), "hfov_deg": None}
+    report(argparse.Namespace(duration=1.0, json=out), logs, {"topic": "/cmd_vel"}, camera, [], "")
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    body = json.loads(out.read_text(), parse_constant=refuse)
+    assert body["camera_info"]["fx_px"] is None and body["camera_info"]["width"] == 640
+    assert [p.name for p in tmp_path.iterdir()] == ["check.json"]   # written whole: no temporary left

@@ -93,3 +93,36 @@ def test_memnav_rviz_moves_every_display_to_a_namespaced_robots_topics(tmp_path)
     with pytest.raises(ValueError, match="not an RViz configuration"):
         rviz_config("Panels: []\n", "/", {})
     assert main(["rviz", "--namespace", "9robot"]) == 2   # not a namespace: refused by name
+
+
+def test_memnav_rviz_moves_displays_in_groups_and_displays_that_share_a_name():
+    """A user's --template with displays in a group (rviz_common/Group) left those on the root namespace's topics,
+    and of two displays with one name (RViz names a new display after its class) only the last was moved."""
+    from memnav.ros.rviz_command import rviz_config
+
+    cfg = yaml.safe_load((ROOT / "config" / "memnav.rviz").read_text())
+    displays = cfg["Visualization Manager"]["Displays"]
+    displays[3]["Name"] = displays[4]["Name"] = "MarkerArray"
+    group = {"Class": "rviz_common/Group", "Name": "memnav", "Enabled": True, "Displays": displays[1:5]}
+    cfg["Visualization Manager"]["Displays"] = [displays[0], group, *displays[5:]]
+    made = yaml.safe_load(rviz_config(yaml.safe_dump(cfg), "/robot1", {"Camera": "camera/color/image_raw",
+                                                                       "Odometry": "odom"}))
+    top = made["Visualization Manager"]["Displays"]
+    assert [d["Name"] for d in top[1]["Displays"]] == ["Agent occupancy map", "Planned path", "MarkerArray",
+                                                       "MarkerArray"]
+    topics = [d["Topic"]["Value"] for d in [*top, *top[1]["Displays"]] if "Topic" in d]
+    assert len(topics) == 7 and all(t.startswith("/robot1/") for t in topics), topics
+    assert "/robot1/memnav/search_markers" in topics and "/robot1/memnav/scene_graph_markers" in topics
+
+
+@pytest.mark.parametrize("option, topic", [("--odom-topic", "a b"), ("--odom-topic", "1odom"),
+                                           ("--odom-topic", "~/odom"), ("--color-topic", "cam//rgb"),
+                                           ("--odom-topic", "")])
+def test_memnav_rviz_refuses_a_topic_rviz_could_not_subscribe_to(option, topic, tmp_path, capsys):
+    """`--odom-topic "a b"` wrote a display of topic "/a b", `~/odom` one of "/~/odom"."""
+    from memnav.cli import main
+
+    out = tmp_path / "robot.rviz"
+    assert main(["rviz", option, topic, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"memnav rviz: error: {option}: not a topic name: {topic!r}")
+    assert not out.exists()

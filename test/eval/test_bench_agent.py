@@ -1,0 +1,46 @@
+"""`memnav bench agent`: its --threads option (bounds, and what the JSON says of the BLAS threads)."""
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import make_tiny_dataset
+
+
+def test_bench_agent_refuses_a_thread_count_that_would_crash_it():
+    """--threads 100000 ended the process with a segmentation fault (status 139, no message). A process of its own:
+    the old code's crash would take the test runner with it."""
+    run = subprocess.run([sys.executable, "-m", "memnav.cli", "bench", "agent", "--threads", "100000",
+                          "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "--threads must be from 1 to 1024, got 100000" in run.stderr, run.stderr[-2000:]
+
+
+# every OpenBLAS mapped into the process after a tiny bench, with its thread count
+BLAS_COUNTS = """
+import ctypes, json, sys
+from memnav import threads
+from memnav.cli import main
+assert main(sys.argv[1:]) == 0
+counts = {}
+for path in threads._loaded_openblas():
+    getter = threads._symbol(ctypes.CDLL(path), threads._GETTERS)
+    if getter is not None:
+        getter.restype = ctypes.c_int
+        counts[path] = int(getter())
+print(json.dumps(counts), file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_bench_agent_runs_every_blas_on_the_threads_asked_for(tmp_path):
+    """Loading a scene loads OpenCV's and SciPy's own OpenBLAS builds after --threads was applied: they ran on a
+    thread per core, and `blas_threads` (the first OpenBLAS mapped) said 2 beside `threads` 1."""
+    data = make_tiny_dataset(tmp_path / "houses", seed=9)
+    run = subprocess.run([sys.executable, "-c", BLAS_COUNTS, "bench", "agent", "--data", str(data), "--steps", "2",
+                          "--warmup", "0", "--prefill", "0", "--threads", "1", "--no-progress"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(run.stdout)
+    counts = json.loads(run.stderr.strip().splitlines()[-1])
+    assert res["threads"] == 1 and res["blas_threads"] in (None, 1)
+    assert all(n == 1 for n in counts.values()), counts
