@@ -77,11 +77,24 @@ def set_blas_threads(n: int) -> int | None:
     return previous
 
 
+# modules that map an OpenBLAS of their own when first imported (numpy's is mapped by `_loaded_openblas`)
+BUNDLED_BLAS_MODULES = ("scipy.linalg", "cv2")
+
+
 def set_inference_threads(n: int) -> None:
-    """Run per-step inference on `n` threads: torch's intra-op pool and numpy's BLAS (n >= 1)."""
+    """Run per-step inference on `n` threads: torch's intra-op pool and the OpenBLAS builds of numpy, SciPy and
+    OpenCV (n >= 1). SciPy's and OpenCV's are imported first: mapped later (a scene load, the first ORB match),
+    each would start with a thread per core."""
+    import importlib
+
     import torch
 
     if n < 1:
         raise ValueError(f"inference threads must be >= 1, got {n}")
+    for module in BUNDLED_BLAS_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
     torch.set_num_threads(n)
     set_blas_threads(n)

@@ -34,3 +34,30 @@ def test_set_inference_threads_sets_both_and_rejects_zero():
         torch.set_num_threads(torch_before)
         if blas_before is not None:
             set_blas_threads(blas_before)
+
+
+def test_set_inference_threads_reaches_the_blas_scipy_and_opencv_map_later():
+    """A node set its threads at start; SciPy's and OpenCV's own OpenBLAS builds were mapped later (a scene load,
+    the first ORB match) and ran on a thread per core. A fresh process, as a node starts."""
+    import subprocess
+    import sys
+
+    script = """
+import ctypes, json
+from memnav import threads
+threads.set_inference_threads(1)
+import cv2, scipy.linalg, scipy.ndimage  # noqa: F401  (what a node imports later)
+counts = {}
+for path in threads._loaded_openblas():
+    getter = threads._symbol(ctypes.CDLL(path), threads._GETTERS)
+    if getter is not None:
+        getter.restype = ctypes.c_int
+        counts[path] = int(getter())
+print(json.dumps(counts))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    import json
+
+    counts = json.loads(run.stdout)
+    assert len(counts) >= 2 and all(n == 1 for n in counts.values()), counts

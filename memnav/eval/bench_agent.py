@@ -23,7 +23,7 @@ from memnav.eval.evaluate import add_map_pixel_spacing_argument, add_model_argum
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
-from memnav.threads import MAX_INFERENCE_THREADS, blas_threads, set_blas_threads, set_inference_threads
+from memnav.threads import MAX_INFERENCE_THREADS, blas_threads, set_inference_threads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,9 +76,6 @@ def run(args: argparse.Namespace) -> dict:
             ep = episodes[int(rng.integers(len(episodes)))]
             obs = env.reset(ep)
             agent.reset(ep, env.goal_observation, sim)
-            # loading a scene loads OpenCV's and SciPy's own OpenBLAS builds, each with a thread per core: set them
-            # too (untimed), or the steps ran on more threads than --threads and `blas_threads` said so
-            set_blas_threads(args.threads)
             memory = agent.navigator.memory
             if memory is not None and args.prefill > 0 and memory.stats().places == 0:
                 _prefill(memory, args.prefill, agent.encoder.embedding_dim, rng)
