@@ -5,6 +5,7 @@ import hashlib
 import json
 import signal
 import subprocess
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -124,6 +125,16 @@ def spin_until(node, cond, timeout_s: float, step_s: float = 0.02) -> bool:
         rclpy.spin_once(node, timeout_sec=step_s)
         if cond():
             return True
+    return False
+
+
+def wait_for_text(path: Path, text: str, timeout_s: float) -> bool:
+    """Whether `text` appears in the file at `path` (a process's log) within `timeout_s` seconds."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if path.exists() and text in path.read_text():
+            return True
+        time.sleep(0.2)
     return False
 
 

@@ -533,11 +533,14 @@ class BagFile:
 
     # -- reading ---------------------------------------------------------------------------------------------
 
-    def messages(self, topics: Iterable[str] | None = None, decode: bool = True) -> Iterator[BagMessage]:
+    def messages(self, topics: Iterable[str] | None = None, decode: bool = True,
+                 undefined_types: bool = False) -> Iterator[BagMessage]:
         """Messages of `topics` (all when None) in storage order (log-time order for indexed bags).
 
         Messages of unknown types or that fail to deserialize are skipped and counted in `counts`; a
-        damaged file ends iteration early with `counts.truncated` set.
+        damaged file ends iteration early with `counts.truncated` set. `undefined_types` (with `decode` False):
+        messages of types the bag stores no definition for come too, as bytes (a replay publishes them through
+        the installed message class).
         """
         wanted = None if topics is None else set(topics)
         types = self.typestore.types
@@ -546,7 +549,7 @@ class BagFile:
             if t < last_t:
                 self.counts.log_time_out_of_order += 1
             last_t = max(last_t, t)
-            if msgtype not in types:
+            if msgtype not in types and (decode or not undefined_types):
                 self.counts.unknown_type[topic] += 1
                 continue
             msg = None

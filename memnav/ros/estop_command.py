@@ -1,11 +1,13 @@
 """`memnav estop engage|release|status`: the software emergency stop of robot.launch.yaml's safety node, from a shell.
 
-Publishes std_msgs/Bool on `--topic` (/memnav/estop; reliable, as the safety node subscribes it) once the
-safety node's subscription has matched, and confirms from the safety node's own `/memnav/safety_status` that
-it took it (its `estop` field). Without confirmation within `--timeout` the command fails (status 2) and says
-so: the robot may still be moving. It does not need the ros2 CLI (`ros2 topic pub ...` does the same on a ROS 2
-install, without the confirmation). `status` prints the safety node's next status (JSON) on stdout and changes
-nothing. A software stop: keep the robot's hardware emergency stop.
+Publishes std_msgs/Bool on `--topic` (/memnav/estop; reliable, volatile, as the safety node subscribes it) once
+the safety node's own subscription has matched (the safety node: the node that publishes `--status-topic`; another
+subscriber, a bag recorder, does not count: `reaches_publisher_of`), waits until the message is acknowledged, and
+confirms from the safety node's own `/memnav/safety_status` that it took it (its `estop` field). Without
+confirmation within `--timeout` the command fails (status 2) and says so: the robot may still be moving. It does
+not need the ros2 CLI (`ros2 topic pub ...` does the same on a ROS 2 install, without the confirmation). `status`
+prints the safety node's next status (JSON) on stdout and changes nothing. A software stop: keep the robot's
+hardware emergency stop.
 """
 from __future__ import annotations
 
@@ -13,7 +15,14 @@ import argparse
 import json
 import sys
 
-from memnav.ros.shell_node import Ros, add_exit_statuses, add_ros_args, check_seconds, shell_ros_args
+from memnav.ros.shell_node import (
+    Ros,
+    add_exit_statuses,
+    add_ros_args,
+    check_seconds,
+    reaches_publisher_of,
+    shell_ros_args,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_seconds(args.timeout, "--timeout")
     ros_args = shell_ros_args(args)
+    from rclpy.duration import Duration
     from std_msgs.msg import Bool, String
 
     wanted = args.state == "engage"
@@ -59,12 +69,19 @@ def run(args: argparse.Namespace) -> int:
                                    "running on this ROS_DOMAIN_ID?")
             print(json.dumps(seen, sort_keys=True))
             return 0
-        pub = node.create_publisher(Bool, args.topic, 10)
-        if not ros.spin_until(lambda: pub.get_subscription_count() > 0, args.timeout):
+        pub = node.create_publisher(Bool, args.topic, 10)   # reliable, volatile: as the safety node subscribes
+        if not ros.spin_until(lambda: reaches_publisher_of(node, pub, args.status_topic), args.timeout):
+            others = node.count_subscribers(args.topic)
             raise RuntimeError(f"no subscriber of {args.topic} within {args.timeout:g} s: is the safety node running "
-                               f"(memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID? Nothing was "
-                               f"{'engaged' if wanted else 'released'}")
+                               f"(memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID? Only the subscription of "
+                               f"the node that publishes {args.status_topic} counts"
+                               + (f" ({others} other subscriber(s), a recorder?, do not)" if others else "")
+                               + f". Nothing was {'engaged' if wanted else 'released'}")
         pub.publish(Bool(data=wanted))
+        if not pub.wait_for_all_acked(Duration(seconds=args.timeout)):
+            raise RuntimeError(f"the safety node did not acknowledge the message on {args.topic} within "
+                               f"{args.timeout:g} s: the emergency stop may not be "
+                               f"{'engaged' if wanted else 'released'}")
         if not ros.spin_until(lambda: seen.get("estop") is wanted, args.timeout):
             raise RuntimeError(f"the safety node did not confirm the emergency stop "
                                f"{'engaged' if wanted else 'released'} on {args.status_topic} within "
@@ -74,3 +91,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"emergency stop {'ENGAGED' if wanted else 'released'} (safety node: {seen.get('reason')}, "
           f"commanding {seen.get('v_mps', 0.0):g} m/s, {seen.get('w_radps', 0.0):g} rad/s)", file=sys.stderr)
     return 0
+

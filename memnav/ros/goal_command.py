@@ -15,6 +15,9 @@ send publishes (reliable, transient local, depth 1: a policy node started later 
 command runs):
     /memnav/goal_depth  sensor_msgs/Image 32FC1 (when the photo has depth), then
     /memnav/goal_image  sensor_msgs/Image rgb8, both with the same stamp
+and ends (without --wait) once the policy node, the node that publishes /memnav/goal_status, has matched and
+acknowledged them: another subscriber (a bag recorder) does not count, since the latched goal leaves with the
+command (`shell_node.reaches_publisher_of`).
 send --wait subscribes /memnav/action, /memnav/policy_state and /memnav/goal_status (std_msgs/String); Ctrl-C
 while it waits cancels the goal (policy_node's ~/cancel_goal), and a goal cancelled from elsewhere ends it too.
 cancel calls ~/cancel_goal (std_srvs/Trigger) of the policy node (--node): the robot stops at once and waits for
@@ -52,11 +55,13 @@ from memnav.ros.shell_node import (
     add_robot_topic_arguments,
     add_ros_args,
     check_seconds,
+    reaches_publisher_of,
     shell_ros_args,
 )
 
 GOAL_IMAGE_TOPIC = "memnav/goal_image"
 GOAL_DEPTH_TOPIC = "memnav/goal_depth"
+GOAL_STATUS_TOPIC = "memnav/goal_status"   # published by the policy node only: how the command knows it
 QUIET_HINT_S = 10.0   # send --wait: say what to check when the policy node has not acted after this long
 CANCEL_TIMEOUT_S = 5.0   # send --wait, Ctrl-C: how long the policy node's ~/cancel_goal may take to answer
 # goal statuses that end a goal without the robot's STOP ("abandoned": the policy node restarted too often on it)
@@ -464,10 +469,15 @@ class GoalPublisher:
             self.depth.publish(conv.depth_to_image(goal.depth_m, msg_stamp, self.frame_id))
             pubs.insert(0, self.depth)
         self.image.publish(conv.rgb_to_image(goal.rgb, msg_stamp, self.frame_id))
-        if not self.ros.spin_until(lambda: self.image.get_subscription_count() > 0, self.timeout_s):
+        node = self.ros.node
+        status_topic = node.resolve_topic_name(GOAL_STATUS_TOPIC)
+        if not self.ros.spin_until(lambda: all(reaches_publisher_of(node, pub, status_topic) for pub in pubs),
+                                   self.timeout_s):
+            others = node.count_subscribers(self.image.topic_name)
             raise RuntimeError(f"no subscriber of {self.image.topic_name} within {self.timeout_s:g} s: is policy_node "
                                "running (memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID, in this namespace "
-                               "(--namespace)?")
+                               f"(--namespace)? Only the node that publishes {status_topic} counts"
+                               + (f" ({others} other subscriber(s), a recorder?, do not)" if others else ""))
         for pub in pubs:
             if not pub.wait_for_all_acked(Duration(seconds=self.timeout_s)):
                 raise RuntimeError(f"{pub.topic_name}: the subscribers did not acknowledge the goal within "

@@ -2,7 +2,9 @@
 
 Every topic of the bag (or of `--topics`) is published with the message bytes as recorded (no
 deserialization) and the QoS the bag says its publishers offered (reliability, durability, depth;
-reliable + volatile when the bag has none), so latched topics such as /memnav/goal_image stay latched.
+reliable + volatile when the bag has none), so latched topics such as /memnav/goal_image stay latched. A topic
+recorded from several publishers that offered different QoS gets one profile that serves all their subscribers
+(`publisher_qos`: reliable if any was, transient local only if all were).
 /clock (rosgraph_msgs/Clock, best effort, depth 1, as `ros2 bag play --clock`) carries the bag's log time,
 so nodes started with `use_sim_time:=true` run on recorded time.
 
@@ -11,9 +13,12 @@ every message whose log time has been reached, in log-time order; messages are t
 period late (10 ms at the default 100 Hz) but never reordered. Before the first message the replay waits
 until each `--wait-for` topic has a subscriber (at most `--wait-timeout` seconds, then it starts anyway with a
 warning), then `--delay` seconds more so that the other subscribers are discovered too (DDS discovery takes
-about a second). `--loop` starts over after the last message (bag time jumps back). Topics whose Python
-message package is not installed are skipped with a warning; so are messages of types the bag has no
-definition for (counted).
+about a second). `--loop` starts over after the last message (bag time jumps back). `--rate` is at most
+MAX_RATE: /clock carries builtin_interfaces/Time, whose seconds are int32, and a larger rate would carry it past
+that between two ticks (it wrapped to negative times). Topics whose Python message package is not installed are
+skipped with a warning naming the topic and type. Messages of types the bag stores no definition for (a Humble
+sqlite3 bag, a type newer than the bag's distribution) are replayed too: only the installed Python class is needed
+to publish the bytes, which subscribers deserialize as that type.
 
 As a node (`replay_node`, console script; what launch/replay.launch.yaml starts): the same replay, configured
 by the ROS parameters of `ReplayConfig` (bag, rate, loop, ...); topics are renamed with ordinary ROS remapping
@@ -38,6 +43,10 @@ from memnav.cli import config_from_options
 from memnav.core.namespaces import absolute_namespace, resolve_name
 from memnav.eval.bag_io import BagFile
 
+# Largest --rate: a day of recording in under 9 s. /clock's seconds are int32 (until 2038 for wall-clock bags): at
+# 10_000 even a stalled second between two ticks moves it by under 3 hours, where 1e12 moved it by centuries.
+MAX_RATE = 10_000.0
+
 
 @dataclass
 class ReplayConfig:
@@ -45,7 +54,7 @@ class ReplayConfig:
 
     Attributes:
         bag: rosbag2 folder, or a single .mcap or .db3 file (only read).
-        rate: playback speed (2 = twice as fast as recorded).
+        rate: playback speed (2 = twice as fast as recorded), at most MAX_RATE.
         loop: start over after the last message.
         clock: publish /clock with the bag's log time.
         clock_hz: rate of /clock messages and of the publishing timer, Hz.
@@ -72,6 +81,9 @@ class ReplayConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"ReplayConfig.{name} must be a finite number > 0, got {value!r}")
+        if self.rate > MAX_RATE:
+            raise ValueError(f"ReplayConfig.rate must be at most {MAX_RATE:g} (times as fast as recorded), got "
+                             f"{self.rate!r}: /clock's int32 seconds would overflow between two ticks")
         for name in ("delay_s", "wait_timeout_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -127,15 +139,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def publisher_qos(profiles: tuple) -> Any:
-    """rclpy QoSProfile from a bag topic's offered QoS (rosbags Qos tuples; reliable + volatile if none)."""
+    """rclpy QoSProfile from a bag topic's offered QoS (rosbags Qos tuples, one per recorded publisher; reliable +
+    volatile, depth 10 if none).
+
+    Publishers that offered different QoS (a topic written by several nodes) get one profile that every subscriber
+    of theirs can take: reliable if any was reliable (a reliable offer reaches reliable and best-effort
+    subscribers); transient local only if all were (a subscriber that joins later gets old messages only where
+    every recorded publisher latched them; a transient-local offer matches volatile subscribers too, so nothing is
+    lost by volatile); depth the largest offered. `ros2 bag play` instead falls back to reliable, volatile, depth
+    10 for any mix; the two agree except on a best-effort-only mix.
+    """
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
     reliable, latched, depth = True, False, 10
     if profiles:
-        q = profiles[0]
-        reliable = q.reliability.name != "BEST_EFFORT"
-        latched = q.durability.name == "TRANSIENT_LOCAL"
-        depth = int(q.depth) if q.depth and q.depth > 0 else (1 if latched else 10)
+        reliable = any(q.reliability.name != "BEST_EFFORT" for q in profiles)
+        latched = all(q.durability.name == "TRANSIENT_LOCAL" for q in profiles)
+        depths = [int(q.depth) for q in profiles if q.depth and q.depth > 0]
+        depth = max(depths) if depths else (1 if latched else 10)
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
                       reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
                       durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
@@ -207,7 +228,7 @@ def replay(node: Any, bag: BagFile, selected: list[str], cfg: ReplayConfig, rema
                           "phase": "wait", "since": time.monotonic()}
 
     def restart() -> None:
-        st["it"] = bag.messages(list(pubs), decode=False)
+        st["it"] = bag.messages(list(pubs), decode=False, undefined_types=True)
         st["next"] = next(st["it"], None)
         st["t0_wall"] = None
 

@@ -127,3 +127,33 @@ def add_ros_args(parser: argparse.ArgumentParser) -> None:
                              "the defaults among them, resolve under /NS; none by default")
     parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
                         help="everything after this goes to ROS (e.g. -p use_sim_time:=true); none by default")
+
+
+def reaches_publisher_of(node: Any, pub: Any, owner_topic: str) -> bool:
+    """Whether a message `pub` publishes now reaches the node that publishes `owner_topic` (the safety node by its
+    status topic, the policy node by its goal status).
+
+    True once that node has a subscription of `pub`'s topic in the graph and `pub` has matched at least as many
+    subscriptions as the graph holds that can take its messages (same type; reliability and durability
+    compatible: the graph reports infinite deadlines as set, so rclpy's `qos_check_compatible` refuses every pair),
+    so that the one of that node is among them. "Any subscriber matched" is not enough: a bag recorder counts, and
+    the node that matters may still be undiscovered when a volatile message goes out (it never gets it), or when the
+    command ends (a latched message leaves with its publisher).
+    """
+    from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+
+    offered = pub.qos_profile
+
+    def takes(sub_qos: Any) -> bool:
+        return not ((offered.reliability == ReliabilityPolicy.BEST_EFFORT
+                     and sub_qos.reliability == ReliabilityPolicy.RELIABLE)
+                    or (offered.durability == DurabilityPolicy.VOLATILE
+                        and sub_qos.durability == DurabilityPolicy.TRANSIENT_LOCAL))
+
+    cls = pub.msg_type
+    msg_type = f"{cls.__module__.split('.')[0]}/msg/{cls.__name__}"
+    owners = {(i.node_namespace, i.node_name) for i in node.get_publishers_info_by_topic(owner_topic)}
+    subs = [i for i in node.get_subscriptions_info_by_topic(pub.topic_name)
+            if i.topic_type == msg_type and takes(i.qos_profile)]
+    return (any((i.node_namespace, i.node_name) in owners for i in subs)
+            and pub.get_subscription_count() >= len(subs))

@@ -2,7 +2,8 @@
 
 The safety node confirms engage and release on its status; with `estop_state_file` an engaged stop survives the
 node being killed (SIGKILL) and started again, and a release does too; without a safety node the command fails
-loudly. Bad options are refused before any ROS work.
+loudly, and another subscriber of the topic (a bag recorder) is not taken for the safety node. Bad options are
+refused before any ROS work.
 """
 import json
 import signal
@@ -13,7 +14,13 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import isolated_ros_env, run_memnav, stop_processes  # noqa: E402
+from conftest import (  # noqa: E402
+    SPIN_UNTIL_STOPPED,
+    isolated_ros_env,
+    run_memnav,
+    stop_processes,
+    wait_for_text,
+)
 
 from memnav.cli import main  # noqa: E402
 
@@ -62,6 +69,46 @@ def test_estop_is_confirmed_by_the_safety_node_kept_across_its_restart_and_fails
     alone = run_memnav(["estop", "engage", "--timeout", "1"], isolated_ros_env(97), 60)
     assert alone.returncode == 2
     assert "no subscriber of /memnav/estop within 1 s" in alone.stderr and "Nothing was engaged" in alone.stderr
+
+
+# a bag recorder on the emergency-stop topic (reliable, as `ros2 bag record` asks of a reliable publisher)
+RECORDER = """
+import rclpy
+from std_msgs.msg import Bool
+
+rclpy.init()
+node = rclpy.create_node("bag_recorder")
+node.create_subscription(Bool, "/memnav/estop", lambda msg: print(f"heard {msg.data}", flush=True), 10)
+print("recording", flush=True)
+""" + SPIN_UNTIL_STOPPED
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_engage_waits_for_the_safety_node_not_for_a_recorder_on_the_topic(tmp_path):
+    # a recorder subscribes the topic before the safety node runs: the command must not take it for the safety node
+    # (publishing once to it, the safety node, started next, would never hear the stop)
+    env = isolated_ros_env(61)
+    rec_log, log, state_file = tmp_path / "recorder.log", tmp_path / "safety.log", tmp_path / "estop.json"
+    recorder = subprocess.Popen([sys.executable, "-c", RECORDER], stdout=rec_log.open("w"), stderr=subprocess.STDOUT,
+                                env=env)
+    procs = [recorder]
+    try:
+        assert wait_for_text(rec_log, "recording", 60), rec_log.read_text()
+        engage = subprocess.Popen([sys.executable, "-m", "memnav.cli", "estop", "engage", "--timeout", "40"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        procs.append(engage)
+        # time for the command to start and find the recorder (a command that takes it publishes now)
+        early = wait_for_text(rec_log, "heard True", 8)
+        procs.append(_safety(env, log, state_file))
+        _, err = engage.communicate(timeout=90)
+        assert engage.returncode == 0, f"recorder heard it before the safety node ran: {early}\n{err}"
+        assert not early, "the stop went out before the safety node ran (to the recorder only)"
+        assert "emergency stop ENGAGED (safety node: estop" in err
+        assert json.loads(state_file.read_text())["engaged"] is True   # the safety node took it
+        assert wait_for_text(rec_log, "heard True", 10), rec_log.read_text()   # and the recorder still has it
+    finally:
+        stop_processes(procs)
 
 
 @pytest.mark.ros

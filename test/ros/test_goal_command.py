@@ -11,6 +11,8 @@
    --wait` cancels its goal the same way (status 130); with no goal, cancel says so (status 1). `memnav status`
    names the running nodes and how the goal ended.
 3. Bad options and files are refused before any ROS work, and an earlier capture is left as it was.
+4. `memnav goal send` (no --wait) waits for the policy node itself: a bag recorder already subscribing the goal
+   topics is not taken for it (the goal, latched, would leave with the command before the policy node got it).
 """
 import json
 import signal
@@ -31,9 +33,11 @@ from conftest import (  # noqa: E402
     make_tiny_dataset,
     robot_odom_pose,
     run_memnav,
+    spin_until,
     start_policy_node,
     start_sim_robot,
     stop_processes,
+    wait_for_text,
 )
 
 from memnav.cli import main  # noqa: E402
@@ -363,3 +367,72 @@ def test_a_stamp_topic_without_a_header_is_refused(tmp_path):
         stop_processes([peer])
     assert sent.returncode == 2 and "Traceback" not in sent.stderr, sent.stderr
     assert "--stamp-topic /text: its messages (std_msgs/msg/String) have no std_msgs/Header stamp" in sent.stderr
+
+
+# a bag recorder on the goal topics (reliable, transient local: `ros2 bag record` asks for what every publisher
+# offers)
+GOAL_RECORDER = """
+import rclpy
+from sensor_msgs.msg import Image
+
+from memnav.ros.qos import latched_qos
+
+rclpy.init()
+node = rclpy.create_node("bag_recorder")
+for topic in ("/memnav/goal_image", "/memnav/goal_depth"):
+    node.create_subscription(Image, topic, lambda msg, t=topic: print(f"heard {t}", flush=True), latched_qos())
+print("recording", flush=True)
+""" + SPIN_UNTIL_STOPPED
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_send_waits_for_the_policy_node_not_for_a_recorder_of_the_goal_topics(tmp_path):
+    """A recorder subscribes the goal topics before the policy node runs: `goal send` ended (status 0, "taken by 1
+    subscriber(s)") as soon as the recorder acknowledged the goal, and the policy node started next never got it."""
+    import re
+
+    from std_msgs.msg import String
+
+    from memnav.ros.qos import events_qos
+
+    photo = tmp_path / "g.png"
+    rng = np.random.default_rng(5)
+    write_goal_photo(photo, GoalPhoto(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
+                                      np.full((64, 64), 2.0, np.float32)))
+    env = isolated_ros_env(67)
+    rec_log, log = tmp_path / "recorder.log", tmp_path / "policy.log"
+    procs = [subprocess.Popen([sys.executable, "-c", GOAL_RECORDER], stdout=rec_log.open("w"),
+                              stderr=subprocess.STDOUT, env=env)]
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("test_goal_status")
+    statuses: list[dict] = []
+    node.create_subscription(String, "/memnav/goal_status", lambda msg: statuses.append(json.loads(msg.data)),
+                             events_qos())
+    try:
+        assert wait_for_text(rec_log, "recording", 60), rec_log.read_text()
+        sending = subprocess.Popen([sys.executable, "-m", "memnav.cli", "goal", "send", str(photo),
+                                    "--match-timeout", "90"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=env)
+        procs.append(sending)
+        # the goal is latched and goes out at once: the recorder has it; a command that takes the recorder for the
+        # policy node ends now
+        assert wait_for_text(rec_log, "heard /memnav/goal_image", 30), rec_log.read_text()
+        time.sleep(1.0)
+        ended_early = sending.poll() is not None
+        procs.append(start_policy_node(env, log, lockstep=False))
+        _, err = sending.communicate(timeout=150)
+        assert sending.returncode == 0, err + log.read_text()[-2000:]
+        stamp_ns = int(re.search(r"stamp (\d+) ns", err).group(1))
+        # the policy node took the goal: it says so on its goal status
+        started = spin_until(node, lambda: any(s["goal_stamp_ns"] == stamp_ns for s in statuses), 60)
+        assert started, f"no goal status for {stamp_ns} (the command ended before the policy node ran: " \
+            f"{ended_early}): {statuses}\n" + err + log.read_text()[-2000:]
+        assert not ended_early
+        assert [s["status"] for s in statuses if s["goal_stamp_ns"] == stamp_ns][0] == "active", statuses
+        assert "RGB-D" in err and "RGB-D" in log.read_text()   # the depth reached it too
+        assert rec_log.read_text().count("heard /memnav/goal_") == 2   # the recorder still has both
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes(procs)
