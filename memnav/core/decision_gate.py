@@ -24,6 +24,7 @@ not decided on (the robot stands) rather than on the last pose heard, where the 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,7 @@ from memnav.core.stamp_sync import StampedQueue
 from memnav.core.types import Action, Pose2D
 
 ODOMETRY_SLACK_NS = 100_000_000   # real time: odometry this much further from a frame than the sync tolerance
+ENDED_GOALS_KEPT = 32             # the stamps of this many ended goals are remembered (`DecisionGate.ended`)
 
 
 def action_velocity(action: Action, forward_step_m: float, turn_angle_deg: float,
@@ -107,6 +109,7 @@ class DecisionGate:
         self._goal_rgb: tuple[int, np.ndarray] | None = None     # the newest goal photo
         self._goal_depth: tuple[int, np.ndarray] | None = None   # the newest goal depth
         self.goal_stamp_ns: int | None = None   # the goal being worked on (None: wait for the next one)
+        self._ended: deque[int] = deque(maxlen=ENDED_GOALS_KEPT)   # stamps of goals that ended, newest last
         self.goal_wall_s = 0.0                   # when work on it started
         self._working: tuple[np.ndarray, np.ndarray | None] | None = None   # its photo and depth
         self._rgb: tuple[int, np.ndarray] | None = None
@@ -116,6 +119,7 @@ class DecisionGate:
         self.acted_ns = -1                       # the colour stamp of the last decision
         self._decided = False                    # a decision was taken on the goal last started
         self._velocity = (0.0, 0.0)
+        self._velocity_from_s = 0.0
         self._velocity_until_s = 0.0
 
     # --- the goal ------------------------------------------------------------------------------
@@ -142,7 +146,9 @@ class DecisionGate:
 
     def goal_started(self, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None, wall_s: float) -> None:
         """The agent took the goal photo stamped `stamp_ns` (with its depth, or None) at `wall_s`: decisions on
-        frames from then on are due."""
+        frames from then on are due. A goal worked on until now that it replaces has ended."""
+        if self.goal_stamp_ns is not None and self.goal_stamp_ns != int(stamp_ns):
+            self._ended.append(self.goal_stamp_ns)
         self.goal_stamp_ns, self.goal_wall_s = int(stamp_ns), wall_s
         self._working = (rgb, depth)
         self._decided = False
@@ -160,11 +166,19 @@ class DecisionGate:
     def episode_ended(self, goal_stamp_ns: int) -> None:
         """An episode result for the goal stamped `goal_stamp_ns`: if it is this goal, no more decisions on it."""
         if goal_stamp_ns == self.goal_stamp_ns:
-            self.goal_stamp_ns = None
+            self.goal_over()
 
     def goal_over(self) -> None:
-        """The agent stopped: no more decisions until the next goal."""
+        """The agent stopped (or the goal was cancelled): no more decisions until the next goal."""
+        if self.goal_stamp_ns is not None:
+            self._ended.append(self.goal_stamp_ns)
         self.goal_stamp_ns = None
+
+    def ended(self, stamp_ns: int) -> bool:
+        """Whether the goal stamped `stamp_ns` was worked on and has ended (stopped, cancelled, replaced, its
+        episode over; the last ENDED_GOALS_KEPT): its photo arriving again (a publisher that repeats it, a latched
+        sample delivered again after a reconnection) is not a new goal, and is not started again."""
+        return int(stamp_ns) in self._ended
 
     # --- the frames ----------------------------------------------------------------------------
     def colour(self, stamp_ns: int, rgb: np.ndarray) -> None:
@@ -214,7 +228,7 @@ class DecisionGate:
             return None   # the odometry of this frame is still on its way
         if match is None and self.odometry_silent_s(wall_s) is not None:
             return None   # real time: odometry stopped; where the robot is now is not known
-        if not self.lockstep and now_s < self._velocity_until_s:
+        if not self.lockstep and self._holding(now_s):
             return None   # the previous action is still being carried out
         if not self.goal_has_depth and wall_s - self.goal_wall_s < self.goal_depth_wait_s:
             return None   # the goal's depth may still be on its way (topics are not ordered)
@@ -238,12 +252,18 @@ class DecisionGate:
     def hold(self, velocity: tuple[float, float], now_s: float) -> None:
         """The decision's action: its velocity is held for `action_duration_s` from `now_s`."""
         self._velocity = velocity
-        self._velocity_until_s = now_s + self.action_duration_s
+        self._velocity_from_s, self._velocity_until_s = now_s, now_s + self.action_duration_s
+
+    def _holding(self, now_s: float) -> bool:
+        # a clock that went back before the action began (an NTP step on the robot, a simulator's /clock reset)
+        # ends it: held until the old end, it would be driven blind for as long as the clock went back
+        return self._velocity_from_s <= now_s < self._velocity_until_s
 
     def action_done(self, now_s: float) -> bool:
-        """The last action has been carried out for its duration."""
-        return now_s >= self._velocity_until_s
+        """The last action has been carried out for its duration (or the clock went back to before it began)."""
+        return not self._holding(now_s)
 
     def velocity(self, now_s: float) -> tuple[float, float]:
-        """(v m/s, w rad/s) to command now: the last action's while it is being carried out, else zero."""
-        return self._velocity if now_s < self._velocity_until_s else (0.0, 0.0)
+        """(v m/s, w rad/s) to command now: the last action's while it is being carried out, else zero (also once
+        the clock has gone back to before it began)."""
+        return self._velocity if self._holding(now_s) else (0.0, 0.0)

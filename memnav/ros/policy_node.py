@@ -4,7 +4,8 @@ Subscribes:
     /camera/color/image_raw     sensor_msgs/Image (rgb8/bgr8/mono8/...)     (sensor-data QoS)
     /camera/depth/image_raw     sensor_msgs/Image 32FC1 m or 16UC1 mm       (sensor-data QoS)
     /odom                       nav_msgs/Odometry
-    /memnav/goal_image          sensor_msgs/Image                           (reliable, transient local)
+    /memnav/goal_image          sensor_msgs/Image                           (reliable, transient local; a photo
+                                with the stamp of the goal worked on, or of one that ended, is not a new goal)
     /memnav/goal_depth          sensor_msgs/Image 32FC1, optional: depth of the goal view, same stamp
     /memnav/episode_result      std_msgs/String JSON (an episode ended: wait for the next goal)
 Publishes:
@@ -483,6 +484,10 @@ def build(node) -> Callable[[], None]:
         if got is not None:
             if got[0] == gate.goal_stamp_ns:   # e.g. `memnav goal send --wait` still latching a goal resumed here
                 node.get_logger().info(f"goal {got[0]} is already being worked on: the same photo again is ignored")
+                return
+            if gate.ended(got[0]):   # a repeating publisher, a latched photo delivered again: the robot stays put
+                node.get_logger().info(f"goal {got[0]} has ended: the same photo again is ignored (a goal sent anew, "
+                                       "with a new stamp, starts)", throttle_duration_sec=5.0)
                 return
             gate.goal_image(*got)
             if st["hfov"] is None:   # the goal's scan needs the camera: start it once camera_info has come

@@ -15,7 +15,8 @@ Subscribes:
 Publishes:
     /cmd_vel                    geometry_msgs/Twist  every 1/rate_hz: the guarded command, zero on any fault
                                 (geometry_msgs/TwistStamped with cmd_vel_stamped: ros2_control's diff_drive_controller
-                                on Jazzy and later takes only that)
+                                on Jazzy and later takes only that); a last zero when the node ends (Ctrl-C, SIGTERM
+                                from a launcher, an exception)
     /memnav/safety_status       std_msgs/String JSON {reason, v_mps, w_radps, requested_v_mps,
                                 requested_w_radps, estop, age_s: {color, depth, odom} (null = never), dropped,
                                 ahead_m: the nearest surface in the robot's path in the newest depth image, meters
@@ -102,6 +103,8 @@ class SafetyNodeConfig:
         check_robot_camera("SafetyNodeConfig", self.camera_hfov_deg, self.camera_height_m, self.camera_pitch_deg)
 
 
+CLOSE_ACK_S = 0.5   # at the node's end: wait at most this long for the base to acknowledge the last, zero command
+
 PARAMETER_GROUPS = (("", SafetyNodeConfig), ("guard.", VelocityGuardConfig))
 
 
@@ -130,6 +133,7 @@ def build(node) -> Callable[[], None]:
     from geometry_msgs.msg import Twist, TwistStamped
     from nav_msgs.msg import Odometry
     from rclpy.clock import Clock, ClockType
+    from rclpy.duration import Duration
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import CameraInfo, Image
     from std_msgs.msg import Bool, String
@@ -292,6 +296,8 @@ def build(node) -> Callable[[], None]:
     def close() -> None:
         if rclpy.ok():                 # leave the base commanded to stand still
             pub_cmd.publish(command(0.0, 0.0))
+            # delivered before the process ends (a reliable base subscriber acknowledges it; bounded)
+            pub_cmd.wait_for_all_acked(Duration(seconds=CLOSE_ACK_S))
 
     return close
 

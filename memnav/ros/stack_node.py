@@ -178,7 +178,8 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
 
     Every node's `main()` is `run_nodes([(its name, its build)], argv)`; this node passes all four. The start-up,
     the check of the command line's parameter overrides against what the nodes declared included, is
-    `start_nodes`.
+    `start_nodes`. Once the nodes spin, SIGINT, SIGTERM and SIGHUP end the spin with rclpy still up
+    (`interrupt_on_stop_signals`), so each node's clean-up can still publish.
 
     Args:
         parts: (node name, build) in executor order.
@@ -195,6 +196,7 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
     args = list(argv if argv is not None else sys.argv)
     built: list[tuple[Any, Callable[[], None]]] = []
     executor = None
+    restore_signals: Callable[[], None] | None = None
     try:
         started = start_nodes(program or (parts[0][0] if parts else "stack_node"), parts, args,
                               close=lambda close: close())
@@ -204,6 +206,7 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
         executor = _ordered_executor(SingleThreadedExecutor)()
         for node, _ in built:
             executor.add_node(node)
+        restore_signals = interrupt_on_stop_signals(built[0][0]) if built else None
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
@@ -215,11 +218,64 @@ def run_nodes(parts: Sequence[tuple[str, Builder]], argv: list[str] | None = Non
         for node, close in reversed(built):
             close()
             node.destroy_node()
+        if restore_signals is not None:
+            restore_signals()
         if executor is not None:
             executor.shutdown(timeout_sec=1.0)
         if rclpy.ok():
             rclpy.shutdown()
     return 0
+
+
+def interrupt_on_stop_signals(node: Any) -> Callable[[], None]:
+    """From now on SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, which a guard condition of
+    `node` wakes out of the executor's wait. rclpy's own handlers shut the context down from a thread of their own
+    instead, so the nodes' clean-up had no context left to publish on: the safety node's last, zero /cmd_vel after a
+    Ctrl-C or a launcher's SIGINT/SIGTERM never went out, and the base kept the last velocity it was sent. From the
+    main thread only (elsewhere nothing changes). Returns the undo: the handlers before (a further SIGTERM then
+    ends the process at once)."""
+    import os
+    import signal
+    import threading
+
+    from rclpy.signals import uninstall_signal_handlers
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    uninstall_signal_handlers()
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    wake = node.create_guard_condition(lambda: None)
+
+    def relay() -> None:
+        # Python runs a signal handler only between bytecodes of the main thread, which waits inside rcl: the byte
+        # the signal writes to the wakeup fd is turned into a guard condition that ends that wait
+        while os.read(read_fd, 64):
+            try:
+                wake.trigger()
+            except Exception:    # the node is gone: the process is ending anyway
+                return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    # SIGHUP too (the terminal of an ssh session that dropped), unless ignored (nohup)
+    stops = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+                                               else [])
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    previous = {signum: signal.signal(signum, interrupt) for signum in stops}
+    thread = threading.Thread(target=relay, daemon=True, name="stop-signal-relay")
+    thread.start()
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)     # the relay reads the end of the pipe and returns
+        thread.join(timeout=1.0)
+        os.close(read_fd)
+
+    return restore
 
 
 def _ordered_executor(base: type) -> type:

@@ -226,3 +226,39 @@ def test_real_time_stands_still_when_odometry_stops_instead_of_deciding_on_its_l
     assert lock.odometry_silent_s(99.0) is None
     with pytest.raises(ValueError, match="odometry_timeout_s must be >= 0"):
         gate(False, odometry_timeout_s=float("nan"))
+
+
+def test_a_clock_that_goes_back_ends_the_action_instead_of_holding_it_until_the_old_end():
+    """The node's clock stepped back (NTP on the robot, a simulator's /clock reset): the action held until its end
+    on the old time kept its velocity on /cmd_vel, and no decision came, for as long as the clock went back (an
+    hour's step: an hour of driving forward blind)."""
+    g = gate(False, goal_depth_wait_s=0.0)
+    start_goal(g, 0)
+    frame(g, 1000 * MS)
+    got = g.due(1000.0, 1000.0)
+    g.taking(got.stamp_ns)
+    g.hold((0.25, 0.0), 1000.0)
+    assert g.velocity(1000.5) == (0.25, 0.0) and not g.action_done(1000.5)
+    assert g.velocity(-2600.0) == (0.0, 0.0) and g.action_done(-2600.0)   # an hour back
+    assert g.velocity(5.0) == (0.0, 0.0) and g.action_done(5.0)           # /clock restarted near 0
+    frame(g, 2000 * MS)
+    assert g.due(5.0, 1001.0) is not None                                  # decided on again
+    g.hold((0.0, 0.5), 5.0)                                                # held on the new time as usual
+    assert g.velocity(5.5) == (0.0, 0.5) and g.velocity(6.0) == (0.0, 0.0)
+
+
+def test_goals_that_ended_are_remembered_so_their_photo_again_is_no_new_goal():
+    g = gate(False)
+    start_goal(g, 100 * MS)
+    assert not g.ended(100 * MS)
+    g.goal_over()                                   # the agent's STOP, or a cancel
+    assert g.ended(100 * MS)
+    start_goal(g, 200 * MS)
+    start_goal(g, 200 * MS)                         # the same goal again (its depth came late): not ended
+    assert not g.ended(200 * MS)
+    start_goal(g, 300 * MS)                         # replaced by a new goal
+    assert g.ended(200 * MS) and not g.ended(300 * MS)
+    g.episode_ended(299 * MS)                       # another goal's result
+    assert not g.ended(299 * MS) and not g.ended(300 * MS)
+    g.episode_ended(300 * MS)
+    assert g.ended(300 * MS)

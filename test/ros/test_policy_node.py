@@ -185,3 +185,43 @@ def test_a_policy_node_whose_camera_mount_is_wrong_says_so(tmp_path):
         rclpy.shutdown()
         stop_processes(procs)
     assert "camera mount: the floor in view puts the camera 0.9" in (tmp_path / "policy.log").read_text(), report()
+
+
+def test_a_goal_photo_delivered_again_after_its_goal_ended_does_not_start_it_again(tmp_path):
+    """The same goal photo (its stamp) once more after the goal ended: a publisher that repeats it, a latched sample
+    delivered again after a reconnection. The goal started again from scratch and the robot, stopped at the goal,
+    drove off searching for it."""
+    from conftest import isolated_ros_env, spin_until, stop_processes
+    from test_policy_bridge_edges import Feeder
+
+    from memnav.ros import conversions as conv
+
+    env = isolated_ros_env(173)
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("repeat_feeder")
+    feeder = Feeder(node)
+    log = tmp_path / "policy.log"
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
+                             "-p", "action_duration_s:=0.25", "-p", "map_period_s:=0.0", "-p", "goal_depth_wait_s:=0.0",
+                             "-p", "max_steps:=2"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    try:
+        assert spin_until(node, lambda: node.count_subscribers("/memnav/goal_image") > 0, 60), log.read_text()[-2000:]
+        photo = conv.rgb_to_image(np.random.default_rng(1).integers(0, 255, (96, 128, 3), dtype=np.uint8),
+                                  node.get_clock().now().to_msg())
+        feeder.pub_goal.publish(photo)
+        # max_steps 2: the second action is a STOP, the goal's end
+        assert spin_until(node, lambda: any(s["status"] == "budget" for s in feeder.statuses), 60), \
+            log.read_text()[-2000:]
+        actions = len(feeder.actions)
+        feeder.pub_goal.publish(photo)
+        spin_until(node, lambda: False, 3.0)
+        assert [s["status"] for s in feeder.statuses] == ["active", "budget"], feeder.statuses
+        assert len(feeder.actions) == actions and proc.poll() is None
+        assert "has ended: the same photo again is ignored" in log.read_text()
+        feeder.send_goal(2)                          # a goal sent anew still starts
+        assert spin_until(node, lambda: [s["status"] for s in feeder.statuses][-1:] == ["budget"]
+                          and len(feeder.statuses) == 4, 60), feeder.statuses
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])

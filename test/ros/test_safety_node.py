@@ -3,6 +3,7 @@ data and on the e-stop, counts bad messages and never dies on one."""
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import spin_until, stop_processes  # noqa: E402
+from conftest import spin_until, stop_processes, use_isolated_ros_domain  # noqa: E402
 
 from memnav.core.types import Pose2D  # noqa: E402
 from memnav.ros.safety_node import PARAMETER_GROUPS, SafetyNodeConfig  # noqa: E402
@@ -347,6 +348,60 @@ def test_under_sim_time_without_clock_the_watchdog_still_sends_zero(monkeypatch)
     try:
         assert spin_until(node, lambda: len(cmds) >= 10, 60.0), (len(cmds), proc.poll())
         assert set(cmds) == {(0.0, 0.0)}
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])
+
+
+@pytest.mark.parametrize("signum, offset", [(signal.SIGINT, 17), (signal.SIGTERM, 19), (signal.SIGHUP, 23)],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_driving_leaves_the_base_commanded_to_zero(monkeypatch, signum, offset):
+    """A launcher's SIGINT/SIGTERM, a Ctrl-C, or the hang-up of a dropped ssh session while the robot drives: the
+    last /cmd_vel the base gets is zero, and the node exits cleanly. rclpy's own handlers shut the context down first, so the node's clean-up could not
+    publish, and a base without a command timeout drove on at the last speed."""
+    from geometry_msgs.msg import Twist
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    from memnav.ros import conversions as conv
+
+    domain = use_isolated_ros_domain(monkeypatch, offset)
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args",
+                             "-p", "guard.max_linear_accel_mps2:=100.0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_safety_signal")
+    cmds = []
+    node.create_subscription(Twist, "/cmd_vel", lambda m: cmds.append(m.linear.x), 100)
+    pub_rgb = node.create_publisher(Image, "/camera/color/image_raw", qos_profile_sensor_data)
+    pub_depth = node.create_publisher(Image, "/camera/depth/image_raw", qos_profile_sensor_data)
+    pub_odom = node.create_publisher(Odometry, "/odom", qos_profile_sensor_data)
+    pub_cmd = node.create_publisher(Twist, "/memnav/cmd_vel_raw", 10)
+    rgb = conv.rgb_to_image(np.zeros((8, 8, 3), np.uint8))
+    depth = conv.depth_to_image(np.ones((8, 8), np.float32))
+    forward = Twist()
+    forward.linear.x = 0.3
+
+    def feed() -> None:
+        pub_rgb.publish(rgb)
+        pub_depth.publish(depth)
+        pub_odom.publish(conv.pose_to_odometry(Pose2D(0.0, 0.0, 0.0)))
+        pub_cmd.publish(forward)
+
+    node.create_timer(0.05, feed)
+    out = ""
+    try:
+        assert spin_until(node, lambda: bool(cmds) and cmds[-1] == pytest.approx(0.3), 60.0), (cmds[-3:],
+                                                                                               proc.poll())
+        proc.send_signal(signum)
+        spin_until(node, lambda: proc.poll() is not None, 10.0)
+        spin_until(node, lambda: False, 0.5)      # anything still on its way
+        assert proc.poll() is not None
+        out = proc.communicate(timeout=10)[0]
+        assert cmds[-1] == 0.0, (cmds[-5:], out[-2000:])
+        assert proc.returncode == 0, out[-2000:]
     finally:
         node.destroy_node()
         rclpy.shutdown()
