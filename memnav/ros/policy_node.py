@@ -541,10 +541,19 @@ def build(node) -> Callable[[], None]:
         got = convert("colour image", conv.image_to_rgb, msg)
         if got is not None:
             st["heard"]["color"] = time.monotonic()
+            st["color_frame"] = msg.header.frame_id
             gate.colour(*got)
             maybe_act()
 
     def on_depth(msg: Image) -> None:
+        colour_frame = st.get("color_frame", "")
+        if colour_frame and msg.header.frame_id and msg.header.frame_id != colour_frame:
+            # unregistered depth (or another camera's): its pixels are not the colour image's; as the encoder node
+            node.get_logger().warning(
+                f"depth image in frame_id {msg.header.frame_id!r} on {sub_depth.topic_name}, colour in "
+                f"{colour_frame!r}: not used; the depth must be registered to the colour image, in its frame (a "
+                "RealSense's aligned_depth_to_color)", throttle_duration_sec=5.0)
+            return
         got = convert("depth image", conv.image_to_depth, msg)
         if got is not None:
             st["heard"]["depth"] = time.monotonic()

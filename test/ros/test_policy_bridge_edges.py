@@ -66,6 +66,7 @@ class Feeder:
         self.pub_goal = node.create_publisher(Image, "/memnav/goal_image", latched_qos())
         self.pub_clock = node.create_publisher(Clock, "/clock", 10)
         self.clock = False
+        self.depth_frame = "camera_color_optical_frame"   # depth registered to the colour image
         self.cmd: list[tuple[float, float, float]] = []
         self.actions: list[str] = []
         self.statuses: list[dict] = []
@@ -85,7 +86,7 @@ class Feeder:
         if self.clock:
             self.pub_clock.publish(Clock(clock=stamp))
         self.pub_rgb.publish(conv.rgb_to_image(self.rgb, stamp))
-        self.pub_depth.publish(conv.depth_to_image(np.full((96, 128), 2.0, np.float32), stamp))
+        self.pub_depth.publish(conv.depth_to_image(np.full((96, 128), 2.0, np.float32), stamp, self.depth_frame))
         self.pub_odom.publish(conv.pose_to_odometry(Pose2D(0.0, 0.0, 0.0), stamp))
 
     def send_goal(self, seed: int) -> int:

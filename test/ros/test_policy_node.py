@@ -225,3 +225,34 @@ def test_a_goal_photo_delivered_again_after_its_goal_ended_does_not_start_it_aga
         node.destroy_node()
         rclpy.shutdown()
         stop_processes([proc])
+
+
+def test_depth_in_another_frame_than_the_colour_image_is_not_used(tmp_path):
+    """Depth of the depth camera's own frame (unregistered: its pixels are not the colour image's) was paired by
+    stamp and mapped; now it is not used, and the log names both frames, as the encoder node does."""
+    from conftest import isolated_ros_env, spin_until, stop_processes
+    from test_policy_bridge_edges import Feeder
+
+    env = isolated_ros_env(179)
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("frame_feeder")
+    feeder = Feeder(node)
+    feeder.depth_frame = "camera_depth_optical_frame"
+    log = tmp_path / "policy.log"
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
+                             "-p", "action_duration_s:=0.25", "-p", "map_period_s:=0.0", "-p", "goal_depth_wait_s:=0.0",
+                             "-p", "max_steps:=3"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    try:
+        assert spin_until(node, lambda: node.count_subscribers("/memnav/goal_image") > 0, 60), log.read_text()[-2000:]
+        feeder.send_goal(3)
+        assert spin_until(node, lambda: "depth image in frame_id 'camera_depth_optical_frame'" in log.read_text(),
+                          30), log.read_text()[-2000:]
+        spin_until(node, lambda: False, 2.0)
+        assert feeder.actions == [] and proc.poll() is None          # no colour-depth pair, no decision
+        assert "colour in 'camera_color_optical_frame': not used" in log.read_text()
+        feeder.depth_frame = "camera_color_optical_frame"            # registered depth: decisions come
+        assert spin_until(node, lambda: len(feeder.actions) >= 1, 60), log.read_text()[-2000:]
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])

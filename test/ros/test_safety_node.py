@@ -358,8 +358,9 @@ def test_under_sim_time_without_clock_the_watchdog_still_sends_zero(monkeypatch)
                          ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_stop_signal_while_driving_leaves_the_base_commanded_to_zero(monkeypatch, signum, offset):
     """A launcher's SIGINT/SIGTERM, a Ctrl-C, or the hang-up of a dropped ssh session while the robot drives: the
-    last /cmd_vel the base gets is zero, and the node exits cleanly. rclpy's own handlers shut the context down first, so the node's clean-up could not
-    publish, and a base without a command timeout drove on at the last speed."""
+    last /cmd_vel the base gets is zero, and the node exits cleanly. rclpy's own handlers shut the context down
+    first, so the node's clean-up could not publish, and a base without a command timeout drove on at the last
+    speed."""
     from geometry_msgs.msg import Twist
     from nav_msgs.msg import Odometry
     from rclpy.qos import qos_profile_sensor_data
