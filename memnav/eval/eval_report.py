@@ -192,11 +192,15 @@ def agents_of(results: dict) -> dict[str, dict]:
     if "agents" in results:
         agents = results["agents"]
     elif "agent" in results:
+        if not isinstance(results["agent"], str):
+            raise ValueError(f"results: 'agent' is {results['agent']!r}, not an agent name")
         agents = {results["agent"]: results}
     else:
         raise ValueError("results: neither 'agents' (memnav eval --compare) nor 'agent' (memnav eval --agent)")
+    if not isinstance(agents, dict):
+        raise ValueError(f"results: 'agents' is a {type(agents).__name__}, not an object of agent name: results")
     for name, a in agents.items():
-        if not isinstance(a.get("per_episode"), list):
+        if not isinstance(a, dict) or not isinstance(a.get("per_episode"), list):
             raise ValueError(f"results: agent {name!r} has no 'per_episode' list")
         for i, ep in enumerate(a["per_episode"]):
             for key in ("scene_id", "episode_id"):   # what tells episodes apart (see _key)
@@ -637,7 +641,7 @@ def _path_table(agents: dict[str, dict]) -> str:
 
 
 # the settings `memnav eval --json` records of the simulated robot, shown at the head of a report
-RUN_SETTINGS = ("odometry_origin", "hfov_deg", "camera_height_m", "camera_forward_m", "camera_pitch_deg",
+RUN_SETTINGS = ("interrupted", "odometry_origin", "hfov_deg", "camera_height_m", "camera_forward_m", "camera_pitch_deg",
                 "camera_mount_told", "image_px", "odometry_restarts", "encoder", "calibration", "exploring_options")
 
 
@@ -760,16 +764,16 @@ def _same_folder(a: object, b: object) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
-def merge_runs(runs: list[tuple[str, dict]]) -> dict:
+def merge_runs(runs: list[tuple[str, dict]], rename: bool = False) -> dict:
     """Several `memnav eval --json` results as one --compare-shaped dict, so that runs of one agent under two
     settings are compared episode by episode. Agents are named by their run (`label`), or `label:agent` where a
-    run holds several.
+    run holds several; one run is returned as it is, unless `rename` (its label was given: `--names`).
 
     Raises:
         ValueError: two runs of another split or data (dataset paths naming the same folder, relative or
             absolute, are the same data), or the same name twice.
     """
-    if len(runs) == 1:
+    if len(runs) == 1 and not rename:
         return runs[0][1]
     merged: dict[str, dict] = {}
     first = runs[0][1]
@@ -840,7 +844,7 @@ def run(args: argparse.Namespace) -> int:
     if not all(names):
         raise ValueError(f"--names {args.names!r}: a run's name is empty")
     check_output_dir(args.out, "--out")
-    results = merge_runs([(name, _read_results(p)) for name, p in zip(names, paths)])
+    results = merge_runs([(name, _read_results(p)) for name, p in zip(names, paths)], rename=bool(args.names))
     if args.goal_audit is not None:
         from memnav.eval.goal_audit import annotate_ratios, read_audit
 
@@ -852,6 +856,8 @@ def run(args: argparse.Namespace) -> int:
     focus = args.focus
     if focus is None and len(paths) > 1:
         focus = next(iter(results["agents"]))
+    elif focus is None and args.names and f"{names[0]}:memnav" in results.get("agents", {}):
+        focus = f"{names[0]}:memnav"   # one --compare file, renamed: memnav stays the focus
     files = write_eval_report(results, args.out, focus=focus,
                               command="memnav eval-report " + " ".join(str(p) for p in paths))
     print(f"wrote {files[0]} ({len(files) - 1} figures)")

@@ -278,6 +278,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+class EvalInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during an evaluation, with the episodes that finished before it (in episode order) and
+    their traces, so that `memnav eval` still prints, writes and reports them (marked interrupted)."""
+
+    def __init__(self, results: list[EpisodeResult], traces: RunTraces | None = None) -> None:
+        super().__init__(f"interrupted after {len(results)} finished episodes")
+        self.results = results
+        self.traces = traces
+
+    def __reduce__(self):   # a worker process's Ctrl-C travels back to the pool as this
+        return EvalInterrupted, (self.results, self.traces)
+
+
 def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str = "embedded",
                  progress: bool = True, desc: str = "eval", traces: RunTraces | None = None,
                  trace_dir: Path | None = None) -> list[EpisodeResult]:
@@ -286,6 +299,9 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
     `traces`, when given, collects each episode's path (under the agent name `desc`) and each scene's floor
     plan for the report's path figure. `trace_dir`, when given, gets one JSON-lines file per episode
     (`trace_dir/<agent>/<house>__<episode id>.jsonl`, see `StepLog`).
+
+    Raises:
+        EvalInterrupted: on Ctrl-C, with the episodes finished before it.
     """
     from tqdm import tqdm
 
@@ -340,6 +356,10 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
                 storage_warned = True
                 print(f"memnav eval: warning: {desc}: from episode {ep.episode_id} on, {lost}; the memory goes on "
                       "in RAM, so what later visits remember is not saved", file=sys.stderr, flush=True)
+    except EvalInterrupted:
+        raise
+    except KeyboardInterrupt as err:
+        raise EvalInterrupted(results, traces) from err
     finally:
         sim.close()
     return results
@@ -452,12 +472,23 @@ def run_sequences(job: AgentJob, visits: int, encoder=None,
     results: list[EpisodeResult | None] = [None] * len(job.episodes)
     traces = RunTraces() if job.record else None
     for idx, piece in split_job(job, 1, lifelong=True, visits=visits):
-        part, kept = run_job(piece, encoder=encoder, progress=progress)
-        for i, r in zip(idx, part):
-            results[i] = r
-        if traces is not None:
-            traces.add(kept)
+        try:
+            part, kept = run_job(piece, encoder=encoder, progress=progress)
+        except KeyboardInterrupt as err:   # keep the sequences finished before, and this one's finished visits
+            part, kept = (err.results, err.traces) if isinstance(err, EvalInterrupted) else ([], None)
+            _place(results, idx, part, traces, kept)
+            raise EvalInterrupted([r for r in results if r is not None], traces) from err
+        _place(results, idx, part, traces, kept)
     return [r for r in results if r is not None], traces
+
+
+def _place(results: list[EpisodeResult | None], idx: list[int], part: list[EpisodeResult],
+           traces: RunTraces | None, kept: RunTraces | None) -> None:
+    """Put a piece's results at its episodes' places (`split_job`'s indices) and take in its traces."""
+    for i, r in zip(idx, part):
+        results[i] = r
+    if traces is not None:
+        traces.add(kept)
 
 
 def split_job(job: AgentJob, workers: int, lifelong: bool, visits: int = 0) -> list[tuple[list[int], AgentJob]]:
@@ -492,7 +523,12 @@ _THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
 
 def run_parallel(job: AgentJob, workers: int, lifelong: bool, progress: bool = True,
                  visits: int = 0) -> tuple[list[EpisodeResult], RunTraces | None]:
-    """`run_job` over `workers` processes (spawned, so torch starts clean in each); results in episode order."""
+    """`run_job` over `workers` processes (spawned, so torch starts clean in each); results in episode order.
+
+    Raises:
+        EvalInterrupted: on Ctrl-C, with the results of the pieces finished before it (a piece still running,
+            with --lifelong a whole house, is lost).
+    """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -530,10 +566,12 @@ def run_parallel(job: AgentJob, workers: int, lifelong: bool, progress: bool = T
                 summary = aggregate(done)
                 bar.update(len(part))
                 bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
-        except BaseException:   # Ctrl-C, SIGTERM or a failed piece: stop the workers now, not after their pieces
+        except BaseException as err:   # Ctrl-C, SIGTERM or a failed piece: stop the workers now, not after their pieces
             for proc in list(getattr(pool, "_processes", {}).values()):
                 proc.terminate()
             pool.shutdown(wait=False, cancel_futures=True)
+            if isinstance(err, KeyboardInterrupt):
+                raise EvalInterrupted([r for r in results if r is not None], traces) from err
             raise
         finally:
             bar.close()
@@ -616,6 +654,9 @@ def run(args: argparse.Namespace) -> int:
     if args.lifelong and args.odometry_origin == "start" and not args.odometry_restarts:
         raise ValueError("--odometry-origin start with --lifelong needs --odometry-restarts: every episode's odometry "
                          "starts afresh at its start pose, so the house's memory must relocalise at each")
+    if args.memory_dir is not None and not args.lifelong:
+        raise ValueError("--memory-dir needs --lifelong (only a lifelong run keeps memories; without it every episode "
+                         "starts afresh and nothing would be written there)")
     if args.map_checks_in_background and not args.odometry_restarts:
         raise ValueError("--map-checks-in-background needs --odometry-restarts (only a rebooted run checks its map "
                          "against a saved one)")
@@ -648,6 +689,7 @@ def run(args: argparse.Namespace) -> int:
     all_results: dict[str, list[EpisodeResult]] = {}
     lifelong: dict[str, list[float]] = {}
     traces = RunTraces() if args.report is not None else None
+    interrupted = False   # Ctrl-C: the finished episodes are still printed, written and reported
     with tempfile.TemporaryDirectory(prefix="memnav-lifelong-") as tmp:
         for name in names:
             memory_dir = None
@@ -666,13 +708,23 @@ def run(args: argparse.Namespace) -> int:
                                           max_steps=args.max_steps, **ExploringTuning.values_of(args))
             job = AgentJob(name, options, args.seed, config, args.backend, episodes, traces is not None,
                            trace_dir=args.trace)
-            if workers > 1:
-                results, kept = run_parallel(job, workers, lifelong=args.lifelong, progress=not args.no_progress,
-                                             visits=args.lifelong_visits)
-            elif args.lifelong_visits:   # one agent per sequence, so that each starts with empty memories
-                results, kept = run_sequences(job, args.lifelong_visits, encoder, progress=not args.no_progress)
-            else:
-                results, kept = run_job(job, encoder=encoder, progress=not args.no_progress)
+            try:
+                if workers > 1:
+                    results, kept = run_parallel(job, workers, lifelong=args.lifelong,
+                                                 progress=not args.no_progress, visits=args.lifelong_visits)
+                elif args.lifelong_visits:   # one agent per sequence, so that each starts with empty memories
+                    results, kept = run_sequences(job, args.lifelong_visits, encoder, progress=not args.no_progress)
+                else:
+                    results, kept = run_job(job, encoder=encoder, progress=not args.no_progress)
+            except EvalInterrupted as stop:
+                results, kept, interrupted = stop.results, stop.traces, True
+                print(f"memnav eval: interrupted: {name} finished {len(results)} of {len(episodes)} episodes"
+                      + (f"; {', '.join(names[names.index(name) + 1:])} not run" if name != names[-1] else "")
+                      + ("; nothing is written" if not results and not summaries else
+                         "; the results below and the files written hold only the finished episodes"),
+                      file=sys.stderr, flush=True)
+                if not results:
+                    break
             if traces is not None:
                 traces.add(kept)
             summaries[name] = aggregate(results)
@@ -684,6 +736,10 @@ def run(args: argparse.Namespace) -> int:
                 if args.lifelong_visits:
                     summaries[name]["lifelong_visits"] = args.lifelong_visits
                 summaries[name]["lifelong_earlier_memory"] = earlier
+            if interrupted:
+                break
+    if not summaries:   # interrupted before any episode finished
+        return 130
     print(format_table(summaries))
     for name, summary in summaries.items():
         if "ended_by" in summary:
@@ -709,10 +765,13 @@ def run(args: argparse.Namespace) -> int:
             "exploring_options": exploring_options_changed(args)}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True
+    if interrupted:   # the per-episode results hold only the episodes finished before Ctrl-C
+        meta["interrupted"] = True
     if args.compare:
+        ran = list(summaries)   # after Ctrl-C, the agents that finished an episode
         out = dict(meta, agents={n: dict(summaries[n], per_episode=[r.to_json() for r in all_results[n]])
-                                 for n in names})
-        out.update({n: summaries[n] for n in names})  # per-agent summaries also at the top level
+                                 for n in ran})
+        out.update({n: summaries[n] for n in ran})  # per-agent summaries also at the top level
     else:
         extra = {k: v for k, v in summaries[names[0]].items() if k.startswith("lifelong_")}
         out = dict(results_document(names[0], all_results[names[0]], **meta), **extra)
@@ -726,4 +785,4 @@ def run(args: argparse.Namespace) -> int:
         replace_files({args.report / "results.json": text})
         files = write_eval_report(out, args.report, traces=traces, command="memnav " + " ".join(sys.argv[1:]))
         print(f"report: {files[0]} ({len(files) - 1} figures)")
-    return 0
+    return 130 if interrupted else 0

@@ -24,9 +24,12 @@ def spl(success: bool, geodesic_start_m: float, path_length_m: float) -> float:
 
 
 def soft_spl(distance_to_goal_m: float, geodesic_start_m: float, path_length_m: float) -> float:
-    """habitat-lab SoftSPL: max(0, 1 - d_T / d_0) * d_0 / max(d_0, p)."""
+    """habitat-lab SoftSPL: max(0, 1 - d_T / d_0) * d_0 / max(d_0, p).
+
+    A start on the goal (d_0 = 0) scores as `spl` does there: 1 for staying put, 0 for any path (the
+    efficiency d_0 / p is 0), not 1 wherever the agent ended."""
     if geodesic_start_m <= 0:
-        return 1.0
+        return 1.0 if path_length_m <= 0 else 0.0
     progress = max(0.0, 1.0 - distance_to_goal_m / geodesic_start_m)
     return float(progress * geodesic_start_m / max(geodesic_start_m, path_length_m))
 

@@ -323,3 +323,30 @@ def test_an_eval_bag_figure_is_written_whole_or_not_at_all(tmp_path, monkeypatch
     with pytest.raises(OSError):
         plot_latency(empty, tmp_path / "plot_latency.png")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize("results, message", [
+    ({"agents": [{"per_episode": []}]}, "'agents' is a list"),
+    ({"agents": {"memnav": 5}}, "agent 'memnav' has no 'per_episode' list"),
+    ({"agent": ["memnav"], "per_episode": []}, "'agent' is ['memnav'], not an agent name")])
+def test_results_of_another_shape_are_refused_by_name(tmp_path, capsys, results, message):
+    (tmp_path / "run.json").write_text(json.dumps(results))
+    assert main(["eval-report", str(tmp_path / "run.json"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_names_rename_the_agents_of_a_single_results_file(tmp_path, capsys):
+    eps = [_episode(i, "h1", i % 2, 0.5 * (i % 2)) for i in range(4)]
+    (tmp_path / "one.json").write_text(json.dumps({"agent": "memnav", "split": "val", "per_episode": eps}))
+    (tmp_path / "two.json").write_text(json.dumps({"split": "val", "agents": {
+        "random": {"per_episode": eps}, "memnav": {"per_episode": eps}}}))
+    out = tmp_path / "out"
+    assert main(["eval-report", str(tmp_path / "one.json"), "--names", "baseline", "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "<h1>memnav eval: baseline</h1>" in page   # the name was ignored with one file
+    assert main(["eval-report", str(tmp_path / "two.json"), "--names", "b", "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "<h1>memnav eval: b:random, b:memnav</h1>" in page and "b:memnav against each agent" in page
+    assert main(["eval-report", str(tmp_path / "one.json"), "--out", str(out)]) == 0   # without --names: as run
+    assert "<h1>memnav eval: memnav</h1>" in (out / "report.html").read_text()

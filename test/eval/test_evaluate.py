@@ -126,6 +126,7 @@ def test_corrupt_episode_file_exits_2_and_names_it(tmp_path, capsys):
     ("--episode-ids", ",", "no episode id"), ("--scenes-dir", "{tmp}/none", "--scenes-dir"),
     ("--json", "{tmp}", "--json"), ("--report", "{file}", "--report"), ("--trace", "{file}", "--trace"),
     ("--memory-dir", "{file}", "--memory-dir"), ("--compare", "random", "--agent and --compare"),
+    ("--memory-dir", "{tmp}/mem", "--memory-dir needs --lifelong"),   # not silently ignored
     ("--colour-weight", "nan", "--colour-weight must be a finite number"),
     ("--hfov-deg", "180", "--hfov-deg must be in (0, 180)"),
     ("--camera-height-m", "0", "--camera-height-m must be a positive number")])
@@ -154,3 +155,52 @@ def test_eval_options_carry_every_exploring_tuning_field_with_its_default():
     assert ExploringTuning(**ExploringTuning.values_of(args)).frontier_colour_weight == 15.0
     assert ExploringTuning.values_of(args)["candidate_prior"] is True
     assert ExploringTuning.values_of(args)["keep_unseen_obstacles"] is True
+
+
+@pytest.mark.parametrize("extra, finished", [
+    ([], {"oracle": 2}),                                       # one agent, serial
+    (["--lifelong", "--lifelong-visits", "2"], {"oracle": 2}),  # a sequence finished, the next one interrupted
+    (["--compare", "oracle,forward"], {"oracle": 6, "forward": 1})])   # the second agent interrupted
+def test_ctrl_c_keeps_the_finished_episodes_in_the_table_json_and_report(tiny_dataset, tmp_path, capsys,
+                                                                         monkeypatch, extra, finished):
+    """Ctrl-C ends the run with status 130, but the episodes finished before it are printed, written to --json and
+    reported, marked interrupted (they were lost, and nothing was written)."""
+    from memnav.sim.env import ImageNavEnv
+
+    interrupt_at = sum(finished.values()) + 1   # the episode start that Ctrl-C interrupts
+    reset, started = ImageNavEnv.reset, []
+
+    def reset_until_ctrl_c(self, episode):
+        started.append(episode.episode_id)
+        if len(started) == interrupt_at:
+            raise KeyboardInterrupt
+        return reset(self, episode)
+
+    monkeypatch.setattr(ImageNavEnv, "reset", reset_until_ctrl_c)
+    out_json, report = tmp_path / "run.json", tmp_path / "report"
+    argv = ["eval", "--split", "test", "--data", str(tiny_dataset), "--json", str(out_json), "--report", str(report),
+            "--no-progress", *(extra if "--compare" in extra else ["--agent", "oracle", *extra])]
+    assert main(argv) == 130
+    captured = capsys.readouterr()
+    assert "interrupted" in captured.err and "oracle" in captured.out   # the table of what finished
+    res = json.loads(out_json.read_text())
+    assert res["interrupted"] is True
+    per_agent = res["agents"] if "--compare" in extra else {"oracle": res}
+    assert {name: len(a["per_episode"]) for name, a in per_agent.items()} == finished
+    assert [e["episode_id"] for e in per_agent["oracle"]["per_episode"]] == started[:finished["oracle"]]
+    assert json.loads((report / "results.json").read_text()) == res
+    assert "<td>interrupted</td><td>True</td>" in (report / "report.html").read_text()
+
+
+def test_ctrl_c_before_any_episode_finished_writes_nothing(tiny_dataset, tmp_path, capsys, monkeypatch):
+    from memnav.sim.env import ImageNavEnv
+
+    def ctrl_c(self, episode):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ImageNavEnv, "reset", ctrl_c)
+    out_json = tmp_path / "run.json"
+    assert main(["eval", "--agent", "oracle", "--split", "test", "--data", str(tiny_dataset), "--json", str(out_json),
+                 "--no-progress"]) == 130
+    assert "nothing is written" in capsys.readouterr().err
+    assert not out_json.exists()

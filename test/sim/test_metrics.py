@@ -26,6 +26,13 @@ def test_soft_spl_matches_habitat_lab():
     assert soft_spl(0.0, 4.0, 4.0) == pytest.approx(1.0)
 
 
+def test_soft_spl_of_a_start_on_the_goal_scores_like_spl():
+    # d_0 = 0: staying put scores 1, any path 0, as SPL does (it scored 1 wherever the agent ended)
+    assert soft_spl(0.0, 0.0, 0.0) == spl(True, 0.0, 0.0) == 1.0
+    assert soft_spl(5.0, 0.0, 10.0) == 0.0
+    assert soft_spl(0.0, 0.0, 3.0) == spl(True, 0.0, 3.0) == 0.0
+
+
 def test_aggregate_counts_episodes_and_successes_by_the_layer_that_ended_them():
     def r(success, layer):
         return EpisodeResult(episode_id="x", scene_id="s", success=success, spl=success, soft_spl=success,
