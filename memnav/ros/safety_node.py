@@ -288,7 +288,11 @@ def build(node) -> Callable[[], None]:
     if not cfg.camera_hfov_deg:
         node.create_subscription(CameraInfo, "camera/color/camera_info", on_camera_info, qos_profile_sensor_data)
     node.create_subscription(Odometry, "odom", watch(Source.ODOM, conv.odometry_to_pose), qos_profile_sensor_data)
+    # reliable (memnav estop, a latched state) and best effort (micro-ROS's default, many joystick drivers): a
+    # best-effort publisher matches no reliable-only subscription, and its stop would never be heard. A reliable
+    # publisher reaches both; the state is idempotent.
     node.create_subscription(Bool, "memnav/estop", on_estop, 10)
+    node.create_subscription(Bool, "memnav/estop", on_estop, qos_profile_sensor_data)
     # on the steady clock, as the watchdog measures input ages: with use_sim_time a tick on the node's clock waits
     # for /clock, and a stalled simulator or an ended replay would leave the base without its zero command
     node.create_timer(1.0 / cfg.rate_hz, on_tick, clock=Clock(clock_type=ClockType.STEADY_TIME))

@@ -141,6 +141,15 @@ def test_safety_node_guards_the_command(monkeypatch):
         assert wait_for(diagnosed(1, "emergency stop engaged"), 3.0), got["diag"][-3:]
         pub_estop.publish(Bool(data=False))
         assert wait_for(moving, 5.0)
+        # a best-effort e-stop publisher (micro-ROS's default, many joystick drivers) engages it too: against a
+        # reliable-only subscription it matched nothing, and the stop was silently never heard
+        pub_estop_be = node.create_publisher(Bool, "/memnav/estop", qos_profile_sensor_data)
+        assert wait_for(lambda: pub_estop_be.get_subscription_count() > 0, 5.0)
+        t_stop = time.monotonic()
+        assert wait_for(lambda: pub_estop_be.publish(Bool(data=True)) or stopped(), 2.0)
+        assert got["cmd"][-1][0] - t_stop < 0.5 and wait_for(lambda: got["status"][-1]["estop"], 2.0)
+        pub_estop.publish(Bool(data=False))
+        assert wait_for(moving, 5.0)
         assert proc.poll() is None
         dropped = got["status"][-1]["dropped"]
         assert dropped["command"] > 0 and dropped["color"] > 0 and dropped["odom"] > 0
