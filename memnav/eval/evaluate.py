@@ -258,7 +258,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder with the learned agents' policy_<agent>.pt checkpoints")
     add_model_arguments(parser, "the learned agents")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
-                        help="write summary + per-episode results to this JSON file")
+                        help="write summary + per-episode results to this JSON file; - writes them to stdout (the "
+                             "table then goes to stderr: `memnav eval ... --json - | jq .spl`)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="run the episodes in N processes (0 = one per CPU core; each takes about 0.7 GB with "
                              "the memnav agent). Each house's episodes keep their order (with --lifelong a "
@@ -740,21 +741,23 @@ def run(args: argparse.Namespace) -> int:
                 break
     if not summaries:   # interrupted before any episode finished
         return 130
-    print(format_table(summaries))
+    to_stdout = args.json is not None and str(args.json) == "-"   # the JSON on stdout, the table on stderr
+    shown = sys.stderr if to_stdout else sys.stdout
+    print(format_table(summaries), file=shown)
     for name, summary in summaries.items():
         if "ended_by" in summary:
             rows = ", ".join(f"{layer} {r['episodes']} ({r['successes']} ok)"
                              for layer, r in summary["ended_by"].items())
-            print(f"{name}: episodes ended by: {rows}")
+            print(f"{name}: episodes ended by: {rows}", file=shown)
         if summary.get("path_by_layer"):
-            print(f"{name}: {path_summary(summary)}")
+            print(f"{name}: {path_summary(summary)}", file=shown)
     if args.lifelong:
         for name, curve in lifelong.items():
-            print(f"{name}: {lifelong_summary(curve, summaries[name]['lifelong_spl_known_house'])}")
+            print(f"{name}: {lifelong_summary(curve, summaries[name]['lifelong_spl_known_house'])}", file=shown)
             earlier = summaries[name]["lifelong_earlier_memory"]
             if earlier:
                 print(f"{name}: continues earlier runs' memory of {', '.join(earlier)} (lifelong_earlier_memory): "
-                      "their visit 1 here is not their first")
+                      "their visit 1 here is not their first", file=shown)
     meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
             "lifelong": bool(args.lifelong), "odometry_origin": args.odometry_origin,
             "hfov_deg": config.hfov_deg, "camera_height_m": config.sensor_height_m,
@@ -777,12 +780,14 @@ def run(args: argparse.Namespace) -> int:
         out = dict(results_document(names[0], all_results[names[0]], **meta), **extra)
     # strict JSON (a NaN, e.g. of a mean over no episodes, is null) written whole or not at all
     text = (json.dumps(json_safe(out), indent=2, allow_nan=False) + "\n").encode()
-    if args.json is not None:
+    if to_stdout:
+        sys.stdout.write(text.decode())
+    elif args.json is not None:
         replace_files({args.json: text})
     if args.report is not None:
         from memnav.eval.eval_report import write_eval_report
 
         replace_files({args.report / "results.json": text})
         files = write_eval_report(out, args.report, traces=traces, command="memnav " + " ".join(sys.argv[1:]))
-        print(f"report: {files[0]} ({len(files) - 1} figures)")
+        print(f"report: {files[0]} ({len(files) - 1} figures)", file=shown)
     return 130 if interrupted else 0

@@ -175,6 +175,7 @@ def generate_dataset(out: Path, houses: int, seed: int, per_split: dict[str, int
     (out / "episodes").mkdir(exist_ok=True)
     for split in SPLITS:
         save_episodes(out / "episodes" / f"{split}.json.gz", by_split[split])
+    remove_houses_beyond(scenes_dir, houses)
     summary = {"houses": houses, "seed": seed, "splits": split_of,
                "episodes": {s: len(by_split[s]) for s in SPLITS}}
     if sampling.min_goal_lookalike_ratio > 0:
@@ -182,6 +183,19 @@ def generate_dataset(out: Path, houses: int, seed: int, per_split: dict[str, int
     (out / "splits.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     marker.write_text(json.dumps(completion_marker(houses, seed, sampling, lookalikes)) + "\n")
     return summary
+
+
+def remove_houses_beyond(scenes_dir: Path, houses: int) -> list[Path]:
+    """Remove the files of houses numbered `houses` and up (`house_NNN.*`, what an earlier, larger set wrote into
+    `scenes_dir`): a set made again with fewer houses left them, and whatever reads every mesh of the folder
+    (`memnav bench sim`) took them for its own. Other files are left alone. Returns those removed."""
+    stale = []
+    for path in sorted(scenes_dir.glob("house_*.*")):
+        number = path.name[len("house_"):].split(".", 1)[0]
+        if number.isdigit() and int(number) >= houses:
+            path.unlink()
+            stale.append(path)
+    return stale
 
 
 def completion_marker(houses: int, seed: int, sampling: EpisodeSamplingConfig,

@@ -204,3 +204,17 @@ def test_ctrl_c_before_any_episode_finished_writes_nothing(tiny_dataset, tmp_pat
                  "--no-progress"]) == 130
     assert "nothing is written" in capsys.readouterr().err
     assert not out_json.exists()
+
+
+def test_json_dash_writes_the_results_to_stdout_and_the_table_to_stderr(tiny_dataset, tmp_path, monkeypatch, capsys):
+    """`--json -` wrote a file named "-" into the working folder; now it is stdout, for a pipe (`| jq .spl`)."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--agent", "oracle", "--split", "test", "--episodes", "2", "--data", str(tiny_dataset),
+                 "--no-progress", "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    res = json.loads(out)
+    assert res["agent"] == "oracle" and res["episodes"] == 2 and res["success"] == 1.0
+    assert "success" in err and "oracle" in err                  # the table, on stderr
+    assert list(tmp_path.iterdir()) == []

@@ -38,3 +38,17 @@ def test_lookalike_grid_options_without_the_goal_filter_are_refused(tmp_path, ca
                  "30", "--min-goal-lookalike-ratio", "0"]) == 2
     assert "--lookalike-grid-m, --lookalike-heading-deg: have no effect" in capsys.readouterr().err
     assert not data.exists()
+
+
+def test_a_set_made_again_with_fewer_houses_leaves_no_house_of_the_larger_one(tmp_path):
+    """3 houses, then --force with 2: house_002's mesh stayed in scenes/, and `memnav bench sim` (every mesh of
+    the folder) took it for one of the set's. Files that are not a house's stay."""
+    data = tmp_path / "d"
+    small = ["--seed", "5", "--train-episodes", "1", "--val-episodes", "0", "--test-episodes", "1", "--no-progress"]
+    assert main(["scenes", "--out", str(data), "--houses", "3", *small]) == 0
+    (data / "scenes" / "my_notes.txt").write_text("mine")
+    assert main(["scenes", "--out", str(data), "--houses", "2", "--force", *small]) == 0
+    names = sorted(p.name for p in (data / "scenes").iterdir())
+    assert names == ["house_000.glb", "house_000.semantic.json", "house_000.stage_config.json", "house_001.glb",
+                     "house_001.semantic.json", "house_001.stage_config.json", "my_notes.txt"], names
+    assert json.loads((data / "splits.json").read_text())["houses"] == 2
