@@ -63,7 +63,7 @@ def add_data_arguments(parser: argparse.ArgumentParser, run_options: bool = True
                              "(default: beside the data)%(default).0s")
     parser.add_argument("--split", default="test", help="dataset split: train, val or test")
     parser.add_argument("--episodes", type=int, default=None, metavar="N",
-                        help="evaluate the first N episodes of the split (default: all)%(default).0s")
+                        help="take the first N episodes of the split (default: all)%(default).0s")
     parser.add_argument("--episode-ids", default=None, metavar="ID,ID,...",
                         help="only these episodes of the split, in the split's order (e.g. the failures a report "
                              "lists; --episodes and --spread then choose among them)")
