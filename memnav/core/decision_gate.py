@@ -234,6 +234,16 @@ class DecisionGate:
             return None   # the goal's depth may still be on its way (topics are not ordered)
         return DecisionInput(t_rgb, rgb, depth, (match or self._newest_pose)[1])
 
+    def frames_behind_goal_s(self, wall_s: float, after_s: float = 2.0) -> float | None:
+        """Real time: how far (seconds, by stamp) the newest colour frame lies before the goal photo's stamp, when
+        the goal has waited over `after_s` (by `wall_s`) without a decision on that account; else None. A goal
+        stamped by another clock than the camera's (a computer's wall clock against a camera's hardware clock)
+        waits for frames of its time, for ever if that clock lags."""
+        if (self.lockstep or self.goal_stamp_ns is None or self._rgb is None or self._decided
+                or wall_s - self.goal_wall_s <= after_s or self._rgb[0] >= self.goal_stamp_ns):
+            return None
+        return (self.goal_stamp_ns - self._rgb[0]) / 1e9
+
     def odometry_silent_s(self, wall_s: float) -> float | None:
         """Real time with `odometry_timeout_s`: how long ago (by `wall_s`) the newest odometry arrived when that is
         longer than the timeout, else None."""

@@ -610,6 +610,12 @@ def build(node) -> Callable[[], None]:
             node.get_logger().warning(f"no odometry on {sub_odom.topic_name} for {silent:.1f} s "
                                       f"(odometry_timeout_s {cfg.odometry_timeout_s:g}): standing still until it "
                                       "is back", throttle_duration_sec=5.0)
+        behind = gate.frames_behind_goal_s(wall) if frame is None else None
+        if behind is not None:
+            node.get_logger().warning(f"the goal photo is stamped {behind:.2f} s after the newest camera frame on "
+                                      f"{sub_rgb.topic_name}: no decision until frames of its time come (stamp goal "
+                                      "photos by the camera's clock: memnav goal send --stamp-topic, or synchronise "
+                                      "the clocks)", throttle_duration_sec=5.0)
         if frame is None or not subscribers_ready():
             return  # lock-step: the bridge re-sends this frame; real time: the timer asks again
         gate.taking(frame.stamp_ns)
@@ -696,7 +702,7 @@ def build(node) -> Callable[[], None]:
             maybe_act()
         publish_cmd()
 
-    node.create_subscription(Image, "camera/color/image_raw", on_rgb, qos_profile_sensor_data)
+    sub_rgb = node.create_subscription(Image, "camera/color/image_raw", on_rgb, qos_profile_sensor_data)
     sub_depth = node.create_subscription(Image, "camera/depth/image_raw", on_depth, qos_profile_sensor_data)
     # the camera's field of view from its intrinsics only when not given (camera_hfov_deg 0): a value set wins
     sub_info = node.create_subscription(CameraInfo, "camera/color/camera_info", on_camera_info,

@@ -262,3 +262,20 @@ def test_goals_that_ended_are_remembered_so_their_photo_again_is_no_new_goal():
     assert not g.ended(299 * MS) and not g.ended(300 * MS)
     g.episode_ended(300 * MS)
     assert g.ended(300 * MS)
+
+
+def test_a_goal_stamped_ahead_of_the_camera_frames_says_how_far_once_it_has_waited():
+    """A goal photo stamped by this computer's clock, the camera's clock 3 s behind: no frame is ever of the goal's
+    time, and the policy stood still for good without a word. The gate now says how far behind the frames are."""
+    g = gate(False)
+    start_goal(g, 5000 * MS, wall_s=10.0)
+    frame(g, 2000 * MS)
+    assert g.due(10.5, 10.5) is None
+    assert g.frames_behind_goal_s(11.0) is None                  # not waited 2 s yet
+    assert g.frames_behind_goal_s(12.5) == pytest.approx(3.0)
+    frame(g, 5100 * MS)                                          # a frame of the goal's time: decided on
+    got = g.due(12.6, 12.6)
+    assert got is not None and got.stamp_ns == 5100 * MS
+    g.taking(got.stamp_ns)
+    assert g.frames_behind_goal_s(13.0) is None
+    assert gate(True).frames_behind_goal_s(99.0) is None          # lock-step decides on the frame it has
