@@ -27,9 +27,10 @@ Metrics (`metrics.json`, see `EvalResult.to_json`):
   `success_distance_m` of the goal pose" (Euclidean, reference pose), and per goal whether the first STOP
   was within that distance;
 - per-stage latency (read + decode, encode, memory insert, retrieval, stop), and the realtime factor
-  (bag duration / wall time of the evaluation).
-Skipped input (unknown types, undecodable or invalid messages, unpaired images, frames without odometry,
-stamps going backwards, a truncated file) is counted under `input`.
+  (`evaluated_duration_s`, the span of the evaluated frames' stamps, / wall time of the evaluation; the bag's own
+  span, `bag_duration_s`, also counts topics recorded longer and frames left out by `max_frames`).
+Skipped input (unknown types, undecodable or invalid messages, unpaired images, depth images of another size than
+their colour image, frames without odometry, stamps going backwards, a truncated file) is counted under `input`.
 
 Warnings (`input.warnings`, the report, and one `memnav eval-bag: warning:` line each on stderr): besides the
 bag's own (a missing depth topic, a damaged file), a bag without ground truth whose goal poses are scored
@@ -83,7 +84,8 @@ class EvalConfig:
 
     Attributes:
         rgb_topic: colour images (sensor_msgs/Image rgb8/bgr8/rgba8/bgra8/mono8).
-        depth_topic: depth images (32FC1 meters or 16UC1 mm); "" or absent: frames are encoded without depth.
+        depth_topic: depth images (32FC1 meters or 16UC1 mm, registered to the colour images: the same size);
+            "", absent or without messages: frames are encoded without depth.
         odom_topic: odometry (nav_msgs/Odometry); the memory's input pose.
         gt_topic: ground-truth pose (nav_msgs/Odometry or geometry_msgs/PoseStamped, map frame); "" = none.
         goal_topic: goal images (sensor_msgs/Image), one per episode; "" = no stop evaluation.
@@ -316,6 +318,10 @@ def _check_topics(bag: BagFile, cfg: EvalConfig) -> dict[str, str]:
                 bag.warnings.append(f"depth topic {name} is not in the bag: frames are encoded without depth")
             continue
         info = topics[name]
+        if role == "depth" and info.count == 0 and any(i.count for i in topics.values()):
+            # pairing with no depth would skip every colour image: a report of zero frames
+            bag.warnings.append(f"depth topic {name} holds no messages: frames are encoded without depth")
+            continue
         if info.msgtype not in types:
             if required:
                 raise TopicError(f"{bag.path}: topic {name} ({role}) has type {info.msgtype}, expected "
@@ -613,11 +619,18 @@ def evaluate_bag(path: Path | str, cfg: EvalConfig | None = None, *, encoder: An
         batch: list = []
         n_frames = 0
         last = None
+        depth_sizes: tuple[tuple[int, ...], tuple[int, ...]] | None = None   # the first mismatch: depth, colour
         for stamp, rgb, depth, t_read in _frames(bag, roles, cfg, skipped, invalid):
             if cfg.max_frames and n_frames >= cfg.max_frames:
                 break
             if last is not None and stamp < last:
                 out_of_order[roles["rgb"]] += 1
+                continue
+            if depth is not None and depth.shape != rgb.shape[:2]:
+                # as the live encoder node drops such a pair; encoding it without depth instead made a whole batch
+                # lose its depth, so that the results depended on --batch-size
+                skipped["depth_size_mismatch"] += 1
+                depth_sizes = depth_sizes or (depth.shape, rgb.shape[:2])
                 continue
             pose = odom.at(stamp)
             if pose is None:
@@ -642,6 +655,13 @@ def evaluate_bag(path: Path | str, cfg: EvalConfig | None = None, *, encoder: An
             bar.close()
         if pipe.frames:
             pipe.sample_growth(pipe.frames[-1].stamp_ns, force=True)
+        if depth_sizes is not None:
+            (dh, dw), (ch, cw) = depth_sizes
+            bag.warnings.append(
+                f"{skipped['depth_size_mismatch']} frame(s) skipped: depth images on {roles['depth']} are "
+                f"{dw}x{dh} px, colour images on {roles['rgb']} {cw}x{ch} px (as the live encoder node, a pair of "
+                "other sizes is dropped); the depth must be registered to the colour image (a RealSense's "
+                "aligned_depth_to_color), or evaluate without depth: --depth-topic ''")
         wall_s = time.perf_counter() - wall0
         metrics = _metrics(bag, roles, cfg, pipe, goals, gt is not None, invalid, out_of_order, skipped, wall_s)
     pl = pipe.memory
@@ -780,7 +800,7 @@ def _metrics(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, pipe: _Pipeli
     emb = np.stack(pipe.embeddings) if n else np.zeros((0, 1), np.float32)
     min_age_ns = int(cfg.revisit_min_age_s * 1e9)
     pr = place_recognition(emb, stamps, ref, valid, min_age_ns=min_age_ns, dist_m=cfg.place_distance_m,
-                           angle_rad=math.radians(cfg.place_angle_deg)) if n else {"queries_with_match": 0}
+                           angle_rad=math.radians(cfg.place_angle_deg))
     pr.update(queries=n, distance_m=cfg.place_distance_m, angle_deg=cfg.place_angle_deg,
               min_age_s=cfg.revisit_min_age_s)
 
@@ -800,6 +820,8 @@ def _metrics(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, pipe: _Pipeli
         duration_s = (bag.end_ns - bag.start_ns) / 1e9
     else:
         duration_s = float((stamps[-1] - stamps[0]) / 1e9) if n > 1 else 0.0
+    # what was evaluated: the frames' span, not the bag's (--max-frames, other topics recorded longer)
+    evaluated_s = float((stamps[-1] - stamps[0]) / 1e9) if n > 1 else 0.0
     counts = bag.counts
     skipped_all = {
         "unknown_type": dict(sorted(counts.unknown_type.items())),
@@ -821,8 +843,8 @@ def _metrics(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, pipe: _Pipeli
         "memory": memory,
         "stop": stop,
         "latency_ms": pipe.times.summary(),
-        "timing": {"bag_duration_s": duration_s, "wall_s": wall_s,
-                   "realtime_factor": (duration_s / wall_s) if wall_s > 0 and duration_s > 0 else None,
+        "timing": {"bag_duration_s": duration_s, "evaluated_duration_s": evaluated_s, "wall_s": wall_s,
+                   "realtime_factor": (evaluated_s / wall_s) if wall_s > 0 and evaluated_s > 0 else None,
                    "frames_per_s": n / wall_s if wall_s > 0 else None},
         "config": asdict(cfg),
     }
@@ -976,8 +998,9 @@ def run(args: argparse.Namespace) -> int:
 
     for warning in m["input"]["warnings"]:
         print(f"memnav eval-bag: warning: {warning}", file=sys.stderr)
-    print(f"{m['input']['frames']} frames over {tm['bag_duration_s']:.1f} s of bag in {tm['wall_s']:.1f} s "
-          f"({fmt(tm['realtime_factor'])}x real time); reference: {m['input']['reference']}")
+    print(f"{m['input']['frames']} frames over {tm['evaluated_duration_s']:.1f} s of the {tm['bag_duration_s']:.1f} s "
+          f"bag in {tm['wall_s']:.1f} s ({fmt(tm['realtime_factor'])}x real time); "
+          f"reference: {m['input']['reference']}")
     print(f"place recognition recall@1 {fmt(pr.get('recall_at_1'))} ({pr['queries_with_match']} queries); "
           f"loop closures {lc['events']} (precision {fmt(lc['precision'])}, recall {fmt(lc['recall'])}); "
           f"places {m['memory']['places']}")

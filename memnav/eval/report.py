@@ -160,7 +160,8 @@ def _at_goal(result: EvalResult, frames: list) -> np.ndarray:
     out = []
     for f in frames:
         g = result.goals[f.goal_index].pose
-        out.append(g is not None and f.ref is not None and math.hypot(f.ref.x_m - g.x_m, f.ref.y_m - g.y_m) <= radius)
+        # strictly within, as the metrics' frames_at_goal (and live success) count it
+        out.append(g is not None and f.ref is not None and math.hypot(f.ref.x_m - g.x_m, f.ref.y_m - g.y_m) < radius)
     return np.array(out, dtype=bool)
 
 
@@ -231,7 +232,8 @@ def render_html(result: EvalResult) -> str:
         parts.append("<ul>" + "".join(f"<li class='warn'>{html.escape(w)}</li>" for w in inp["warnings"]) + "</ul>")
     parts += [
         "<h2>Timing</h2>",
-        _table([("wall time (s)", tm["wall_s"]), ("realtime factor", tm["realtime_factor"]),
+        _table([("evaluated bag time (s)", tm["evaluated_duration_s"]), ("wall time (s)", tm["wall_s"]),
+                ("realtime factor", tm["realtime_factor"]),
                 ("frames / s", tm["frames_per_s"])]),
         _table([(f"{k} (ms p50 / p99)", f"{_fmt(v.get('p50'))} / {_fmt(v.get('p99'))}")
                 for k, v in m["latency_ms"].items()]),

@@ -559,3 +559,87 @@ def test_goal_poses_scored_against_odometry_not_in_their_frame_are_warned_about(
     assert _reference_warnings(m) == []
     # no goal poses to score: nothing to flag either
     assert _reference_warnings(evaluate_bag(bags["plain"], short, encoder=enc, calibrator=cal).to_json()) == []
+
+
+T0_NS = 1_700_000_000 * 10**9
+
+
+def _tiny_bag(path: Path, frames: int, *, depth_px=lambda i: (32, 32), depth_msgs: bool = True,
+              late_topic_s: float = 0.0) -> Path:
+    """A 10 Hz bag of `frames` random 32x32 colour images, depth images of `depth_px(i)` (height, width) px (the
+    topic declared but left empty unless `depth_msgs`), odometry 0.1 m apart; with `late_topic_s` a message on
+    another topic that long after the last frame (a bag whose other topics were recorded longer)."""
+    from memnav.core.types import Pose2D
+    from memnav.eval.bench_replay import _Msgs
+
+    store = typestore_for_distro()
+    msgs, rng = _Msgs(store), np.random.default_rng(0)
+    with BagWriter(path, "mcap", store) as w:
+        for topic in ("/camera/color/image_raw", "/camera/depth/image_raw"):
+            w.add_topic(topic, "sensor_msgs/msg/Image")
+        for i in range(frames):
+            t = T0_NS + i * 10**8
+            w.write("/camera/color/image_raw", msgs.rgb(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), t), t)
+            if depth_msgs:
+                w.write("/camera/depth/image_raw", msgs.depth(rng.uniform(0.5, 5.0, depth_px(i)).astype(np.float32),
+                                                              t), t)
+            w.write("/odom", msgs.odometry(Pose2D(0.1 * i, 0.0, 0.0), t, "odom"), t)
+        if late_topic_s:
+            t = T0_NS + (frames - 1) * 10**8 + int(late_topic_s * 1e9)
+            w.write("/status", store.types["std_msgs/msg/String"](data="still recording"), t)
+    return path
+
+
+def test_realtime_factor_is_over_the_evaluated_frames_not_the_whole_bag(models, tmp_path):
+    """--max-frames, or a topic recorded a minute longer than the camera: the realtime factor divides the time of the
+    frames evaluated by the wall time (it divided the whole bag's span: hundreds of times 'real time' claimed)."""
+    enc, cal = models
+    bag = _tiny_bag(tmp_path / "bag", 40, late_topic_s=60.0)
+    for max_frames, evaluated_s in ((10, 0.9), (0, 3.9)):
+        tm = evaluate_bag(bag, EvalConfig(max_frames=max_frames), encoder=enc, calibrator=cal).to_json()["timing"]
+        assert tm["realtime_factor"] == pytest.approx(evaluated_s / tm["wall_s"])
+        assert tm["bag_duration_s"] == pytest.approx(63.9) and tm["evaluated_duration_s"] == pytest.approx(evaluated_s)
+
+
+def test_a_depth_topic_without_messages_is_left_out_with_a_warning(models, tmp_path):
+    """A declared but silent depth topic (a camera's depth stream switched off) skipped every colour frame as
+    'rgb_without_depth': a report of zero frames without a word."""
+    enc, cal = models
+    m = evaluate_bag(_tiny_bag(tmp_path / "bag", 20, depth_msgs=False), EvalConfig(), encoder=enc,
+                     calibrator=cal).to_json()
+    assert m["input"]["frames"] == 20 and "rgb_without_depth" not in m["input"]["skipped"]
+    assert "depth topic /camera/depth/image_raw holds no messages: frames are encoded without depth" \
+        in m["input"]["warnings"]
+
+
+def test_depth_of_another_size_is_skipped_as_live_and_results_do_not_depend_on_batch_size(models, tmp_path):
+    """A depth image of another size than its colour image (unregistered depth) made its whole encoder batch go
+    without depth, silently: the places found depended on --batch-size. Such a pair is dropped, as the live encoder
+    node drops it, counted and warned about."""
+    enc, cal = models
+    bag = _tiny_bag(tmp_path / "bag", 16, depth_px=lambda i: (24, 32) if i == 5 else (32, 32))
+    runs = [evaluate_bag(bag, EvalConfig(batch_size=b), encoder=enc, calibrator=cal).to_json() for b in (1, 8)]
+    for m in runs:
+        assert m["input"]["frames"] == 15 and m["input"]["skipped"]["depth_size_mismatch"] == 1
+        (warning,) = m["input"]["warnings"]
+        assert "depth images on /camera/depth/image_raw are 32x24 px" in warning and "32x32 px" in warning
+    strip = lambda m: json.dumps({k: v for k, v in m.items() if k not in (*VOLATILE, "config")},  # noqa: E731
+                                 sort_keys=True, default=str)
+    assert strip(runs[0]) == strip(runs[1])
+
+
+def test_a_report_of_zero_frames_keeps_the_metrics_keys(models, tmp_path):
+    """Every depth image of another size: nothing is evaluated; metrics.json has the same keys as ever (recall@k
+    null, no realtime factor) and the report is written."""
+    from memnav.eval.report import write_report
+
+    enc, cal = models
+    bag = _tiny_bag(tmp_path / "bag", 10, depth_px=lambda i: (24, 32))
+    result = evaluate_bag(bag, EvalConfig(), encoder=enc, calibrator=cal)
+    m = result.to_json()
+    assert m["input"]["frames"] == 0 and m["input"]["skipped"]["depth_size_mismatch"] == 10
+    assert m["place_recognition"]["recall_at_1"] is None and m["place_recognition"]["recall_at_5"] is None
+    assert m["timing"]["realtime_factor"] is None and m["timing"]["evaluated_duration_s"] == 0.0
+    write_report(result, tmp_path / "report")
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "recall_at_1" in html and "depth_size_mismatch" in html
