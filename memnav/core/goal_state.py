@@ -109,7 +109,10 @@ def read_kept_goal(path: Path | str) -> tuple[KeptGoal | None, str]:
             goal = KeptGoal(goal_stamp_ns=meta.get("goal_stamp_ns"), rgb=z["rgb"], depth=depth,
                             actions=meta.get("actions"), resumes=meta.get("resumes"),
                             started_utc=str(meta.get("started_utc", "")))
-    except (OSError, ValueError, KeyError, TypeError, EOFError, UnicodeDecodeError, zipfile.BadZipFile) as err:
+    # a damaged zip header can also claim a compression method, a zip version or encryption that zipfile does not
+    # handle (NotImplementedError, RuntimeError): unreadable as well, not a crash at every start of the node
+    except (OSError, ValueError, KeyError, TypeError, EOFError, UnicodeDecodeError, zipfile.BadZipFile,
+            NotImplementedError, RuntimeError) as err:
         return None, f"the goal kept in {p} is unreadable ({err}): not resumed"
     return goal, (f"goal {goal.goal_stamp_ns} kept in {p}: {goal.actions} actions, started {goal.started_utc or '?'}, "
                   f"resumed {goal.resumes} times before")

@@ -223,4 +223,9 @@ def load_calibrator(path: Path | str, features: tuple[str, ...] = STOP_FEATURES)
     if cal.feature_names != tuple(features) or cal.weights.shape != (len(features) + 1,):
         raise ValueError(f"{path}: calibrated on features {cal.feature_names} with {cal.weights.size} weights; "
                          f"this stack computes {tuple(features)}")
+    # json reads NaN and Infinity: such a weight made every belief NaN (or a constant), and a NaN belief is
+    # refused by VoIStopController.decide at the first decision, long after the file was accepted
+    if not np.all(np.isfinite(cal.weights)):
+        raise ValueError(f"{path}: weights must be finite numbers, got {cal.weights.tolist()}; fit the calibration "
+                         "again with `memnav train stop`")
     return cal

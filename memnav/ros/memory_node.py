@@ -29,10 +29,12 @@ Services (std_srvs/Trigger):
     ~/save    every insert is already committed in its own SQLite transaction: confirms that and reports
               the counts (fails, saying so, when db_path is empty: a RAM-only memory cannot be saved, and after
               a failed write, a full disk, from which on the memory goes on in RAM only)
-    ~/clear   forget everything: the working buffer, and the long-term memory with its database file
+    ~/clear   forget everything: the working buffer, the long-term memory with its database file, and the
+              embeddings and detections still waiting to be inserted
     ~/query   message = JSON of the top-k places for the latest goal embedding (fails, saying so, before one)
     ~/relocalise  the robot was moved (carried, odometry reset): forget where it is in the memory's frame;
-              loop closures that agree with each other localise it again (SceneGraphMemory.relocalise)
+              loop closures that agree with each other localise it again (SceneGraphMemory.relocalise); an empty
+              memory has nothing to relocalise against and stays as it is
 Parameters: the fields of MemoryNodeConfig, of SceneGraphConfig (db_path "" = RAM only, lost at exit; a file
 is created or loaded, so the memory survives restarts) and of WorkingBufferConfig (prefix "buffer.").
 Database file: the node holds an exclusive lock on db_path while it runs (flock; read-only inspection is not
@@ -385,7 +387,11 @@ def build(node) -> Callable[[], None]:
         buffer.clear()
         if st["goal"] is not None:
             buffer.set_goal(st["goal"][1])
-        st.update(markers_dirty=True, snapshot_dirty=True)
+        # what was heard before the clear belongs to the memory forgotten: embeddings still waiting for odometry
+        # went into the new memory at the old odometry, and the old last stamp and pose answered ~/query
+        pending.clear()
+        detections.clear()
+        st.update(last_ns=None, pose=None, markers_dirty=True, snapshot_dirty=True)
         publish_snapshot()
         resp.success = failed is None
         resp.message = (f"memory cleared ({graph_cfg.db_path or 'RAM only'})" if failed is None else
@@ -415,6 +421,15 @@ def build(node) -> Callable[[], None]:
                                f"{cfg.frame_id} from /initialpose")
 
     def srv_relocalise(_req, resp):
+        if not any(st["memory"].sizes()):
+            # nothing to relocalise against: the places stored next would wait for loop closures with places that
+            # do not exist, never localise, and be forgotten when the node closes (a clean exit lost the run)
+            resp.success = True
+            resp.message = json.dumps({"localised": st["memory"].localised, "places": 0,
+                                       "note": "the memory is empty: nothing to relocalise against; its frame "
+                                               "starts from the next observation"})
+            node.get_logger().info(f"not relocalising: {resp.message}")
+            return resp
         st["memory"].relocalise()
         st.update(markers_dirty=True, snapshot_dirty=True)
         resp.success = True

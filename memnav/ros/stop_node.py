@@ -146,7 +146,11 @@ def build(node) -> Callable[[], None]:
         if st["last"] is not None and st["last"][0] == key:
             pub.publish(st["last"][1])   # a re-sent frame: the same decision, without re-verifying
             return
-        sim = float(np.dot(emb, goal) / (np.linalg.norm(emb) * np.linalg.norm(goal)))
+        # float64: in float32 the squares of an embedding's tiny (1e-30) or huge (1e20) values underflow or
+        # overflow, and the similarity came out inf (a STOP at belief 1, published as invalid JSON), NaN (the node
+        # died on the NaN belief) or 0 for the goal's own direction
+        e64, g64 = emb.astype(np.float64), goal.astype(np.float64)
+        sim = float(np.dot(e64, g64) / (np.linalg.norm(e64) * np.linalg.norm(g64)))
         score = verification(t, goal_ns) if sim >= cfg.verify_min_similarity else None
         belief = float(calibrator.predict(np.array([sim, score or 0.0]))[0])
         decision = controller.decide(belief)

@@ -107,3 +107,27 @@ def test_a_bad_goal_is_refused_naming_the_field(field, value):
     kw = {"goal_stamp_ns": 5, "rgb": np.zeros((4, 4, 3), np.uint8), "depth": None, field: value}
     with pytest.raises(ValueError, match=f"KeptGoal.{field}"):
         KeptGoal(**kw)
+
+
+def _patch_central_directory(path, offset: int, value: bytes) -> None:
+    """Overwrite bytes at `offset` of the first central-directory entry of the zip at `path` (a damaged disk)."""
+    data = bytearray(path.read_bytes())
+    at = data.index(b"PK\x01\x02") + offset
+    data[at:at + len(value)] = value
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("offset, value, raised", [
+    (6, b"\xff\x00", "zip file version"),         # 'version needed to extract': NotImplementedError
+    (10, b"\x63\x00", "compression method"),      # an unknown compression method: NotImplementedError
+    (8, b"\x01\x00", "encrypted"),                # the 'encrypted' flag: RuntimeError
+])
+def test_a_damaged_zip_header_is_unreadable_not_a_crash(tmp_path, offset, value, raised):
+    """A kept goal whose zip header a damaged disk changed made read_kept_goal raise NotImplementedError or
+    RuntimeError: the policy node died at every start, before it could set the file aside (a respawn loop)."""
+    path = tmp_path / "goal_state.npz"
+    write_kept_goal(path, _goal())
+    _patch_central_directory(path, offset, value)
+    goal, why = read_kept_goal(path)
+    assert goal is None and "unreadable" in why and raised in why and "not resumed" in why, why
+    assert set_aside(path) == tmp_path / "goal_state.npz.unreadable"

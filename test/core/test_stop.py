@@ -90,3 +90,15 @@ def test_load_calibrator_names_the_file_and_what_is_wrong(tmp_path):
         load_calibrator(tmp_path)
     with pytest.raises(FileNotFoundError, match="memnav train stop"):
         load_calibrator(tmp_path / "none.json")
+
+
+@pytest.mark.parametrize("weights", ["[NaN, 2.0, -6.0]", "[8.0, Infinity, -6.0]", "[8.0, 2.0, -Infinity]"])
+def test_load_calibrator_refuses_non_finite_weights(tmp_path, weights):
+    """json reads NaN and Infinity: a calibration with one loaded, and the stop node then died at its first
+    decision (a NaN belief refused by VoIStopController.decide) instead of refusing the file at start."""
+    from memnav.core.stop import load_calibrator
+
+    path = tmp_path / "cal.json"
+    path.write_text(f'{{"feature_names": ["similarity", "verification"], "weights": {weights}}}')
+    with pytest.raises(ValueError, match=r"cal\.json: weights must be finite numbers"):
+        load_calibrator(path)

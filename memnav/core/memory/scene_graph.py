@@ -949,8 +949,10 @@ class SceneGraphMemory:
         loop-closure candidates agree on a pose (within `within_m` of where odometry puts the robot; None:
         `relocalisation_radius_m`, by default anywhere in the memory); the correction then snaps to it, and
         the places and objects stored in between are moved with it (a memory closed before that forgets
-        them). Places stored in between never vote: they agree with each other in the stale frame. The next
-        place is not linked to the last one. Objects the memory already knew are recognised by instance id in
+        them). Places stored in between never vote: they agree with each other in the stale frame. An empty
+        memory has nothing to relocalise against and stays as it is (localised: its frame starts with the next
+        observation); its next places would otherwise wait for a vote that cannot come and be forgotten at close.
+        The next place is not linked to the last one. Objects the memory already knew are recognised by instance id in
         between, but their positions are not averaged with ones measured in the stale frame.
 
         With `retract`, the last relocalisation (from loop closures or `set_pose`) is taken back as wrong,
@@ -962,6 +964,10 @@ class SceneGraphMemory:
         if within_m is not None and (isinstance(within_m, bool) or not isinstance(within_m, (int, float))
                                      or not within_m > 0):
             raise InvalidInputError("within_m", f"must be a distance > 0 or None, got {within_m!r}")
+        if not self._places.slot_of and not self._objects:
+            self._prev_slot = -1
+            self._last_odom = None
+            return
         self._correction_var = np.full(2, np.inf)
         self._unlocalised_gate_m = float(within_m) if within_m is not None else (
             self.config.relocalisation_radius_m or math.inf)

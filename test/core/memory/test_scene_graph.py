@@ -224,6 +224,22 @@ def test_a_run_that_never_relocalises_leaves_no_places_behind(tmp_path):
     m.close()
 
 
+def test_relocalising_an_empty_memory_keeps_what_it_stores_next(tmp_path):
+    """~/relocalise (or an odometry jump) before anything was stored: the next places waited for loop closures
+    with places that do not exist, never localised, and were forgotten when the memory closed: a run lost."""
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    m.relocalise()
+    assert m.localised
+    drive(m, embed, np.arange(0, 3.01, 0.5))
+    stored = m.stats().places
+    assert m.localised and stored > 0
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path))
+    assert m.stats().places == stored
+    m.close()
+
+
 def test_consolidating_while_unlocalised_never_merges_a_stale_frame_place_into_the_memorys_own(tmp_path):
     """A robot rebooted on its dock (odometry starting at the memory's origin) stands there, unlocalised, and
     its automatic consolidation runs: its new places lie at the coordinates of the memory's own, in a frame
