@@ -48,14 +48,20 @@ def _symbol(lib: ctypes.CDLL, names: tuple[str, ...]):
     return None
 
 
-def blas_threads() -> int | None:
-    """The thread count of the first OpenBLAS loaded in this process, or None where none is found."""
+def blas_thread_counts() -> dict[str, int]:
+    """Every OpenBLAS loaded in this process (its library path) with its thread count ({} where none is found)."""
+    counts = {}
     for path in _loaded_openblas():
         getter = _symbol(ctypes.CDLL(path), _GETTERS)
         if getter is not None:
             getter.restype = ctypes.c_int
-            return int(getter())
-    return None
+            counts[path] = int(getter())
+    return counts
+
+
+def blas_threads() -> int | None:
+    """The thread count of the first OpenBLAS loaded in this process, or None where none is found."""
+    return next(iter(blas_thread_counts().values()), None)
 
 
 def set_blas_threads(n: int) -> int | None:

@@ -128,6 +128,27 @@ def spin_until(node, cond, timeout_s: float, step_s: float = 0.02) -> bool:
     return False
 
 
+def spin_while_alive(node, proc: subprocess.Popen, log: Path, cond, timeout_s: float) -> bool:
+    """Spin `node` until `cond()` holds or `timeout_s` passes (then `cond()`'s value), asserting that the process
+    under test (`proc`, logging to `log`) stays alive meanwhile: its log is the failure message."""
+    import rclpy
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and not cond():
+        rclpy.spin_once(node, timeout_sec=0.05)
+        assert proc.poll() is None, log.read_text()
+    return cond()
+
+
+def spin_until_exit(node, proc: subprocess.Popen, timeout_s: float, step_s: float = 0.05) -> None:
+    """Spin `node` (hearing what the process publishes) until `proc` exits or `timeout_s` passes."""
+    import rclpy
+
+    end = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=step_s)
+
+
 def wait_for_text(path: Path, text: str, timeout_s: float) -> bool:
     """Whether `text` appears in the file at `path` (a process's log) within `timeout_s` seconds."""
     end = time.monotonic() + timeout_s

@@ -43,17 +43,11 @@ def test_set_inference_threads_reaches_the_blas_scipy_and_opencv_map_later():
     import sys
 
     script = """
-import ctypes, json
+import json
 from memnav import threads
 threads.set_inference_threads(1)
 import cv2, scipy.linalg, scipy.ndimage  # noqa: F401  (what a node imports later)
-counts = {}
-for path in threads._loaded_openblas():
-    getter = threads._symbol(ctypes.CDLL(path), threads._GETTERS)
-    if getter is not None:
-        getter.restype = ctypes.c_int
-        counts[path] = int(getter())
-print(json.dumps(counts))
+print(json.dumps(threads.blas_thread_counts()))
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]

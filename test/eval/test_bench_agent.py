@@ -17,17 +17,11 @@ def test_bench_agent_refuses_a_thread_count_that_would_crash_it():
 
 # every OpenBLAS mapped into the process after a tiny bench, with its thread count
 BLAS_COUNTS = """
-import ctypes, json, sys
-from memnav import threads
+import json, sys
 from memnav.cli import main
+from memnav.threads import blas_thread_counts
 assert main(sys.argv[1:]) == 0
-counts = {}
-for path in threads._loaded_openblas():
-    getter = threads._symbol(ctypes.CDLL(path), threads._GETTERS)
-    if getter is not None:
-        getter.restype = ctypes.c_int
-        counts[path] = int(getter())
-print(json.dumps(counts), file=sys.stderr)
+print(json.dumps(blas_thread_counts()), file=sys.stderr)
 """
 
 

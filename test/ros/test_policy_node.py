@@ -191,7 +191,7 @@ def test_a_goal_photo_delivered_again_after_its_goal_ended_does_not_start_it_aga
     """The same goal photo (its stamp) once more after the goal ended: a publisher that repeats it, a latched sample
     delivered again after a reconnection. The goal started again from scratch and the robot, stopped at the goal,
     drove off searching for it."""
-    from conftest import isolated_ros_env, spin_until, stop_processes
+    from conftest import isolated_ros_env, spin_until, start_policy_node, stop_processes
     from test_policy_bridge_edges import Feeder
 
     from memnav.ros import conversions as conv
@@ -201,9 +201,8 @@ def test_a_goal_photo_delivered_again_after_its_goal_ended_does_not_start_it_aga
     node = rclpy.create_node("repeat_feeder")
     feeder = Feeder(node)
     log = tmp_path / "policy.log"
-    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
-                             "-p", "action_duration_s:=0.25", "-p", "map_period_s:=0.0", "-p", "goal_depth_wait_s:=0.0",
-                             "-p", "max_steps:=2"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    proc = start_policy_node(env, log, lockstep=False, args=["-p", "map_period_s:=0.0", "-p",
+                                                             "goal_depth_wait_s:=0.0", "-p", "max_steps:=2"])
     try:
         assert spin_until(node, lambda: node.count_subscribers("/memnav/goal_image") > 0, 60), log.read_text()[-2000:]
         photo = conv.rgb_to_image(np.random.default_rng(1).integers(0, 255, (96, 128, 3), dtype=np.uint8),
@@ -230,7 +229,7 @@ def test_a_goal_photo_delivered_again_after_its_goal_ended_does_not_start_it_aga
 def test_depth_in_another_frame_than_the_colour_image_is_not_used(tmp_path):
     """Depth of the depth camera's own frame (unregistered: its pixels are not the colour image's) was paired by
     stamp and mapped; now it is not used, and the log names both frames, as the encoder node does."""
-    from conftest import isolated_ros_env, spin_until, stop_processes
+    from conftest import isolated_ros_env, spin_until, start_policy_node, stop_processes
     from test_policy_bridge_edges import Feeder
 
     env = isolated_ros_env(179)
@@ -239,9 +238,8 @@ def test_depth_in_another_frame_than_the_colour_image_is_not_used(tmp_path):
     feeder = Feeder(node)
     feeder.depth_frame = "camera_depth_optical_frame"
     log = tmp_path / "policy.log"
-    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.policy_node", "--ros-args", "-p", "lockstep:=false",
-                             "-p", "action_duration_s:=0.25", "-p", "map_period_s:=0.0", "-p", "goal_depth_wait_s:=0.0",
-                             "-p", "max_steps:=3"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    proc = start_policy_node(env, log, lockstep=False, args=["-p", "map_period_s:=0.0", "-p",
+                                                             "goal_depth_wait_s:=0.0", "-p", "max_steps:=3"])
     try:
         assert spin_until(node, lambda: node.count_subscribers("/memnav/goal_image") > 0, 60), log.read_text()[-2000:]
         feeder.send_goal(3)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import yaml
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import use_isolated_ros_domain  # noqa: E402
+from conftest import spin_until_exit, use_isolated_ros_domain  # noqa: E402
 
 from memnav.eval.bag_io import BagFile, BagWriter, qos_profile, typestore_for_distro  # noqa: E402
 
@@ -44,9 +43,7 @@ def _listen(domain: int, msg_class, topic: str, qos, bag: Path, *args: str) -> t
     replay = subprocess.Popen([sys.executable, "-m", "memnav.cli", "replay", str(bag), *args],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        end = time.monotonic() + 60
-        while replay.poll() is None and time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.05)
+        spin_until_exit(node, replay, 60)
         for _ in range(20):   # the last ones in flight
             rclpy.spin_once(node, timeout_sec=0.05)
     finally:

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 pytest.importorskip("rclpy")
 
 import torch  # noqa: E402
-from conftest import make_tiny_dataset  # noqa: E402
+from conftest import make_tiny_dataset, spin_until_exit  # noqa: E402
 
 from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy  # noqa: E402
 
@@ -196,9 +195,7 @@ def test_sim_launch_in_real_time(tmp_path):
                                f"params:={tmp_path / 'params.yaml'}"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        end = time.monotonic() + 240
-        while launch.poll() is None and time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.1)
+        spin_until_exit(node, launch, 240, step_s=0.1)
     finally:
         node.destroy_node()
         rclpy.shutdown()

@@ -3,7 +3,6 @@ node as a real process over DDS on embeddings whose values are extreme."""
 import json
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -65,7 +64,7 @@ def test_embeddings_of_tiny_or_huge_values_get_their_true_similarity(tmp_path, m
     those of 1e20 overflowed, so an embedding pointing at the goal had similarity Infinity (stop true at belief 1,
     published as invalid JSON) or 0, and a goal and an embedding both of tiny values gave NaN: the node died."""
     rclpy = pytest.importorskip("rclpy")
-    from conftest import stop_processes, use_isolated_ros_domain
+    from conftest import spin_while_alive, stop_processes, use_isolated_ros_domain
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
@@ -87,11 +86,7 @@ def test_embeddings_of_tiny_or_huge_values_get_their_true_similarity(tmp_path, m
         node.create_subscription(String, "/memnav/stop_decision", lambda m: raw.append(m.data), 10)
 
         def spin(seconds: float, cond) -> bool:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end and not cond():
-                rclpy.spin_once(node, timeout_sec=0.05)
-                assert proc.poll() is None, log_path.read_text()
-            return cond()
+            return spin_while_alive(node, proc, log_path, cond, seconds)
 
         assert spin(60.0, lambda: pub_emb.get_subscription_count() and pub_goal.get_subscription_count()
                     and node.count_publishers("/memnav/stop_decision")), log_path.read_text()
