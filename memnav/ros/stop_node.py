@@ -5,6 +5,8 @@ Subscribes:
     /memnav/goal_embedding      sensor_msgs/Image 32FC1 1 x D                    (reliable, transient local)
     /camera/color/image_raw     sensor_msgs/Image rgb8/bgr8/... (for verification)  (sensor-data QoS)
     /memnav/goal_image          sensor_msgs/Image (for verification)              (reliable, transient local)
+    /memnav/goal_status         std_msgs/String JSON (policy_node): a goal that ended ("stopped", "budget",
+                                "cancelled", "ended", "abandoned") gets no more decisions     (qos.events_qos)
 Publishes:
     /memnav/stop_decision       std_msgs/String JSON per embedding once a goal is known {stamp_ns, goal_stamp_ns,
                                 stop, belief, reason (StopReason name), similarity, verification, verification_ran,
@@ -18,7 +20,10 @@ of the current and goal embeddings, and the ORB/RANSAC verification score of the
 current colour image (goal first, as in training). Verification costs milliseconds, so it runs only when
 the similarity reaches `verify_min_similarity`; below that, and when the colour frame of the embedding's
 stamp or the goal image of the goal embedding's stamp is not at hand, the score is 0 (`verification_ran` false).
-Embeddings stamped before the goal image are skipped: they were taken before the goal was given. An embedding
+Embeddings stamped before the goal image are skipped: they were taken before the goal was given (more than
+GOAL_AHEAD_WARN_S before it: a throttled warning, the goal photo may be stamped by another clock). Once the goal
+ended (its `/memnav/goal_status`), or if it had ended before this node heard its embedding, no decision is
+published for it until the next goal embedding. An embedding
 re-sent with the stamp of the last one decided (same goal) gets the same decision again, not recomputed.
 Bad messages are dropped with a throttled warning and counted; the node never dies on one. A goal embedding
 whose length differs from that of the embeddings already decided is dropped (it would block every decision);
@@ -34,9 +39,12 @@ from dataclasses import dataclass
 
 from memnav.core.stop import STOP_FEATURES, VoIStopConfig, load_calibrator
 from memnav.core.verification import VerificationConfig
-from memnav.ros.qos import latched_qos
+from memnav.ros.qos import events_qos, latched_qos
 
 FEATURES = STOP_FEATURES
+ENDED_STATUSES = ("stopped", "budget", "cancelled", "ended", "abandoned")   # policy_node's goal statuses that end one
+ENDED_KEPT = 32             # ended goals remembered (a late-joining node hears the last 10 statuses)
+GOAL_AHEAD_WARN_S = 2.0     # embeddings this much older than the goal photo: warn (another clock?)
 
 
 @dataclass
@@ -101,6 +109,7 @@ def build(node) -> Callable[[], None]:
     # dim: length of the embeddings decided so far (a goal embedding of another length is refused)
     st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None, "dim": None, "decisions": 0,
           "last_body": None}
+    ended: list[int] = []   # stamps of goals whose end policy_node announced (newest last, ENDED_KEPT at most)
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -141,6 +150,11 @@ def build(node) -> Callable[[], None]:
         t = stamp_to_ns(msg.header.stamp)
         if t < goal_ns:
             st["stale"] += 1
+            if goal_ns - t > GOAL_AHEAD_WARN_S * 1e9:
+                node.get_logger().warning(
+                    f"embeddings are stamped {(goal_ns - t) / 1e9:.2f} s before the goal photo: frames taken before "
+                    "the goal are not decided on; if this goes on, the goal photo was stamped by another clock than "
+                    "the camera's (memnav goal send --stamp-topic)", throttle_duration_sec=5.0)
             return
         key = (t, goal_ns, st["goal_features"][0] if st["goal_features"] is not None else None)
         if st["last"] is not None and st["last"][0] == key:
@@ -172,7 +186,27 @@ def build(node) -> Callable[[], None]:
         except conv.MessageError as err:
             drop("goal embedding", err)
             return
-        st.update(goal=(stamp_to_ns(msg.header.stamp), goal), last=None)
+        stamp = stamp_to_ns(msg.header.stamp)
+        if stamp in ended:
+            node.get_logger().info(f"goal embedding (stamp {stamp} ns): that goal has ended, no decisions for it")
+            st.update(goal=None, last=None)
+            return
+        st.update(goal=(stamp, goal), last=None)
+
+    def on_goal_status(msg: String) -> None:
+        try:
+            status = json.loads(msg.data)
+            stamp, what = int(status["goal_stamp_ns"]), str(status["status"])
+        except (ValueError, TypeError, KeyError, OverflowError) as err:
+            drop("goal status", err)
+            return
+        if what not in ENDED_STATUSES or stamp in ended:
+            return
+        ended.append(stamp)
+        del ended[:-ENDED_KEPT]
+        if st["goal"] is not None and st["goal"][0] == stamp:
+            node.get_logger().info(f"goal (stamp {stamp} ns) {what}: no more stop decisions until the next goal")
+            st.update(goal=None, last=None)
 
     def on_goal_image(msg: Image) -> None:
         try:
@@ -188,6 +222,7 @@ def build(node) -> Callable[[], None]:
     sub_embedding = node.create_subscription(Image, "memnav/embedding", on_embedding, 10)
     node.create_subscription(Image, "memnav/goal_embedding", on_goal_embedding, latched)
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
+    node.create_subscription(String, "memnav/goal_status", on_goal_status, events_qos())
     node.create_subscription(Image, "camera/color/image_raw", on_colour, qos_profile_sensor_data)
     return lambda: None
 

@@ -109,3 +109,80 @@ def test_embeddings_of_tiny_or_huge_values_get_their_true_similarity(tmp_path, m
         node.destroy_node()
         rclpy.shutdown()
         stop_processes([proc])
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_goal_that_ended_gets_no_more_decisions(tmp_path, monkeypatch):
+    """The stop node went on deciding, "stop" or not, for a goal the policy node had cancelled or reached, for as
+    long as embeddings came; and a node started late took up a goal that had already ended."""
+    rclpy = pytest.importorskip("rclpy")
+    from conftest import spin_while_alive, stop_processes, use_isolated_ros_domain
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import String
+
+    from memnav.ros.embedding_msgs import embedding_to_image, ns_to_stamp
+    from memnav.ros.qos import events_qos, latched_qos
+
+    domain = use_isolated_ros_domain(monkeypatch, 139)
+    log_path = tmp_path / "stop.log"
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_stop_goal_status")
+    pub_goal = node.create_publisher(Image, "/memnav/goal_embedding", latched_qos())
+    pub_emb = node.create_publisher(Image, "/memnav/embedding", 10)
+    pub_status = node.create_publisher(String, "/memnav/goal_status", events_qos())
+    decisions: list[dict] = []
+    node.create_subscription(String, "/memnav/stop_decision", lambda m: decisions.append(json.loads(m.data)), 50)
+    direction = np.random.default_rng(0).standard_normal(256).astype(np.float32)
+    direction /= np.linalg.norm(direction)
+    procs = []
+
+    def start():
+        with open(log_path, "a") as log:
+            procs.append(subprocess.Popen([sys.executable, "-m", "memnav.ros.stop_node"], stdout=log,
+                                          stderr=subprocess.STDOUT))
+
+    def spin(seconds: float, cond=lambda: False) -> bool:
+        return spin_while_alive(node, procs[-1], log_path, cond, seconds)
+
+    def embedding(stamp_ns: int) -> None:
+        pub_emb.publish(embedding_to_image(direction, stamp=ns_to_stamp(stamp_ns)))
+
+    def status(goal_ns: int, what: str) -> None:
+        pub_status.publish(String(data=json.dumps({"goal_stamp_ns": goal_ns, "status": what, "actions": 3})))
+
+    try:
+        start()
+        assert spin(60.0, lambda: pub_emb.get_subscription_count() and pub_status.get_subscription_count()
+                    and node.count_publishers("/memnav/stop_decision")), log_path.read_text()
+        goal = 1_000_000_000
+        pub_goal.publish(embedding_to_image(direction, stamp=ns_to_stamp(goal)))
+        spin(1.0)
+        embedding(goal + 1)
+        assert spin(10.0, lambda: len(decisions) == 1), (decisions, log_path.read_text())
+        status(goal, "cancelled")
+        spin(1.0)
+        for k in (2, 3, 4):
+            embedding(goal + k)
+        spin(2.0)
+        assert len(decisions) == 1, decisions                        # none for the cancelled goal
+        assert "goal (stamp 1000000000 ns) cancelled: no more stop decisions" in log_path.read_text()
+        # a stop node started after the goal ended: the latched goal embedding and the status history reach it
+        stop_processes(procs)
+        start()
+        assert spin(60.0, lambda: pub_emb.get_subscription_count() and pub_status.get_subscription_count()),\
+            log_path.read_text()
+        spin(2.0)
+        embedding(goal + 5)
+        spin(2.0)
+        assert len(decisions) == 1, decisions
+        later = goal + 10_000_000_000                               # the next goal is decided on again
+        pub_goal.publish(embedding_to_image(direction, stamp=ns_to_stamp(later)))
+        spin(1.0)
+        embedding(later + 1)
+        assert spin(10.0, lambda: len(decisions) == 2), (decisions, log_path.read_text())
+        assert decisions[-1]["goal_stamp_ns"] == later
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes(procs)
