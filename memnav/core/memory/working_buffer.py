@@ -13,6 +13,7 @@ Ties go against the older item. `as_tensors()` hands the content to a policy as 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -51,8 +52,8 @@ class WorkingBufferConfig:
                 raise ValueError(f"WorkingBufferConfig.{name} must be > 0, got {value!r}")
         for name in ("recency_weight", "novelty_weight", "relevance_weight"):
             value = getattr(self, name)
-            if not value >= 0:
-                raise ValueError(f"WorkingBufferConfig.{name} must be >= 0, got {value!r}")
+            if not (value >= 0 and math.isfinite(value)):   # inf: every score inf or NaN, i.e. first in, first out
+                raise ValueError(f"WorkingBufferConfig.{name} must be a finite number >= 0, got {value!r}")
 
 
 class BufferAddStatus(Enum):

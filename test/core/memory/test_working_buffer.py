@@ -133,3 +133,7 @@ def test_config_round_trip_and_validation():
         WorkingBufferConfig(capacity=0)
     with pytest.raises(ValueError, match="novelty_weight"):
         WorkingBufferConfig(novelty_weight=-1.0)
+    # an infinite weight scored every item inf (NaN with a zero term): replacement silently became first in, first out
+    for name in ("recency_weight", "novelty_weight", "relevance_weight"):
+        with pytest.raises(ValueError, match=f"{name} must be a finite number >= 0, got inf"):
+            WorkingBufferConfig(**{name: float("inf")})
