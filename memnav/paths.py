@@ -95,6 +95,13 @@ def check_output_file(path: Path | None, option: str) -> None:
     _check_writable(path.parents, path, option)
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether paths `a` and `b` name one file: the same path once resolved (one relative, one absolute; a
+    symlink), or, both existing, one file under two names (a hard link)."""
+    a, b = Path(a), Path(b)
+    return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+
+
 def check_output_dir(path: Path | None, option: str) -> None:
     """Refuse an output folder path that exists as something other than a folder, lies below a file, or whose
     nearest existing folder (itself, when it exists) does not take a new file, before any work is done for it.

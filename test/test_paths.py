@@ -58,3 +58,16 @@ def test_eval_refuses_a_json_it_could_not_write_before_running_episodes(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "--json /proc/memnav_nowhere/r.json: cannot write in /proc" in err, err
     assert "SPL" not in err and "Traceback" not in err, err
+
+
+def test_same_file_sees_one_file_under_two_names(tmp_path, monkeypatch):
+    from memnav.paths import same_file
+
+    a = tmp_path / "a.json"
+    a.write_text("{}")
+    (tmp_path / "hard.json").hardlink_to(a)
+    monkeypatch.chdir(tmp_path)
+    assert same_file(Path("a.json"), a)                      # relative and absolute
+    assert same_file(tmp_path / "hard.json", a)              # a hard link
+    assert same_file(tmp_path / "new.json", Path("new.json"))   # neither exists yet
+    assert not same_file(tmp_path / "new.json", a)

@@ -27,7 +27,7 @@ import numpy as np
 
 from memnav.cli import STDOUT_ONLY, config_from_options
 from memnav.core.files import json_safe, replace_files
-from memnav.paths import check_output_file
+from memnav.paths import check_output_file, same_file
 from memnav.sim.goal_lookalikes import GoalAuditConfig, HouseLookalikes
 
 # what `memnav goal-audit` reads and searches (args dests): meaningless with --audit FILE, which reads an audit
@@ -275,10 +275,6 @@ def format_summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
-
-
 def run(args: argparse.Namespace) -> int:
     if args.audit is not None:
         given = _given_search_options(args)
@@ -289,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(args.json, "--json")
     results = None
     if args.results is not None:   # checked before the search, which the refusal of a wrong file would waste
-        if args.json not in (None, STDOUT_ONLY) and _same_file(args.json, args.results):
+        if args.json not in (None, STDOUT_ONLY) and same_file(args.json, args.results):
             raise ValueError(f"--json {args.json} is the --results file: the audit would replace the evaluation; "
                              "write it to another file")
         results = load_results(args.results)

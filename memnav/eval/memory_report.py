@@ -29,7 +29,7 @@ from memnav.cli import STDOUT_ONLY
 from memnav.core.files import json_safe, replace_files
 from memnav.core.memory.scene_graph import EdgeKind
 from memnav.core.memory.snapshot import MemorySnapshot, read_snapshot, read_thumbnails, summarize, to_networkx
-from memnav.paths import lifelong_map_path
+from memnav.paths import lifelong_map_path, same_file
 
 EXPORT_FORMATS = (".graphml", ".json")
 # beyond these, a figure's labels would cover each other and take most of its drawing time (a 100k-place
@@ -308,9 +308,8 @@ def _refuse_writing_over(db: Path, out: Path | None, option: str) -> None:
     before anything is written."""
     if out is None or out == STDOUT_ONLY:
         return
-    target = out.resolve()
-    if target in {db.resolve(), *(db.resolve().with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))} or (
-            out.exists() and db.exists() and out.samefile(db)):
+    if any(same_file(out, p) for p in (db, *(db.resolve().with_name(db.name + s) for s in ("-wal", "-shm",
+                                                                                          "-journal")))):
         raise ValueError(f"{option} {out} is the memory database DB itself; this command only reads DB, "
                          "write the output to another file")
 

@@ -74,7 +74,7 @@ from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_robo
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import events_qos, latched_qos
-from memnav.ros.shell_node import MAX_WAIT_S
+from memnav.ros.shell_node import MAX_WAIT_S, sim_clock_missing
 from memnav.threads import MAX_INFERENCE_THREADS
 
 KEEP_EVERY_ACTIONS = 10   # a kept goal's action count is brought up to date this often (goal_state_file)
@@ -652,8 +652,7 @@ def build(node) -> Callable[[], None]:
     def clock_missing() -> bool:
         """Real time under use_sim_time before the first /clock: the node's time stands at 0, and an action taken
         then would be held (driven on /cmd_vel) until that time passes action_duration_s, that is for ever."""
-        clock = node.get_clock()
-        if not (getattr(clock, "ros_time_is_active", False) and clock.now().nanoseconds == 0):
+        if not sim_clock_missing(node):
             return False
         node.get_logger().warning("use_sim_time is set but no /clock has arrived: nothing is decided until it does "
                                   "(start the simulator or bag player that publishes /clock, or set use_sim_time "

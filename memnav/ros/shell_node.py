@@ -157,3 +157,9 @@ def reaches_publisher_of(node: Any, pub: Any, owner_topic: str) -> bool:
             if i.topic_type == msg_type and takes(i.qos_profile)]
     return (any((i.node_namespace, i.node_name) in owners for i in subs)
             and pub.get_subscription_count() >= len(subs))
+
+
+def sim_clock_missing(node: Any) -> bool:
+    """Whether `node` runs on /clock (use_sim_time) and none has come yet: its time stands at 0."""
+    clock = node.get_clock()
+    return bool(getattr(clock, "ros_time_is_active", False)) and clock.now().nanoseconds == 0

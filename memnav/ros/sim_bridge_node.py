@@ -62,7 +62,7 @@ from typing import Any
 from memnav.core.detections import detections_from_semantic, detections_to_dict
 from memnav.core.types import Action, Observation
 from memnav.paths import check_output_file, earlier_memories
-from memnav.ros.shell_node import MAX_WAIT_S
+from memnav.ros.shell_node import MAX_WAIT_S, sim_clock_missing
 from memnav.sim.agent_states import RESULTS_WAIT_S, AgentStates, write_results
 from memnav.sim.base import SimConfig
 from memnav.sim.houses import read_semantic_classes
@@ -171,12 +171,6 @@ def check_runner_config(cfg: RunnerConfig) -> None:
         raise ValueError(f"RunnerConfig.first_episode must be >= 0, got {cfg.first_episode}")
     if cfg.episodes < 0:
         raise ValueError(f"RunnerConfig.episodes must be >= 0 (0 = all from first_episode on), got {cfg.episodes}")
-
-
-def sim_clock_missing(node: Any) -> bool:
-    """Whether `node` runs on /clock (use_sim_time) and none has come yet: its time stands at 0."""
-    clock = node.get_clock()
-    return bool(getattr(clock, "ros_time_is_active", False)) and clock.now().nanoseconds == 0
 
 
 def tf_message_class() -> Any:

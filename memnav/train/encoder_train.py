@@ -31,7 +31,7 @@ from memnav.core.checkpoint import read_state, torch_bytes
 from memnav.core.encoder import SIM_HFOV_DEG, EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
 from memnav.core.files import replace_files
 from memnav.eval.report import figure_png
-from memnav.paths import check_output_dir, check_output_file
+from memnav.paths import check_output_dir, check_output_file, same_file
 from memnav.sim.dataset import default_data_dir
 from memnav.train.checks import diverged
 from memnav.train.frame_bank import (
@@ -513,7 +513,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cache_dir is not None:
         check_output_dir(args.cache_dir, "--cache-dir")
     device = resolve_device(args.device)
-    if args.init is not None and Path(args.init).resolve() == Path(args.out).resolve():
+    if args.init is not None and same_file(args.init, args.out):
         raise ValueError(f"--init {args.init} is also --out: write the fine-tuned encoder to another file (a "
                          f"resumed run checks that --init is unchanged)")
     init = load_checkpoint(args.init) if args.init is not None else None

@@ -58,17 +58,25 @@ def _stored_memory(path: Path) -> None:
     memory.close()
 
 
+def _running_memory_node(db: Path, log: Path) -> subprocess.Popen:
+    """A memory node on `db`, logging into `log`, once it has opened its database (its "N places" line)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(_memory_cmd(db), stdout=out, stderr=subprocess.STDOUT)
+    end = time.monotonic() + 30
+    while "places" not in log.read_text() and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.2)
+    if proc.poll() is not None or "places" not in log.read_text():
+        stop_processes([proc])
+        raise AssertionError(log.read_text())
+    return proc
+
+
 def test_a_database_another_memory_node_holds_is_refused(ros_env, tmp_path):
     """Two memory nodes on one file clashed on node ids: the second went on in RAM only from its first insert."""
     db = tmp_path / "house.db"
     log = tmp_path / "first.log"
-    with open(log, "w") as out:
-        first = subprocess.Popen(_memory_cmd(db), stdout=out, stderr=subprocess.STDOUT)
+    first = _running_memory_node(db, log)
     try:
-        end = time.monotonic() + 30
-        while "places" not in log.read_text() and first.poll() is None and time.monotonic() < end:
-            time.sleep(0.2)
-        assert first.poll() is None and "places" in log.read_text(), log.read_text()
         before = _digest(db)
         line = _refusal(_memory_cmd(db, "-r", "__node:=memory_node_b"))
         assert "in use by another memory node" in line
@@ -76,15 +84,7 @@ def test_a_database_another_memory_node_holds_is_refused(ros_env, tmp_path):
     finally:
         stop_processes([first])
     # once the first node has stopped, the file is free again
-    with open(log, "w") as out:
-        again = subprocess.Popen(_memory_cmd(db), stdout=out, stderr=subprocess.STDOUT)
-    try:
-        end = time.monotonic() + 30
-        while "places" not in log.read_text() and again.poll() is None and time.monotonic() < end:
-            time.sleep(0.2)
-        assert again.poll() is None and "places" in log.read_text(), log.read_text()
-    finally:
-        stop_processes([again])
+    stop_processes([_running_memory_node(db, log)])
 
 
 def test_a_newer_schema_file_is_refused_naming_db_path_and_left_untouched(ros_env, tmp_path):
