@@ -15,6 +15,7 @@ from enum import Enum
 import numpy as np
 
 from memnav.core.frames import camera_hfov_deg, camera_mismatch, level_points, pixel_ray_offsets, shape_advice
+from memnav.core.stamp_sync import same_camera_frame
 
 __all__ = ["CheckConfig", "Finding", "FloorFit", "Level", "StreamLog", "check_camera_for_encoder", "check_camera_info",
            "check_camera_mount", "fit_floor",
@@ -198,7 +199,7 @@ def check_streams(color: StreamLog, depth: StreamLog, odom: StreamLog, duration_
                                f"depth is {depth.width}x{depth.height} but colour {color.width}x{color.height}: depth "
                                "must be registered to the colour image (RealSense: align_depth.enable:=true, and the "
                                "aligned_depth_to_color topic)"))
-        if color.frame_id and depth.frame_id and color.frame_id != depth.frame_id:
+        if not same_camera_frame(color.frame_id or "", depth.frame_id or ""):
             out.append(Finding(Level.FAIL, depth.topic,
                                f"depth is in frame_id {depth.frame_id!r}, colour in {color.frame_id!r}: the encoder "
                                "node pairs colour only with depth in its frame (depth registered to the colour "

@@ -71,6 +71,7 @@ from pathlib import Path
 from memnav.core.decision_gate import DecisionGate, action_velocity
 from memnav.core.files import state_path_in_namespace
 from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_robot_camera
+from memnav.core.stamp_sync import same_camera_frame
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
 from memnav.ros.qos import events_qos, latched_qos
@@ -547,7 +548,7 @@ def build(node) -> Callable[[], None]:
 
     def on_depth(msg: Image) -> None:
         colour_frame = st.get("color_frame", "")
-        if colour_frame and msg.header.frame_id and msg.header.frame_id != colour_frame:
+        if not same_camera_frame(colour_frame, msg.header.frame_id):
             # unregistered depth (or another camera's): its pixels are not the colour image's; as the encoder node
             node.get_logger().warning(
                 f"depth image in frame_id {msg.header.frame_id!r} on {sub_depth.topic_name}, colour in "
