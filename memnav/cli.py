@@ -5,6 +5,11 @@ Each subcommand lives in its own module exposing `add_arguments(parser)` and `ru
 command line (`memnav --help` none), so every command starts without the others' imports (torch, numba: about
 2 s on these machines, which `memnav estop engage` should not wait for) and a missing optional dependency
 affects only its own command.
+
+A bench measures in parts (sizes, resolutions, baselines, modes) and, on Ctrl-C, raises `BenchInterrupted` with
+the parts it finished (`BenchParts` does the bookkeeping): `main` prints and writes those results marked
+`"interrupted": true`, says on stderr what was left out, and exits 130, as `memnav eval` keeps its finished
+episodes.
 """
 from __future__ import annotations
 
@@ -12,8 +17,9 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TypeVar
 
 from memnav import __version__
@@ -56,6 +62,53 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # bench target -> (module, one-line help); each module has add_arguments(parser) and run(args) -> dict
 STDOUT_ONLY = Path("-")   # `memnav bench X --json` with no PATH: the JSON goes to stdout only
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a bench, with what it measured before: `results` (JSON-ready: the run's settings and the keys
+    of the parts it finished, named as a whole run names them), `measured` and `left_out` (the parts, in words, for
+    the message on stderr). `memnav bench` prints and writes `results` with `"interrupted": true` and `"left_out"`,
+    and exits 130; where nothing was measured it writes nothing."""
+
+    def __init__(self, results: dict, measured: Iterable[str], left_out: Iterable[str]) -> None:
+        self.results, self.measured, self.left_out = results, list(measured), list(left_out)
+        super().__init__(f"interrupted after {len(self.measured)} measured parts")
+
+    def __reduce__(self):   # picklable, like any exception that crosses a process
+        return BenchInterrupted, (self.results, self.measured, self.left_out)
+
+
+class BenchParts:
+    """The parts of a bench's run, measured one after another into `results` (the dict it returns):
+
+        with BenchParts(results, ["size 1k", "size 10k", "patrol"]) as parts:
+            ...
+            parts.add("size 1k", {"insert_ms_p50_1k": ...})
+
+    A Ctrl-C (KeyboardInterrupt) anywhere inside the `with` becomes `BenchInterrupted` carrying `results` with the
+    parts added so far: a part's keys go into `results` only when the whole part is measured. `add` may replace keys
+    of an earlier part (a summary over the houses finished so far)."""
+
+    def __init__(self, results: dict, names: Iterable[str]) -> None:
+        self.results = results
+        self.measured: list[str] = []
+        self.left: list[str] = list(dict.fromkeys(names))
+
+    def add(self, name: str, values: Mapping[str, Any]) -> None:
+        """Part `name` is measured: its `values` go into the results."""
+        if name not in self.left:
+            raise ValueError(f"bench part {name!r} is not one still to measure: {self.left}")
+        self.results.update(values)
+        self.left.remove(name)
+        self.measured.append(name)
+
+    def __enter__(self) -> BenchParts:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(err, KeyboardInterrupt) and not isinstance(err, BenchInterrupted):
+            raise BenchInterrupted(self.results, self.measured, self.left) from err
 
 
 def config_from_options(cls: type[T], options: Mapping[str, str], **fields: Any) -> T:
@@ -229,12 +282,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memnav: `{args.command} {args.target}` is unavailable: {args._import_error}", file=sys.stderr)
         return 2
     module = _load(args._module)
+    bench = getattr(args, "_group", None) == "bench"
+    interrupted: BenchInterrupted | None = None
     try:
-        if getattr(args, "_group", None) == "bench":   # every bench's --json: refused before the run, not after
+        if bench:   # every bench's --json: refused before the run, not after
             from memnav.paths import check_output_file
 
             check_output_file(args.json, "--json")
         result = module.run(args)
+    except BenchInterrupted as stop:   # Ctrl-C: what the bench measured before it is still printed and written
+        interrupted, result = stop, stop.results
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as err:
         print(f"memnav {args.command}: error: {err}", file=sys.stderr)
         return 2
@@ -244,19 +301,38 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as err:   # an optional dependency (habitat-sim) is missing: its message says how to install it
         print(f"memnav {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"memnav {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:   # a bench: before its first part began
+        print(_interrupted_text(args.target, BenchInterrupted({}, [], [])) if bench else
+              f"memnav {args.command}: interrupted", file=sys.stderr)
         return 130
-    if getattr(args, "_group", None) == "bench":
+    if bench:
         from memnav.core.files import json_safe, replace_files
 
+        if interrupted is not None:
+            print(_interrupted_text(args.target, interrupted), file=sys.stderr, flush=True)
+            if not interrupted.measured:
+                return 130
+            result = dict(result, interrupted=True, left_out=interrupted.left_out)
         text = json.dumps(json_safe(result), indent=2, sort_keys=True, allow_nan=False)   # NaN: null
         print(text)
         if args.json is not None and args.json != STDOUT_ONLY:
             replace_files({args.json: (text + "\n").encode()})
-        return 0
+        return 130 if interrupted is not None else 0
     return int(result or 0)
 
 
+def _interrupted_text(target: str, stop: BenchInterrupted) -> str:
+    """The stderr line of a bench ended by Ctrl-C: what it measured, what it left out, what is written."""
+    if not stop.measured:
+        return f"memnav bench {target}: interrupted before anything was measured; nothing is written"
+    left = f"; left out: {', '.join(stop.left_out)}" if stop.left_out else ""
+    return (f"memnav bench {target}: interrupted: measured {', '.join(stop.measured)}{left}; the results (marked "
+            "\"interrupted\": true) hold only what was measured")
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m memnav.cli`: run the imported memnav.cli, not this __main__ copy of it, so that the BenchInterrupted
+    # a bench raises (it imports memnav.cli) is the class main catches
+    from memnav.cli import main as _main
+
+    sys.exit(_main())

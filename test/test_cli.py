@@ -107,3 +107,60 @@ def test_the_options_of_the_named_command_are_parsed_and_the_others_listed():
     assert args.wait and args.photos == [Path("x.png")]
     help_text = parser.format_help()
     assert all(name in help_text for name in COMMANDS)
+
+
+def test_bench_parts_turn_ctrl_c_into_the_results_measured_so_far():
+    from memnav.cli import BenchInterrupted, BenchParts
+
+    results = {"seed": 0}
+    with pytest.raises(BenchInterrupted) as stop:
+        with BenchParts(results, ["size 1k", "size 10k", "patrol"]) as parts:
+            parts.add("size 1k", {"insert_ms_p50_1k": 0.5})
+            with pytest.raises(ValueError, match="'size 1k' is not one still to measure"):
+                parts.add("size 1k", {})
+            raise KeyboardInterrupt
+    assert stop.value.results == {"seed": 0, "insert_ms_p50_1k": 0.5} and stop.value.results is results
+    assert (stop.value.measured, stop.value.left_out) == (["size 1k"], ["size 10k", "patrol"])
+    assert isinstance(stop.value, KeyboardInterrupt)    # what does not know BenchInterrupted still sees Ctrl-C
+    with pytest.raises(RuntimeError):                   # other errors pass as they are
+        with BenchParts({}, ["a"]):
+            raise RuntimeError("no")
+
+
+def test_bench_ctrl_c_prints_and_writes_the_parts_measured_and_exits_130(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during a bench lost everything it had measured (`memnav bench: interrupted`, status 130): now the parts
+    finished before it are printed and written, marked interrupted, and stderr says what was left out."""
+    from memnav.eval import bench_memory
+
+    def patrol(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_memory, "bench_patrol", patrol)
+    out = tmp_path / "memory.json"
+    assert main(["bench", "memory", "--sizes", "10,20", "--queries", "3", "--db", ":memory:", "--json", str(out),
+                 "--no-progress"]) == 130
+    printed = capsys.readouterr()
+    res = json.loads(out.read_text())
+    assert json.loads(printed.out) == res
+    assert res["interrupted"] is True and res["left_out"] == ["patrol"]
+    assert res["insert_ms_p50_10"] > 0 and res["retrieve_ms_p50_20"] > 0 and res["bytes_per_node"] > 0
+    assert "nodes_after_patrol" not in res and res["targets_met"] == {}   # no target of the sizes measured
+    assert res["sizes"] == [10, 20] and res["queries"] == 3               # the run's settings, as a whole run's
+    assert printed.err == ("memnav bench memory: interrupted: measured size 10, size 20, bytes_per_node; left out: "
+                           'patrol; the results (marked "interrupted": true) hold only what was measured\n')
+
+
+def test_bench_ctrl_c_before_anything_was_measured_writes_nothing(tmp_path, monkeypatch, capsys):
+    from memnav.eval import bench_memory
+
+    def size(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_memory, "bench_size", size)
+    out = tmp_path / "memory.json"
+    out.write_text("an earlier run's\n")
+    assert main(["bench", "memory", "--sizes", "10", "--queries", "3", "--db", ":memory:", "--json", str(out),
+                 "--no-progress"]) == 130
+    printed = capsys.readouterr()
+    assert printed.out == "" and out.read_text() == "an earlier run's\n"
+    assert printed.err == "memnav bench memory: interrupted before anything was measured; nothing is written\n"

@@ -174,6 +174,12 @@ class DecisionGate:
             self._ended.append(self.goal_stamp_ns)
         self.goal_stamp_ns = None
 
+    def given_up(self, stamp_ns: int) -> None:
+        """The goal stamped `stamp_ns` was given up without being worked on here (a kept goal abandoned after too
+        many restarts of the node): its photo, delivered again, is not started (`ended`)."""
+        if int(stamp_ns) not in self._ended:
+            self._ended.append(int(stamp_ns))
+
     def ended(self, stamp_ns: int) -> bool:
         """Whether the goal stamped `stamp_ns` was worked on and has ended (stopped, cancelled, replaced, its
         episode over; the last ENDED_GOALS_KEPT): its photo arriving again (a publisher that repeats it, a latched

@@ -2,10 +2,16 @@
 working on instead of standing still until somebody sends the photo again. No ROS here.
 
 The file is an uncompressed .npz: the goal photo (`rgb`, uint8 HxWx3), its depth when it came with one (`depth`,
-float32 HxW, meters) and `meta`, a JSON string: {format, goal_stamp_ns, actions, resumes, started_utc}. It is
-replaced atomically and durably (memnav.core.files.replace_files with sync), so a node killed at any moment leaves
-the old or the new goal, never half of one. The policy node writes it when a goal starts and every few actions,
-and removes it when the goal ends (STOP, cancel, the action budget, an episode result).
+float32 HxW, meters) and `meta`, a JSON string: {format, goal_stamp_ns, actions, unkept_actions, resumes,
+started_utc}. It is replaced atomically and durably (memnav.core.files.replace_files with sync), so a node killed at
+any moment leaves the old or the new goal, never half of one. The policy node writes it when a goal starts and
+every few actions (a synced write of the photo at every action would cost more than the count is worth), and removes
+it when the goal ends (STOP, cancel, the action budget, an episode result).
+
+So the kept count can be behind: `unkept_actions` says how many actions the writer may take before it writes the
+count again. A restarted node counts them as taken (`resume_or_give_up`): a node killed just before its next write
+would otherwise resume up to that many actions short, and a goal could overspend its action budget (max_steps)
+after a crash. At worst it stops that many actions early.
 
 A restarted node resumes the kept goal at most `max_resumes` times (`resume_or_give_up`): a goal whose every start
 kills the node would otherwise restart it forever.
@@ -22,8 +28,8 @@ import numpy as np
 
 from memnav.core.files import replace_files
 
-__all__ = ["GOAL_STATE_FORMAT", "KeptGoal", "drop_kept_goal", "read_kept_goal", "resume_or_give_up",
-           "set_aside", "write_kept_goal"]
+__all__ = ["GOAL_STATE_FORMAT", "KeptGoal", "counted_actions", "drop_kept_goal", "read_kept_goal",
+           "resume_or_give_up", "set_aside", "write_kept_goal"]
 
 GOAL_STATE_FORMAT = 1
 
@@ -39,6 +45,9 @@ class KeptGoal:
         actions: actions taken on it so far (the action budget counts on from there after a restart).
         resumes: how often a restarted node has taken it up again.
         started_utc: when it first started, ISO 8601 UTC (for the log).
+        unkept_actions: at most this many more actions may have been taken after `actions` was written, before the
+            writer would write the count again (its write interval); a resume counts them as taken. 0 in a file
+            from before this field.
     """
 
     goal_stamp_ns: int
@@ -47,6 +56,7 @@ class KeptGoal:
     actions: int = 0
     resumes: int = 0
     started_utc: str = ""
+    unkept_actions: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.goal_stamp_ns, int) or self.goal_stamp_ns < 0:
@@ -62,7 +72,7 @@ class KeptGoal:
             raise ValueError("KeptGoal.depth must be a non-empty float HxW array or None, got "
                              + (f"{depth.dtype} {depth.shape}" if isinstance(depth, np.ndarray)
                                 else type(depth).__name__))
-        for name in ("actions", "resumes"):
+        for name in ("actions", "resumes", "unkept_actions"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"KeptGoal.{name} must be an int >= 0, got {value!r}")
@@ -76,7 +86,7 @@ def write_kept_goal(path: Path | str, goal: KeptGoal) -> None:
             before is left as it was.
     """
     meta = {"format": GOAL_STATE_FORMAT, "goal_stamp_ns": goal.goal_stamp_ns, "actions": goal.actions,
-            "resumes": goal.resumes, "started_utc": goal.started_utc}
+            "unkept_actions": goal.unkept_actions, "resumes": goal.resumes, "started_utc": goal.started_utc}
     arrays = {"rgb": goal.rgb, "meta": np.array(json.dumps(meta))}
     if goal.depth is not None:
         arrays["depth"] = goal.depth.astype(np.float32, copy=False)
@@ -108,28 +118,48 @@ def read_kept_goal(path: Path | str) -> tuple[KeptGoal | None, str]:
             depth = z["depth"] if "depth" in z.files else None
             goal = KeptGoal(goal_stamp_ns=meta.get("goal_stamp_ns"), rgb=z["rgb"], depth=depth,
                             actions=meta.get("actions"), resumes=meta.get("resumes"),
-                            started_utc=str(meta.get("started_utc", "")))
+                            started_utc=str(meta.get("started_utc", "")),
+                            unkept_actions=meta.get("unkept_actions", 0))
     # a damaged zip header can also claim a compression method, a zip version or encryption that zipfile does not
     # handle (NotImplementedError, RuntimeError): unreadable as well, not a crash at every start of the node
     except (OSError, ValueError, KeyError, TypeError, EOFError, UnicodeDecodeError, zipfile.BadZipFile,
             NotImplementedError, RuntimeError) as err:
         return None, f"the goal kept in {p} is unreadable ({err}): not resumed"
-    return goal, (f"goal {goal.goal_stamp_ns} kept in {p}: {goal.actions} actions, started {goal.started_utc or '?'}, "
-                  f"resumed {goal.resumes} times before")
+    return goal, (f"goal {goal.goal_stamp_ns} kept in {p}: {goal.actions} actions (up to {goal.unkept_actions} more "
+                  f"not kept), started {goal.started_utc or '?'}, resumed {goal.resumes} times before")
 
 
-def resume_or_give_up(goal: KeptGoal, max_resumes: int) -> tuple[KeptGoal | None, str]:
-    """Whether a restarted node takes `goal` up again: (the goal with one more resume, to be kept before anything
-    else is done, or None: give it up; a line for the log). Given up after `max_resumes` resumes: a goal that
-    kills the node each time would otherwise restart it forever."""
+def counted_actions(goal: KeptGoal, max_actions: int = 0) -> int:
+    """The actions a restarted node counts as taken on `goal`: the kept count and the `unkept_actions` that may have
+    gone unwritten (the worst case, so that an action budget is not overspent after a crash). With an action budget
+    (`max_actions` > 0, whose last action ends the goal and removes its file), no more than `max_actions` - 1: a
+    kept goal has not had its last action yet, so the next action is its last. Never less than the kept count."""
+    if not isinstance(max_actions, int) or max_actions < 0:
+        raise ValueError(f"max_actions must be an int >= 0, got {max_actions!r}")
+    worst = goal.actions + goal.unkept_actions
+    if max_actions > 0:
+        worst = min(worst, max_actions - 1)
+    return max(goal.actions, worst)
+
+
+def resume_or_give_up(goal: KeptGoal, max_resumes: int, max_actions: int = 0) -> tuple[KeptGoal | None, str]:
+    """Whether a restarted node takes `goal` up again: (the goal with one more resume and its actions counted by
+    `counted_actions` (none unkept: nothing is decided before the resumed goal is written again), to be kept before
+    anything else is done, or None: give it up; a line for the log). Given up after `max_resumes` resumes: a goal
+    that kills the node each time would otherwise restart it forever. `max_actions`: the goal's action budget
+    (0 = none)."""
     if not isinstance(max_resumes, int) or max_resumes < 0:
         raise ValueError(f"max_resumes must be >= 0, got {max_resumes!r}")
     if goal.resumes >= max_resumes:
         return None, (f"goal {goal.goal_stamp_ns} given up: the node restarted {goal.resumes + 1} times while working "
                       f"on it (max_goal_resumes {max_resumes}); send it again to retry")
-    taken = KeptGoal(goal.goal_stamp_ns, goal.rgb, goal.depth, goal.actions, goal.resumes + 1, goal.started_utc)
-    return taken, (f"resuming goal {goal.goal_stamp_ns} after a restart of this node ({goal.actions} actions "
-                   f"before; resume {taken.resumes} of at most {max_resumes})")
+    counted = counted_actions(goal, max_actions)
+    taken = KeptGoal(goal.goal_stamp_ns, goal.rgb, goal.depth, counted, goal.resumes + 1, goal.started_utc)
+    before = f"{goal.actions} actions before" if counted == goal.actions else (
+        f"{goal.actions} actions kept before, counted as {counted}: up to {goal.unkept_actions} more may have been "
+        "taken after the count was last written")
+    return taken, (f"resuming goal {goal.goal_stamp_ns} after a restart of this node ({before}; resume "
+                   f"{taken.resumes} of at most {max_resumes})")
 
 
 def drop_kept_goal(path: Path | str) -> None:

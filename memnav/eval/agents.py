@@ -43,6 +43,10 @@ class RandomAgent:
 class OracleAgent:
     """Privileged agent: follows the shortest path to the goal and stops there.
 
+    The goal is the one the metrics measure against: of an episode with several goals, the nearest to the start
+    by geodesic distance (`Episode.nearest_goal`; Success, SPL and DistanceToGoal take the nearest goal, while the
+    goal photo shows the first), so that its SPL is the upper reference for every agent.
+
     Each step it scores the twelve headings it can reach by turning (30 deg apart) by the geodesic
     distance to the goal after one forward step in that heading (skipping steps that would cross
     non-navigable space); it moves forward when its own heading is the best one, else turns toward the best
@@ -59,7 +63,8 @@ class OracleAgent:
 
     def reset(self, episode: Episode, goal: Observation, sim: Simulator) -> None:
         self._sim = sim
-        self._goal = np.asarray(episode.goal.position, dtype=np.float64)
+        goal = episode.nearest_goal(sim.agent_state.position, sim.geodesic_distance)
+        self._goal = np.asarray(goal.position, dtype=np.float64)
 
     def act(self, obs: Observation) -> Action:
         sim = self._sim

@@ -5,8 +5,19 @@
   written by `ros2 bag record` of Humble, Iron, Jazzy or Kilted, by `memnav record` or by `rosbags`;
 - a single `.mcap` file (profile "ros2", e.g. written by the `mcap` + `mcap-ros2-support` libraries or
   by rosbag2 without its folder) or a single `.db3` file;
-- a folder without metadata.yaml that holds exactly one `.mcap` or `.db3` file (a recording whose
-  recorder was killed before it wrote the metadata).
+- a folder without metadata.yaml that holds one `.mcap` or `.db3` file (a recording whose recorder was killed
+  before it wrote the metadata), or several: the files of one recording split by size or duration
+  (`ros2 bag record --max-bag-size/--max-bag-duration`, `bag_0.mcap`, `bag_1.mcap`, ...); the same files can also
+  be given as a list of paths.
+
+Split recording without metadata: the files are read as one bag, their messages merged in log-time order (as
+rosbags' `AnyReader` merges several bags; rosbags' own `Reader` reads several files only through metadata.yaml's
+`relative_file_paths`), and listed in the order of their first message (the file name breaks ties, numbers by
+value: bag_2 before bag_10). Each file is checked and salvaged as a single one would be (a last file cut short by
+a killed recorder is read up to the damage). Files that cannot be parts of one recording are refused: .mcap and
+.db3 files together, or two files that hold the same topic over the same stretch of time (two robots' recordings,
+or two recordings of one robot at once) beyond `SPLIT_OVERLAP_S`; a gap of more than `SPLIT_GAP_S` between one
+file's last message and the next one's first is warned about (a part missing, or another recording).
 
 Message types are resolved by a typestore built for the bag's ROS distribution (from `ros_distro` in
 the metadata, else the metadata version: 5 Humble, 6-7 Iron, else Kilted), overlaid with the message
@@ -36,12 +47,14 @@ commits only at close, and a killed or failed writer then kept no message at all
 from __future__ import annotations
 
 import contextlib
+import heapq
 import math
+import os
 import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +72,8 @@ WRITER_METADATA_VERSION = 8
 SQLITE_COMMIT_S = 1.0              # a killed writer loses at most about this much of a sqlite3 bag, seconds
 SQLITE_COMMIT_BYTES = 16 << 20     # ... or this much message data, bytes
 _SQLITE_CACHE_KIB = 64 << 10       # > SQLITE_COMMIT_BYTES: uncommitted pages never spill into the file
+SPLIT_OVERLAP_S = 1.0   # split files holding one topic over a longer common stretch are not parts of one recording
+SPLIT_GAP_S = 10.0      # a longer silence between consecutive split files is warned about (a part missing?)
 
 
 class BagError(RuntimeError):
@@ -221,6 +236,11 @@ def build_typestore(distro: str, definitions: Iterable[tuple[str, str, str]]) ->
     return store, warnings
 
 
+def _natural_key(name: str) -> tuple:
+    """Sort key of a file name with its numbers by value (bag_2 before bag_10)."""
+    return tuple((0, int(s), "") if s.isdigit() else (1, 0, s) for s in re.split(r"(\d+)", name) if s)
+
+
 _MCAP_MAGIC = b"\x89MCAP0\r\n"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -249,16 +269,35 @@ class BagFile:
     """A rosbag2 recording opened read-only (see the module docstring for what is accepted).
 
     Args:
-        path: rosbag2 folder, `.mcap` file or `.db3` file.
+        path: rosbag2 folder, `.mcap` file or `.db3` file, or a list of `.mcap` or `.db3` files: the parts of one
+            split recording.
         distro: ROS distribution whose standard message definitions decode the bag; None picks it from
             the bag's metadata (default Kilted).
 
+    Attributes:
+        path: the bag as given (for a list of files: their folder, when they share one, else the first file).
+        parts: the storage files of a split recording read without metadata.yaml, in reading order; [] otherwise.
+
     Raises:
-        FileNotFoundError: `path` does not exist.
-        BagError: `path` is not a readable bag (naming the file and the reason).
+        FileNotFoundError: `path` (or a file of the list) does not exist.
+        BagError: `path` is not a readable bag (naming the file and the reason), or its files are not the parts of
+            one recording.
     """
 
-    def __init__(self, path: Path | str, distro: str | None = None) -> None:
+    def __init__(self, path: Path | str | Sequence[Path | str], distro: str | None = None) -> None:
+        files: list[Path] | None = None
+        if not isinstance(path, (str, os.PathLike)):
+            files = [Path(p) for p in path]
+            if not files:
+                raise BagError("no bag given: an empty list of files")
+            if len(files) == 1:
+                path, files = files[0], None
+            else:
+                for f in files:
+                    if not f.exists():
+                        raise FileNotFoundError(f"bag file {f} does not exist")
+                parents = {f.parent for f in files}
+                path = files[0].parent if len(parents) == 1 else files[0]
         self.path = Path(path)
         if not self.path.exists():
             raise FileNotFoundError(f"bag {self.path} does not exist")
@@ -271,8 +310,15 @@ class BagFile:
         self._stream_path: Path | None = None   # salvage mode: a damaged .mcap read sequentially
         self._stream_topics: dict[str, TopicInfo] = {}
         self._stream_definitions: list[tuple[str, str, str]] = []
-        self.storage_path = self._resolve_storage()
+        self._stream_span: tuple[int, int] | None = None   # salvage mode: first and last log time read
+        self._parts: list[BagFile] = []         # a split recording without metadata: one BagFile per file
         self._metadata_storage = ""
+        if files is None:
+            self.storage_path = self._resolve_storage()
+            files = self._split_files if self.storage_path.is_dir() and self._split_files else None
+        if files is not None:
+            self._open_parts(files, distro)
+            return
         self._open()
         if self.storage_path.is_dir():
             self.storage = self._metadata_storage or "unknown"
@@ -292,20 +338,96 @@ class BagFile:
     # -- opening -----------------------------------------------------------------------------------------
 
     def _resolve_storage(self) -> Path:
-        """The storage file to read (the folder itself when it has metadata.yaml)."""
+        """The storage file to read (the folder itself when it has metadata.yaml, or when it holds the files of a
+        split recording without one: they are left in `_split_files`)."""
         p = self.path
+        self._split_files: list[Path] = []
         if p.is_dir():
             if (p / "metadata.yaml").is_file():
                 return p
-            files = sorted([*p.glob("*.mcap"), *p.glob("*.db3")])
-            if len(files) != 1:
-                raise BagError(f"{p}: not a rosbag2 folder (no metadata.yaml) and holds {len(files)} "
-                               ".mcap/.db3 files instead of exactly one")
+            files = sorted([*p.glob("*.mcap"), *p.glob("*.db3")], key=lambda f: _natural_key(f.name))
+            files = [f for f in files if f.is_file()]
+            if not files:
+                raise BagError(f"{p}: not a rosbag2 folder (no metadata.yaml) and holds no .mcap or .db3 file")
+            if len(files) > 1:
+                self._split_files = files
+                return p
             self.warnings.append(f"{p} has no metadata.yaml (recorder killed?); reading {files[0].name} directly")
             return files[0]
         if p.suffix not in (".mcap", ".db3"):
             raise BagError(f"{p}: unsupported bag file; expected a rosbag2 folder, a .mcap or a .db3 file")
         return p
+
+    def _open_parts(self, files: list[Path], distro: str | None) -> None:
+        """Open the files of a split recording (see the module docstring): one BagFile each, in reading order."""
+        resolved: dict[Path, Path] = {}
+        for f in files:
+            if f.is_dir():
+                raise BagError(f"{f}: a folder among several bag files; give the .mcap or .db3 files of one "
+                               "recording, or its folder alone")
+            if f.suffix not in (".mcap", ".db3"):
+                raise BagError(f"{f}: unsupported bag file; expected a .mcap or a .db3 file")
+            if (r := f.resolve()) in resolved:
+                raise BagError(f"{f}: given twice (as {resolved[r]} too); give each file of the recording once")
+            resolved[r] = f
+        suffixes = sorted({f.suffix for f in files})
+        if len(suffixes) > 1:
+            raise BagError(f"{self.path}: both .mcap and .db3 files ({', '.join(f.name for f in files)}): not the "
+                           "parts of one recording, which uses one storage; give the files of one recording, "
+                           "or one file")
+        self.storage_path = self.path
+        self.storage = "mcap" if suffixes == [".mcap"] else "sqlite3"
+        try:
+            for f in files:
+                self._parts.append(BagFile(f, distro=distro))
+            self._parts.sort(key=lambda b: (b._first_ns(), _natural_key(b.path.name)))
+            self._check_parts()
+        except BaseException:
+            self.close()
+            raise
+        names = [b.path.name for b in self._parts]
+        names = ", ".join(names if len(names) <= 12 else [*names[:5], "...", *names[-5:]])   # all: describe()
+        where = "has no metadata.yaml" if self.path.is_dir() else "is given as several files"
+        self.warnings.append(f"{self.path} {where}: reading its {len(self._parts)} {self.storage} files as the "
+                             f"parts of one split recording, in the order of their first message: {names}")
+        for part in self._parts:
+            self.warnings += part.warnings
+        self.distro = distro.lower() if distro else _distro_of(None, None)
+        unique = dict.fromkeys(d for part in self._parts for d in part._definitions())
+        self.typestore, warnings = build_typestore(self.distro, unique)
+        self.warnings += warnings
+        self._topics = self._read_topics()
+        self._count = sum(part.message_count for part in self._parts)
+        spans = [s for part in self._parts if (s := part._known_span()) is not None]
+        self._span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+
+    def _first_ns(self) -> float:
+        """Log time of the first message (math.inf for an empty file), also for one read sequentially."""
+        span = self._known_span()
+        return math.inf if span is None else span[0]
+
+    def _known_span(self) -> tuple[int, int] | None:
+        return self._span if self._stream_path is None else self._stream_span
+
+    def _check_parts(self) -> None:
+        """Refuse files that hold one topic over a common stretch of time; warn about a gap between two files."""
+        spans = [(part, span, {t for t, i in part.topics.items() if i.count})
+                 for part in self._parts if (span := part._known_span()) is not None]
+        for k, (a, (a0, a1), a_topics) in enumerate(spans):
+            for b, (b0, b1), b_topics in spans[k + 1:]:
+                overlap_ns = min(a1, b1) - max(a0, b0)
+                shared = sorted(a_topics & b_topics)
+                if shared and overlap_ns > SPLIT_OVERLAP_S * 1e9:
+                    raise BagError(
+                        f"{a.path.name} and {b.path.name} both hold {', '.join(shared[:3])}"
+                        f"{' ...' if len(shared) > 3 else ''} over the same {overlap_ns / 1e9:.1f} s: not the parts "
+                        "of one split recording, whose files follow one another in time (two robots' recordings, "
+                        "or two recordings at once?); give the files of one recording, or read each on its own")
+        for (a, (_, a1), _), (b, (b0, _), _) in zip(spans, spans[1:]):
+            if b0 - a1 > SPLIT_GAP_S * 1e9:
+                self.warnings.append(f"{(b0 - a1) / 1e9:.1f} s pass between the last message of {a.path.name} and "
+                                     f"the first of {b.path.name}: a part of the recording missing, or files of "
+                                     "two recordings?")
 
     def _open(self) -> None:
         from rosbags.rosbag2 import Reader, ReaderError
@@ -423,6 +545,7 @@ class BagFile:
         self._stream_path = path
         counts: Counter = Counter()
         channels: dict[str, str] = {}
+        first = last = None
         for kind, payload in self._stream_records(path, count_only=True):
             if kind == "schema":
                 self._stream_definitions.append(payload)
@@ -430,6 +553,10 @@ class BagFile:
                 channels.setdefault(payload[0], payload[1])
             elif kind == "message":
                 counts[payload[0]] += 1
+                t = int(payload[2])
+                first, last = (t, t) if first is None else (min(first, t), max(last, t))
+        if first is not None:
+            self._stream_span = (first, last)
         self._stream_topics = {t: TopicInfo(t, mt, counts[t], False) for t, mt in channels.items()}
 
     def _stream_records(self, path: Path, count_only: bool = False) -> Iterator[tuple[str, tuple]]:
@@ -471,6 +598,8 @@ class BagFile:
                     self.counts.truncated_reason = reason
 
     def _definitions(self) -> list[tuple[str, str, str]]:
+        if self._parts:
+            return list(dict.fromkeys(d for part in self._parts for d in part._definitions()))
         if self._stream_path is not None:
             return list(self._stream_definitions)
         from rosbags.interfaces import MessageDefinitionFormat
@@ -485,6 +614,14 @@ class BagFile:
 
     def _read_topics(self) -> dict[str, TopicInfo]:
         types = self.typestore.types
+        if self._parts:
+            out: dict[str, TopicInfo] = {}
+            for part in self._parts:
+                for t, i in part.topics.items():
+                    prev = out.get(t)
+                    out[t] = TopicInfo(t, i.msgtype, i.count, i.msgtype in types, i.qos) if prev is None else \
+                        TopicInfo(t, prev.msgtype, prev.count + i.count, prev.known, prev.qos or i.qos)
+            return out
         if self._stream_path is not None:
             return {t: TopicInfo(t, i.msgtype, i.count, i.msgtype in types) for t, i in self._stream_topics.items()}
         out: dict[str, TopicInfo] = {}
@@ -519,15 +656,28 @@ class BagFile:
 
     @property
     def format(self) -> str:
-        """"rosbag2" (folder with metadata), "mcap" or "sqlite3" (a bare storage file)."""
-        return "rosbag2" if self.storage_path.is_dir() else self.storage
+        """"rosbag2" (folder with metadata), "mcap" or "sqlite3" (bare storage files, one or the parts of a split
+        recording)."""
+        return "rosbag2" if self.storage_path.is_dir() and not self._parts else self.storage
+
+    @property
+    def parts(self) -> list[Path]:
+        """The storage files of a split recording read without metadata.yaml, in reading order; [] otherwise."""
+        return [part.path for part in self._parts]
+
+    @property
+    def salvaged(self) -> bool:
+        """Whether a damaged .mcap (one of the parts) is read sequentially, up to the damage."""
+        return self._stream_path is not None or any(part.salvaged for part in self._parts)
 
     def describe(self) -> dict:
-        """JSON-ready summary: path, format, storage, metadata version, distro, counts, topics."""
+        """JSON-ready summary: path, format, storage, parts (of a split recording without metadata, else null),
+        metadata version, distro, counts, topics."""
         return {"path": str(self.path), "format": self.format, "storage": self.storage,
+                "parts": [str(p) for p in self.parts] or None,
                 "metadata_version": self.metadata_version, "ros_distro": self.ros_distro,
                 "typestore_distro": self.distro, "message_count": self.message_count,
-                "salvaged": self._stream_path is not None,
+                "salvaged": self.salvaged,
                 "topics": {t: {"type": i.msgtype, "count": i.count, "known_type": i.known}
                            for t, i in sorted(self.topics.items())}}
 
@@ -563,6 +713,10 @@ class BagFile:
             yield BagMessage(topic, msgtype, t, raw, msg)
 
     def _raw(self, wanted: set[str] | None) -> Iterator[tuple[str, str, int, bytes]]:
+        if self._parts:
+            # merged by log time; equal times keep the parts' order (heapq.merge is stable)
+            yield from heapq.merge(*(self._part_raw(part, wanted) for part in self._parts), key=lambda r: r[2])
+            return
         if self._stream_path is not None:
             for kind, payload in self._stream_records(self._stream_path):
                 if kind == "message" and (wanted is None or payload[0] in wanted):
@@ -584,7 +738,18 @@ class BagFile:
                 return
             yield conn.topic, conn.msgtype, int(t), bytes(raw)
 
+    def _part_raw(self, part: BagFile, wanted: set[str] | None) -> Iterator[tuple[str, str, int, bytes]]:
+        """One part's messages; at its end, the damage it met (truncation, warnings) becomes the bag's."""
+        seen = len(part.warnings)
+        yield from part._raw(wanted)
+        self.warnings += part.warnings[seen:]
+        if part.counts.truncated and not self.counts.truncated:
+            self.counts.truncated = True
+            self.counts.truncated_reason = f"{part.path.name}: {part.counts.truncated_reason}"
+
     def close(self) -> None:
+        for part in self._parts:
+            part.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None

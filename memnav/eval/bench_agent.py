@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memnav.cli import add_camera_arguments, camera_options
+from memnav.cli import BenchInterrupted, add_camera_arguments, camera_options
 from memnav.eval.evaluate import add_map_pixel_spacing_argument, add_model_arguments, check_model_files, model_name
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> dict:
     env = ImageNavEnv(sim)
     times: list[float] = []
     total = args.steps + args.warmup
+    interrupted: KeyboardInterrupt | None = None
     try:
         while len(times) < total:
             ep = episodes[int(rng.integers(len(episodes)))]
@@ -85,10 +86,14 @@ def run(args: argparse.Namespace) -> dict:
                 action = agent.act(obs)
                 times.append((time.perf_counter() - t0) * 1e3)
                 obs = env.step(action)
+    except KeyboardInterrupt as err:   # Ctrl-C: the steps timed before it are still reported (marked interrupted)
+        interrupted = err
     finally:
         agent.close()
         sim.close()
     timed = np.array(times[args.warmup:])
+    if interrupted is not None and not timed.size:
+        raise BenchInterrupted({}, [], [f"{args.steps} timed steps"]) from interrupted
     memory = agent.navigator.memory
     result = {
         "agent": args.agent,
@@ -106,6 +111,10 @@ def run(args: argparse.Namespace) -> dict:
     }
     print(f"{args.agent}: step p50 {result['step_ms_p50']:.2f} ms, p99 {result['step_ms_p99']:.2f} ms",
           file=sys.stderr)
+    if interrupted is not None:
+        raise BenchInterrupted(result, [f"{timed.size} of {args.steps} timed steps"],
+                               [f"{args.steps - timed.size} timed steps"] if timed.size < args.steps else []) \
+            from interrupted
     return result
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memnav.cli import add_camera_arguments, camera_options
+from memnav.cli import BenchParts, add_camera_arguments, camera_options
 from memnav.core.encoder import Encoder, EncoderConfig
 from memnav.core.scan_verification import ScanVerifyConfig, ViewScan, scan_fit, verified_order, view_scan
 from memnav.core.verification import VerificationConfig, extract_features
@@ -205,6 +205,21 @@ def run(args: argparse.Namespace) -> dict:
     encoder = Encoder.from_checkpoint(args.checkpoint)
     torch.set_num_threads(2)
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
+    out: dict = {"test_houses": len(houses), "split": args.split, "checkpoint": str(args.checkpoint),
+                 "renderer": args.renderer, "render_workers": args.render_workers, "hfov_deg": camera["hfov_deg"],
+                 "camera_height_m": camera["sensor_height_m"], "image_px": [camera["width_px"], camera["height_px"]],
+                 "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0}}
+    names = ["encoder recall", *(["look-alike split"] if args.audit_queries else []),
+             *(["scan verification"] if args.verify_top > 0 else []), "pixel baseline", "ORB baseline", "latency"]
+    # Ctrl-C: the parts measured before it (the encoder's recall first) are still printed and written
+    with BenchParts(out, names) as parts:
+        _measure(args, encoder, houses, camera, lookalikes, parts)
+    return out
+
+
+def _measure(args: argparse.Namespace, encoder: Encoder, houses: list[Path], camera: dict,
+             lookalikes: GoalAuditConfig, parts: BenchParts) -> None:
+    """Render the views and measure each part of `memnav bench encoder` into `parts`, in the order of its names."""
     db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
                     renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers,
                     camera=camera)[0]
@@ -220,9 +235,18 @@ def run(args: argparse.Namespace) -> dict:
     close = qs.median_depth_m < CLOSE_UP_M
     r_close, n_close = recall_at_1(db_emb, q_emb, match & close[:, None])
     r_other, n_other = recall_at_1(db_emb, q_emb, match & ~close[:, None])
-    ambiguity: dict = {}
+    parts.add("encoder recall", {
+        "recall_at_1": round(r_enc, 4),
+        "recall_at_5": round(r_enc5, 4),
+        "recall_at_1_close_up_queries": round(r_close, 4) if n_close else None,
+        "close_up_queries": n_close,
+        "recall_at_1_other_queries": round(r_other, 4) if n_other else None,
+        "other_queries": n_other,
+        "queries_evaluated": n_valid,
+        "database_size": int(len(db.poses))})
     if args.audit_queries:
         # the same queries split by whether another spot reproduces the view (memnav goal-audit's labels)
+        ambiguity: dict = {}
         ratio = query_lookalike_ratios(houses, qs.poses, qs.house, lookalikes, args.renderer, not args.no_progress)
         for name, label in (("ambiguous", ratio <= lookalikes.ambiguous_ratio),
                             ("near_identical", ratio <= lookalikes.near_identical_ratio),
@@ -230,19 +254,22 @@ def run(args: argparse.Namespace) -> dict:
             r, n = recall_at_1(db_emb, q_emb, match & label[:, None])
             ambiguity.update({f"recall_at_1_{name}_queries": round(r, 4) if n else None, f"{name}_queries": n})
         ambiguity.update(lookalike_grid_m=lookalikes.grid_m, lookalike_heading_deg=lookalikes.heading_deg)
-    verified: dict = {}
+        parts.add("look-alike split", ambiguity)
     if args.verify_top > 0:
         scan_cfg = ScanVerifyConfig(hfov_deg=camera["hfov_deg"], camera_height_m=camera["sensor_height_m"])
         r_ver, fit_ms = verified_recall(db.frames, qs.frames, db_emb, q_emb, match, encoder.cfg, args.verify_top,
                                         scan_cfg, progress=not args.no_progress)
-        verified = {"recall_at_1_verified": round(r_ver, 4), "verify_top_k": args.verify_top,
-                    "verify_pair_ms_p50": round(float(np.median(fit_ms)), 3) if fit_ms else None}
+        parts.add("scan verification", {
+            "recall_at_1_verified": round(r_ver, 4), "verify_top_k": args.verify_top,
+            "verify_pair_ms_p50": round(float(np.median(fit_ms)), 3) if fit_ms else None})
     r_pix, _ = recall_at_1(pixel_descriptors(db.rgb), pixel_descriptors(qs.rgb), match)
+    parts.add("pixel baseline", {"baseline_pixels_recall_at_1": round(r_pix, 4)})
     train_rgb = render_set(houses_of_split(args.data, "train"), 40, encoder.cfg, args.seed + 2, keep_rgb=True,
                            desc="orb vocabulary", renderer=args.renderer, progress=not args.no_progress,
                            workers=args.render_workers, camera=camera)[0].rgb
     bow = OrbBagOfWords(train_rgb, args.vocab_words, args.seed)
     r_orb, _ = recall_at_1(bow.describe(db.rgb), bow.describe(qs.rgb), match)
+    parts.add("ORB baseline", {"baseline_orb_recall_at_1": round(r_orb, 4)})
 
     # latency: one 128x128 RGB-D frame at a time, preprocessing included
     rgb, depth = db.rgb[0], np.full(db.rgb.shape[1:3], 2.0, dtype=np.float32)
@@ -253,30 +280,7 @@ def run(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         encoder.encode(db.rgb[i % len(db.rgb)], depth)
         times.append((time.perf_counter() - t0) * 1000.0)
+    parts.add("latency", {"encode_ms_p50": round(float(np.median(times)), 3),
+                          "encode_ms_p99": round(float(np.percentile(times, 99)), 3)})
     print(f"test houses: {len(houses)}, database {len(db.poses)}, queries {len(qs.poses)} ({n_valid} with a "
           f"true match)", file=sys.stderr)
-    return {
-        "recall_at_1": round(r_enc, 4),
-        "recall_at_5": round(r_enc5, 4),
-        "recall_at_1_close_up_queries": round(r_close, 4) if n_close else None,
-        "close_up_queries": n_close,
-        "recall_at_1_other_queries": round(r_other, 4) if n_other else None,
-        "other_queries": n_other,
-        **ambiguity,
-        **verified,
-        "baseline_pixels_recall_at_1": round(r_pix, 4),
-        "baseline_orb_recall_at_1": round(r_orb, 4),
-        "encode_ms_p50": round(float(np.median(times)), 3),
-        "encode_ms_p99": round(float(np.percentile(times, 99)), 3),
-        "queries_evaluated": n_valid,
-        "database_size": int(len(db.poses)),
-        "test_houses": len(houses),
-        "split": args.split,
-        "checkpoint": str(args.checkpoint),
-        "renderer": args.renderer,
-        "render_workers": args.render_workers,
-        "hfov_deg": camera["hfov_deg"],
-        "camera_height_m": camera["sensor_height_m"],
-        "image_px": [camera["width_px"], camera["height_px"]],
-        "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0},
-    }

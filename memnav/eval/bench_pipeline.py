@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memnav.cli import add_camera_arguments, camera_options
+from memnav.cli import BenchParts, add_camera_arguments, camera_options
 from memnav.eval.evaluate import (
     DEFAULT_CALIBRATION,
     DEFAULT_ENCODER,
@@ -473,12 +473,17 @@ def run(args: argparse.Namespace) -> dict:
     for mode in MODES:
         for key in ("latency_ms_p50", "latency_ms_p99", "cpu_percent"):
             result[f"{key}_{mode}"] = None
-    for i, mode in enumerate(modes):
-        try:
-            measured = measure_mode(mode, frames, args, Path(params), domain + i, log_dir, say)
-        except RuntimeError as err:
-            raise RuntimeError(f"{err}\n(node logs in {log_dir})") from err
-        result.update({f"{k}_{mode}": v for k, v in measured.items()})
-    result["targets_met"] = {k: (result[k] is not None and result[k] <= v) for k, v in TARGETS_MS.items()
-                             if result[k] is not None}
+    result["targets_met"] = {}
+    # Ctrl-C: the modes measured before it are still printed and written (marked interrupted); the stack of the
+    # mode it interrupts is stopped
+    with BenchParts(result, modes) as parts:
+        for i, mode in enumerate(modes):
+            try:
+                measured = measure_mode(mode, frames, args, Path(params), domain + i, log_dir, say)
+            except RuntimeError as err:
+                raise RuntimeError(f"{err}\n(node logs in {log_dir})") from err
+            part = {f"{k}_{mode}": v for k, v in measured.items()}
+            done = {**result, **part}
+            parts.add(mode, {**part, "targets_met": {k: done[k] <= v for k, v in TARGETS_MS.items()
+                                                     if done[k] is not None}})
     return result

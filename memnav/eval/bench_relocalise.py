@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.cli import BenchParts
 from memnav.core.encoder import Encoder
 from memnav.core.frames import pose2d_from_habitat
 from memnav.core.memory import InsertKind, SceneGraphConfig, SceneGraphMemory
@@ -148,11 +149,17 @@ def run(args: argparse.Namespace) -> dict:
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
     rng = np.random.default_rng(args.seed)
     sim = EmbeddedSimulator(config=SimConfig(seed=args.seed, renderer=args.renderer))
-    results: dict[int, list[dict]] = {c: [] for c in confirmations}
+    results: dict[int, list[dict]] = {c: [] for c in confirmations}   # the trials of the houses finished
     places: list[int] = []
+    default = SceneGraphConfig().relocalisation_confirmations
+    out: dict = {"houses": 0, "split": args.split, "checkpoint": str(args.checkpoint), "map_steps": args.map_steps,
+                 "trial_steps": args.trial_steps, "places_per_house": [], "wrong_m": args.wrong_m,
+                 "default_confirmations": default}
     bar = tqdm(total=len(houses) * (1 + args.trials), desc="relocalise", unit="walk",
                disable=args.no_progress, file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="memnav_reloc_") as tmp:
+    # Ctrl-C: the houses finished before it are still summarised, printed and written (marked interrupted)
+    with tempfile.TemporaryDirectory(prefix="memnav_reloc_") as tmp, \
+            BenchParts(out, [f"house {scene.stem}" for scene in houses]) as parts:
         work = Path(tmp)
         for h, scene in enumerate(houses):
             sim.load_scene(scene)
@@ -161,21 +168,21 @@ def run(args: argparse.Namespace) -> dict:
             with SceneGraphMemory(SceneGraphConfig(embedding_dim=emb.shape[1], db_path=str(db))) as memory:
                 for i in range(len(emb)):
                     memory.insert_observation(i * 10**9, poses[i], emb[i])
-                places.append(memory.stats().places)
+                house_places = memory.stats().places
             bar.update(1)
+            trials: dict[int, list[dict]] = {c: [] for c in confirmations}
             for _ in range(args.trials):
                 emb_t, true = _embed(sim, encoder, _walk(sim, rng, args.trial_steps))
                 odom = _moved(true, rng)
                 for c in confirmations:
-                    results[c].append(_trial(db, work, emb.shape[1], c, emb_t, true, odom, args.wrong_m))
+                    trials[c].append(_trial(db, work, emb.shape[1], c, emb_t, true, odom, args.wrong_m))
                 bar.update(1)
             sim.close()
+            for c in confirmations:
+                results[c].extend(trials[c])
+            places.append(house_places)
+            by = {str(c): _summary(results[c]) for c in confirmations}
+            parts.add(f"house {scene.stem}", {"houses": h + 1, "places_per_house": list(places),
+                                              "by_confirmations": by, **by.get(str(default), {})})
     bar.close()
-    by = {str(c): _summary(results[c]) for c in confirmations}
-    default = SceneGraphConfig().relocalisation_confirmations
-    out = {"houses": len(houses), "split": args.split, "checkpoint": str(args.checkpoint),
-           "map_steps": args.map_steps, "trial_steps": args.trial_steps, "places_per_house": places,
-           "wrong_m": args.wrong_m, "by_confirmations": by, "default_confirmations": default}
-    if str(default) in by:
-        out.update(by[str(default)])
     return out

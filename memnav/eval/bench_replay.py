@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from memnav.cli import BenchParts
 from memnav.core.types import Action, Observation, Pose2D
 from memnav.eval.bag_io import BagWriter, qos_profile, typestore_for_distro
 from memnav.ros.sim_bridge_node import TOPICS as BRIDGE_TOPICS
@@ -130,7 +131,9 @@ def _oracle_action(sim: Any, goal: np.ndarray) -> Action:
     from memnav.eval.agents import OracleAgent
 
     agent = OracleAgent(stop_distance_m=0.0)
-    agent.reset(SimpleNamespace(goal=SimpleNamespace(position=goal)), None, sim)  # type: ignore[arg-type]
+    target = SimpleNamespace(position=goal)   # an episode of one goal: the nearest is that one
+    episode = SimpleNamespace(goal=target, goals=[target], nearest_goal=lambda *_args: target)
+    agent.reset(episode, None, sim)  # type: ignore[arg-type]
     return agent.act(None)  # type: ignore[arg-type]
 
 
@@ -247,28 +250,31 @@ def run(args: argparse.Namespace) -> dict:
                      "bag_duration_s": round(rec["duration_s"], 2), "bag_mb": round(bag_mb, 1),
                      "patrol_legs": rec["legs"], "record_s": round(record_s, 2), "threads": args.threads,
                      "batch_size": args.batch_size, "repeats": args.repeats}
-        for key, folder in (("", "rgbd_odom"), ("_annotated", "annotated")):
-            walls, result = [], None
-            for _ in range(args.repeats):
-                result = evaluate_bag(work / folder, base, encoder=encoder, calibrator=calibrator)
-                walls.append(result.metrics["timing"]["wall_s"])
-                print(f"bench replay: {folder} {walls[-1]:.2f} s", file=sys.stderr)
-            assert result is not None
-            wall = float(np.median(walls))
-            duration = result.metrics["timing"]["bag_duration_s"]
-            out[f"realtime_factor{key}"] = round(duration / wall, 2)
-            out[f"eval_wall_s{key}"] = round(wall, 3)
-            out[f"frames_per_s{key}"] = round(result.metrics["input"]["frames"] / wall, 1)
-            out[f"latency_ms_p50{key}"] = {k: round(v["p50"], 3) for k, v in result.metrics["latency_ms"].items()
-                                           if v.get("count")}
-            if key:
-                m = result.metrics
-                out["annotated_metrics"] = {
-                    "place_recognition_recall_at_1": m["place_recognition"].get("recall_at_1"),
-                    "loop_closure_precision": m["loop_closure"]["precision"],
-                    "loop_closure_recall": m["loop_closure"]["recall"],
-                    "places": m["memory"]["places"],
-                    "stop_precision": m["stop"].get("voi", {}).get("precision"),
-                    "stop_recall": m["stop"].get("voi", {}).get("recall")}
-    out["targets"] = {"realtime_factor": 20}
+        out["targets"] = {"realtime_factor": 20}
+        bags = (("", "rgbd_odom"), ("_annotated", "annotated"))
+        # Ctrl-C: the bag evaluated before it is still printed and written (marked interrupted)
+        with BenchParts(out, [f"{folder} bag" for _, folder in bags]) as parts:
+            for key, folder in bags:
+                walls, result = [], None
+                for _ in range(args.repeats):
+                    result = evaluate_bag(work / folder, base, encoder=encoder, calibrator=calibrator)
+                    walls.append(result.metrics["timing"]["wall_s"])
+                    print(f"bench replay: {folder} {walls[-1]:.2f} s", file=sys.stderr)
+                assert result is not None
+                wall = float(np.median(walls))
+                duration = result.metrics["timing"]["bag_duration_s"]
+                part = {f"realtime_factor{key}": round(duration / wall, 2), f"eval_wall_s{key}": round(wall, 3),
+                        f"frames_per_s{key}": round(result.metrics["input"]["frames"] / wall, 1),
+                        f"latency_ms_p50{key}": {k: round(v["p50"], 3)
+                                                 for k, v in result.metrics["latency_ms"].items() if v.get("count")}}
+                if key:
+                    m = result.metrics
+                    part["annotated_metrics"] = {
+                        "place_recognition_recall_at_1": m["place_recognition"].get("recall_at_1"),
+                        "loop_closure_precision": m["loop_closure"]["precision"],
+                        "loop_closure_recall": m["loop_closure"]["recall"],
+                        "places": m["memory"]["places"],
+                        "stop_precision": m["stop"].get("voi", {}).get("precision"),
+                        "stop_recall": m["stop"].get("voi", {}).get("recall")}
+                parts.add(f"{folder} bag", part)
     return out

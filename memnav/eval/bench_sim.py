@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memnav.cli import BenchParts
 from memnav.core.types import Action
 from memnav.sim.base import OBJECT_ORDER_MAX_TRIANGLES, RENDERERS, SimConfig
 from memnav.sim.dataset import default_data_dir
@@ -134,18 +135,20 @@ def run(args: argparse.Namespace) -> dict:
         jobs = [("rgbd_128", house, 128), ("rgbd_256", house, 256), ("heavy_128", None, 128)]
         if args.scene is not None:
             jobs.append(("scene_128", args.scene, 128))
-        out: dict = {"scene": str(house), "cpu_count": os.cpu_count()}
-        for key, scene, size in tqdm(jobs, desc="bench sim", file=sys.stderr, disable=args.no_progress):
-            if scene is None:
-                scene = make_heavy_mesh(house, args.heavy_triangles, work, args.seed)
-            cfg = SimConfig(width_px=size, height_px=size, renderer=args.renderer,
-                            render_threads=args.render_threads)
-            res = time_steps(scene, cfg, args.steps, args.chunks, args.seed)
-            out[f"{key}_steps_per_s"] = round(res["steps_per_s"], 1)
-            out[f"{key}_triangles"] = res["triangles"]
-            out[f"{key}_renderer"] = res["renderer"]
-        if args.scene is not None:
-            out["scene_128_mesh"] = str(args.scene)
-    out["render_threads"] = args.render_threads
-    out["targets"] = {"rgbd_128_steps_per_s": 1000, "rgbd_256_steps_per_s": 300, "heavy_128_steps_per_s": 300}
+        out: dict = {"scene": str(house), "cpu_count": os.cpu_count(), "render_threads": args.render_threads,
+                     "targets": {"rgbd_128_steps_per_s": 1000, "rgbd_256_steps_per_s": 300,
+                                 "heavy_128_steps_per_s": 300}}
+        # Ctrl-C: the meshes timed before it are still printed and written, marked interrupted
+        with BenchParts(out, [key for key, _, _ in jobs]) as parts:
+            for key, scene, size in tqdm(jobs, desc="bench sim", file=sys.stderr, disable=args.no_progress):
+                if scene is None:
+                    scene = make_heavy_mesh(house, args.heavy_triangles, work, args.seed)
+                cfg = SimConfig(width_px=size, height_px=size, renderer=args.renderer,
+                                render_threads=args.render_threads)
+                res = time_steps(scene, cfg, args.steps, args.chunks, args.seed)
+                part = {f"{key}_steps_per_s": round(res["steps_per_s"], 1), f"{key}_triangles": res["triangles"],
+                        f"{key}_renderer": res["renderer"]}
+                if key == "scene_128":
+                    part["scene_128_mesh"] = str(args.scene)
+                parts.add(key, part)
     return out

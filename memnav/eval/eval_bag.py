@@ -5,6 +5,9 @@ encoder (batched) -> long-term scene-graph memory (insert + top-10 retrieval) ->
 controller. No ROS graph, no clock: stamps come from the messages, so two runs on the same bag give the
 same metrics (latencies aside) and run much faster than real time.
 
+The bag: a rosbag2 folder, a `.mcap` or `.db3` file, or the files of one recording split without metadata.yaml
+(their folder, or the files themselves), read as one bag in log-time order (`memnav.eval.bag_io.BagFile`).
+
 Inputs (topic names are options): colour images (sensor_msgs/Image), depth images (optional), odometry
 (nav_msgs/Odometry); optional annotations: ground-truth pose (nav_msgs/Odometry or geometry_msgs/PoseStamped
 in the map frame), goal image + goal depth (the goal photo of each episode) and goal pose
@@ -12,7 +15,17 @@ in the map frame), goal image + goal depth (the goal photo of each episode) and 
 
 Frames: a colour image is paired with the depth image of the same stamp (within `sync_tolerance_s`);
 odometry and ground truth are interpolated at the frame stamp (a frame more than `max_pose_gap_s` from
-any pose sample is skipped). A message without a header stamp (0) is placed at its log time.
+any pose sample is skipped). A message without a header stamp (0) is placed at its log time. A goal image is
+paired with its goal depth image by the same rule: the goal depth image nearest in stamp, within
+`sync_tolerance_s` (the earlier one of two equally near), each used once. A goal image left without goal depth
+(none near enough, or one of another size) is encoded without depth, as live (a goal photo without depth):
+`input.goals_without_depth` counts them, and a warning says how many when the bag records goal depth images; goal
+depth images paired with no goal image are counted under `input.skipped.goal_depth_without_goal_image`.
+
+Topic names: relative names (`camera/color/image_raw`) resolve as ROS resolves them, under `--namespace` or under
+/ without one; the topic options not given are their defaults, under `--namespace` when given; an absolute name
+given is read as given (`--namespace /robot1 --gt-topic /ground_truth`: the robot's own topics under /robot1, the
+ground truth as recorded).
 
 Metrics (`metrics.json`, see `EvalResult.to_json`):
 - place recognition: for each frame, the most similar earlier frame (cosine of embeddings) among frames at
@@ -49,6 +62,7 @@ import math
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +70,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memnav.cli import config_from_options as cli_config
-from memnav.core.namespaces import under_namespace
+from memnav.core.namespaces import absolute_namespace, resolve_name, under_namespace
+from memnav.core.stamp_sync import StampedQueue
 from memnav.core.stop import STOP_FEATURES
 from memnav.core.stop import load_calibrator as _load_calibrator
 from memnav.core.types import Pose2D, wrap_angle
@@ -89,11 +104,12 @@ class EvalConfig:
         odom_topic: odometry (nav_msgs/Odometry); the memory's input pose.
         gt_topic: ground-truth pose (nav_msgs/Odometry or geometry_msgs/PoseStamped, map frame); "" = none.
         goal_topic: goal images (sensor_msgs/Image), one per episode; "" = no stop evaluation.
-        goal_depth_topic: goal depth images, paired with goal images by stamp.
+        goal_depth_topic: goal depth images, paired with goal images by stamp (nearest, within sync_tolerance_s).
         goal_pose_topic: goal poses (geometry_msgs/PoseStamped or nav_msgs/Odometry, map frame).
         checkpoint: encoder checkpoint.
         calibration: goal-belief calibration JSON (`memnav train stop`).
-        sync_tolerance_s: colour and depth images this close in stamp form one frame, seconds.
+        sync_tolerance_s: colour and depth images this close in stamp form one frame (goal images and goal depth
+            images: one goal), seconds.
         max_pose_gap_s: a frame farther than this from the odometry (ground-truth) samples around it gets no
             pose, seconds.
         batch_size: frames encoded per batch (fixed, so results do not depend on timing).
@@ -435,15 +451,15 @@ class _Pipeline:
         self.next_growth_ns = stamp + int(self.cfg.growth_interval_s * 1e9)
 
 
-def _read_annotations(bag: BagFile, roles: dict[str, str], cfg: EvalConfig,
-                      invalid: Counter, out_of_order: Counter) -> tuple[PoseTrack, PoseTrack | None, list[Goal]]:
-    """Pass 1 over the small topics: odometry, ground truth, goals."""
+def _read_annotations(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, invalid: Counter, out_of_order: Counter,
+                      skipped: Counter) -> tuple[PoseTrack, PoseTrack | None, list[Goal]]:
+    """Pass 1 over the small topics: odometry, ground truth, goals (goal depth paired by `pair_goal_depths`)."""
     from memnav.ros.conversions import MessageError, image_to_depth, image_to_rgb
 
     gap = int(cfg.max_pose_gap_s * 1e9)
     odom, gt = PoseTrack(gap), (PoseTrack(gap) if "gt" in roles else None)
     goal_imgs: dict[int, np.ndarray] = {}
-    goal_depths: dict[int, np.ndarray] = {}
+    goal_depths: dict[int, np.ndarray] = {}     # stamp -> depth (a depth image recorded twice counts once)
     goal_poses: list[tuple[int, Pose2D, str]] = []
     wanted = [roles[r] for r in ("odom", "gt", "goal", "goal_depth", "goal_pose") if r in roles]
     by_topic = {name: role for role, name in roles.items()}
@@ -465,14 +481,63 @@ def _read_annotations(bag: BagFile, roles: dict[str, str], cfg: EvalConfig,
                 goal_poses.append((t, pose_of(m.msg, m.msgtype), m.msg.header.frame_id))
         except (MessageError, ValueError) as err:
             invalid[f"{m.topic}: {type(err).__name__}"] += 1
-    goals = [Goal(t, rgb, goal_depths.get(t)) for t, rgb in sorted(goal_imgs.items())]
+    goals = [Goal(t, rgb) for t, rgb in sorted(goal_imgs.items())]
     tol = int(cfg.sync_tolerance_s * 1e9)
+    pair_goal_depths(goals, goal_depths, tol, skipped)
+    if "goal_depth" in roles and goals:
+        warning = goal_depth_warning(goals, skipped, roles, cfg)
+        if warning is not None:
+            bag.warnings.append(warning)
     goal_poses.sort(key=lambda p: p[0])
     for i, g in enumerate(goals):
         end = goals[i + 1].stamp_ns if i + 1 < len(goals) else math.inf
         mine = [(p, frame) for t, p, frame in goal_poses if g.stamp_ns - tol <= t < end - tol]
         g.pose, g.pose_frame_id = mine[0] if mine else (None, "")
     return odom, gt, goals
+
+
+def pair_goal_depths(goals: list[Goal], depths: dict[int, np.ndarray], tolerance_ns: int, skipped: Counter) -> None:
+    """Give each goal (in stamp order) the goal depth image nearest its stamp within `tolerance_ns` (of two equally
+    near, the earlier), as live colour and depth frames pair (`StampedQueue.nearest`); each depth image is used once.
+    A depth image of another size than its goal image is dropped (`skipped["goal_depth_size_mismatch"]`; the goal is
+    encoded without depth, as the encoder node drops it); depth images left over count as
+    `skipped["goal_depth_without_goal_image"]`.
+    """
+    queue: StampedQueue[list] = StampedQueue(max(1, len(depths)))
+    for t, depth in sorted(depths.items()):
+        queue.push(t, [depth, False])           # [depth, used]
+    used = 0
+    for g in goals:
+        match = queue.nearest(g.stamp_ns, tolerance_ns, where=lambda item: not item[1])
+        if match is None:
+            continue
+        item = match[1]
+        item[1] = True
+        used += 1
+        if item[0].shape != g.rgb.shape[:2]:
+            skipped["goal_depth_size_mismatch"] += 1
+            continue
+        g.depth = item[0]
+    if len(depths) > used:
+        skipped["goal_depth_without_goal_image"] += len(depths) - used
+
+
+def goal_depth_warning(goals: list[Goal], skipped: Counter, roles: dict[str, str], cfg: EvalConfig) -> str | None:
+    """What to say when goal images of a bag that records goal depth images go without depth (None: none does)."""
+    missing = sum(g.depth is None for g in goals)
+    if not missing:
+        return None
+    mismatched = skipped["goal_depth_size_mismatch"]
+    reasons = []
+    if missing - mismatched:
+        reasons.append(f"{missing - mismatched} have no goal depth image on {roles['goal_depth']} within "
+                       f"--sync-tolerance ({cfg.sync_tolerance_s:g} s) of their stamp")
+    if mismatched:
+        reasons.append(f"{mismatched} have one of another size than the goal image")
+    unused = skipped["goal_depth_without_goal_image"]
+    left = f"; {unused} goal depth image(s) matched no goal image" if unused else ""
+    return (f"{missing} of {len(goals)} goal image(s) on {roles['goal']} are encoded without depth: "
+            f"{' and '.join(reasons)}{left}")
 
 
 def reference_frame_warning(odom: PoseTrack, gt: PoseTrack | None, goals: list[Goal], cfg: EvalConfig) -> str | None:
@@ -571,12 +636,13 @@ def _pop_near(pool: dict[int, tuple[np.ndarray, float, int]], t: int, tol: int) 
     return None
 
 
-def evaluate_bag(path: Path | str, cfg: EvalConfig | None = None, *, encoder: Any = None, calibrator: Any = None,
-                 progress: bool = False) -> EvalResult:
+def evaluate_bag(path: Path | str | Sequence[Path | str], cfg: EvalConfig | None = None, *, encoder: Any = None,
+                 calibrator: Any = None, progress: bool = False) -> EvalResult:
     """Run the offline evaluation of one bag (see the module docstring).
 
     Args:
-        path: rosbag2 folder, .mcap or .db3 file; only read.
+        path: rosbag2 folder, .mcap or .db3 file, or the .mcap (.db3) files of one split recording (`BagFile`); only
+            read.
         cfg: settings.
         encoder: a loaded `memnav.core.encoder.Encoder` (default: from cfg.checkpoint).
         calibrator: a loaded `GoalBeliefCalibrator` (default: from cfg.calibration).
@@ -604,7 +670,7 @@ def evaluate_bag(path: Path | str, cfg: EvalConfig | None = None, *, encoder: An
         invalid: Counter = Counter()
         out_of_order: Counter = Counter()
         skipped: Counter = Counter()
-        odom, gt, goals = _read_annotations(bag, roles, cfg, invalid, out_of_order)
+        odom, gt, goals = _read_annotations(bag, roles, cfg, invalid, out_of_order, skipped)
         if not len(odom):
             raise TopicError(f"{bag.path}: topic {roles['odom']} has no usable odometry message")
         warning = reference_frame_warning(odom, gt, goals, cfg)
@@ -835,6 +901,7 @@ def _metrics(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, pipe: _Pipeli
         "bag": bag.describe(),
         "input": {"topics": roles, "frames": n, "reference": "ground_truth" if has_gt else "odometry",
                   "goals": len(goals), "goals_with_pose": sum(g.pose is not None for g in goals),
+                  "goals_without_depth": sum(g.depth is None for g in goals),
                   "skipped": skipped_all, "unknown_type_topics": unknown_topics,
                   "log_time_out_of_order": counts.log_time_out_of_order, "truncated": counts.truncated,
                   "truncated_reason": counts.truncated_reason, "warnings": list(dict.fromkeys(bag.warnings))},
@@ -894,27 +961,34 @@ def _stop_metrics(frames: list[FrameRecord], goals: list[Goal], ref: np.ndarray,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EvalConfig()
-    parser.add_argument("bag", type=Path, metavar="BAG", help="rosbag2 folder, or a single .mcap or .db3 file "
-                        "(only read, never modified)")
+    parser.add_argument("bag", type=Path, nargs="+", metavar="BAG",
+                        help="rosbag2 folder, or a single .mcap or .db3 file, or the .mcap (.db3) files of one "
+                             "recording split without metadata.yaml (their folder alone reads as well): read as one "
+                             "bag, in log-time order (only read, never modified)")
     parser.add_argument("--report", type=Path, required=True, metavar="DIR",
                         help="report folder: report.html, metrics.json and PNG plots are written there "
                              "(created; nothing is written elsewhere); must not lie inside BAG")
-    topics = parser.add_argument_group("topics")
+    topics = parser.add_argument_group(
+        "topics", "Topic names as ROS resolves them: an absolute name (/odom) is read as given; a relative one "
+                  "(odom, without the leading /) under --namespace, or under / without one.")
     for name, what in (("rgb", "colour images"), ("depth", "depth images ('' = none)"), ("odom", "odometry"),
                        ("gt", "ground-truth pose, map frame ('' = none)"), ("goal", "goal images ('' = none)"),
                        ("goal-depth", "goal depth images ('' = none: goal images are encoded without depth)"),
                        ("goal-pose", "goal pose annotations, map frame ('' = none: stop decisions are made but "
                                      "not scored)")):
         attr = f"{name.replace('-', '_')}_topic"
-        topics.add_argument(f"--{name}-topic", default=getattr(d, attr), metavar="TOPIC", help=what)
+        # None: not given (the default, under --namespace when given); an explicit value is never moved
+        topics.add_argument(f"--{name}-topic", default=None, metavar="TOPIC",
+                            help=f"{what} (default: {getattr(d, attr)}, under --namespace when given)")
     topics.add_argument("--namespace", default="", metavar="NS",
                         help="the bag was recorded from a robot in namespace NS (memnav record of its topics): the "
-                             "topic options left at their defaults are read under /NS (/NS/odom, ...); none by "
-                             "default")
+                             "topic options not given are read under /NS (/NS/odom, ...), and so are relative topic "
+                             "names given; an absolute topic name given is read as given; none by default")
     parser.add_argument("--checkpoint", type=Path, default=Path(d.checkpoint), help="encoder checkpoint")
     parser.add_argument("--calibration", type=Path, default=Path(d.calibration), help="stop calibration JSON")
     parser.add_argument("--sync-tolerance", type=float, default=d.sync_tolerance_s, metavar="S",
-                        help="colour/depth images this close in stamp are one frame, seconds")
+                        help="colour/depth images this close in stamp are one frame, and goal/goal depth images "
+                             "one goal, seconds")
     parser.add_argument("--place-distance", type=float, default=d.place_distance_m, metavar="M",
                         help="place recognition: a true match is within this distance, meters")
     parser.add_argument("--place-angle", type=float, default=d.place_angle_deg, metavar="DEG",
@@ -956,12 +1030,39 @@ def config_from_options(**fields: Any) -> EvalConfig:
     return cli_config(EvalConfig, OPTIONS, **fields)
 
 
+def resolve_topics(args: argparse.Namespace) -> dict[str, str]:
+    """The topic fields of EvalConfig from the command line, resolved as ROS resolves names in a namespace.
+
+    An option not given (None) is its default (absolute, in the root namespace), put under `--namespace` when given;
+    an absolute name given is read as given, also with `--namespace` (the user asked for that very topic, which may
+    be the default's name); a relative name given goes under `--namespace`, or under / without one; '' stays ''
+    (no topic).
+
+    Raises:
+        ValueError: `--namespace` is not a ROS namespace, or a topic is a private name (~...), which needs a node to
+            resolve it (naming the option).
+    """
+    namespace = getattr(args, "namespace", "") or ""
+    if namespace:
+        absolute_namespace(namespace)   # a malformed one is refused even when every topic is given absolute
+    defaults = EvalConfig()
+    topics = {}
+    for attr in TOPIC_FIELDS:
+        given = getattr(args, attr, None)
+        if given is None:
+            default = getattr(defaults, attr)
+            topics[attr] = under_namespace(default, namespace) if namespace else default
+        elif given.startswith("~"):
+            raise ValueError(f"{OPTIONS[attr]} {given!r}: a private name (~) is resolved against a node's name, and "
+                             "eval-bag reads no node's topics; give the topic's name as recorded, e.g. "
+                             f"{under_namespace(given.lstrip('~/') or 'topic', namespace or 'robot1')}")
+        else:
+            topics[attr] = resolve_name(given, namespace) if given else ""
+    return topics
+
+
 def config_from_args(args: argparse.Namespace) -> EvalConfig:
-    topics = {attr: getattr(args, attr) for attr in TOPIC_FIELDS}
-    if getattr(args, "namespace", ""):
-        defaults = EvalConfig()
-        topics = {attr: under_namespace(topic, args.namespace) if topic == getattr(defaults, attr) else topic
-                  for attr, topic in topics.items()}
+    topics = resolve_topics(args)
     return config_from_options(
         **topics,
         checkpoint=str(args.checkpoint), calibration=str(args.calibration), sync_tolerance_s=args.sync_tolerance,
@@ -984,10 +1085,12 @@ def run(args: argparse.Namespace) -> int:
     from memnav.eval.report import write_report
 
     cfg = config_from_args(args)
-    if not args.bag.exists():
-        raise FileNotFoundError(f"bag {args.bag} does not exist")
-    check_report_dir(args.bag, args.report)
-    result = evaluate_bag(args.bag, cfg, progress=not args.no_progress)
+    bags = list(args.bag) if isinstance(args.bag, (list, tuple)) else [args.bag]
+    for bag in bags:
+        if not bag.exists():
+            raise FileNotFoundError(f"bag {bag} does not exist")
+        check_report_dir(bag, args.report)
+    result = evaluate_bag(bags[0] if len(bags) == 1 else bags, cfg, progress=not args.no_progress)
     args.report.mkdir(parents=True, exist_ok=True)
     write_report(result, args.report)
     m = result.metrics

@@ -42,6 +42,7 @@ from memnav.sim.env import ImageNavEnv
 from memnav.sim.metrics import (
     EpisodeResult,
     PathByLayer,
+    SkippedEpisode,
     aggregate,
     lifelong_known_house_spl,
     lifelong_spl_by_visit,
@@ -279,11 +280,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-class EvalInterrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) during an evaluation, with the episodes that finished before it (in episode order) and
-    their traces, so that `memnav eval` still prints, writes and reports them (marked interrupted)."""
+Outcome = EpisodeResult | SkippedEpisode
+"""What running an agent on an episode gives: its result, or the record of an episode that could not be run."""
 
-    def __init__(self, results: list[EpisodeResult], traces: RunTraces | None = None) -> None:
+
+def episode_results(outcomes: list[Outcome]) -> list[EpisodeResult]:
+    """The results among `outcomes` (the episodes that were run), in their order."""
+    return [o for o in outcomes if isinstance(o, EpisodeResult)]
+
+
+def skipped_episodes(outcomes: list[Outcome]) -> list[SkippedEpisode]:
+    """The episodes among `outcomes` that could not be run, in their order."""
+    return [o for o in outcomes if isinstance(o, SkippedEpisode)]
+
+
+class EvalInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during an evaluation, with the episodes that finished before it (in episode order: results,
+    and the records of episodes skipped, `SkippedEpisode`) and their traces, so that `memnav eval` still prints,
+    writes and reports them (marked interrupted)."""
+
+    def __init__(self, results: list[Outcome], traces: RunTraces | None = None) -> None:
         super().__init__(f"interrupted after {len(results)} finished episodes")
         self.results = results
         self.traces = traces
@@ -292,12 +308,30 @@ class EvalInterrupted(KeyboardInterrupt):
         return EvalInterrupted, (self.results, self.traces)
 
 
+def unrunnable_reason(env: ImageNavEnv, episode, err: ValueError) -> str | None:
+    """Why `episode` cannot be run at all, when `env.reset(episode)` raised `err` for that (its goals are all
+    unreachable from its start, or its start or a goal is off the embedded scene's navigable floor), else None
+    (`err` is another error, to be raised)."""
+    from memnav.sim.embedded import OffFloorError, StartNotNavigableError
+
+    if isinstance(err, (StartNotNavigableError, OffFloorError)):
+        return str(err)
+    if env.episode is episode:   # the simulator took the episode; the goals' distances were measured from its start
+        start = env.sim.agent_state.position
+        if not math.isfinite(min(env.sim.geodesic_distance(start, g.position) for g in episode.goals)):
+            return str(err)
+    return None
+
+
 def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str = "embedded",
                  progress: bool = True, desc: str = "eval", traces: RunTraces | None = None,
-                 trace_dir: Path | None = None) -> list[EpisodeResult]:
-    """Run `agent` on each episode, returning one result per episode.
+                 trace_dir: Path | None = None) -> list[Outcome]:
+    """Run `agent` on each episode, returning one outcome per episode: its `EpisodeResult`, or for an episode
+    that cannot be run (`unrunnable_reason`: no navigable path from its start to a goal, a start or goal off the
+    navigable floor) a `SkippedEpisode` with the reason, after a warning naming it; the agent is not told of
+    a skipped episode, and the run goes on.
 
-    `traces`, when given, collects each episode's path (under the agent name `desc`) and each scene's floor
+    `traces`, when given, collects each run episode's path (under the agent name `desc`) and each scene's floor
     plan for the report's path figure. `trace_dir`, when given, gets one JSON-lines file per episode
     (`trace_dir/<agent>/<house>__<episode id>.jsonl`, see `StepLog`).
 
@@ -310,12 +344,21 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
 
     sim = make_simulator(backend, config, None)
     env = ImageNavEnv(sim)
-    results: list[EpisodeResult] = []
+    results: list[Outcome] = []
     bar = tqdm(episodes, desc=desc, unit="ep", disable=not progress, file=sys.stderr)
     storage_warned = False
     try:
         for ep in bar:
-            obs = env.reset(ep)
+            try:
+                obs = env.reset(ep)
+            except ValueError as err:
+                reason = unrunnable_reason(env, ep, err)
+                if reason is None:
+                    raise
+                results.append(SkippedEpisode(str(ep.episode_id), ep.scene_id, reason))
+                print(f"memnav eval: warning: {desc}: {reason}; the episode is skipped (not run, and left out of "
+                      "the means; skipped_episodes in the results)", file=sys.stderr, flush=True)
+                continue
             goal = env.goal_observation
             assert goal is not None
             agent.reset(ep, goal, sim)
@@ -350,7 +393,7 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
             results.append(result)
             if traces is not None and path is not None:
                 _keep_trace(traces, sim, desc, ep, path, goal.rgb, obs.rgb)
-            summary = aggregate(results)
+            summary = aggregate(episode_results(results))
             bar.set_postfix(success=f"{summary['success']:.2f}", spl=f"{summary['spl']:.2f}")
             lost = getattr(agent, "storage_error", None)   # lifelong: a full disk under --memory-dir
             if lost and not storage_warned:
@@ -368,7 +411,8 @@ def run_episodes(agent: Agent, episodes: list, config: SimConfig, backend: str =
 
 class StepLog:
     """One episode's per-step log (`memnav eval --trace DIR`): JSON lines, the first {"episode": {...}} (ids,
-    start and goal in Habitat world x, z), then one {"step": ...} per action with the action, the agent's
+    start and goal in Habitat world x, z; of several goals the one nearest the start, which the metrics and
+    distance_to_goal_m measure to), then one {"step": ...} per action with the action, the agent's
     position and heading afterwards, the geodesic distance left, and what the agent says its decision rested on
     (`step_info()` of the learned agents: layer, similarity, verification, belief, goal estimate, candidate)."""
 
@@ -379,7 +423,8 @@ class StepLog:
                        f"{episode.episode_id}")
         self.path = folder / f"{safe}.jsonl"
         self._file = self.path.open("w")
-        start, goal = sim.agent_state.position, np.asarray(episode.goal.position, dtype=np.float64)
+        start = sim.agent_state.position
+        goal = np.asarray(episode.nearest_goal(start, sim.geodesic_distance).position, dtype=np.float64)
         self._write({"episode": {"episode_id": str(episode.episode_id), "scene_id": episode.scene_id, "agent": agent,
                                  "start_xz": [round(float(start[0]), 3), round(float(start[2]), 3)],
                                  "goal_xz": [round(float(goal[0]), 3), round(float(goal[2]), 3)]}})
@@ -400,10 +445,11 @@ class StepLog:
 
 
 def _keep_trace(traces: RunTraces, sim, agent: str, episode, path: list, goal_rgb, final_rgb) -> None:
-    """Add an episode's path (x, z), goal, shortest path, goal photo and last view (thumbnails), and its scene's
-    floor plan once."""
-    goal = np.asarray(episode.goal.position, dtype=np.float64)
+    """Add an episode's path (x, z), goal (of several, the one nearest the start, which SPL measures against),
+    shortest path, goal photo and last view (thumbnails), and its scene's floor plan once."""
     xyz = np.asarray(path, dtype=np.float32)
+    goal = np.asarray(episode.nearest_goal(np.asarray(path[0], dtype=np.float64), sim.geodesic_distance).position,
+                      dtype=np.float64)
     try:
         shortest = np.asarray(sim.shortest_path(xyz[0].astype(np.float64), goal), dtype=np.float32)
     except (ValueError, RuntimeError):
@@ -445,8 +491,9 @@ class AgentJob:
     trace_dir: Path | None = None
 
 
-def run_job(job: AgentJob, encoder=None, progress: bool = False) -> tuple[list[EpisodeResult], RunTraces | None]:
-    """Build the job's agent, run its episodes in order, close the agent (lifelong: its maps are saved)."""
+def run_job(job: AgentJob, encoder=None, progress: bool = False) -> tuple[list[Outcome], RunTraces | None]:
+    """Build the job's agent, run its episodes in order, close the agent (lifelong: its maps are saved); one
+    outcome per episode (`run_episodes`)."""
     if job.torch_threads > 0:
         import torch
 
@@ -467,10 +514,10 @@ def run_job(job: AgentJob, encoder=None, progress: bool = False) -> tuple[list[E
 
 
 def run_sequences(job: AgentJob, visits: int, encoder=None,
-                  progress: bool = False) -> tuple[list[EpisodeResult], RunTraces | None]:
+                  progress: bool = False) -> tuple[list[Outcome], RunTraces | None]:
     """`run_job` in this process for each run of `visits` consecutive visits of a house (`split_job`), each with
     an agent and memories of its own; results in episode order."""
-    results: list[EpisodeResult | None] = [None] * len(job.episodes)
+    results: list[Outcome | None] = [None] * len(job.episodes)
     traces = RunTraces() if job.record else None
     for idx, piece in split_job(job, 1, lifelong=True, visits=visits):
         try:
@@ -483,7 +530,7 @@ def run_sequences(job: AgentJob, visits: int, encoder=None,
     return [r for r in results if r is not None], traces
 
 
-def _place(results: list[EpisodeResult | None], idx: list[int], part: list[EpisodeResult],
+def _place(results: list[Outcome | None], idx: list[int], part: list[Outcome],
            traces: RunTraces | None, kept: RunTraces | None) -> None:
     """Put a piece's results at its episodes' places (`split_job`'s indices) and take in its traces."""
     for i, r in zip(idx, part):
@@ -523,7 +570,7 @@ _THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def run_parallel(job: AgentJob, workers: int, lifelong: bool, progress: bool = True,
-                 visits: int = 0) -> tuple[list[EpisodeResult], RunTraces | None]:
+                 visits: int = 0) -> tuple[list[Outcome], RunTraces | None]:
     """`run_job` over `workers` processes (spawned, so torch starts clean in each); results in episode order.
 
     Raises:
@@ -537,7 +584,7 @@ def run_parallel(job: AgentJob, workers: int, lifelong: bool, progress: bool = T
 
     threads = max(1, (os.cpu_count() or 1) // workers)
     pieces = split_job(replace(job, torch_threads=threads), workers, lifelong, visits)
-    results: list[EpisodeResult | None] = [None] * len(job.episodes)
+    results: list[Outcome | None] = [None] * len(job.episodes)
     traces = RunTraces() if job.record else None
     done: list[EpisodeResult] = []
     bar = tqdm(total=len(job.episodes), desc=f"{job.name} ({workers} workers)", unit="ep", disable=not progress,
@@ -561,7 +608,7 @@ def run_parallel(job: AgentJob, workers: int, lifelong: bool, progress: bool = T
                 part, kept = fut.result()
                 for i, r in zip(futures[fut], part):
                     results[i] = r
-                done += part
+                done += episode_results(part)
                 if traces is not None:
                     traces.add(kept)
                 summary = aggregate(done)
@@ -688,6 +735,7 @@ def run(args: argparse.Namespace) -> int:
         encoder = Encoder.from_checkpoint(args.encoder)
     summaries: dict[str, dict] = {}
     all_results: dict[str, list[EpisodeResult]] = {}
+    all_skipped: dict[str, list[SkippedEpisode]] = {}   # episodes that could not be run, not in the means
     lifelong: dict[str, list[float]] = {}
     traces = RunTraces() if args.report is not None else None
     interrupted = False   # Ctrl-C: the finished episodes are still printed, written and reported
@@ -711,29 +759,39 @@ def run(args: argparse.Namespace) -> int:
                            trace_dir=args.trace)
             try:
                 if workers > 1:
-                    results, kept = run_parallel(job, workers, lifelong=args.lifelong,
-                                                 progress=not args.no_progress, visits=args.lifelong_visits)
+                    outcomes, kept = run_parallel(job, workers, lifelong=args.lifelong,
+                                                  progress=not args.no_progress, visits=args.lifelong_visits)
                 elif args.lifelong_visits:   # one agent per sequence, so that each starts with empty memories
-                    results, kept = run_sequences(job, args.lifelong_visits, encoder, progress=not args.no_progress)
+                    outcomes, kept = run_sequences(job, args.lifelong_visits, encoder, progress=not args.no_progress)
                 else:
-                    results, kept = run_job(job, encoder=encoder, progress=not args.no_progress)
+                    outcomes, kept = run_job(job, encoder=encoder, progress=not args.no_progress)
             except EvalInterrupted as stop:
-                results, kept, interrupted = stop.results, stop.traces, True
+                outcomes, kept, interrupted = stop.results, stop.traces, True
+                results = episode_results(outcomes)
                 print(f"memnav eval: interrupted: {name} finished {len(results)} of {len(episodes)} episodes"
+                      + (f" ({len(outcomes) - len(results)} more skipped)" if len(outcomes) > len(results) else "")
                       + (f"; {', '.join(names[names.index(name) + 1:])} not run" if name != names[-1] else "")
                       + ("; nothing is written" if not results and not summaries else
                          "; the results below and the files written hold only the finished episodes"),
                       file=sys.stderr, flush=True)
                 if not results:
                     break
+            results, skipped = episode_results(outcomes), skipped_episodes(outcomes)
+            if not results:   # not one episode could be run: nothing to measure (and the same for every agent)
+                raise ValueError(f"none of the {len(skipped)} episodes could be run, so there is nothing to report; "
+                                 f"the first: {skipped[0].reason}" if len(skipped) > 1 else
+                                 f"the episode could not be run, so there is nothing to report: {skipped[0].reason}")
             if traces is not None:
                 traces.add(kept)
             summaries[name] = aggregate(results)
+            summaries[name]["skipped_episodes"] = [e.to_json() for e in skipped]
             all_results[name] = results
-            if args.lifelong:
-                lifelong[name] = lifelong_spl_by_visit(results, args.lifelong_visits)
+            all_skipped[name] = skipped
+            if args.lifelong:   # skipped episodes keep their place in a house's runs of --lifelong-visits visits
+                lifelong[name] = lifelong_spl_by_visit(outcomes, args.lifelong_visits)
                 summaries[name]["lifelong_spl_by_visit"] = lifelong[name]
-                summaries[name]["lifelong_spl_known_house"] = lifelong_known_house_spl(results, args.lifelong_visits)
+                summaries[name]["lifelong_spl_known_house"] = lifelong_known_house_spl(outcomes,
+                                                                                      args.lifelong_visits)
                 if args.lifelong_visits:
                     summaries[name]["lifelong_visits"] = args.lifelong_visits
                 summaries[name]["lifelong_earlier_memory"] = earlier
@@ -744,6 +802,11 @@ def run(args: argparse.Namespace) -> int:
     to_stdout = args.json is not None and str(args.json) == "-"   # the JSON on stdout, the table on stderr
     shown = sys.stderr if to_stdout else sys.stdout
     print(format_table(summaries), file=shown)
+    skipped_ids = {name: [e.episode_id for e in skipped] for name, skipped in all_skipped.items() if skipped}
+    same = len(all_skipped) > 1 and all(skipped_ids.get(n) == skipped_ids.get(names[0]) for n in all_skipped)
+    for name, ids in list(skipped_ids.items())[:1] if same else skipped_ids.items():
+        print(f"{'every agent' if same else name}: {len(ids)} episode{'s' if len(ids) > 1 else ''} skipped, not run "
+              f"and not in the means above (skipped_episodes in the results): {', '.join(ids)}", file=shown)
     for name, summary in summaries.items():
         if "ended_by" in summary:
             rows = ", ".join(f"{layer} {r['episodes']} ({r['successes']} ok)"
@@ -765,7 +828,16 @@ def run(args: argparse.Namespace) -> int:
             "camera_mount_told": not args.camera_mount_untold,
             "image_px": [config.width_px, config.height_px],
             "encoder": model_name(args.encoder), "calibration": model_name(args.calibration),
-            "exploring_options": exploring_options_changed(args)}
+            "exploring_options": exploring_options_changed(args),
+            # what else it takes to run it again: the step limit, seed, the agents' switches and the episodes chosen
+            "max_steps": args.max_steps, "seed": args.seed, "renderer": args.renderer,
+            "explore": not args.no_explore, "homing": not args.no_homing,
+            "policy_dir": model_name(args.policy_dir).removesuffix("/."),
+            "scenes_dir": None if args.scenes_dir is None else str(args.scenes_dir),
+            "memory_dir": None if args.memory_dir is None else str(args.memory_dir),
+            "episode_selection": {"episodes": args.episodes, "episode_ids": args.episode_ids,
+                                  "spread": bool(args.spread)},
+            "workers": workers, "map_checks_in_background": bool(args.map_checks_in_background)}
     if args.odometry_restarts:
         meta["odometry_restarts"] = True
     if interrupted:   # the per-episode results hold only the episodes finished before Ctrl-C
@@ -776,7 +848,8 @@ def run(args: argparse.Namespace) -> int:
                                  for n in ran})
         out.update({n: summaries[n] for n in ran})  # per-agent summaries also at the top level
     else:
-        extra = {k: v for k, v in summaries[names[0]].items() if k.startswith("lifelong_")}
+        extra = {k: v for k, v in summaries[names[0]].items()
+                 if k.startswith("lifelong_") or k == "skipped_episodes"}
         out = dict(results_document(names[0], all_results[names[0]], **meta), **extra)
     # strict JSON (a NaN, e.g. of a mean over no episodes, is null) written whole or not at all
     text = (json.dumps(json_safe(out), indent=2, allow_nan=False) + "\n").encode()

@@ -48,6 +48,7 @@ from memnav.core.goal_photo import (
     refuse_overwriting,
     write_goal_photo,
 )
+from memnav.ros.goal_status import ENDED_WITHOUT_STOP, GoalStatus
 from memnav.ros.qos import events_qos, latched_qos
 from memnav.ros.shell_node import (
     Ros,
@@ -64,8 +65,6 @@ GOAL_DEPTH_TOPIC = "memnav/goal_depth"
 GOAL_STATUS_TOPIC = "memnav/goal_status"   # published by the policy node only: how the command knows it
 QUIET_HINT_S = 10.0   # send --wait: say what to check when the policy node has not acted after this long
 CANCEL_TIMEOUT_S = 5.0   # send --wait, Ctrl-C: how long the policy node's ~/cancel_goal may take to answer
-# goal statuses that end a goal without the robot's STOP ("abandoned": the policy node restarted too often on it)
-ENDED_WITHOUT_STOP = ("cancelled", "ended", "abandoned")
 ODOM_WAIT_S = 3.0   # send --wait: how long to wait for odometry (where the robot stops) before the first goal
 ODOM_TOLERANCE_NS = 500_000_000   # the capture's recorded pose: odometry stamped within this of the frame
 
@@ -400,14 +399,14 @@ def send(args: argparse.Namespace) -> int:
                 except RuntimeError as err:   # say so, and still write what is known (--json)
                     cancelled, message = False, str(err)
                 if cancelled:
-                    state["statuses"][goal_stamp_ns] = "cancelled"
+                    state["statuses"][goal_stamp_ns] = GoalStatus.CANCELLED
                 else:
                     print(f"memnav goal send: the goal was not cancelled: {message}", file=sys.stderr)
                 ok = False
             took_s = time.monotonic() - sent_s
             results.append(_goal_result(photo, goal, goal_stamp_ns, ok, took_s, state, args.odom_topic))
             _print_result(results[-1], args.timeout)
-            if interrupted or results[-1]["ended_by"] == "cancelled":
+            if interrupted or results[-1]["ended_by"] == GoalStatus.CANCELLED:
                 if i + 1 < len(goals):
                     print(f"the tour ends here: {len(goals) - i - 1} goal(s) not sent", file=sys.stderr)
                 break
@@ -519,15 +518,15 @@ def _goal_result(photo: Path, goal: GoalPhoto, stamp_ns: int, stopped: bool, too
 
 
 def _print_result(result: dict, timeout_s: float) -> None:
-    if result["ended_by"] == "cancelled":
+    if result["ended_by"] == GoalStatus.CANCELLED:
         print(f"the goal was cancelled after {result['actions']} actions, {result['seconds']:.1f} s: the robot "
               "stands and waits for the next goal", file=sys.stderr)
         return
-    if result["ended_by"] == "abandoned":
+    if result["ended_by"] == GoalStatus.ABANDONED:
         print(f"the policy node gave the goal up after {result['actions']} actions: it restarted while working on "
               "it more often than its max_goal_resumes allows (see its log); send it again to retry", file=sys.stderr)
         return
-    if result["ended_by"] == "ended":
+    if result["ended_by"] == GoalStatus.ENDED:
         print(f"the simulator ended the episode (its step limit, or a restart) after {result['actions']} actions",
               file=sys.stderr)
         return

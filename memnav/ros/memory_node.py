@@ -27,8 +27,12 @@ Publishes:
                                 graph's size; memnav.core.diagnostics)
 Services (std_srvs/Trigger):
     ~/save    every insert is already committed in its own SQLite transaction: confirms that and reports
-              the counts (fails, saying so, when db_path is empty: a RAM-only memory cannot be saved, and after
-              a failed write, a full disk, from which on the memory goes on in RAM only)
+              the counts, JSON {db_path, places, objects, rooms, committed, localised, held_back_places,
+              held_back_objects[, note]}. Fails, saying so, when db_path is empty (a RAM-only memory cannot be
+              saved), after a failed write (a full disk: from then on the memory goes on in RAM only), and while
+              places or objects are held back: stored while the memory is unlocalised (see Relocalisation), they
+              are in the file but are forgotten at exit unless it relocalises first (the JSON counts them, `note`
+              says why)
     ~/clear   forget everything: the working buffer, the long-term memory with its database file, and the
               embeddings and detections still waiting to be inserted
     ~/query   message = JSON of the top-k places for the latest goal embedding (fails, saying so, before one)
@@ -45,8 +49,10 @@ cannot create the file again answers failure and goes on in RAM only (as after a
 Time sync: an embedding is inserted with the latest odometry stamped at or before it (at most odom_max_age_s
 older). An embedding newer than all odometry received waits up to odom_wait_s for odometry to catch up; with
 MAX_PENDING_EMBEDDINGS waiting, the oldest one's wait ends (it is inserted, with a warning). A
-re-sent embedding (same stamp as the last insert) is skipped; an older one is dropped with a warning (the memory's
-time never goes backwards).
+re-sent embedding (same stamp as the last insert) is skipped; an older one is dropped with a warning (within a run
+the memory's time never goes backwards). A run's clock may start behind the stamps stored in db_path by an earlier
+run (a restarted simulator, a replayed bag, use_sim_time): its first embedding starts a new session, stored just
+after them (SceneGraphMemory's stamp_offset_ns), with one warning.
 Detections: /memnav/detections (std_msgs/String JSON, memnav.core.detections.detections_to_dict: stamp_ns and
 objects with class_id, label, instance_id or null, position_m in the odometry frame; vision_msgs is not on PyPI)
 from the simulator bridge's semantic ids or any detector; the objects whose stamp equals an embedding's are
@@ -57,6 +63,8 @@ observations after ~/relocalise: they are tracked in the last frame until reloca
 loop-closure candidates at different places agree on the robot's pose (relocalisation_radius_m of odometry's
 pose at most; 0 = anywhere). A pose on /initialpose localises it at once, paired with the latest odometry at or
 before its stamp (a zero stamp: the newest odometry); a pose in another frame than frame_id is dropped (no tf2).
+The places and objects stored while unlocalised lie in a frame nothing ties to the memory's: they are moved into it
+when it relocalises, and forgotten (with a warning naming how many) when the node exits before that.
 Bad messages are dropped with a throttled warning and counted; the node never dies on one.
 """
 from __future__ import annotations
@@ -218,10 +226,16 @@ def build(node) -> Callable[[], None]:
     except BaseException:
         release()
         raise
-    st = {"memory": memory, "goal": None, "pose": None, "last_ns": None,
+    # stored_ns: the last stamp the file held when this run opened it (a new session's clock may start behind it)
+    st = {"memory": memory, "goal": None, "pose": None, "last_ns": None, "stored_ns": memory.stats().last_stamp_ns,
+          "clock_warned": False,
           "dropped": 0, "duplicates": 0, "late_detections": 0, "markers_dirty": True, "snapshot_dirty": True}
     buffer = WorkingBuffer.from_config(buffer_cfg)
-    node.get_logger().info(f"memory {graph_cfg.db_path or 'in RAM only'}: {st['memory'].stats().places} places")
+    opened = f"memory {graph_cfg.db_path or 'in RAM only'}: {memory.stats().places} places"
+    if not memory.localised:
+        opened += (" (unlocalised until loop closures agree with its places or /initialpose comes: the places stored "
+                   "before that are forgotten if the node exits first)")
+    node.get_logger().info(opened)
     latched = latched_qos()
     pub_event = node.create_publisher(String, "memnav/memory_event", 50)
     pub_retrievals = node.create_publisher(String, "memnav/retrievals", 10)
@@ -266,6 +280,14 @@ def build(node) -> Callable[[], None]:
             drop("embedding", err)
             return
         st.update(last_ns=stamp_ns, pose=pose, markers_dirty=True, snapshot_dirty=True)
+        offset = st["memory"].stamp_offset_ns
+        if offset and not st["clock_warned"]:
+            st["clock_warned"] = True
+            node.get_logger().warning(
+                f"this run's clock starts behind the memory's: its first embedding is stamped {stamp_ns} ns, the last "
+                f"stamp stored in {graph_cfg.db_path} {st['stored_ns']} ns (a restarted simulator, a replayed bag, "
+                f"use_sim_time): taken as a new session, stored {offset} ns later, just after the stored stamps (no "
+                "time counts between the sessions; stamps of places from earlier sessions read as before this run's)")
         event = {"stamp_ns": stamp_ns, "kind": result.kind.value, "node_id": result.node_id, "objects": len(objects),
                  "similarity": result.similarity, "merged_places": result.merged_places,
                  "forgotten_places": result.forgotten_places, "buffer_size": len(buffer),
@@ -354,14 +376,27 @@ def build(node) -> Callable[[], None]:
             pub_snapshot.publish(String(data=json.dumps(body)))
 
     def srv_save(_req, resp):
-        stats = st["memory"].stats()
-        counts = {"db_path": graph_cfg.db_path, "places": stats.places, "objects": stats.objects, "rooms": stats.rooms}
-        failed = st["memory"].persist_error
-        resp.success = graph_cfg.db_path is not None and failed is None
-        resp.message = (json.dumps(dict(counts, committed=True)) if resp.success else
-                        "db_path is empty: the memory lives in RAM only and cannot be saved; set db_path to persist it"
-                        if failed is None else f"the memory is no longer saved since a write failed ({failed}): the "
-                                               "file holds the last commit before it; the rest lives in RAM only")
+        memory = st["memory"]
+        stats = memory.stats()
+        failed = memory.persist_error
+        if graph_cfg.db_path is None or failed is not None:
+            resp.success = False
+            resp.message = ("db_path is empty: the memory lives in RAM only and cannot be saved; set db_path to "
+                            "persist it" if failed is None else
+                            f"the memory is no longer saved since a write failed ({failed}): the file holds the last "
+                            "commit before it; the rest lives in RAM only")
+            return resp
+        places, objects = memory.held_back
+        body = {"db_path": graph_cfg.db_path, "places": stats.places, "objects": stats.objects, "rooms": stats.rooms,
+                "committed": True, "localised": memory.localised, "held_back_places": places,
+                "held_back_objects": objects}
+        if places or objects:
+            body["note"] = (f"the memory is unlocalised (loaded from its file, or ~/relocalise): the {places} places "
+                            f"and {objects} objects stored since are in the file, but lie in an odometry frame not yet "
+                            "tied to the memory's; they are kept once it relocalises (loop closures that agree with "
+                            "its places, or a pose on /initialpose) and forgotten if the node exits before that")
+        resp.success = not (places or objects)
+        resp.message = json.dumps(body)
         return resp
 
     def srv_clear(_req, resp):
@@ -391,7 +426,7 @@ def build(node) -> Callable[[], None]:
         # went into the new memory at the old odometry, and the old last stamp and pose answered ~/query
         pending.clear()
         detections.clear()
-        st.update(last_ns=None, pose=None, markers_dirty=True, snapshot_dirty=True)
+        st.update(last_ns=None, pose=None, stored_ns=None, markers_dirty=True, snapshot_dirty=True)
         publish_snapshot()
         resp.success = failed is None
         resp.message = (f"memory cleared ({graph_cfg.db_path or 'RAM only'})" if failed is None else
@@ -469,10 +504,18 @@ def build(node) -> Callable[[], None]:
         node.create_timer(cfg.snapshot_period_s, publish_snapshot)
         publish_snapshot()   # late joiners see a memory loaded from its file at once
     def close() -> None:
+        memory = st["memory"]
+        saving = graph_cfg.db_path is not None and memory.persist_error is None
         try:
-            st["memory"].close()
+            places, objects = memory.close()
         finally:
             release()
+        if saving and (places or objects):
+            node.get_logger().warning(
+                f"forgot the {places} places and {objects} objects stored since the memory was loaded or relocalised: "
+                "it never relocalised (no loop closures agreeing with its places, no /initialpose), so they lay in an "
+                f"odometry frame nothing ties to the memory's; {graph_cfg.db_path} keeps its other "
+                f"{memory.sizes()[0]} places")
 
     return close
 

@@ -74,11 +74,15 @@ from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_robo
 from memnav.core.stamp_sync import same_camera_frame
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
+from memnav.ros.goal_status import GoalStatus
 from memnav.ros.qos import events_qos, latched_qos
 from memnav.ros.shell_node import MAX_WAIT_S, sim_clock_missing
 from memnav.threads import MAX_INFERENCE_THREADS
 
-KEEP_EVERY_ACTIONS = 10   # a kept goal's action count is brought up to date this often (goal_state_file)
+# a kept goal's action count is brought up to date this often (goal_state_file): a synced write of the photo at
+# every action would cost more than it is worth; a restarted node counts these actions as taken (the worst case), so
+# a kill between two writes does not let the goal overspend max_steps
+KEEP_EVERY_ACTIONS = 10
 
 
 @dataclass
@@ -199,7 +203,10 @@ class PolicyNodeConfig(ExploringTuning):
             on a goal (a crash and `respawn: true`, a reboot) resumes it. Its search starts over from where the
             robot stands (with lifelong_dir, from what the memory holds), and its action budget (max_steps) counts
             on from the actions taken before. Written when a goal starts and every KEEP_EVERY_ACTIONS actions,
-            removed when it ends (memnav.core.goal_state).
+            removed when it ends (memnav.core.goal_state); the restarted node counts the KEEP_EVERY_ACTIONS actions
+            after the last write as taken (it may have been killed just before the next), at most max_steps - 1, so
+            the goal keeps to its budget and at worst stops that many actions early. A write that fails removes the
+            older copy, whose count would be behind.
         max_goal_resumes: resume a kept goal at most this many times: a goal at which the node dies each time is
             then given up (goal status "abandoned") instead of restarting it forever.
         odometry_jump_m: two consecutive /odom poses farther apart than this are a jump, not motion (a base driver
@@ -392,7 +399,7 @@ def build(node) -> Callable[[], None]:
     def now_s() -> float:
         return node.get_clock().now().nanoseconds / 1e9
 
-    def goal_status(status: str, goal_stamp_ns: int | None, mode: str | None = None,
+    def goal_status(status: GoalStatus, goal_stamp_ns: int | None, mode: str | None = None,
                     replaced_by: int | None = None) -> None:
         """Say what became of the goal stamped `goal_stamp_ns` (see the module's docstring)."""
         if goal_stamp_ns is not None:
@@ -401,7 +408,7 @@ def build(node) -> Callable[[], None]:
             if replaced_by is not None:
                 st["goal"]["replaced_by"] = replaced_by
             pub_status.publish(String(data=json.dumps(st["goal"])))
-            if status != "active":
+            if status != GoalStatus.ACTIVE:
                 forget_goal()
 
     def keep_goal() -> None:
@@ -410,13 +417,20 @@ def build(node) -> Callable[[], None]:
         photo = gate.goal_photo
         if not goal_file or photo is None:
             return
-        try:
+        try:   # up to KEEP_EVERY_ACTIONS more are taken before the next write: a resume counts them as taken
             write_kept_goal(goal_file, KeptGoal(int(gate.goal_stamp_ns), photo[0], photo[1], st["actions"],
-                                                st["resumes"], st["started_utc"]))
+                                                st["resumes"], st["started_utc"], KEEP_EVERY_ACTIONS))
         except (OSError, ValueError) as err:
+            # the copy kept before counts fewer actions than are taken from now on: a restart would overspend the
+            # budget with it, so it goes (a later write that succeeds keeps the goal again)
+            try:
+                drop_kept_goal(goal_file)
+                lost = "would lose it"
+            except OSError:
+                lost = "would resume it with an older, too low action count (it could not be removed either)"
             if st["goal_file_error"] is None:
                 node.get_logger().error(f"could not keep the goal in {goal_file}: {err}; a restart of this node "
-                                        "would lose it")
+                                        + lost)
             st["goal_file_error"] = str(err)
             return
         st["kept_actions"], st["goal_file_error"] = st["actions"], None
@@ -447,7 +461,7 @@ def build(node) -> Callable[[], None]:
         if not depth_followed and previous is not None and previous != t_goal:
             # the goal being worked on ends here, or a client waiting on it (`memnav goal send --wait`) never hears
             node.get_logger().info(f"goal {previous} given up after {st['actions']} actions: a new goal replaces it")
-            goal_status("cancelled", previous, replaced_by=t_goal)
+            goal_status(GoalStatus.CANCELLED, previous, replaced_by=t_goal)
         gate.goal_started(t_goal, rgb, depth, time.monotonic())
         resume = st["resume"]
         if resume is not None and resume.goal_stamp_ns == t_goal:   # the goal kept before this node restarted
@@ -456,7 +470,7 @@ def build(node) -> Callable[[], None]:
             st["actions"], st["resumes"], st["resume"] = 0, 0, None
             st["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         keep_goal()
-        goal_status("active", t_goal)
+        goal_status(GoalStatus.ACTIVE, t_goal)
         if depth_followed:
             node.get_logger().info("goal depth arrived before any decision: the episode goes on with an RGB-D goal")
         else:
@@ -535,7 +549,7 @@ def build(node) -> Callable[[], None]:
             drop("episode result", err)
             return
         if ended == gate.goal_stamp_ns:
-            goal_status("ended", ended)
+            goal_status(GoalStatus.ENDED, ended)
         gate.episode_ended(ended)
 
     def on_rgb(msg: Image) -> None:
@@ -645,7 +659,7 @@ def build(node) -> Callable[[], None]:
         if show_search:
             publish_search(final=action == Action.STOP)
         if action == Action.STOP:
-            goal_status("budget" if mode == "budget" else "stopped", gate.goal_stamp_ns, mode)
+            goal_status(GoalStatus.BUDGET if mode == "budget" else GoalStatus.STOPPED, gate.goal_stamp_ns, mode)
             gate.goal_over()
         elif goal_file and st["actions"] - st["kept_actions"] >= KEEP_EVERY_ACTIONS:
             keep_goal()
@@ -730,7 +744,7 @@ def build(node) -> Callable[[], None]:
         gate.goal_over()
         gate.hold((0.0, 0.0), now_s())   # zero at once, not at the end of the action being carried out
         publish_cmd()
-        goal_status("cancelled", goal)
+        goal_status(GoalStatus.CANCELLED, goal)
         resp.success = True
         resp.message = json.dumps({"goal_stamp_ns": goal, "actions": st["actions"]})
         node.get_logger().info(f"goal cancelled after {st['actions']} actions: waiting for the next goal")
@@ -739,7 +753,7 @@ def build(node) -> Callable[[], None]:
     def health(new: int):
         now = time.monotonic()
         memory = nav.memory
-        if st["goal"] is not None and st["goal"]["status"] == "active":
+        if st["goal"] is not None and st["goal"]["status"] == GoalStatus.ACTIVE:
             st["goal"]["actions"] = st["actions"]
         h = PolicyHealth(hfov_deg=st["hfov"], waiting_s=now - st["started_s"], camera_mismatch=st["mismatch"],
                          input_age_s={k: None if t is None else now - t for k, t in st["heard"].items()},
@@ -765,11 +779,15 @@ def build(node) -> Callable[[], None]:
                 aside = set_aside(goal_file)
                 node.get_logger().error(why + (f"; moved to {aside}" if aside else "; it could not be moved aside"))
             return
-        taken, why = resume_or_give_up(kept, cfg.max_goal_resumes)
+        # the actions that may have gone unwritten count as taken, up to the budget's last (over_budget's)
+        budget = cfg.max_steps if not cfg.lockstep and cfg.max_steps > 0 else 0
+        taken, why = resume_or_give_up(kept, cfg.max_goal_resumes, budget)
         if taken is None:
             node.get_logger().error(why)
             st["actions"], st["resumes"] = kept.actions, kept.resumes
-            goal_status("abandoned", kept.goal_stamp_ns)
+            goal_status(GoalStatus.ABANDONED, kept.goal_stamp_ns)
+            # a latched copy of its photo (a goal publisher still running) is not a new goal: not started from 0
+            gate.given_up(kept.goal_stamp_ns)
             return
         node.get_logger().warning(why)
         st["resume"] = taken

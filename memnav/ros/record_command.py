@@ -17,6 +17,13 @@ paused or absent /clock neither stalls discovery nor the end of the recording). 
 arrive before the first /clock (latched ones, typically) are written with the time of that first /clock, not at
 time 0 (which put a decades-long gap at the start of the bag, so that a replay never reached its second message).
 
+Topics are recorded under the names they have in the graph. A topic remap in --ros-args (`-r
+/camera/color/image_raw:=/cam/rgb`) is refused, exit status 2, before anything starts: ROS would apply it to the
+recorder's subscriptions, so a named topic would be looked for under one name and subscribed under another (nothing
+recorded), and in a recording of every topic one topic's messages would be written under another's name. Name the
+topics as the graph has them and rename them when replaying (`memnav replay BAG --remap FROM:=TO`). The node's own
+name and namespace (`-r __node:=NAME`, `-r __ns:=/NS`) are taken.
+
 Recording ends at Ctrl-C, SIGTERM or after `--duration` seconds; the bag is then finished (index and
 metadata written). The output folder must not exist: a bag is never overwritten. A recording that fails
 before its first message (a bad option, a ROS error) leaves no folder behind.
@@ -50,7 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--discovery-interval", type=float, default=0.5, metavar="S",
                         help="how often the graph is checked for new topics, seconds")
     parser.add_argument("--ros-args", nargs=argparse.REMAINDER, default=[], dest="ros_args",
-                        help="everything after this goes to ROS (e.g. -p use_sim_time:=true, -r __node:=NAME)")
+                        help="everything after this goes to ROS (e.g. -p use_sim_time:=true, -r __node:=NAME, "
+                             "-r __ns:=/NS); topic remaps are refused: name the topics as the graph has them, and "
+                             "rename them at replay (memnav replay --remap FROM:=TO)")
 
 
 def message_class(msgtype: str) -> Any:
@@ -92,6 +101,60 @@ def offered_qos(infos: list[Any]) -> list[Any]:
                         max(1, int(i.qos_profile.depth or 1))) for i in infos]
 
 
+# ROS arguments that take the next one as their value (rcl's), so that a value is never read as an option
+_ROS_ARGS_WITH_VALUE = {"-p", "--param", "--params-file", "-e", "--enclave", "--log-level", "--log-file-name",
+                        "--log-config-file"}
+# remap rules for the node itself, not for a topic: taken
+_NODE_REMAPS = {"__node", "__name", "__ns"}
+
+
+def topic_remaps(ros_args: list[str]) -> list[str]:
+    """The topic (or service) remap rules among `ros_args` (what follows --ros-args on the command line): every
+    `-r` / `--remap` rule except the node's own name and namespace (`__node:=`, `__name:=`, `__ns:=`, also with a
+    `NODE:` prefix). Arguments after a `--` that ends the ROS arguments are not ROS's (until another --ros-args)."""
+    rules: list[str] = []
+    in_ros, i = True, 0
+    while i < len(ros_args):
+        arg = ros_args[i]
+        if arg == "--ros-args":
+            in_ros = True
+        elif not in_ros:
+            pass
+        elif arg == "--":
+            in_ros = False
+        elif arg in ("-r", "--remap") and i + 1 < len(ros_args):
+            rule = ros_args[i + 1]
+            name = rule.split(":=", 1)[0]
+            if "://" not in name and ":" in name:   # NODE:name:=... (rostopic://name:=... is a topic's)
+                name = name.split(":", 1)[1]
+            if ":=" in rule and name not in _NODE_REMAPS:   # no ":=": not a rule at all, rcl says so
+                rules.append(rule)
+            i += 1
+        elif arg in _ROS_ARGS_WITH_VALUE:
+            i += 1
+        i += 1
+    return rules
+
+
+def check_no_topic_remaps(ros_args: list[str]) -> None:
+    """Refuse a topic remap in record's --ros-args (ValueError naming it and what to do instead): ROS applies it to
+    the recorder's subscriptions, so a named topic would be looked for in the graph under its own name and subscribed
+    under the remapped one (nothing recorded, only "never saw a publisher"), and in a recording of every topic the
+    messages of the remap's target would be written under its source's name (the source's own never recorded)."""
+    rules = topic_remaps(ros_args)
+    if not rules:
+        return
+    rule = rules[0]
+    source, _, target = rule.partition(":=")
+    source = source.split("://", 1)[-1]
+    if ":" in source:
+        source = source.split(":", 1)[1]
+    raise ValueError(f"--ros-args -r {rule}: memnav record takes no topic remaps (ROS would turn its subscription "
+                     f"of {source} to {target}: {source} recorded as nothing, or {target}'s messages written under the "
+                     f"name {source}); name the topics as they are in the graph (memnav record --out BAG {target}) "
+                     f"and rename them when replaying (memnav replay BAG --remap {target}:={source})")
+
+
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.duration <= MAX_TIMER_S:   # NaN fails every comparison
         raise ValueError(f"--duration must be a number of seconds from 0 to {MAX_TIMER_S:g} "
@@ -99,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.discovery_interval <= MAX_TIMER_S:
         raise ValueError(f"--discovery-interval must be a number of seconds above 0 and at most {MAX_TIMER_S:g}, "
                          f"got {args.discovery_interval:g}")
+    check_no_topic_remaps(args.ros_args)
     if args.out.exists():
         raise BagError(f"--out {args.out} exists already; a bag is never overwritten")
     import rclpy

@@ -13,6 +13,9 @@ from memnav.core.types import Pose2D
 
 PLACE_DIAMETER_M = 0.25
 EDGE_WIDTH_M = 0.03
+# places drawn in one MarkerArray at most: about 40 bytes a sphere and 48 an edge, so some 300 KB at this many
+# (a 100,000-place memory made an 11 MB array each publish: Fast DDS large messages, RViz stalled)
+MAX_MARKER_PLACES = 3000
 _NO_ROOM_RGBA = (0.6, 0.6, 0.6, 1.0)
 
 
@@ -98,12 +101,36 @@ def retrievals_body(memory: SceneGraphMemory, goal, k: int, odometry_pose: Pose2
             "hits": retrievals_json(memory.retrieve(goal, k), robot)}
 
 
-def scene_graph_markers(memory: SceneGraphMemory, frame_id: str, stamp=None):
+def marker_stride(places: int, max_places: int = MAX_MARKER_PLACES) -> int:
+    """Every how many places (by id) one is drawn so that at most `max_places` of `places` are (0: no limit)."""
+    if max_places < 0:
+        raise ValueError(f"max_places must be >= 0 (0 = no limit), got {max_places!r}")
+    return -(-places // max_places) if max_places and places > max_places else 1
+
+
+def scene_graph_markers(memory: SceneGraphMemory, frame_id: str, stamp=None, *,
+                        max_places: int = MAX_MARKER_PLACES):
     """visualization_msgs/MarkerArray: a DELETEALL, places as one sphere list coloured by room, traversability
-    edges as one line list, and a text label per room at its centroid."""
+    edges as one line list, and a text label per room at its centroid.
+
+    Args:
+        memory: the memory to draw.
+        frame_id: the markers' frame (the memory frame).
+        stamp: the markers' header stamp (builtin_interfaces/Time), or None.
+        max_places: above this many places only every k-th place by id is drawn (k = `marker_stride`: spread
+            evenly along the way the robot went), with only the traversability edges between drawn places, and
+            a text marker (namespace "info", above the places' centroid) says how many of how many are drawn.
+            Room labels still count and centre on all places. 0 = no limit.
+
+    Raises:
+        ValueError: a negative `max_places`.
+    """
     from geometry_msgs.msg import Point
     from std_msgs.msg import ColorRGBA
     from visualization_msgs.msg import Marker, MarkerArray
+
+    ids = memory.place_ids().tolist()
+    stride = marker_stride(len(ids), max_places)
 
     def marker(ns: str, mid: int, kind: int) -> Marker:
         m = Marker(ns=ns, id=mid, type=kind, action=Marker.ADD)
@@ -117,19 +144,32 @@ def scene_graph_markers(memory: SceneGraphMemory, frame_id: str, stamp=None):
     clear.header.frame_id = frame_id
     places = marker("places", 0, Marker.SPHERE_LIST)
     places.scale.x = places.scale.y = places.scale.z = PLACE_DIAMETER_M
-    pose: dict[int, tuple[float, float]] = {}
-    for node_id in memory.place_ids().tolist():
+    pose: dict[int, tuple[float, float]] = {}   # every place's: room labels are over all of them
+    drawn: set[int] = set()
+    for i, node_id in enumerate(ids):
         p = memory.place(int(node_id))
         pose[p.node_id] = (p.pose.x_m, p.pose.y_m)
-        places.points.append(Point(x=p.pose.x_m, y=p.pose.y_m, z=0.0))
-        places.colors.append(ColorRGBA(**dict(zip("rgba", room_rgba(p.room_id)))))
+        if i % stride == 0:
+            drawn.add(p.node_id)
+            places.points.append(Point(x=p.pose.x_m, y=p.pose.y_m, z=0.0))
+            places.colors.append(ColorRGBA(**dict(zip("rgba", room_rgba(p.room_id)))))
     edges = marker("edges", 0, Marker.LINE_LIST)
     edges.scale.x = EDGE_WIDTH_M
     edges.color = ColorRGBA(r=0.9, g=0.9, b=0.9, a=0.8)
     for a, b, d in memory.graph.edges(data=True):
-        if d["kind"] is EdgeKind.TRAVERSABLE and a in pose and b in pose:
+        if d["kind"] is EdgeKind.TRAVERSABLE and a in drawn and b in drawn:
             edges.points += [Point(x=pose[a][0], y=pose[a][1]), Point(x=pose[b][0], y=pose[b][1])]
     out = MarkerArray(markers=[clear, places, edges])
+    if stride > 1:
+        info = marker("info", 0, Marker.TEXT_VIEW_FACING)
+        info.pose.position.x = sum(x for x, _ in pose.values()) / len(pose)
+        info.pose.position.y = sum(y for _, y in pose.values()) / len(pose)
+        info.pose.position.z = 1.5
+        info.scale.z = 0.5
+        info.color = ColorRGBA(r=1.0, g=1.0, b=1.0, a=1.0)
+        info.text = (f"{len(drawn)} of {len(ids)} places drawn (1 in {stride}, max_places {max_places}); "
+                     "edges only between drawn places")
+        out.markers.append(info)
     for room_id, members in sorted(memory.rooms().items()):
         xy = [pose[m] for m in members if m in pose]
         if not xy:

@@ -5,8 +5,9 @@ Subscribes:
     /memnav/goal_embedding      sensor_msgs/Image 32FC1 1 x D                    (reliable, transient local)
     /camera/color/image_raw     sensor_msgs/Image rgb8/bgr8/... (for verification)  (sensor-data QoS)
     /memnav/goal_image          sensor_msgs/Image (for verification)              (reliable, transient local)
-    /memnav/goal_status         std_msgs/String JSON (policy_node): a goal that ended ("stopped", "budget",
-                                "cancelled", "ended", "abandoned") gets no more decisions     (qos.events_qos)
+    /memnav/goal_status         std_msgs/String JSON (policy_node): a goal that ended (goal_status.ENDED_STATUSES:
+                                "stopped", "budget", "cancelled", "ended", "abandoned") gets no more decisions
+                                                                                             (qos.events_qos)
 Publishes:
     /memnav/stop_decision       std_msgs/String JSON per embedding once a goal is known {stamp_ns, goal_stamp_ns,
                                 stop, belief, reason (StopReason name), similarity, verification, verification_ran,
@@ -25,10 +26,16 @@ GOAL_AHEAD_WARN_S before it: a throttled warning, the goal photo may be stamped 
 ended (its `/memnav/goal_status`), or if it had ended before this node heard its embedding, no decision is
 published for it until the next goal embedding. An embedding
 re-sent with the stamp of the last one decided (same goal) gets the same decision again, not recomputed.
-Bad messages are dropped with a throttled warning and counted; the node never dies on one. A goal embedding
-whose length differs from that of the embeddings already decided is dropped (it would block every decision);
-one that came before any embedding and differs from theirs is the one named, with both lengths, in a throttled
-warning for each embedding left undecided (the goal was encoded by another checkpoint than the embeddings).
+Bad messages are dropped with a throttled warning and counted; the node never dies on one.
+Embedding lengths: the node takes the length of the embeddings that come (checked with or without a goal). A
+single embedding of another length is dropped as a bad one; when LENGTH_SWITCH_AFTER in a row have one new length,
+or when the newest embedding has the length of a goal embedding refused for its length (in either order), the
+encoder was restarted with another checkpoint: one warning names both lengths, and the new one is taken. A goal
+embedding of a length other than the embeddings' is refused (a throttled warning, counted; the goal before it
+stays) but held: it becomes the goal when the embeddings take its length (the restarted encoder re-encodes the
+latched goal photo, often before its first frame). A goal that came before any embedding and differs from them is
+named, with both lengths, in a throttled warning for each embedding left undecided (the goal was encoded by
+another checkpoint than the embeddings), as is a goal left of the old length after a switch.
 """
 from __future__ import annotations
 
@@ -39,12 +46,13 @@ from dataclasses import dataclass
 
 from memnav.core.stop import STOP_FEATURES, VoIStopConfig, load_calibrator
 from memnav.core.verification import VerificationConfig
+from memnav.ros.goal_status import ENDED_STATUSES
 from memnav.ros.qos import events_qos, latched_qos
 
 FEATURES = STOP_FEATURES
-ENDED_STATUSES = ("stopped", "budget", "cancelled", "ended", "abandoned")   # policy_node's goal statuses that end one
 ENDED_KEPT = 32             # ended goals remembered (a late-joining node hears the last 10 statuses)
 GOAL_AHEAD_WARN_S = 2.0     # embeddings this much older than the goal photo: warn (another clock?)
+LENGTH_SWITCH_AFTER = 5     # embeddings in a row of one new length: the encoder's checkpoint changed, take it
 
 
 @dataclass
@@ -106,9 +114,11 @@ def build(node) -> Callable[[], None]:
     colours: StampedQueue = StampedQueue(cfg.image_queue_size)   # raw colour messages by stamp
     # goal embedding (stamp, vector); goal image features (stamp, Features): they belong together when the
     # stamps agree (encoder_node copies the goal image's header)
-    # dim: length of the embeddings decided so far (a goal embedding of another length is refused)
+    # dim: length of the embeddings (a goal embedding of another length is refused, and held until they take it);
+    # run: (length, count) of the newest embeddings in a row of a length other than dim, None if the newest has dim;
+    # held: (stamp, vector) of the newest goal embedding refused for its length, None when a goal came after it
     st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None, "dim": None, "decisions": 0,
-          "last_body": None}
+          "last_body": None, "run": None, "held": None}
     ended: list[int] = []   # stamps of goals whose end policy_node announced (newest last, ENDED_KEPT at most)
 
     def drop(what: str, err: Exception) -> None:
@@ -128,16 +138,50 @@ def build(node) -> Callable[[], None]:
             return None
         return verify_features(features[1], current, ver_cfg).score
 
+    def take_length(size: int, why: str) -> None:
+        """The embeddings have length `size` from now on (the encoder was restarted with another checkpoint); a
+        goal held for that length becomes the goal."""
+        node.get_logger().warning(
+            f"the embeddings on {sub_embedding.topic_name} now have length {size}, before {st['dim']} ({why}): was "
+            f"the encoder restarted with another checkpoint? Length {size} is taken from here on")
+        st.update(dim=size, run=None, last=None)
+        held = st["held"]
+        if held is not None and held[1].size == size:
+            st.update(held=None, goal=None if held[0] in ended else held)
+            if held[0] not in ended:
+                node.get_logger().info(f"goal embedding (stamp {held[0]} ns) of length {size}: it is the goal now")
+
+    def length_agrees(emb) -> bool:
+        """Whether the embedding `emb` has the embeddings' length; if not, whether its length is taken now."""
+        size = emb.size
+        if st["dim"] is None and (st["goal"] is None or st["goal"][1].size == size):
+            st["dim"] = size   # the first one; unless the goal differs: on_embedding names both lengths
+        if st["dim"] is None or size == st["dim"]:
+            st["run"] = None
+            return True
+        n = st["run"][1] + 1 if st["run"] is not None and st["run"][0] == size else 1
+        st["run"] = (size, n)
+        held = st["held"]   # newer than the goal: the encoder that sent it may be the one sending these now
+        if n >= LENGTH_SWITCH_AFTER:
+            take_length(size, f"{n} in a row")
+        elif held is not None and held[1].size == size:
+            take_length(size, f"as has the goal embedding, stamp {held[0]} ns")
+        else:
+            drop("embedding", conv.MessageError(
+                f"its length is {size}, the embeddings' {st['dim']} ({n} in a row of length {size}; "
+                f"{LENGTH_SWITCH_AFTER} in a row are taken as the new length)"))
+            return False
+        return True
+
     def on_embedding(msg: Image) -> None:
-        if st["goal"] is None:
-            return
-        goal_ns, goal = st["goal"]
         try:
-            # the length decided before: this embedding is the odd one; none yet: the goal's is checked below
-            emb = image_to_embedding(msg, st["dim"])
+            emb = image_to_embedding(msg)
         except conv.MessageError as err:
             drop("embedding", err)
             return
+        if not length_agrees(emb) or st["goal"] is None:
+            return
+        goal_ns, goal = st["goal"]
         if emb.size != goal.size:
             st["dropped"] += 1
             node.get_logger().warning(
@@ -146,7 +190,6 @@ def build(node) -> Callable[[], None]:
                 f"comes (was the goal encoded by another encoder checkpoint?) ({st['dropped']} dropped so far)",
                 throttle_duration_sec=2.0)
             return
-        st["dim"] = emb.size
         t = stamp_to_ns(msg.header.stamp)
         if t < goal_ns:
             st["stale"] += 1
@@ -180,18 +223,25 @@ def build(node) -> Callable[[], None]:
     def on_goal_embedding(msg: Image) -> None:
         try:
             goal = image_to_embedding(msg)
-            if st["dim"] is not None and goal.size != st["dim"]:
-                raise conv.MessageError(f"its length is {goal.size}, the embeddings decided so far have length "
-                                        f"{st['dim']} (was it encoded by another encoder checkpoint?)")
         except conv.MessageError as err:
             drop("goal embedding", err)
             return
         stamp = stamp_to_ns(msg.header.stamp)
         if stamp in ended:
             node.get_logger().info(f"goal embedding (stamp {stamp} ns): that goal has ended, no decisions for it")
-            st.update(goal=None, last=None)
+            st.update(goal=None, last=None, held=None)
             return
-        st.update(goal=(stamp, goal), last=None)
+        if st["dim"] is not None and goal.size != st["dim"]:
+            if st["run"] is not None and st["run"][0] == goal.size:   # the newest embedding has its length too
+                st["held"] = None
+                take_length(goal.size, f"as has the goal embedding, stamp {stamp} ns")
+            else:
+                st["held"] = (stamp, goal)
+                drop("goal embedding", conv.MessageError(
+                    f"its length is {goal.size}, the embeddings' {st['dim']} (was it encoded by another encoder "
+                    "checkpoint?); it becomes the goal if the embeddings take its length"))
+                return
+        st.update(goal=(stamp, goal), last=None, held=None)
 
     def on_goal_status(msg: String) -> None:
         try:
@@ -204,6 +254,8 @@ def build(node) -> Callable[[], None]:
             return
         ended.append(stamp)
         del ended[:-ENDED_KEPT]
+        if st["held"] is not None and st["held"][0] == stamp:
+            st["held"] = None
         if st["goal"] is not None and st["goal"][0] == stamp:
             node.get_logger().info(f"goal (stamp {stamp} ns) {what}: no more stop decisions until the next goal")
             st.update(goal=None, last=None)

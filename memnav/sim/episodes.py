@@ -7,6 +7,7 @@ import json
 import math
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,8 @@ class Episode:
             "data/scene_datasets/gibson/Adrian.glb").
         start_position: (3,) agent start in Habitat world coordinates, meters.
         start_rotation: (4,) start rotation quaternion [x, y, z, w].
-        goals: one or more goals; `goal` is the first.
+        goals: one or more goals; `goal` is the first (the goal photo's), `nearest_goal` the one the
+            metrics measure to.
         geodesic_distance: start-to-goal shortest path length from the file, meters (None if absent).
         info: the file's `info` object, kept for round trips.
         scene_path: the resolved scene file, or None when it was not found (see `require_scene`).
@@ -60,7 +62,21 @@ class Episode:
 
     @property
     def goal(self) -> NavGoal:
+        """The first goal: the one the goal photo is taken at (habitat-lab's ImageGoal sensor). Success, SPL and
+        the distance to the goal measure to the nearest of all goals instead (`nearest_goal`)."""
         return self.goals[0]
+
+    def nearest_goal(self, position: np.ndarray, geodesic_distance: Callable[[np.ndarray, np.ndarray], float]
+                     ) -> NavGoal:
+        """The goal nearest `position` by `geodesic_distance(position, goal position)` (a simulator's): from the
+        start, the goal that habitat-lab's DistanceToGoal, Success and SPL measure an episode against. The first
+        of equally near goals; the first goal when none is reachable."""
+        best, best_d = self.goals[0], math.inf
+        for g in self.goals:
+            d = float(geodesic_distance(np.asarray(position, dtype=np.float64), np.asarray(g.position, np.float64)))
+            if d < best_d:
+                best, best_d = g, d
+        return best
 
     @property
     def scene_name(self) -> str:

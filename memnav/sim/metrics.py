@@ -85,6 +85,26 @@ class EpisodeResult:
         return d
 
 
+@dataclass
+class SkippedEpisode:
+    """An episode that could not be run, so no agent acted in it: its goal is unreachable from its start in the
+    scene (no navigable path), or its start or a goal is off the scene's navigable floor. `memnav eval` leaves it
+    out of every mean and lists it under `skipped_episodes`, with the reason.
+
+    Attributes:
+        episode_id: id from the episode file.
+        scene_id: scene of the episode.
+        reason: why it could not be run (the simulator's message, naming episode, scene and positions).
+    """
+
+    episode_id: str
+    scene_id: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
 JUDGING_LAYERS = ("candidate", "approach", "sweep", "homing")
 """The Navigator layers that drive to a spot and judge it there (a look-around), then stop or give it up."""
 
@@ -213,31 +233,45 @@ def ended_by_layer(results: Sequence[EpisodeResult]) -> dict[str, dict]:
     return dict(sorted(table.items(), key=lambda kv: -kv[1]["episodes"]))
 
 
-def visit_indices(results: list[EpisodeResult], visits: int = 0) -> list[int]:
+def visit_indices(results: Sequence[EpisodeResult | SkippedEpisode], visits: int = 0) -> list[int | None]:
     """Each result's visit index (0 = a house's first episode): its place among its house's episodes, counted
-    afresh every `visits` episodes when a house's memory restarts that often (0 = never)."""
-    count: dict[str, int] = {}
-    out = []
+    afresh every `visits` episodes when a house's memory restarts that often (0 = never).
+
+    `results` may hold, in episode order, the episodes that were skipped (`SkippedEpisode`, index None): no agent
+    visited them, so they take no visit index, but with `visits` > 0 they still hold their place in their house's
+    runs of `visits` consecutive episodes (`memnav eval --lifelong-visits` forms those runs from the episode list,
+    each with a memory of its own), so that a later episode keeps the run, and the visit number, it was run in."""
+    slots: dict[str, int] = {}
+    seen: dict[tuple[str, int], int] = {}
+    out: list[int | None] = []
     for r in results:
-        k = count.get(r.scene_id, 0)
-        count[r.scene_id] = k + 1
-        out.append(k % visits if visits > 0 else k)
+        slot = slots.get(r.scene_id, 0)
+        slots[r.scene_id] = slot + 1
+        if isinstance(r, SkippedEpisode):
+            out.append(None)
+            continue
+        run = (r.scene_id, slot // visits if visits > 0 else 0)
+        k = seen.get(run, 0)
+        seen[run] = k + 1
+        out.append(k)
     return out
 
 
-def lifelong_spl_by_visit(results: list[EpisodeResult], visits: int = 0) -> list[float]:
+def lifelong_spl_by_visit(results: Sequence[EpisodeResult | SkippedEpisode], visits: int = 0) -> list[float]:
     """Mean SPL of each house's k-th episode (k = 1, 2, ...), over the houses (with `visits` > 0: the sequences
-    of `visits` episodes, `visit_indices`) that had a k-th episode."""
+    of `visits` episodes, `visit_indices`) that had a k-th episode. Skipped episodes in `results` count for
+    nothing (see `visit_indices`)."""
     per_visit: dict[int, list[float]] = {}
     for r, k in zip(results, visit_indices(results, visits)):
-        per_visit.setdefault(k, []).append(r.spl)
+        if k is not None:
+            per_visit.setdefault(k, []).append(r.spl)
     return [float(sum(v) / len(v)) for _, v in sorted(per_visit.items())]
 
 
-def lifelong_known_house_spl(results: list[EpisodeResult], visits: int = 0) -> float | None:
+def lifelong_known_house_spl(results: Sequence[EpisodeResult | SkippedEpisode], visits: int = 0) -> float | None:
     """Mean SPL over the episodes that are not their house's first (the memory knew the house; with `visits`
-    > 0, not their sequence's first); None if none."""
-    known = [r.spl for r, k in zip(results, visit_indices(results, visits)) if k > 0]
+    > 0, not their sequence's first); None if none. Skipped episodes in `results` count for nothing."""
+    known = [r.spl for r, k in zip(results, visit_indices(results, visits)) if k is not None and k > 0]
     return float(sum(known) / len(known)) if known else None
 
 

@@ -35,7 +35,13 @@ class RunnerConfig:
 
 
 class EpisodeRunner:
-    """Serves episodes one after another; actions and velocity commands go to the current one."""
+    """Serves episodes one after another; actions and velocity commands go to the current one.
+
+    `results` holds one result per episode served, in the order they ended: an episode restarted
+    (`restart_episode`) keeps one, of the attempt that ended last (an attempt given up before it ended records
+    nothing; one that ended is replaced, in its place, when the restarted one ends). An episode served again
+    after the last wrapped around (`next_episode`) is a new visit, with a result of its own.
+    """
 
     def __init__(self, cfg: RunnerConfig, sim_cfg: SimConfig) -> None:
         from memnav.sim.episodes import load_episodes
@@ -56,6 +62,7 @@ class EpisodeRunner:
         self.index = -1
         self.results: list[EpisodeResult] = []
         self.observation: Observation | None = None
+        self._ended_at: int | None = None   # where in `results` the current episode's ended attempt is, if one ended
 
     @property
     def finished(self) -> bool:
@@ -69,9 +76,13 @@ class EpisodeRunner:
         """Start the next episode (wrapping around after the last)."""
         self.index = (self.index + 1) % len(self.episodes)
         self.observation = self.env.reset(self.episodes[self.index])
+        self._ended_at = None
         return self.observation
 
     def restart_episode(self) -> Observation:
+        """Start the current episode again (the first, before any was started). Its result stays the one of the
+        attempt that ended last: one that ended before is replaced in `results`, in its place (which is the
+        last), when this one ends; if this one is given up too, the earlier result stands."""
         self.observation = self.env.reset(self.episodes[max(self.index, 0)])
         self.index = max(self.index, 0)
         return self.observation
@@ -88,7 +99,11 @@ class EpisodeRunner:
         result = None
         if self.env.done:
             result = self.env.result()
-            self.results.append(result)
+            if self._ended_at is None:
+                self._ended_at = len(self.results)
+                self.results.append(result)
+            else:   # a restarted episode: its result replaces the earlier attempt's (the last result, so the
+                self.results[self._ended_at] = result   # index of the episode's result is len(results) - 1 still)
         return self.observation, result
 
     def drive(self, v_mps: float, w_radps: float, dt_s: float) -> Observation:

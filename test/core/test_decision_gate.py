@@ -262,6 +262,10 @@ def test_goals_that_ended_are_remembered_so_their_photo_again_is_no_new_goal():
     assert not g.ended(299 * MS) and not g.ended(300 * MS)
     g.episode_ended(300 * MS)
     assert g.ended(300 * MS)
+    g.given_up(50 * MS)                             # a kept goal abandoned at start, never worked on here
+    assert g.ended(50 * MS) and g.goal_stamp_ns is None
+    g.given_up(50 * MS)                             # remembered once
+    assert list(g._ended).count(50 * MS) == 1
 
 
 def test_a_goal_stamped_ahead_of_the_camera_frames_says_how_far_once_it_has_waited():

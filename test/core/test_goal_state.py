@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from memnav.core.goal_state import (
+    GOAL_STATE_FORMAT,
     KeptGoal,
+    counted_actions,
     drop_kept_goal,
     read_kept_goal,
     resume_or_give_up,
@@ -24,20 +26,20 @@ def _goal(depth: bool = True, **kw) -> KeptGoal:
 
 @pytest.mark.parametrize("depth", [True, False])
 def test_a_kept_goal_reads_back_exactly(tmp_path, depth):
-    goal = _goal(depth=depth, actions=37, resumes=1)
+    goal = _goal(depth=depth, actions=37, resumes=1, unkept_actions=10)
     path = tmp_path / "robot" / "goal_state.npz"   # the folder is created
     write_kept_goal(path, goal)
     back, why = read_kept_goal(path)
     assert back is not None, why
-    assert (back.goal_stamp_ns, back.actions, back.resumes, back.started_utc) == (goal.goal_stamp_ns, 37, 1,
-                                                                                   "2026-11-27T12:00:00Z")
+    assert (back.goal_stamp_ns, back.actions, back.resumes, back.started_utc, back.unkept_actions) == (
+        goal.goal_stamp_ns, 37, 1, "2026-11-27T12:00:00Z", 10)
     np.testing.assert_array_equal(back.rgb, goal.rgb)
     if depth:
         assert back.depth.dtype == np.float32
         np.testing.assert_array_equal(back.depth, goal.depth)
     else:
         assert back.depth is None
-    assert f"goal {goal.goal_stamp_ns} kept in {path}: 37 actions" in why
+    assert f"goal {goal.goal_stamp_ns} kept in {path}: 37 actions (up to 10 more not kept)" in why
     assert [p.name for p in path.parent.iterdir()] == ["goal_state.npz"]   # no temporary file left
 
 
@@ -100,9 +102,41 @@ def test_a_goal_is_resumed_at_most_max_resumes_times():
         resume_or_give_up(goal, -1)
 
 
+def test_a_resume_counts_the_actions_not_yet_kept_as_taken():
+    """The count is written every few actions: a node killed between two writes took up to unkept_actions more than
+    its file says, so a resume counts them (the budget is not overspent), and never more than the budget's last but
+    one (the budget's last action ends the goal and removes its file, so a kept goal has not had it yet)."""
+    goal = _goal(actions=20, unkept_actions=10)
+    assert counted_actions(goal) == 30
+    assert counted_actions(goal, 500) == 30
+    assert counted_actions(goal, 25) == 24   # the next action is the budget's STOP
+    assert counted_actions(goal, 21) == 20
+    assert counted_actions(_goal(actions=40, unkept_actions=10), 30) == 40   # never below the kept count
+    assert counted_actions(_goal(actions=20)) == 20   # nothing unkept: the count as kept
+    with pytest.raises(ValueError, match="max_actions"):
+        counted_actions(goal, -1)
+
+    taken, why = resume_or_give_up(goal, 3, 500)
+    assert (taken.actions, taken.unkept_actions, taken.resumes) == (30, 0, 1)
+    assert "(20 actions kept before, counted as 30: up to 10 more may have been taken" in why
+    assert "resume 1 of at most 3" in why
+    assert resume_or_give_up(goal, 3, 25)[0].actions == 24
+    # the resumed goal, kept again before anything is decided, is not counted up a second time by the next resume
+    assert counted_actions(taken) == 30
+
+
+def test_a_file_from_before_unkept_actions_reads_with_none_unkept(tmp_path):
+    path = tmp_path / "goal_state.npz"
+    np.savez(path, rgb=np.zeros((4, 4, 3), np.uint8), meta=np.array(json.dumps(
+        {"format": GOAL_STATE_FORMAT, "goal_stamp_ns": 5, "actions": 12, "resumes": 0})))
+    goal, why = read_kept_goal(path)
+    assert goal is not None and goal.unkept_actions == 0 and counted_actions(goal) == 12, why
+
+
 @pytest.mark.parametrize("field, value", [("goal_stamp_ns", -1), ("goal_stamp_ns", 1.5), ("rgb", np.zeros((4, 4))),
                                           ("rgb", np.zeros((4, 4, 3), np.float32)), ("depth", np.zeros((4, 4, 1))),
-                                          ("depth", np.zeros((4, 4), np.uint16)), ("actions", -3), ("resumes", None)])
+                                          ("depth", np.zeros((4, 4), np.uint16)), ("actions", -3), ("resumes", None),
+                                          ("unkept_actions", -1), ("unkept_actions", 2.0)])
 def test_a_bad_goal_is_refused_naming_the_field(field, value):
     kw = {"goal_stamp_ns": 5, "rgb": np.zeros((4, 4, 3), np.uint8), "depth": None, field: value}
     with pytest.raises(ValueError, match=f"KeptGoal.{field}"):

@@ -567,3 +567,133 @@ def test_a_db3_without_a_write_ahead_log_is_read_in_place(tmp_path):
     bag, read = read_all(tmp_path / "bag")
     assert len(read) == len(msgs)
     assert not any("-wal" in w for w in bag.warnings)
+
+
+def _split_recording(folder: Path, storage: str, chunks: list[list[tuple[str, str, int, bytes]]],
+                     name: str = "rec", metadata: bool = False) -> list[Path]:
+    """A recording split into one storage file per chunk (`ros2 bag record --max-bag-duration`): `folder` holds
+    `{name}_0.mcap`, `{name}_1.mcap`, ... (each written as its own bag, then moved there) and, with `metadata`, the
+    metadata.yaml rosbag2 writes for them all at the end (which a killed recorder never writes)."""
+    folder.mkdir()
+    ext = "mcap" if storage == "mcap" else "db3"
+    files, infos = [], []
+    for k, chunk in enumerate(chunks):
+        part = folder.parent / f"{folder.name}_part{k}"
+        with BagWriter(part, storage) as w:
+            for topic, msgtype, t, raw in chunk:
+                w.add_topic(topic, msgtype)
+                w.write_raw(topic, t, raw)
+        infos.append(yaml.safe_load((part / "metadata.yaml").read_text())["rosbag2_bagfile_information"])
+        files.append(folder / f"{name}_{k}.{ext}")
+        next(part.glob(f"*.{ext}")).rename(files[-1])
+        (part / "metadata.yaml").unlink()
+        part.rmdir()
+    if metadata:
+        info = infos[0]
+        start = min(i["starting_time"]["nanoseconds_since_epoch"] for i in infos)
+        end = max(i["starting_time"]["nanoseconds_since_epoch"] + i["duration"]["nanoseconds"] for i in infos)
+        counts: dict[str, int] = {}
+        topics = {}
+        for i in infos:
+            for t in i["topics_with_message_count"]:
+                counts[t["topic_metadata"]["name"]] = counts.get(t["topic_metadata"]["name"], 0) + t["message_count"]
+                topics.setdefault(t["topic_metadata"]["name"], t)
+        info.update(relative_file_paths=[f.name for f in files], message_count=sum(i["message_count"] for i in infos),
+                    files=[dict(i["files"][0], path=f.name) for i, f in zip(infos, files)],
+                    starting_time={"nanoseconds_since_epoch": start}, duration={"nanoseconds": end - start},
+                    topics_with_message_count=[dict(t, message_count=counts[n]) for n, t in topics.items()])
+        (folder / "metadata.yaml").write_text(yaml.safe_dump({"rosbag2_bagfile_information": info}))
+    return files
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_split_recording_without_metadata_is_read_as_one_bag_in_order(tmp_path, storage):
+    """A recorder that split its bag every few seconds and was killed before writing metadata.yaml: the folder of
+    rec_0 ... rec_10 (rec_10 after rec_2) reads as the whole recording, as rosbag2's metadata would have it read;
+    the files given as a list, in any order, too."""
+    msgs = raw_messages(33)                                      # 66 messages, 1 s + i * 0.1 s
+    chunks = [msgs[k:k + 6] for k in range(0, len(msgs), 6)]     # 11 files of 3 images + 3 odometry
+    folder = tmp_path / "rec"
+    files = _split_recording(folder, storage, chunks, metadata=True)
+    with BagFile(folder) as bag:                                 # rosbag2's own layout: rosbags reads the split
+        assert [m.raw for m in bag.messages()] == [m[3] for m in msgs] and bag.parts == []
+    (folder / "metadata.yaml").unlink()                          # the killed recorder's folder
+    bag, got = read_all(folder)
+    assert [(m.topic, m.log_time_ns, m.raw) for m in got] == [(t, lt, r) for t, _, lt, r in msgs]
+    assert got[-1].msg.pose.pose.position.x == pytest.approx(3.2)
+    assert bag.parts == files and bag.format == bag.storage == storage and bag.path == folder
+    assert bag.message_count == 66 and (bag.start_ns, bag.end_ns) == (10**9, 10**9 + 32 * 10**8 + 1)
+    assert {t: (i.msgtype, i.count, i.known) for t, i in bag.topics.items()} == {
+        "/camera/color/image_raw": ("sensor_msgs/msg/Image", 33, True), "/odom": ("nav_msgs/msg/Odometry", 33, True)}
+    assert bag.counts.read == {"/camera/color/image_raw": 33, "/odom": 33} and not bag.counts.truncated
+    d = bag.describe()
+    assert d["parts"] == [str(f) for f in files] and not d["salvaged"] and d["message_count"] == 66
+    (warning,) = bag.warnings
+    assert "no metadata.yaml" in warning and "11 " in warning and warning.endswith(
+        ", ".join(f.name for f in files))
+    # the files given one by one, shuffled: read in the order of their first message
+    shuffled = [files[k] for k in (7, 0, 10, 3, 1, 9, 2, 8, 4, 6, 5)]
+    with BagFile(shuffled) as bag:
+        assert [m.raw for m in bag.messages()] == [m[3] for m in msgs] and bag.parts == files
+        assert [m.raw for m in bag.messages(["/odom"])] == [m[3] for m in msgs if m[0] == "/odom"]
+    with BagFile([files[3]]) as bag:                            # one file of the list: a bare file
+        assert bag.parts == [] and bag.message_count == 6 and bag.format == storage
+
+
+def test_a_split_recording_is_ordered_by_time_not_name_and_its_cut_short_last_file_is_salvaged(tmp_path):
+    """Files named against their order in time (a recorder naming them by index + time of day, or renamed)
+    are read in time order; the last file of a killed recorder, cut short, is read up to the damage."""
+    msgs = [("/camera/color/image_raw", "sensor_msgs/msg/Image", 10**9 + i * 10**8,
+             bytes(STORE.serialize_cdr(image(i, 128), "sensor_msgs/msg/Image"))) for i in range(60)]
+    files = _split_recording(tmp_path / "rec", "mcap", [msgs[:10], msgs[10:20], msgs[20:]])   # ~50 kB each
+    names = ["b_late.mcap", "c_middle.mcap", "a_early.mcap"]   # name order: early, late, middle
+    renamed = [f.rename(f.with_name(n)) for f, n in zip(files[::-1], names)]
+    assert [f.name for f in renamed] == names
+    last = tmp_path / "rec" / "b_late.mcap"                    # 20-59: several 1 MiB chunks
+    data = last.read_bytes()
+    last.write_bytes(data[: int(len(data) * 0.6)])
+    bag, got = read_all(tmp_path / "rec")
+    assert [p.name for p in bag.parts] == ["a_early.mcap", "c_middle.mcap", "b_late.mcap"]
+    assert bag.describe()["salvaged"] and bag.counts.truncated and bag.counts.truncated_reason.startswith(
+        "b_late.mcap: ")
+    assert 20 < len(got) < 60 and [m.msg.data[0] for m in got] == list(range(len(got)))
+
+
+def test_files_that_are_not_parts_of_one_recording_are_refused_or_warned_about(tmp_path):
+    msgs = raw_messages(30)                                      # 1 s - 3.9 s
+    # two robots (or two recordings at once) of the same topics over the same time: refused, naming both files
+    a = _split_recording(tmp_path / "a", "mcap", [msgs])[0]
+    b = _split_recording(tmp_path / "b", "mcap", [msgs[4:]])[0]
+    both = tmp_path / "both"
+    both.mkdir()
+    a, b = a.rename(both / "robot1.mcap"), b.rename(both / "robot2.mcap")
+    before = tree_digest(both)
+    with pytest.raises(BagError, match=r"robot1.mcap and robot2.mcap both hold /camera/color/image_raw, /odom over "
+                                       r"the same 2.7 s: not the parts of one split recording"):
+        BagFile(both)
+    with pytest.raises(BagError, match="not the parts of one split recording"):
+        BagFile([b, a])
+    assert tree_digest(both) == before
+    # other topics over the same time (two recorders of one robot): one bag
+    odom_only = [m for m in msgs if m[0] == "/odom"]
+    images = [m for m in msgs if m[0] != "/odom"]
+    c = _split_recording(tmp_path / "c", "mcap", [odom_only])[0]
+    d = _split_recording(tmp_path / "d", "mcap", [images])[0]
+    with BagFile([c, d]) as bag:
+        assert [m.raw for m in bag.messages()] == [m[3] for m in msgs]
+    # .mcap and .db3 files together, a file given twice, a folder in the list
+    db3 = _split_recording(tmp_path / "e", "sqlite3", [msgs[:2]])[0]
+    with pytest.raises(BagError, match=r"both .mcap and .db3 files"):
+        BagFile([c, db3])
+    with pytest.raises(BagError, match="given twice"):
+        BagFile([c, d, tmp_path / "c" / ".." / "c" / c.name])
+    with pytest.raises(BagError, match="a folder among several bag files"):
+        BagFile([c, tmp_path / "d"])
+    with pytest.raises(FileNotFoundError, match="nope.mcap"):
+        BagFile([c, tmp_path / "nope.mcap"])
+    # a part missing: the gap is warned about, the rest read
+    late = [(t, ty, lt + 60 * 10**9, r) for t, ty, lt, r in msgs[40:]]
+    files = _split_recording(tmp_path / "gap", "mcap", [msgs[:20], late])
+    bag, got = read_all(tmp_path / "gap")
+    assert len(got) == 40 and any(w.startswith(f"61.1 s pass between the last message of {files[0].name}")
+                                  for w in bag.warnings)

@@ -38,3 +38,32 @@ def test_bench_agent_runs_every_blas_on_the_threads_asked_for(tmp_path):
     counts = json.loads(run.stderr.strip().splitlines()[-1])
     assert res["threads"] == 1 and res["blas_threads"] in (None, 1)
     assert all(n == 1 for n in counts.values()), counts
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_steps_timed(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the timed steps: the latency of the steps timed before it is printed and written (marked
+    interrupted, `steps` the number timed) and the bench exits 130."""
+    from memnav.cli import main
+    from memnav.eval import bench_agent
+
+    class InterruptedAgent(bench_agent.LearnedAgent):
+        acts = 0
+
+        def act(self, obs):
+            InterruptedAgent.acts += 1
+            if InterruptedAgent.acts == 5:   # one warm-up step and three timed, then Ctrl-C
+                raise KeyboardInterrupt
+            return super().act(obs)
+
+    monkeypatch.setattr(bench_agent, "LearnedAgent", InterruptedAgent)
+    data = make_tiny_dataset(tmp_path / "houses", seed=9)
+    capsys.readouterr()
+    out = tmp_path / "agent.json"
+    assert main(["bench", "agent", "--data", str(data), "--steps", "10", "--warmup", "1", "--prefill", "0",
+                 "--json", str(out), "--no-progress"]) == 130
+    printed = capsys.readouterr()
+    res = json.loads(out.read_text())
+    assert json.loads(printed.out) == res and res["interrupted"] is True and res["left_out"] == ["7 timed steps"]
+    assert res["steps"] == 3 and 0 < res["step_ms_p50"] <= res["step_ms_p99"] and res["agent"] == "memnav"
+    assert "memnav bench agent: interrupted: measured 3 of 10 timed steps; left out: 7 timed steps" in printed.err

@@ -1,9 +1,13 @@
-"""`memnav bench sim` and `memnav bench encoder` through the CLI on tiny settings (keys and value ranges)."""
+"""`memnav bench sim` and `memnav bench encoder` through the CLI on tiny settings (keys and value ranges); Ctrl-C
+during a bench (memory, sim, encoder) keeps what it measured before."""
 import json
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import make_tiny_dataset
+from conftest import make_tiny_dataset, wait_for_text
 
 from memnav.cli import main
 from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
@@ -195,3 +199,86 @@ def test_orb_vocabulary_larger_than_its_descriptors_is_a_clear_error():
     with pytest.raises(ValueError, match="--vocab-words 100000: more words than the"):
         OrbBagOfWords(rgb, 100_000, 0)
     assert len(OrbBagOfWords(rgb, 8, 0).centers) == 8
+
+
+def _interrupted_when(args: list[str], text: str, tmp_path, timeout_s: float = 240.0) -> tuple[int, str, str]:
+    """`memnav ARGS` as a process of its own, sent SIGINT (Ctrl-C) once `text` is on its stderr (a part measured);
+    its exit status, stdout and stderr."""
+    out_log, err_log = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    with out_log.open("w") as out, err_log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "memnav.cli", *args], stdout=out,
+                                stderr=err)
+        try:
+            assert wait_for_text(err_log, text, timeout_s), err_log.read_text()[-3000:]
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGABRT)   # faulthandler: the stacks of a process that did not end
+                proc.wait(timeout=30)
+    return proc.returncode, out_log.read_text(), err_log.read_text()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_bench_memory_keeps_the_sizes_measured(tmp_path):
+    """Ctrl-C while the second size is built: the first size's figures are printed and written, marked interrupted,
+    and the process exits 130 (everything was lost before)."""
+    out = tmp_path / "memory.json"
+    code, stdout, stderr = _interrupted_when(["bench", "memory", "--sizes", "10,100k", "--queries", "5",
+                                              "--db", str(tmp_path / "db"), "--json", str(out)],
+                                             "100k: generating", tmp_path)
+    assert code == 130, stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert json.loads(stdout) == res
+    assert res["interrupted"] is True and res["left_out"] == ["size 100k", "bytes_per_node", "patrol"]
+    assert res["insert_ms_p50_10"] > 0 and 0.0 <= res["retrieve_recall_at_10_10"] <= 1.0
+    assert "insert_ms_p50_100k" not in res and "nodes_after_patrol" not in res and res["sizes"] == [10, 100_000]
+    assert "memnav bench memory: interrupted: measured size 10; left out: size 100k, bytes_per_node, patrol" in stderr
+    assert "Traceback" not in stderr
+    assert list((tmp_path / "db").iterdir()) == []    # the 100k database was not left half-built
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_bench_sim_keeps_the_resolutions_timed(tmp_path):
+    out = tmp_path / "sim.json"
+    code, stdout, stderr = _interrupted_when(["bench", "sim", "--data", str(tmp_path / "none"), "--steps", "800",
+                                              "--chunks", "3", "--heavy-triangles", "30000", "--json", str(out)],
+                                             "| 1/3 [", tmp_path)
+    assert code == 130, stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert json.loads(stdout) == res
+    assert res["interrupted"] is True and res["left_out"] == ["rgbd_256", "heavy_128"]
+    assert res["rgbd_128_steps_per_s"] > 0 and res["rgbd_128_renderer"] == "object"
+    assert "rgbd_256_steps_per_s" not in res and "heavy_128_steps_per_s" not in res
+    assert res["targets"]["rgbd_128_steps_per_s"] == 1000 and res["render_threads"] == 1
+    assert "memnav bench sim: interrupted: measured rgbd_128; left out: rgbd_256, heavy_128" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_bench_encoder_keeps_the_encoders_recall(tiny_data, tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the ORB vocabulary is built: the encoder's recall, its scan verification and the pixel baseline
+    measured before are printed and written; the ORB baseline and the latency are left out."""
+    from memnav.eval import bench_encoder
+
+    def ctrl_c(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_encoder, "OrbBagOfWords", ctrl_c)
+    torch.manual_seed(0)
+    ckpt = tmp_path / "enc.pt"
+    save_checkpoint(FrameEncoder(EncoderConfig()), ckpt)
+    out = tmp_path / "enc.json"
+    assert main(["bench", "encoder", "--checkpoint", str(ckpt), "--data", str(tiny_data), "--db-per-house", "20",
+                 "--queries-per-house", "8", "--vocab-words", "8", "--verify-top", "2", "--json", str(out),
+                 "--no-progress"]) == 130
+    printed = capsys.readouterr()
+    res = json.loads(out.read_text())
+    assert json.loads(printed.out) == res
+    assert res["interrupted"] is True and res["left_out"] == ["ORB baseline", "latency"]
+    for key in ("recall_at_1", "recall_at_5", "recall_at_1_verified", "baseline_pixels_recall_at_1"):
+        assert 0.0 <= res[key] <= 1.0
+    assert res["queries_evaluated"] > 0 and res["database_size"] == 20 and res["split"] == "test"
+    assert "baseline_orb_recall_at_1" not in res and "encode_ms_p50" not in res
+    assert ("memnav bench encoder: interrupted: measured encoder recall, scan verification, pixel baseline; left out: "
+            "ORB baseline, latency") in printed.err

@@ -244,3 +244,32 @@ def test_bench_pipeline_on_a_robot_cameras_full_size_frames(tmp_path):
     assert res["latency_ms_p50_fused"] is None
     encoder_log = (tmp_path / "logs" / "multiprocess_encoder_node.log").read_text()
     assert "encoder_69deg_16x9.pt" in encoder_log
+
+
+def test_ctrl_c_during_the_second_mode_keeps_the_first_modes_figures(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the fused stack is measured: the multiprocess figures are printed and written (marked
+    interrupted, their target judged), and the bench exits 130."""
+    import numpy as np
+
+    from memnav.eval import bench_pipeline
+
+    def frames(*_args):
+        return bench_pipeline.Frames(np.zeros((8, 8, 3), np.uint8), np.ones((8, 8), np.float32),
+                                     [np.zeros((8, 8, 3), np.uint8)], [np.ones((8, 8), np.float32)], [None])
+
+    def measure(mode, *_args):   # the stack itself is test_bench_pipeline_keys_and_values's
+        if mode == "fused":
+            raise KeyboardInterrupt
+        return {"latency_ms_p50": 12.0, "latency_ms_p99": 30.0, "cpu_percent": 80.0, "frames_sent": 40}
+
+    monkeypatch.setattr(bench_pipeline, "render_frames", frames)
+    monkeypatch.setattr(bench_pipeline, "measure_mode", measure)
+    out = tmp_path / "pipeline.json"
+    assert main(["bench", "pipeline", "--log-dir", str(tmp_path / "logs"), "--json", str(out), "--no-progress"]) == 130
+    printed = capsys.readouterr()
+    res = json.loads(out.read_text())
+    assert json.loads(printed.out) == res and res["interrupted"] is True and res["left_out"] == ["fused"]
+    assert res["latency_ms_p99_multiprocess"] == 30.0 and res["frames_sent_multiprocess"] == 40
+    assert res["latency_ms_p99_fused"] is None and "frames_sent_fused" not in res
+    assert res["targets_met"] == {"latency_ms_p99_multiprocess": True}
+    assert "memnav bench pipeline: interrupted: measured multiprocess; left out: fused" in printed.err

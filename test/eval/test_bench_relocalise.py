@@ -61,3 +61,35 @@ def test_bench_relocalise_a_repeated_confirmations_value_is_one_setting(tmp_path
     assert calls == [2, 1, 2, 1]   # each kidnapping replayed once per distinct setting, in the order given
     assert set(res["by_confirmations"]) == {"1", "2"}
     assert res["by_confirmations"]["2"]["trials"] == 2 == res["trials"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_house_keeps_the_houses_finished(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the second house's kidnappings: the first house's trials are summarised, printed and written
+    (marked interrupted); the second house's finished trials are left out with it."""
+    from memnav.eval import bench_relocalise
+
+    calls = []
+
+    def trial(*args) -> dict:
+        calls.append(args[3])
+        if len(calls) == 5:   # two trials x two settings in the first house, then the second house's first
+            raise KeyboardInterrupt
+        return {"steps": 1, "error_at_m": 0.1, "error_end_m": 0.1, "new_places": 1, "misplaced_places": 0,
+                "wrong": False, "wrong_end": False}
+
+    monkeypatch.setattr(bench_relocalise, "_trial", trial)
+    data = make_tiny_dataset(tmp_path / "houses", houses=4, seed=9)   # two train houses
+    splits = json.loads((data / "splits.json").read_text())["splits"]
+    first, second = sorted(name for name, split in splits.items() if split == "train")
+    capsys.readouterr()
+    out = tmp_path / "reloc.json"
+    assert main(["bench", "relocalise", "--checkpoint", str(PACKAGE_ROOT / "models" / "encoder.pt"), "--data",
+                 str(data), "--split", "train", "--map-steps", "8", "--trials", "2", "--trial-steps", "2",
+                 "--confirmations", "1", "2", "--json", str(out), "--no-progress"]) == 130
+    printed = capsys.readouterr()
+    res = json.loads(out.read_text())
+    assert json.loads(printed.out) == res and res["interrupted"] is True and res["left_out"] == [f"house {second}"]
+    assert res["houses"] == 1 and len(res["places_per_house"]) == 1
+    assert res["by_confirmations"]["1"]["trials"] == 2 == res["trials"]
+    assert f"memnav bench relocalise: interrupted: measured house {first}; left out: house {second}" in printed.err

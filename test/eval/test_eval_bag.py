@@ -643,3 +643,191 @@ def test_a_report_of_zero_frames_keeps_the_metrics_keys(models, tmp_path):
     write_report(result, tmp_path / "report")
     html = (tmp_path / "report" / "report.html").read_text()
     assert "recall_at_1" in html and "depth_size_mismatch" in html
+
+
+def _goal_bag(path: Path, goal_depths: list[tuple[int, tuple[int, int]] | None], frames: int = 40) -> list:
+    """`_tiny_bag`'s 10 Hz frames (colour, depth, odometry) with a goal image every 10 frames; goal k's depth image
+    (if any) is stamped `goal_depths[k][0]` ns after it and is `goal_depths[k][1]` (height, width) px. Returns the
+    goal depth arrays written (None where none)."""
+    from memnav.core.types import Pose2D
+    from memnav.eval.bench_replay import _Msgs
+
+    store = typestore_for_distro()
+    msgs, rng = _Msgs(store), np.random.default_rng(1)
+    written = []
+    with BagWriter(path, "mcap", store) as w:
+        for i in range(frames):
+            t = T0_NS + i * 10**8
+            if i % 10 == 0:
+                w.write("/memnav/goal_image", msgs.rgb(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), t), t)
+                spec = goal_depths[i // 10]
+                written.append(None if spec is None else rng.uniform(0.5, 5.0, spec[1]).astype(np.float32))
+                if spec is not None:
+                    w.write("/memnav/goal_depth", msgs.depth(written[-1], t + spec[0]), t + max(0, spec[0]))
+            w.write("/camera/color/image_raw", msgs.rgb(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), t), t)
+            w.write("/camera/depth/image_raw", msgs.depth(rng.uniform(0.5, 5.0, (32, 32)).astype(np.float32), t), t)
+            w.write("/odom", msgs.odometry(Pose2D(0.1 * i, 0.0, 0.0), t, "odom"), t)
+    return written
+
+
+def test_goal_depth_pairs_by_nearest_stamp_within_the_tolerance_and_goals_without_it_are_counted(models, tmp_path):
+    """Goal depth was paired with its goal image by an exact stamp only: a depth image 5 ms off (another driver, a
+    re-stamped photo) left its goal without depth, silently. It pairs now as live colour and depth frames do:
+    nearest stamp within --sync-tolerance. Goals left without depth are counted and warned about."""
+    from dataclasses import replace
+
+    enc, cal = models
+    bag = tmp_path / "bag"
+    written = _goal_bag(bag, [(5_000_000, (32, 32)), (-15_000_000, (32, 32)), (50_000_000, (32, 32)),
+                              (0, (24, 32))])
+    result = evaluate_bag(bag, EvalConfig(), encoder=enc, calibrator=cal)
+    m = result.to_json()
+    assert [g.depth is not None for g in result.goals] == [True, True, False, False]
+    assert np.array_equal(result.goals[0].depth, written[0]) and np.array_equal(result.goals[1].depth, written[1])
+    inp = m["input"]
+    assert inp["goals"] == 4 and inp["goals_without_depth"] == 2 and inp["frames"] == 40
+    assert inp["skipped"]["goal_depth_without_goal_image"] == 1 and inp["skipped"]["goal_depth_size_mismatch"] == 1
+    (warning,) = inp["warnings"]
+    assert warning == ("2 of 4 goal image(s) on /memnav/goal_image are encoded without depth: 1 have no goal depth "
+                       "image on /memnav/goal_depth within --sync-tolerance (0.02 s) of their stamp and 1 have one "
+                       "of another size than the goal image; 1 goal depth image(s) matched no goal image")
+    # a wider tolerance takes the depth image 50 ms off as well
+    wide = evaluate_bag(bag, EvalConfig(sync_tolerance_s=0.06), encoder=enc, calibrator=cal)
+    assert [g.depth is not None for g in wide.goals] == [True, True, True, False]
+    assert wide.to_json()["input"]["goals_without_depth"] == 1
+    assert "goal_depth_without_goal_image" not in wide.to_json()["input"]["skipped"]
+    # no goal depth asked for: goals go without depth, counted, not warned about (a goal photo without depth)
+    m = evaluate_bag(bag, replace(CFG, goal_depth_topic=""), encoder=enc, calibrator=cal).to_json()
+    assert m["input"]["goals_without_depth"] == 4 and m["input"]["warnings"] == []
+    assert "goal_depth_without_goal_image" not in m["input"]["skipped"]
+
+
+def test_goal_depth_nearest_in_stamp_wins_and_is_used_once():
+    """Two goal images 30 ms apart, their depth images 10 ms after each: each goal takes its own (the nearest), not
+    the first within the tolerance; and every goal with depth counts none without."""
+    from memnav.eval.eval_bag import Goal, pair_goal_depths
+
+    rgb = np.zeros((4, 4, 3), np.uint8)
+    goals = [Goal(1_000_000_000, rgb), Goal(1_030_000_000, rgb)]
+    depths = {1_010_000_000: np.full((4, 4), 1.0, np.float32), 1_040_000_000: np.full((4, 4), 2.0, np.float32)}
+    skipped = Counter()
+    pair_goal_depths(goals, depths, 20_000_000, skipped)
+    assert [float(g.depth[0, 0]) for g in goals] == [1.0, 2.0] and skipped == Counter()
+    goals = [Goal(1_000_000_000, rgb), Goal(1_030_000_000, rgb)]
+    pair_goal_depths(goals, {1_015_000_000: np.ones((4, 4), np.float32)}, 20_000_000, skipped)
+    # equally near both: goals take their depth in stamp order, so the earlier one; it is used once
+    assert goals[0].depth is not None and goals[1].depth is None and skipped == Counter()
+
+
+def _topics(*argv: str) -> dict[str, str]:
+    import argparse
+
+    from memnav.eval.eval_bag import TOPIC_FIELDS, add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg = config_from_args(parser.parse_args(["bag", "--report", "r", *argv]))
+    return {f.removesuffix("_topic"): getattr(cfg, f) for f in TOPIC_FIELDS}
+
+
+def test_topic_options_resolve_as_ros_names_and_namespace_never_moves_an_explicit_absolute_one():
+    """`--namespace /robot1 --rgb-topic /camera/color/image_raw`: the user asked for the root camera; it was moved
+    under /robot1 all the same, since it equals the default. Relative names never matched the bag's absolute ones;
+    they resolve under the namespace (or /) as ROS resolves them."""
+    root = {"rgb": "/camera/color/image_raw", "depth": "/camera/depth/image_raw", "odom": "/odom",
+            "gt": "/memnav/ground_truth_pose", "goal": "/memnav/goal_image", "goal_depth": "/memnav/goal_depth",
+            "goal_pose": "/memnav/goal_pose"}
+    robot1 = {k: "/robot1" + v for k, v in root.items()}
+    assert _topics() == root
+    assert _topics("--namespace", "robot1") == _topics("--namespace", "/robot1/") == robot1
+    assert _topics("--namespace", "/robot1", "--rgb-topic", "/camera/color/image_raw",
+                   "--gt-topic", "/memnav/ground_truth_pose") == \
+        dict(robot1, rgb="/camera/color/image_raw", gt="/memnav/ground_truth_pose")
+    assert _topics("--namespace", "robot1", "--rgb-topic", "front/color/image_raw", "--odom-topic", "odom") == \
+        dict(robot1, rgb="/robot1/front/color/image_raw", odom="/robot1/odom")
+    assert _topics("--namespace", "fleet/robot1", "--odom-topic", "wheel/odom") == \
+        dict({k: "/fleet/robot1" + v for k, v in root.items()}, odom="/fleet/robot1/wheel/odom")
+    assert _topics("--rgb-topic", "camera/color/image_raw", "--odom-topic", "wheel/odom", "--gt-topic", "") == \
+        dict(root, odom="/wheel/odom", gt="")
+    assert _topics("--namespace", "robot1", "--goal-topic", "", "--goal-pose-topic", "goal") == \
+        dict(robot1, goal="", goal_pose="/robot1/goal")
+    with pytest.raises(ValueError, match=r"^--odom-topic '~/odom': a private name"):
+        _topics("--odom-topic", "~/odom")
+    with pytest.raises(ValueError, match="--namespace must be a ROS namespace"):   # even with every topic given
+        _topics("--namespace", "robot 1", *[x for k in root for x in (f"--{k.replace('_', '-')}-topic", "/t")])
+
+
+def test_a_namespaced_robot_with_root_annotations_and_relative_topic_names(bags, models, tmp_path, capsys):
+    """The robot's topics under /robot1, the annotations (ground truth, goals) recorded as the simulator publishes
+    them, in the root namespace: `--namespace robot1` with the annotation topics given absolute reads both, and
+    scores as the root-namespace bag; relative names given resolve under the namespace (under / without one)."""
+    from memnav.cli import main
+
+    with BagFile(bags["annotated"]) as src:
+        rows = [(m.topic if m.topic.startswith("/memnav/") else "/robot1" + m.topic, m.msgtype, m.raw, m.log_time_ns)
+                for m in src.messages(decode=False)]
+        store = src.typestore
+    mixed = tmp_path / "mixed.mcap"
+    _mcap_rows(store, mixed, sorted(rows, key=lambda r: r[3]))
+    enc, cal = models
+    root = evaluate_bag(bags["annotated"], CFG, encoder=enc, calibrator=cal).to_json()
+    annotations = ["--gt-topic", "/memnav/ground_truth_pose", "--goal-topic", "/memnav/goal_image",
+                   "--goal-depth-topic", "/memnav/goal_depth", "--goal-pose-topic", "/memnav/goal_pose"]
+    assert main(["eval-bag", str(mixed), "--namespace", "robot1", "--rgb-topic", "camera/color/image_raw",
+                 *annotations, "--report", str(tmp_path / "r"), "--revisit-min-age", "4", "--no-progress"]) == 0
+    got = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert got["input"]["topics"] == {
+        "rgb": "/robot1/camera/color/image_raw", "odom": "/robot1/odom", "depth": "/robot1/camera/depth/image_raw",
+        "gt": "/memnav/ground_truth_pose", "goal": "/memnav/goal_image", "goal_depth": "/memnav/goal_depth",
+        "goal_pose": "/memnav/goal_pose"}
+    assert got["input"]["frames"] == 160 and got["input"]["reference"] == "ground_truth"
+    assert got["input"]["goals"] == got["input"]["goals_with_pose"] == root["input"]["goals"] >= 3
+    for key in ("place_recognition", "loop_closure", "stop"):
+        assert json.dumps(got[key], sort_keys=True) == json.dumps(root[key], sort_keys=True, default=str), key
+    # the annotations left at their defaults are looked for under /robot1, and missing there: no stop scoring
+    assert main(["eval-bag", str(mixed), "--namespace", "robot1", "--report", str(tmp_path / "r2"),
+                 "--max-frames", "10", "--no-progress"]) == 0
+    m = json.loads((tmp_path / "r2" / "metrics.json").read_text())
+    assert m["input"]["reference"] == "odometry" and m["stop"]["available"] is False
+    # relative names without a namespace: under /
+    capsys.readouterr()
+    assert main(["eval-bag", str(bags["plain"]), "--rgb-topic", "camera/color/image_raw", "--odom-topic", "odom",
+                 "--report", str(tmp_path / "r3"), "--max-frames", "10", "--no-progress"]) == 0
+    m = json.loads((tmp_path / "r3" / "metrics.json").read_text())
+    assert m["input"]["frames"] == 10 and m["input"]["topics"]["odom"] == "/odom"
+
+
+def test_a_split_recording_without_metadata_is_evaluated_as_the_whole(bags, models, tmp_path, capsys):
+    """The patrol recorded with file splitting by a recorder killed before it wrote metadata.yaml: three .mcap files
+    (written by the independent mcap writer, as rosbag2's mcap storage does). Its folder, or its files given one by
+    one, evaluate as the whole bag does."""
+    from memnav.cli import main
+
+    with BagFile(bags["annotated"]) as src:
+        rows = [(m.topic, m.msgtype, m.raw, m.log_time_ns) for m in src.messages(decode=False)]
+        store, t0 = src.typestore, src.start_ns
+    folder = tmp_path / "patrol"
+    folder.mkdir()
+    edges = [t0 + 5 * 10**9, t0 + 11 * 10**9]          # split every ~5 s of the 16 s patrol
+    files = [folder / f"patrol_{k}.mcap" for k in range(3)]
+    for k, f in enumerate(files):
+        lo, hi = ([0, *edges][k], [*edges, 2**63][k])
+        _mcap_rows(store, f, [r for r in rows if lo <= r[3] < hi])
+    before = digest(folder)
+    enc, cal = models
+    whole = evaluate_bag(bags["annotated"], CFG, encoder=enc, calibrator=cal).to_json()
+    assert main(["eval-bag", str(folder), "--report", str(tmp_path / "r"), "--revisit-min-age", "4",
+                 "--no-progress"]) == 0
+    assert main(["eval-bag", *map(str, files[::-1]), "--report", str(tmp_path / "r2"), "--revisit-min-age", "4",
+                 "--no-progress"]) == 0
+    assert digest(folder) == before and sorted(p.name for p in folder.iterdir()) == [f.name for f in files]
+    err = capsys.readouterr().err
+    assert "reading its 3 mcap files as the parts of one split recording" in err
+    for report in ("r", "r2"):
+        m = json.loads((tmp_path / report / "metrics.json").read_text())
+        assert m["bag"]["parts"] == [str(f) for f in files]
+        assert m["bag"]["message_count"] == whole["bag"]["message_count"]
+        assert m["input"]["frames"] == 160 and m["input"]["goals"] == whole["input"]["goals"]
+        assert m["timing"]["bag_duration_s"] == pytest.approx(whole["timing"]["bag_duration_s"])
+        for key in ("place_recognition", "loop_closure", "stop", "memory"):
+            assert json.dumps(m[key], sort_keys=True) == json.dumps(whole[key], sort_keys=True, default=str), key

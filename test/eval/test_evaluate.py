@@ -218,3 +218,132 @@ def test_json_dash_writes_the_results_to_stdout_and_the_table_to_stderr(tiny_dat
     assert res["agent"] == "oracle" and res["episodes"] == 2 and res["success"] == 1.0
     assert "success" in err and "oracle" in err                  # the table, on stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def _edited_split(tiny_dataset, tmp_path, edit) -> list[str]:
+    """--data and --scenes-dir of the tiny dataset's test split with `edit(episodes)` applied (a user's edited
+    episode file)."""
+    with gzip.open(tiny_dataset / "episodes" / "test.json.gz", "rt") as f:
+        data = json.load(f)
+    edit(data["episodes"])
+    out = tmp_path / "edited.json.gz"
+    with gzip.open(out, "wt") as f:
+        json.dump(data, f)
+    return ["--data", str(out), "--scenes-dir", str(tiny_dataset / "scenes")]
+
+
+@pytest.mark.parametrize("extra", [["--agent", "oracle"], ["--agent", "oracle", "--workers", "2"],
+                                   ["--compare", "oracle,forward", "--max-steps", "30"]])
+def test_an_unreachable_goal_skips_its_episode_with_a_warning_and_the_run_goes_on(tiny_dataset, tmp_path, capfd,
+                                                                                   extra):
+    """An episode whose goal no navigable path reaches (a user's edit moved it out of the house) stopped the whole
+    run with an error, writing nothing. It is skipped with a warning naming it, left out of the means, and listed
+    with the reason under skipped_episodes; every other episode is run, written and reported."""
+    def move_goal_out(episodes):
+        episodes[2]["goals"][0]["position"][0] += 100.0
+
+    data = _edited_split(tiny_dataset, tmp_path, move_goal_out)
+    with gzip.open(data[1], "rt") as f:
+        ids = [e["episode_id"] for e in json.load(f)["episodes"]]
+    out_json, report = tmp_path / "run.json", tmp_path / "report"
+    assert main(["eval", *data, "--json", str(out_json), "--report", str(report), "--no-progress",
+                 *extra]) == 0
+    captured = capfd.readouterr()   # a worker process warns on the stderr it inherited
+    assert f"episode {ids[2]}" in captured.err and "unreachable" in captured.err and "skipped" in captured.err
+    assert f"skipped, not run and not in the means above (skipped_episodes in the results): {ids[2]}" in captured.out
+    res = json.loads(out_json.read_text())
+    per_agent = res["agents"] if "--compare" in extra else {"oracle": res}
+    for name, a in per_agent.items():
+        assert a["episodes"] == 5, name
+        assert [e["episode_id"] for e in a["per_episode"]] == ids[:2] + ids[3:]
+        assert [(s["episode_id"], "unreachable from the start" in s["reason"]) for s in a["skipped_episodes"]] \
+            == [(ids[2], True)]
+    assert per_agent["oracle"]["success"] == 1.0 or "--compare" in extra
+    assert json.loads((report / "results.json").read_text()) == res
+    assert "interrupted" not in res
+
+
+def test_a_run_whose_every_goal_is_unreachable_exits_2_and_writes_nothing(tiny_dataset, tmp_path, capsys):
+    def move_goals_out(episodes):
+        for e in episodes:
+            e["goals"][0]["position"][2] -= 100.0
+
+    data = _edited_split(tiny_dataset, tmp_path, move_goals_out)
+    out_json = tmp_path / "run.json"
+    assert main(["eval", "--agent", "forward", *data, "--episodes", "2", "--json", str(out_json),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "none of the 2 episodes could be run" in err and "unreachable" in err and "Traceback" not in err
+    assert not out_json.exists()
+
+
+def test_another_error_at_an_episode_start_is_not_taken_for_an_unreachable_goal(tiny_dataset, tmp_path, capsys,
+                                                                                 monkeypatch):
+    from memnav.sim.embedded import EmbeddedSimulator
+
+    def broken(self, episode):
+        raise ValueError("a broken simulator")
+
+    monkeypatch.setattr(EmbeddedSimulator, "reset", broken)
+    assert main(["eval", "--agent", "oracle", "--data", str(tiny_dataset), "--episodes", "1", "--no-progress"]) == 2
+    assert "a broken simulator" in capsys.readouterr().err
+
+
+def test_the_oracle_heads_for_the_nearest_goal_as_the_metrics_measure(tiny_dataset, tmp_path):
+    """With several goals, Success and SPL measure to the nearest one, but the oracle drove to the first (the goal
+    photo's): on an episode whose second goal lies 2.5 m along the way to a far first one, its SPL was about
+    2.5 m over the whole way. Now it heads for the nearest and its SPL stays the upper reference."""
+    import numpy as np
+
+    from memnav.sim.base import SimConfig
+    from memnav.sim.embedded import EmbeddedSimulator
+    from memnav.sim.episodes import load_episodes
+
+    episodes = load_episodes(tiny_dataset, "test")
+    far = max(episodes, key=lambda e: e.geodesic_distance)
+    sim = EmbeddedSimulator(config=SimConfig())
+    sim.reset(far)
+    start = sim.agent_state.position
+    assert sim.geodesic_distance(start, far.goal.position) > 6.0
+    path = np.asarray(sim.shortest_path(start, far.goal.position), dtype=np.float64)
+    along = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(path, axis=0), axis=1))])
+    k = int(np.searchsorted(along, 2.5))    # the point 2.5 m along the shortest path, on its k-th leg
+    near = path[k - 1] + (path[k] - path[k - 1]) * (2.5 - along[k - 1]) / (along[k] - along[k - 1])
+    assert sim.geodesic_distance(start, near) == pytest.approx(2.5, abs=0.3)
+    sim.close()
+
+    def second_goal(raw):
+        raw[:] = [e for e in raw if e["episode_id"] == far.episode_id]
+        raw[0]["goals"].append({"position": [float(v) for v in near], "radius": None})
+
+    data = _edited_split(tiny_dataset, tmp_path, second_goal)
+    out_json = tmp_path / "oracle.json"
+    assert main(["eval", "--agent", "oracle", *data, "--json", str(out_json), "--no-progress"]) == 0
+    res = json.loads(out_json.read_text())
+    (ep,) = res["per_episode"]
+    assert ep["geodesic_distance_m"] < 3.0                   # the metrics measure to the near goal
+    assert res["success"] == 1.0 and res["spl"] >= 0.95       # and the oracle drove there
+
+
+def test_the_results_name_every_setting_the_run_needs_to_be_repeated(tiny_dataset, tmp_path):
+    """--max-steps, --seed, --no-explore (and the other settings that change the results) are in the results
+    file, beside the camera, models and exploring options already there."""
+    out = tmp_path / "run.json"
+    assert main(["eval", "--agent", "forward", "--data", str(tiny_dataset), "--episodes", "2", "--spread",
+                 "--max-steps", "7", "--seed", "3", "--no-explore", "--no-homing", "--renderer", "bvh",
+                 "--json", str(out), "--no-progress"]) == 0
+    res = json.loads(out.read_text())
+    assert (res["max_steps"], res["seed"], res["explore"], res["homing"], res["renderer"]) == (7, 3, False, False,
+                                                                                              "bvh")
+    assert res["episode_selection"] == {"episodes": 2, "episode_ids": None, "spread": True}
+    assert (res["policy_dir"], res["scenes_dir"], res["memory_dir"], res["workers"]) == ("models", None, None, 1)
+    assert res["map_checks_in_background"] is False and res["skipped_episodes"] == []
+    assert all(e["steps"] == 7 for e in res["per_episode"])
+    # defaults, and the same keys at the top level of a --compare run
+    first = res["per_episode"][0]["episode_id"]
+    assert main(["eval", "--compare", "forward,random", "--data", str(tiny_dataset), "--episode-ids", first,
+                 "--max-steps", "3", "--json", str(out), "--no-progress"]) == 0
+    res = json.loads(out.read_text())
+    assert (res["max_steps"], res["seed"], res["explore"], res["homing"]) == (3, 0, True, True)
+    assert res["episode_selection"]["episode_ids"] == first
+    assert res["agents"]["random"]["skipped_episodes"] == []

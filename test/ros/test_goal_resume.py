@@ -5,8 +5,13 @@ its goal_state_file, as real processes over DDS; the simulator bridge in real ti
 2. SIGKILL, and a new policy node: it logs the resume, reports the goal active with `resumed` 1 on
    /memnav/goal_status (as `memnav status` hears it) and on /diagnostics, acts on it (the kept action count goes on
    from the count before the kill), and the robot moves.
-3. Killed again with max_goal_resumes 1: the third node gives the goal up ("abandoned") and removes the file.
+3. Killed again with max_goal_resumes 1: the third node gives the goal up ("abandoned") and removes the file; its
+   photo published again with its stamp (a goal publisher still latching it) is ignored, not started from 0.
 4. A new goal, cancelled: the file is removed, so nothing is resumed at the next start.
+
+And the action budget across a restart: a node killed between two writes of the kept action count (written every
+KEEP_EVERY_ACTIONS actions) took more actions than its file says; the restarted node counts them as taken, so the
+goal's actions over both runs, as heard on /memnav/action, stay within max_steps.
 """
 import json
 import signal
@@ -22,9 +27,11 @@ from conftest import (  # noqa: E402
     isolated_ros_env,
     robot_odom_pose,
     run_memnav,
+    spin_until,
     start_policy_node,
     start_sim_robot,
     stop_processes,
+    use_isolated_ros_domain,
 )
 
 from memnav.core.goal_state import read_kept_goal  # noqa: E402
@@ -43,8 +50,15 @@ def _wait_for(check, timeout_s: float, every_s: float = 0.3):
 
 @pytest.mark.ros
 @pytest.mark.slow
-def test_a_killed_policy_node_resumes_its_goal_and_gives_it_up_after_max_goal_resumes(tmp_path):
+def test_a_killed_policy_node_resumes_its_goal_and_gives_it_up_after_max_goal_resumes(tmp_path, monkeypatch):
+    from sensor_msgs.msg import Image
+
+    from memnav.ros.conversions import rgb_to_image
+    from memnav.ros.embedding_msgs import ns_to_stamp
+    from memnav.ros.qos import latched_qos
+
     data, goal, photo = far_goal_photo(tmp_path)   # meters from the start: the robot has to search
+    domain = use_isolated_ros_domain(monkeypatch, 127)
     env = isolated_ros_env(127)
     kept = tmp_path / "state" / "goal_state.npz"
     args = ["-p", f"goal_state_file:={kept}", "-p", "max_goal_resumes:=1", "-p", "max_steps:=400"]
@@ -101,6 +115,18 @@ def test_a_killed_policy_node_resumes_its_goal_and_gives_it_up_after_max_goal_re
         assert not kept.exists()
         body = status()
         assert body["goal_status"]["status"] == "abandoned", body
+        # its photo delivered again (a goal publisher still latching it): not started again from 0 actions
+        rclpy.init(domain_id=domain)
+        node = rclpy.create_node("test_latched_goal")
+        try:
+            pub = node.create_publisher(Image, "/memnav/goal_image", latched_qos())
+            pub.publish(rgb_to_image(first.rgb, ns_to_stamp(first.goal_stamp_ns), frame_id="goal_camera"))
+            assert spin_until(node, lambda: "has ended: the same photo again is ignored" in logs[-1].read_text(),
+                              30), logs_report()
+        finally:
+            node.destroy_node()
+            rclpy.shutdown()
+        assert status()["goal_status"]["status"] == "abandoned"
 
         # 4. a new goal, cancelled: nothing is kept, so nothing is resumed
         sent = run_memnav(["goal", "send", str(goal), "--no-progress"], env, 120)
@@ -113,3 +139,80 @@ def test_a_killed_policy_node_resumes_its_goal_and_gives_it_up_after_max_goal_re
     finally:
         stop_processes(procs)
 
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_goal_resumed_after_a_kill_between_count_writes_keeps_to_its_action_budget(tmp_path, monkeypatch):
+    """The kept action count is written every KEEP_EVERY_ACTIONS actions, so a node killed between two writes has
+    taken more actions than its file says. The restarted node counts the unwritten ones as taken: the goal's
+    actions over both runs, as heard on /memnav/action, stay within max_steps (before, up to 9 more)."""
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from memnav.ros.policy_node import KEEP_EVERY_ACTIONS
+
+    max_steps = 3 * KEEP_EVERY_ACTIONS
+    data, goal, _photo = far_goal_photo(tmp_path)   # meters away: the agent searches, it does not STOP by itself
+    domain = use_isolated_ros_domain(monkeypatch, 151)
+    env = isolated_ros_env(151)
+    kept = tmp_path / "state" / "goal_state.npz"
+    args = ["-p", f"goal_state_file:={kept}", "-p", f"max_steps:={max_steps}"]
+    procs, report = start_sim_robot(data, env, tmp_path, lockstep=False, policy_args=args)
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_action_counter")
+    actions: list[str] = []
+    statuses: list[dict] = []
+    # deep reliable queues: nothing heard is lost while the test is busy with something else
+    node.create_subscription(String, "/memnav/action", lambda m: actions.append(m.data),
+                             QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
+                                        reliability=ReliabilityPolicy.RELIABLE))
+    node.create_subscription(String, "/memnav/goal_status", lambda m: statuses.append(json.loads(m.data)),
+                             QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                                        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    log2 = tmp_path / "policy_2.log"
+
+    def logs_report() -> str:
+        return (f"actions heard: {len(actions)}; statuses: {statuses}\n" + report()
+                + (f"\n--- policy_2\n{log2.read_text()[-2500:]}" if log2.exists() else ""))
+
+    def kept_count() -> int | None:
+        g = read_kept_goal(kept)[0] if kept.exists() else None
+        return None if g is None else g.actions
+
+    try:
+        assert spin_until(node, lambda: node.count_publishers("/memnav/action") > 0, 60), logs_report()
+        sent = run_memnav(["goal", "send", str(goal), "--no-progress"], env, 120)
+        assert sent.returncode == 0, sent.stdout + sent.stderr + logs_report()
+        # killed half-way between two writes of the count, with room for a write before the budget is spent
+
+        def half_way() -> bool:
+            k = kept_count()
+            return (k is not None and 0 < k < max_steps - KEEP_EVERY_ACTIONS
+                    and KEEP_EVERY_ACTIONS // 2 <= len(actions) - k < KEEP_EVERY_ACTIONS - 2)
+
+        assert spin_until(node, half_way, 120, step_s=0.01), logs_report()
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait(timeout=10)
+        spin_until(node, lambda: False, 1.0)   # what was on its way
+        k = kept_count()
+        assert k is not None and k < len(actions) < k + KEEP_EVERY_ACTIONS, logs_report()   # the file is behind
+        stamp = read_kept_goal(kept)[0].goal_stamp_ns
+
+        def ended() -> list[dict]:
+            return [s for s in statuses if s["goal_stamp_ns"] == stamp and s["status"] != "active"]
+
+        procs[1] = start_policy_node(env, log2, lockstep=False, args=args)
+        assert spin_until(node, ended, 180), logs_report()
+        spin_until(node, lambda: False, 1.0)
+        assert [s["status"] for s in ended()] == ["budget"], logs_report()
+        assert ended()[0]["actions"] == max_steps and ended()[0]["resumed"] == 1, logs_report()
+        text = log2.read_text()
+        assert (f"{k} actions kept before, counted as {k + KEEP_EVERY_ACTIONS}: up to {KEEP_EVERY_ACTIONS} more "
+                "may have been taken") in text, logs_report()
+        assert len(actions) <= max_steps, logs_report()   # the budget holds across the restart
+        assert actions[-1] == "STOP" and not kept.exists(), logs_report()
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes(procs)

@@ -160,3 +160,57 @@ def test_clear_forgets_embeddings_still_waiting_for_odometry(memory_node):
     run.spin(0.5)
     assert [e["stamp_ns"] for e in run.events] == [after], run.events
     assert json.loads(run.call("save").message)["places"] == 1
+
+
+def test_a_restarted_clock_is_a_new_session_and_save_tells_what_is_held_back(memory_node):
+    """A restart whose clock starts behind the stamps in db_path (a restarted simulator, a replayed bag,
+    use_sim_time) had every embedding refused until ~/clear. And the places a restarted, still unlocalised memory
+    stored were forgotten at the clean exit while ~/save said they were committed. Now that run's embeddings
+    are a new session (with one warning); an older stamp within the run is still refused; ~/save fails, counting
+    the places held back until the memory relocalises; the clean exit logs how many it forgot and why."""
+    from memnav.core.memory import SceneGraphConfig, SceneGraphMemory
+
+    first = memory_node(151)
+    first.ready()
+    later_ns = 100 * BASE_NS
+    for i in range(3):                                 # three places 2 m apart, 100 s into the first run's clock
+        first.odometry(2.0 * i, later_ns + i * BASE_NS)
+        first.embedding(later_ns + i * BASE_NS)
+        first.spin(0.1)
+    assert first.spin(20.0, lambda: len(first.events) >= 3), (first.events, first.log.read_text())
+    saved = first.call("save")
+    body = json.loads(saved.message)
+    assert saved.success and body["places"] == 3 and body["held_back_places"] == 0 and body["localised"], body
+    first.close()
+    assert first.proc.returncode == 0 and "forgot" not in first.log.read_text(), first.log.read_text()
+
+    run = memory_node(151)
+    run.rng = np.random.default_rng(1)                 # views the memory does not know: it stays unlocalised
+    run.ready()
+    assert "unlocalised until" in run.log.read_text(), run.log.read_text()
+    for i in range(2):                                 # the clock restarted: 1 s, 2 s
+        run.odometry(2.0 * i, BASE_NS + i * BASE_NS)
+        run.embedding(BASE_NS + i * BASE_NS)
+        run.spin(0.1)
+    assert run.spin(20.0, lambda: len(run.events) >= 2), (run.events, run.log.read_text())
+    assert [e["localised"] for e in run.events] == [False, False], run.events
+    run.embedding(BASE_NS + BASE_NS // 2)              # older than the last accepted stamp of this run: refused
+    assert run.spin(10.0, lambda: "goes backwards" in run.log.read_text()), run.log.read_text()
+    saved = run.call("save")
+    body = json.loads(saved.message)
+    assert not saved.success and body["committed"] and not body["localised"], body
+    assert (body["places"], body["held_back_places"], body["held_back_objects"]) == (5, 2, 0), body
+    assert "forgotten if the node exits" in body["note"], body
+    log = run.log.read_text()
+    assert log.count("this run's clock starts behind the memory's") == 1, log
+    assert f"the last stamp stored in {run.db} {later_ns + 2 * BASE_NS} ns" in log, log
+    run.close()
+    log = run.log.read_text()
+    assert run.proc.returncode == 0, log
+    assert "forgot the 2 places and 0 objects stored since the memory was loaded or relocalised" in log, log
+    assert "keeps its other 3 places" in log, log
+    memory = SceneGraphMemory.from_config(SceneGraphConfig(db_path=str(run.db)))
+    try:
+        assert memory.stats().places == 3
+    finally:
+        memory.close()

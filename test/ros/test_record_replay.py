@@ -360,3 +360,59 @@ def test_record_with_sim_time_stamps_messages_before_the_first_clock_with_it(tmp
         got = {m.msg.data: m.log_time_ns for m in bag.messages()}
     assert set(got) == {"goal", "m0", "m1", "m2", "m3", "m4"}, got
     assert all(T0 <= t <= T0 + 5 * 10**8 for t in got.values()), got
+
+
+def test_record_refuses_a_topic_remap_and_its_advice_records_and_replays_under_the_new_name(tmp_path, ros_env):
+    """A camera publishing on /cam/rgb, recorded with `--ros-args -r /camera/color/image_raw:=/cam/rgb`: before, the
+    recorder looked for /camera/color/image_raw in the graph, subscribed to /cam/rgb under that name, recorded
+    nothing and exited 0 (with every topic, /cam/rgb's messages went into the bag as /camera/color/image_raw). Now
+    it exits 2 with no bag, and what it advises works: record /cam/rgb, replay it with --remap under the name
+    wanted."""
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image
+
+    refused = tmp_path / "refused"
+    run = subprocess.run([sys.executable, "-m", "memnav.cli", "record", "--out", str(refused), "--duration", "3",
+                          "/camera/color/image_raw", "--ros-args", "-r", "/camera/color/image_raw:=/cam/rgb"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and not refused.exists(), run.stdout + run.stderr
+    assert "memnav record --out BAG /cam/rgb" in run.stderr
+    assert "memnav replay BAG --remap /cam/rgb:=/camera/color/image_raw" in run.stderr
+
+    rec_path = tmp_path / "cam"
+    recorder = _memnav("record", "--out", str(rec_path), "--duration", "60", "/cam/rgb")
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_camera")
+    heard: list[int] = []
+    try:
+        pub = node.create_publisher(Image, "/cam/rgb", 10)
+        node.create_subscription(Image, "/camera/color/image_raw", lambda m: heard.append(int(m.data[0])),
+                                 QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        end = time.monotonic() + 30
+        while pub.get_subscription_count() == 0 and recorder.poll() is None and time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        assert pub.get_subscription_count() > 0, "the recorder never subscribed to /cam/rgb"
+        for i in range(5):
+            msg = Image(height=2, width=2, encoding="rgb8", step=6, data=[i] * 12)
+            msg.header.frame_id = "cam"
+            pub.publish(msg)
+            rclpy.spin_once(node, timeout_sec=0.05)
+        spin = time.monotonic() + 0.5
+        while time.monotonic() < spin:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        out = _finish(recorder, 20, signal.SIGINT)
+        assert recorder.returncode == 0 and "/cam/rgb: 5" in out, out
+        node.destroy_publisher(pub)   # the replay's publisher is the only one left
+        replay = _memnav("replay", str(rec_path), "--wait-for", "/cam/rgb", "--delay", "1", "--remap",
+                         "/cam/rgb:=/camera/color/image_raw")
+        end = time.monotonic() + 60
+        while replay.poll() is None and time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        spin = time.monotonic() + 0.5
+        while time.monotonic() < spin:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        out = _finish(replay, 5)
+        assert replay.returncode == 0, out
+    finally:
+        _close(node, recorder)
+    assert heard == list(range(5)), out

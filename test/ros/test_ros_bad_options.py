@@ -100,3 +100,35 @@ def test_replay_config_names_its_field(field):
 
     with pytest.raises(ValueError, match=f"ReplayConfig.{field} "):
         ReplayConfig(bag="b", **{field: math.nan})
+
+
+@pytest.mark.parametrize("ros_args, rule", [
+    (["-r", "/camera/color/image_raw:=/cam/rgb"], "/camera/color/image_raw:=/cam/rgb"),
+    (["--remap", "odom:=/robot/odom"], "odom:=/robot/odom"),
+    (["-p", "use_sim_time:=true", "-r", "__ns:=/robot1", "-r", "memnav_record:/odom:=/o"], "memnav_record:/odom:=/o"),
+    (["-r", "rostopic://odom:=wheel_odom"], "rostopic://odom:=wheel_odom"),
+])
+def test_record_refuses_a_topic_remap_and_says_how_to_rename(tmp_path, capsys, ros_args, rule):
+    """ROS would apply a topic remap to the recorder's own subscriptions: a named topic looked for under one name and
+    subscribed under the other records nothing, and a recording of every topic writes one topic's messages under
+    another's name. Refused before anything starts, pointing at the topics as the graph has them and at replay's
+    --remap."""
+    out = tmp_path / "bag"
+    assert main(["record", "--out", str(out), "/camera/color/image_raw", "--ros-args", *ros_args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"memnav record: error: --ros-args -r {rule}: memnav record takes no topic remaps")
+    assert len(err.splitlines()) == 1 and not out.exists()
+    source, target = rule.split("://")[-1].split(":=")
+    source = source.split(":")[-1]
+    assert f"memnav record --out BAG {target}" in err and f"memnav replay BAG --remap {target}:={source}" in err
+
+
+def test_record_tells_topic_remaps_from_its_own_name_and_namespace():
+    from memnav.ros.record_command import topic_remaps
+
+    assert topic_remaps(["-r", "__node:=rec", "-r", "__ns:=/robot1", "--remap", "memnav_record:__name:=r2"]) == []
+    assert topic_remaps(["-p", "use_sim_time:=true", "--params-file", "p.yaml", "--log-level", "debug"]) == []
+    assert topic_remaps(["-p", "a:=-r", "-r", "x:=y"]) == ["x:=y"]   # a value is not an option
+    assert topic_remaps(["-r", "__ns:=/a", "--", "-r", "b:=c"]) == []   # after --: not ROS's
+    assert topic_remaps(["--", "-r", "b:=c", "--ros-args", "-r", "d:=e"]) == ["d:=e"]
+    assert topic_remaps(["-r", "no_rule"]) == []   # not a rule: rcl refuses it itself

@@ -5,9 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from memnav.core.memory import SceneGraphConfig, SceneGraphMemory
+from memnav.core.memory import EdgeKind, SceneGraphConfig, SceneGraphMemory
 from memnav.core.types import Pose2D
 from memnav.ros.scene_graph_msgs import (
+    MAX_MARKER_PLACES,
+    marker_stride,
     retrievals_body,
     retrievals_json,
     room_rgba,
@@ -55,6 +57,68 @@ def test_markers_show_every_place_and_edge(memory):
     assert len(labels) == len(memory.rooms())
     colours = {(c.r, c.g, c.b) for c in places.colors}
     assert colours <= {room_rgba(r)[:3] for r in memory.rooms()}
+
+
+def _points(marker) -> list[tuple[float, float]]:
+    return [(round(p.x, 6), round(p.y, 6)) for p in marker.points]
+
+
+def test_markers_of_a_large_memory_draw_an_even_subset_of_places(memory):
+    """A 100,000-place memory built a MarkerArray of every place and edge each publish (some 9 MB: Fast DDS large
+    messages, RViz stalls). Above max_places every k-th place is drawn, with the edges between drawn places only,
+    and a text marker says so; room labels still count and centre on all places."""
+    pytest.importorskip("visualization_msgs.msg")
+    from visualization_msgs.msg import Marker
+
+    ids = memory.place_ids().tolist()
+    xy = {i: (memory.place(i).pose.x_m, memory.place(i).pose.y_m) for i in ids}
+    memory.graph.add_edge(ids[0], ids[3], kind=EdgeKind.TRAVERSABLE, distance_m=4.5)   # a loop closure's edge
+    full = scene_graph_markers(memory, "odom", max_places=0)
+    arr = scene_graph_markers(memory, "odom", max_places=2)   # 5 places: every 3rd, ids[0] and ids[3]
+    by_ns = {m.ns: m for m in arr.markers if m.ns}
+    assert _points(by_ns["places"]) == [xy[ids[0]], xy[ids[3]]] and len(by_ns["places"].colors) == 2
+    assert _points(by_ns["edges"]) == [xy[ids[0]], xy[ids[3]]]   # not the ones to places left out
+    assert len(full.markers[2].points) == 2 * 5   # uncapped: the 4 edges along the way and the added one
+    info = by_ns["info"]
+    assert info.type == Marker.TEXT_VIEW_FACING and info.header.frame_id == "odom"
+    assert info.text.startswith("2 of 5 places drawn (1 in 3") and "edges only between drawn places" in info.text
+    assert info.pose.position.x == pytest.approx(3.0)   # above the centroid of all places
+    labels = lambda a: [(m.id, m.text, m.pose.position.x, m.pose.position.y) for m in a.markers  # noqa: E731
+                        if m.ns == "rooms"]
+    assert labels(arr) == labels(full) and labels(arr)
+    assert sum(int(m.text.split("(")[1].rstrip(")")) for m in arr.markers if m.ns == "rooms") == 5
+    # at the cap or without one, everything and no info marker
+    for whole in (scene_graph_markers(memory, "odom", max_places=5), full):
+        assert len(whole.markers[1].points) == 5 and "info" not in {m.ns for m in whole.markers}
+    with pytest.raises(ValueError, match="max_places"):
+        scene_graph_markers(memory, "odom", max_places=-1)
+
+
+def test_marker_stride_keeps_within_the_cap():
+    for places in (0, 1, 2999, 3000, 3001, 6000, 6001, 100_000):
+        stride = marker_stride(places)
+        assert len(range(0, places, stride)) <= MAX_MARKER_PLACES and (stride == 1) == (places <= MAX_MARKER_PLACES)
+        assert len(range(0, places, stride)) > MAX_MARKER_PLACES // 2 or places <= MAX_MARKER_PLACES
+    assert marker_stride(100_000, 0) == 1
+
+
+def test_markers_as_memory_node_calls_them_apply_the_default_cap():
+    """memory_node calls scene_graph_markers(memory, frame_id, stamp): the default cap applies to it."""
+    pytest.importorskip("visualization_msgs.msg")
+    from builtin_interfaces.msg import Time
+
+    n = MAX_MARKER_PLACES + 1
+    mem = SceneGraphMemory(SceneGraphConfig(embedding_dim=4))
+    try:
+        poses = np.stack([np.arange(n) * 0.5, np.zeros(n), np.zeros(n)], axis=1)
+        mem.add_places_bulk(np.arange(n), poses, np.random.default_rng(0).normal(size=(n, 4)))
+        arr = scene_graph_markers(mem, "map", Time(sec=7))
+        by_ns = {m.ns: m for m in arr.markers if m.ns}
+        assert len(by_ns["places"].points) == (n + 1) // 2 and by_ns["places"].header.stamp.sec == 7
+        assert f"of {n} places drawn (1 in 2" in by_ns["info"].text
+        assert by_ns["edges"].points == []   # consecutive places are linked, every 2nd is drawn: none between
+    finally:
+        mem.close()
 
 
 def test_room_colours_are_distinct_and_stable():

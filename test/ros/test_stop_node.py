@@ -186,3 +186,90 @@ def test_a_goal_that_ended_gets_no_more_decisions(tmp_path, monkeypatch):
         node.destroy_node()
         rclpy.shutdown()
         stop_processes(procs)
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_new_encoder_embedding_length_is_taken_but_not_from_one_odd_embedding(tmp_path, monkeypatch):
+    """Once the stop node had decided on embeddings of one length, a goal embedding of another length was dropped
+    for good: an encoder restarted with another checkpoint (every embedding, and the goal re-encoded, now of the
+    new length) got no stop decision until the stop node was restarted too."""
+    rclpy = pytest.importorskip("rclpy")
+    from conftest import spin_while_alive, stop_processes, use_isolated_ros_domain
+    from sensor_msgs.msg import Image
+    from std_msgs.msg import String
+
+    from memnav.ros.embedding_msgs import embedding_to_image, ns_to_stamp
+    from memnav.ros.qos import latched_qos
+    from memnav.ros.stop_node import LENGTH_SWITCH_AFTER
+
+    domain = use_isolated_ros_domain(monkeypatch, 181)
+    log_path = tmp_path / "stop.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.stop_node"], stdout=log, stderr=subprocess.STDOUT)
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_stop_lengths")
+    rng = np.random.default_rng(0)
+    units = {n: (v / np.linalg.norm(v)).astype(np.float32) for n in (64, 32, 48) for v in [rng.standard_normal(n)]}
+    try:
+        pub_goal = node.create_publisher(Image, "/memnav/goal_embedding", latched_qos())
+        pub_emb = node.create_publisher(Image, "/memnav/embedding", 10)
+        decisions: list[dict] = []
+        node.create_subscription(String, "/memnav/stop_decision", lambda m: decisions.append(json.loads(m.data)), 50)
+
+        def spin(seconds: float, cond=lambda: False) -> bool:
+            return spin_while_alive(node, proc, log_path, cond, seconds)
+
+        def goal(length: int, stamp_ns: int) -> None:
+            pub_goal.publish(embedding_to_image(units[length], stamp=ns_to_stamp(stamp_ns)))
+            spin(1.0)   # another topic than the embeddings: not ordered with them
+
+        def embedding(length: int, stamp_ns: int, decided: bool) -> None:
+            n = len(decisions)
+            pub_emb.publish(embedding_to_image(units[length], stamp=ns_to_stamp(stamp_ns)))
+            if decided:
+                assert spin(10.0, lambda: len(decisions) > n), (length, stamp_ns, decisions, log_path.read_text())
+                assert decisions[-1]["stamp_ns"] == stamp_ns
+            else:
+                spin(0.5)
+                assert len(decisions) == n, (length, stamp_ns, decisions[n:])
+
+        def switches() -> list[str]:
+            return [line for line in log_path.read_text().splitlines() if "/memnav/embedding now have length" in line]
+
+        assert spin(60.0, lambda: pub_emb.get_subscription_count() and pub_goal.get_subscription_count()
+                    and node.count_publishers("/memnav/stop_decision")), log_path.read_text()
+        s = 1_000_000_000
+        goal(64, s)
+        embedding(64, s + 1, decided=True)
+        # one odd embedding is dropped and changes nothing; neither do fewer than LENGTH_SWITCH_AFTER in a row
+        embedding(32, s + 2, decided=False)
+        embedding(64, s + 3, decided=True)
+        for k in range(LENGTH_SWITCH_AFTER - 1):
+            embedding(32, s + 10 + k, decided=False)
+        assert switches() == [], switches()
+        embedding(64, s + 20, decided=True)
+        assert decisions[-1]["goal_stamp_ns"] == s and decisions[-1]["similarity"] == pytest.approx(1.0, abs=1e-5)
+        # the encoder restarted with a 32-long checkpoint: after LENGTH_SWITCH_AFTER in a row the node says so once
+        for k in range(LENGTH_SWITCH_AFTER):
+            embedding(32, s + 30 + k, decided=False)   # the goal is still 64 long: nothing to decide on
+        assert spin(2.0, lambda: len(switches()) == 1), log_path.read_text()
+        assert "now have length 32, before 64" in switches()[0]
+        goal(32, s)                                    # the goal photo re-encoded by the new encoder: taken
+        embedding(32, s + 40, decided=True)
+        assert decisions[-1]["goal_stamp_ns"] == s and decisions[-1]["similarity"] == pytest.approx(1.0, abs=1e-5)
+        # and again, the goal first this time: it is held, and the first embedding of its length agrees with it
+        later = 5 * s
+        goal(48, later)
+        assert "dropped goal embedding" in log_path.read_text()
+        embedding(32, later + 1, decided=True)         # meanwhile the last goal is decided on
+        assert decisions[-1]["goal_stamp_ns"] == s
+        embedding(48, later + 2, decided=True)
+        assert decisions[-1]["goal_stamp_ns"] == later
+        assert decisions[-1]["similarity"] == pytest.approx(1.0, abs=1e-5)
+        assert len(switches()) == 2 and "now have length 48, before 32" in switches()[1], switches()
+        assert "Traceback" not in log_path.read_text() and proc.poll() is None
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])

@@ -251,3 +251,21 @@ def test_rotations_about_up_are_read_as_headings(tmp_path, rotation, yaw):
 
     assert yaw_from_quat_xyzw(ep.start_rotation) == pytest.approx(yaw, abs=1e-6)
     assert ep.goal_yaw_rad() == pytest.approx(yaw, abs=1e-6)
+
+
+def test_nearest_goal_is_the_one_the_metrics_measure_to():
+    """`goal` is the first (the goal photo's); `nearest_goal` the nearest by the given geodesic distance, as
+    Success and SPL take it; unreachable goals (inf) are passed over, ties go to the first."""
+    far, near, walled = (NavGoal(np.array(p)) for p in ([9.0, 0.0, 0.0], [2.0, 0.0, 0.0], [1.0, 0.0, 0.0]))
+    e = Episode("1", "s.glb", np.zeros(3), quat_xyzw_from_yaw(0.0), [far, near, walled])
+
+    def geodesic(a, b):
+        return math.inf if b[0] == 1.0 else float(np.linalg.norm(b - a))
+
+    assert e.goal is far
+    assert e.nearest_goal(np.zeros(3), geodesic) is near
+    assert e.nearest_goal(np.array([8.0, 0.0, 0.0]), geodesic) is far
+    twin = Episode("2", "s.glb", np.zeros(3), quat_xyzw_from_yaw(0.0), [far, NavGoal(np.array([-9.0, 0.0, 0.0]))])
+    assert twin.nearest_goal(np.zeros(3), geodesic) is far
+    assert Episode("3", "s.glb", np.zeros(3), quat_xyzw_from_yaw(0.0), [walled]).nearest_goal(
+        np.zeros(3), geodesic) is walled

@@ -89,3 +89,29 @@ def test_aggregate_means_the_path_by_layer_over_all_episodes():
                            "(0.5 to spots given up)") and line.endswith("; 0.5 m to spots given up")
     assert "path_by_layer" not in aggregate([r(None)])   # agents without layers record none
     assert r({"explore": 1.0}).to_json()["path_by_layer_m"] == {"explore": 1.0}
+
+
+def _visit(scene: str, spl_value: float) -> EpisodeResult:
+    return EpisodeResult("e", scene, float(spl_value > 0), spl_value, spl_value, 0.5, 3.0, 3.0, 10,
+                         EpisodeStatus.STOPPED)
+
+
+def test_a_skipped_episode_takes_no_visit_but_keeps_its_place_in_a_run_of_visits():
+    """`memnav eval` leaves an episode it could not run out (SkippedEpisode): no visit index, no SPL; with
+    --lifelong-visits V its place still counts, so the next run of V episodes starts from a fresh memory as run."""
+    from memnav.sim.metrics import SkippedEpisode, lifelong_known_house_spl, lifelong_spl_by_visit, visit_indices
+
+    skip = SkippedEpisode("e1", "a", "episode e1 (a): the goal [0, 0, 0] is unreachable from the start")
+    outcomes = [_visit("a", 0.2), skip, _visit("a", 0.4), _visit("a", 0.6), _visit("b", 0.8)]
+    # one memory per house: the skipped episode is no visit, so the next is the house's second visit
+    assert visit_indices(outcomes) == [0, None, 1, 2, 0]
+    assert lifelong_spl_by_visit(outcomes) == pytest.approx([0.5, 0.4, 0.6])
+    assert lifelong_known_house_spl(outcomes) == pytest.approx(0.5)
+    # runs of 2: house a's are [0.2, skipped] and [0.4, 0.6] (each from an empty memory)
+    assert visit_indices(outcomes, 2) == [0, None, 0, 1, 0]
+    assert lifelong_spl_by_visit(outcomes, 2) == pytest.approx([(0.2 + 0.4 + 0.8) / 3, 0.6])
+    assert lifelong_known_house_spl(outcomes, 2) == pytest.approx(0.6)
+    # without skipped episodes, as before
+    results = [o for o in outcomes if isinstance(o, EpisodeResult)]
+    assert visit_indices(results, 2) == [0, 1, 0, 0]
+    assert skip.to_json() == {"episode_id": "e1", "scene_id": "a", "reason": skip.reason}

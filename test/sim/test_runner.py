@@ -78,3 +78,36 @@ def test_a_scene_serves_only_its_episodes_and_an_unknown_one_is_named(tmp_path):
     assert [e.episode_id for e in runner.episodes] == theirs[1:2]
     with pytest.raises(ValueError, match=f"scene 'house_999'.*{house}"):
         EpisodeRunner(RunnerConfig(data=str(data), split="train", scene="house_999"), SimConfig())
+
+
+def test_a_restarted_episode_keeps_one_result_of_its_last_ended_attempt(runner_cfg):
+    """~/reset restarts the episode: an attempt given up records nothing, and one that had ended is replaced, in
+    its place, when the restarted attempt ends (it was counted twice, skewing the summary and the results file);
+    if the restarted attempt is given up too, the earlier result stands."""
+    from dataclasses import replace
+
+    from memnav.sim.base import SimConfig
+    from memnav.sim.runner import EpisodeRunner
+
+    runner = EpisodeRunner(replace(runner_cfg, episodes=2), SimConfig(max_episode_steps=4))
+    runner.next_episode()
+    runner.act("TURN_LEFT")
+    runner.restart_episode()                                     # given up partway: no result
+    for _ in range(4):
+        runner.act("TURN_LEFT")
+    assert len(runner.results) == 1 and runner.results[0].path_length_m == 0.0
+    runner.restart_episode()                                     # ended, then restarted
+    assert len(runner.results) == 1                              # the ended attempt stands until the new one ends
+    runner.act("MOVE_FORWARD")
+    _, result = runner.act("STOP")
+    assert runner.results == [result] and result.steps == 2 and result.path_length_m > 0.2
+    runner.restart_episode()
+    runner.act("TURN_LEFT")
+    runner.next_episode()                                        # the restarted attempt given up: the last stands
+    assert runner.results == [result]
+    for _ in range(4):
+        runner.act("TURN_RIGHT")
+    assert [r.episode_id for r in runner.results] == [e.episode_id for e in runner.episodes] and runner.finished
+    runner.next_episode()                                        # wrapped around: a new visit, a result of its own
+    runner.act("STOP")
+    assert len(runner.results) == 3 and runner.results[2].episode_id == runner.episodes[0].episode_id

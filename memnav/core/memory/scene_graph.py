@@ -24,6 +24,19 @@ Durability: each insert is committed in its own SQLite transaction (automatic co
 forgetting commit in theirs), so a killed process loses at most the insert in flight (see
 memnav.core.memory.store); a rejected call leaves the memory and the file unchanged. Time is never read
 here: stamps come in.
+
+Sessions and stamps: a session is one opening of the memory (an object of this class). Within a session stamps
+never go backwards (an older stamp is refused). Across sessions they may: a simulator restarted at 0, a replayed
+bag, ROS sim time. The memory keeps one timeline that only goes forwards, the stamps stored in the file: the
+first stamp of a session that is not later than the last one stored starts the session just after it, and the
+session's stamps are stored shifted by that `stamp_offset_ns` (0 when the session's clock starts ahead, e.g. a
+wall clock: stored stamps are then the caller's). No time passes between such sessions (nothing knows how
+much did). What the memory reports (`place`, `objects`, `stats`, `place_values`, loop-closure candidates) is in
+the session's own clock, so ages (its stamp minus a place's last_seen_ns) stay right; places from an earlier
+session may then report stamps before the session's first (negative ones too). A place last seen in an earlier
+session is never "part of the current traverse" (`loop_closure_min_age_s`): a restarted robot may relocalise
+against the places it saw just before the restart. Readers of the file (memnav.core.memory.snapshot) see the
+stored timeline.
 Not thread-safe: one caller at a time.
 """
 from __future__ import annotations
@@ -42,6 +55,7 @@ import networkx as nx
 import numpy as np
 
 from memnav.core.memory.index import (
+    _INT64_MAX,
     EmbeddingIndex,
     IndexMode,
     InvalidInputError,
@@ -298,7 +312,7 @@ class LoopClosureCandidate:
     """What a geometric verifier sees: the current observation and one place proposed by appearance.
 
     Attributes:
-        stamp_ns: observation stamp, ns.
+        stamp_ns: observation stamp as given, ns.
         odometry_pose: the observation's odometry pose.
         predicted_pose: that pose mapped into the memory frame by the current drift correction.
         embedding: the observation's unit embedding.
@@ -321,7 +335,7 @@ LoopClosureVerifier = Callable[[LoopClosureCandidate], bool]
 
 @dataclass(frozen=True)
 class PlaceInfo:
-    """A copy of one place node's data."""
+    """A copy of one place node's data (stamps in the session's clock: see the module docstring)."""
 
     node_id: int
     pose: Pose2D
@@ -351,7 +365,8 @@ class ConsolidationReport:
 
 @dataclass(frozen=True)
 class MemoryStats:
-    """Sizes and settings of a memory, for logs and benchmarks."""
+    """Sizes and settings of a memory, for logs and benchmarks (last_stamp_ns: the last stamp accepted, or stored
+    before this session's first one, in the session's clock: see the module docstring)."""
 
     places: int
     objects: int
@@ -541,7 +556,11 @@ class SceneGraphMemory:
         self._room_sums: dict[int, list[float]] = {}   # room id -> [sum_x, sum_y, place count]
         self._room_links: Counter[tuple[int, int]] = Counter()  # cross-room traversability edge counts
         self._next_id = 0
-        self._last_stamp_ns: int | None = None
+        self._last_stamp_ns: int | None = None   # the last stamp stored or accepted, on the stored timeline
+        # this session's clock on the stored timeline (see the module docstring): stored = given + offset; both
+        # None until the session's first accepted stamp, which starts the session at _session_start_ns
+        self._stamp_offset_ns: int | None = None
+        self._session_start_ns: int | None = None
         # tracking state (not persisted: odometry restarts with the process)
         self._prev_slot = -1
         self._correction = np.zeros(3)           # memory <- odometry: tx_m, ty_m, theta_rad
@@ -576,14 +595,20 @@ class SceneGraphMemory:
         cfg = replace(config if config is not None else SceneGraphConfig(), db_path=str(path))
         return cls(cfg, loop_closure_verifier=loop_closure_verifier)
 
-    def close(self) -> None:
+    def close(self) -> tuple[int, int]:
         """Close the database. Every change is already committed, so there is nothing to save.
 
         A memory still unlocalised (loaded, or after `relocalise()`, and never relocalised since) first forgets
-        the places and objects it stored meanwhile: they lie in an odometry frame nothing ties to the memory's,
-        and a later run could relocalise against them instead of the memory's own places. A localised memory
-        first folds together objects stored twice (`_merge_objects`: a class-only detector saw the same thing
-        before and after the memory relocalised)."""
+        the places and objects it stored meanwhile (`held_back`): they lie in an odometry frame nothing ties to the
+        memory's, and a later run could relocalise against them instead of the memory's own places. (They are in
+        the file until then: a process killed before closing leaves them there.) A localised memory first folds
+        together objects stored twice (`_merge_objects`: a class-only detector saw the same thing before and
+        after the memory relocalised).
+
+        Returns:
+            (places, objects) forgotten because the memory closed unlocalised: `held_back` just before."""
+        stale: list[int] = []
+        objects: list[int] = []
         try:
             if not self.localised:
                 stale = [self._places.slot_of[n] for n in self._frame_places if n in self._places.slot_of]
@@ -600,6 +625,48 @@ class SceneGraphMemory:
         finally:
             self._frame_places, self._frame_objects = set(), set()
             self._store.close()
+        return len(stale), len(objects)
+
+    @property
+    def held_back(self) -> tuple[int, int]:
+        """(places, objects) that `close()` would forget now: those stored since the memory was loaded or last
+        `relocalise()`d while it is still unlocalised (they are committed to the file, but lie in an odometry
+        frame nothing ties to the memory's yet). They are kept, moved into the memory's frame, once it
+        relocalises (agreeing loop closures, or `set_pose`). (0, 0) when localised."""
+        if self.localised:
+            return 0, 0
+        return (sum(n in self._places.slot_of for n in self._frame_places),
+                sum(o in self._objects for o in self._frame_objects))
+
+    @property
+    def stamp_offset_ns(self) -> int:
+        """How much later than given this session's stamps are stored, ns (see the module docstring): 0 unless
+        its clock started at or behind the last stamp an earlier session stored; 0 before its first stamp."""
+        return self._stamp_offset_ns or 0
+
+    def _session_stamp(self, stamp_ns: object, field: str = "stamp_ns") -> tuple[int, int]:
+        """A given stamp on the stored timeline, and this session's offset (fixed by its first stamp).
+
+        Raises:
+            InvalidInputError: not an int64 number of ns, older than the session's last accepted stamp, or past
+                the int64 range once shifted.
+        """
+        offset = self._stamp_offset_ns
+        if offset is None:
+            stamp = check_stamp(stamp_ns, None, field)
+            last = self._last_stamp_ns
+            offset = 0 if last is None or stamp > last else last + 1 - stamp   # a new session: just after
+        else:
+            stamp = check_stamp(stamp_ns, self._last_stamp_ns - offset, field)
+        if offset and stamp + offset > _INT64_MAX:
+            raise InvalidInputError(field, f"{stamp} is past the int64 range of ns once shifted by this session's "
+                                           f"stamp_offset_ns {offset}")
+        return stamp + offset, offset
+
+    def _begin_session(self, stamp: int, offset: int) -> None:
+        """An observation on the stored timeline at `stamp` was accepted: the session starts if it had not."""
+        if self._stamp_offset_ns is None:
+            self._stamp_offset_ns, self._session_start_ns = offset, stamp
 
     def keep_in_ram(self, why: str) -> None:
         """Stop writing to the database file and go on in RAM, after a write to it failed (a full disk, a file
@@ -748,7 +815,8 @@ class SceneGraphMemory:
         object nodes; consolidation and the capacity policy run when due. One database transaction.
 
         Args:
-            stamp_ns: observation time, ns; must not be earlier than the last accepted stamp.
+            stamp_ns: observation time, ns; must not be earlier than the last stamp accepted in this session (the
+                first one may be earlier than the stored ones: a new session, see the module docstring).
             pose: odometry pose (Pose2D or [x_m, y_m, yaw_rad]).
             embedding: (embedding_dim,) appearance embedding (normalised here).
             thumbnail: optional (H, W, 3) uint8 keyframe image, downscaled to `thumbnail_size_px`.
@@ -780,7 +848,7 @@ class SceneGraphMemory:
                 thumbnail: np.ndarray | None, objects: list[ObjectDetection],
                 verifier: LoopClosureVerifier | None) -> InsertResult:
         """`insert_observation`, one try."""
-        stamp = check_stamp(stamp_ns, self._last_stamp_ns)
+        stamp, offset = self._session_stamp(stamp_ns)
         odom = check_pose(pose)
         emb = check_embedding(embedding, self.config.embedding_dim)
         thumb = self._check_thumbnail(thumbnail)
@@ -791,10 +859,11 @@ class SceneGraphMemory:
         if self._last_odom is not None:
             var = var + math.hypot(odom.x_m - self._last_odom.x_m, odom.y_m - self._last_odom.y_m) * np.array(
                 [self.config.odometry_drift_per_m ** 2, math.radians(self.config.odometry_yaw_drift_deg_per_m) ** 2])
-        decision = self._decide(stamp, odom, predicted, emb, verifier or self._verifier, var)  # read-only
+        decision = self._decide(stamp, offset, odom, predicted, emb, verifier or self._verifier, var)  # read-only
         with self._transaction():
             node_id, object_ids = self._apply(decision, stamp, predicted, emb, thumb, dets)
             self._store.set_next_node_id(self._next_id)
+        self._begin_session(stamp, offset)
         self._last_stamp_ns = stamp
         self._last_odom = odom
         self._correction_var = var
@@ -816,7 +885,7 @@ class SceneGraphMemory:
         if cfg.consolidate_every and self._inserts_since_consolidation >= cfg.consolidate_every:
             merged = self.consolidate().merged_places
         if cfg.max_places and len(self._places.slot_of) > cfg.max_places:
-            forgotten = self.enforce_capacity(stamp)
+            forgotten = self._enforce_capacity(stamp)
         final_id = node_id if node_id in self.graph else int(self._places.ids[self._prev_slot])
         return InsertResult(decision.kind, final_id, decision.similarity, tuple(object_ids), merged, forgotten)
 
@@ -829,8 +898,9 @@ class SceneGraphMemory:
         return min(cfg.loop_closure_max_distance_m,
                    cfg.loop_closure_gate_sigmas * math.sqrt(var + cfg.place_position_std_m ** 2))
 
-    def _decide(self, stamp: int, odom: Pose2D, predicted: Pose2D, emb: np.ndarray,
+    def _decide(self, stamp: int, offset: int, odom: Pose2D, predicted: Pose2D, emb: np.ndarray,
                 verifier: LoopClosureVerifier | None, variance: np.ndarray) -> _Decision:
+        """What to do with an observation at `stamp` (stored timeline; the caller gave stamp - offset)."""
         cfg, pl = self.config, self._places
         local = np.array(self._grid.near(predicted.x_m, predicted.y_m), np.int64)
         unlocalised = not math.isfinite(float(variance[0]))
@@ -852,6 +922,9 @@ class SceneGraphMemory:
         keys, sims = self._index.search(emb, cfg.loop_closure_candidates, nprobe=cfg.loop_closure_nprobe,
                                         tie_order=pl.ids)
         min_age_ns = int(cfg.loop_closure_min_age_s * 1e9)
+        # places last seen before this session began are never part of its traverse (the session's first stamp
+        # lies after all of them on the stored timeline, however little time passed)
+        session_start = stamp if self._session_start_ns is None else self._session_start_ns
         gate_m = self.loop_closure_gate_m(variance)
         if len(sims):
             best_sim = max(best_sim, float(sims[0]))
@@ -860,15 +933,15 @@ class SceneGraphMemory:
         for slot, sim in zip(keys.tolist(), sims.tolist()):
             if sim < cfg.loop_closure_similarity:
                 break
-            if pl.last_ns[slot] > stamp - min_age_ns:   # part of the current traverse, not a revisit
-                continue
+            if pl.last_ns[slot] >= session_start and pl.last_ns[slot] > stamp - min_age_ns:
+                continue                             # part of the current traverse, not a revisit
             if unlocalised and int(pl.ids[slot]) in self._frame_places:
                 continue    # stored in the stale frame since: agreeing with them would relocalise into it
             px, py, pyaw = pl.pose[slot]
             if math.hypot(px - predicted.x_m, py - predicted.y_m) > gate_m:
                 continue          # farther than odometry can have drifted: a look-alike elsewhere
             if verifier is not None and not verifier(LoopClosureCandidate(
-                    stamp, odom, predicted, emb.copy(), int(pl.ids[slot]), Pose2D(px, py, pyaw), sim)):
+                    stamp - offset, odom, predicted, emb.copy(), int(pl.ids[slot]), Pose2D(px, py, pyaw), sim)):
                 continue
             if not voting:
                 return _Decision(InsertKind.LOOP_CLOSURE, slot, sim)
@@ -1493,9 +1566,14 @@ class SceneGraphMemory:
         """Forgetting scores of all places: (node ids, values); lower is forgotten first.
 
         value = (1 + ln visits) * 0.5 ** (age_s / forget_half_life_s) * (1 - redundancy), where age is the
-        time since the place was last seen and redundancy the highest cosine similarity to a traversability
-        neighbour (clipped to [0, 0.99]): old, rarely visited, redundant places go first.
+        time since the place was last seen (`now_ns` in this session's clock) and redundancy the highest cosine
+        similarity to a traversability neighbour (clipped to [0, 0.99]): old, rarely visited, redundant places
+        go first.
         """
+        return self._place_values(int(now_ns) + self.stamp_offset_ns)
+
+    def _place_values(self, now_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """`place_values` at `now_ns` on the stored timeline."""
         pl = self._places
         slots = pl.alive_slots()
         age_s = np.maximum(now_ns - pl.last_ns[slots], 0) / 1e9
@@ -1504,14 +1582,19 @@ class SceneGraphMemory:
         return pl.ids[slots].copy(), value
 
     def enforce_capacity(self, now_ns: int) -> int:
-        """Forget the least valuable places (see `place_values`) while over `max_places`; the place the
-        robot is at is kept. Neighbours of a forgotten place are linked so paths survive. Returns the count."""
+        """Forget the least valuable places (see `place_values`, at `now_ns` in this session's clock) while over
+        `max_places`; the place the robot is at is kept. Neighbours of a forgotten place are linked so paths
+        survive. Returns the count."""
+        return self._enforce_capacity(int(now_ns) + self.stamp_offset_ns)
+
+    def _enforce_capacity(self, now_ns: int) -> int:
+        """`enforce_capacity` at `now_ns` on the stored timeline."""
         cfg, pl = self.config, self._places
         if not cfg.max_places or len(pl.slot_of) <= cfg.max_places:
             return 0
         # at least one place stays: the one the robot is at (a small max_places could make the target 0)
         target = max(1, int(cfg.max_places * (1.0 - cfg.forget_batch_fraction)))
-        ids, value = self.place_values(now_ns)
+        ids, value = self._place_values(now_ns)
         if self._prev_slot >= 0:
             value[ids == pl.ids[self._prev_slot]] = np.inf
         count = len(ids) - target
@@ -1532,7 +1615,8 @@ class SceneGraphMemory:
         `segment_rooms()`. Call `consolidate(full=True)` afterwards if rows may be redundant.
 
         Args:
-            stamps_ns: (N,) non-decreasing int stamps, not earlier than the last accepted stamp.
+            stamps_ns: (N,) non-decreasing int stamps, not earlier than the session's last accepted stamp (the
+                first stamps of a session may be earlier than the stored ones: see the module docstring).
             poses: (N, 3) memory-frame [x_m, y_m, yaw_rad].
             embeddings: (N, embedding_dim).
 
@@ -1559,7 +1643,11 @@ class SceneGraphMemory:
         stamps = stamps.astype(np.int64)
         if np.any(np.diff(stamps) < 0):
             raise InvalidInputError(f"stamps_ns[{int(np.argmax(np.diff(stamps) < 0)) + 1}]", "goes backwards")
-        check_stamp(int(stamps[0]), self._last_stamp_ns, "stamps_ns[0]")
+        first, offset = self._session_stamp(int(stamps[0]), "stamps_ns[0]")
+        if offset and int(stamps[-1]) + offset > _INT64_MAX:
+            raise InvalidInputError(f"stamps_ns[{n - 1}]", f"{int(stamps[-1])} is past the int64 range of ns once "
+                                                          f"shifted by this session's stamp_offset_ns {offset}")
+        stamps = stamps + offset
 
         pl = self._places
         ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
@@ -1589,6 +1677,7 @@ class SceneGraphMemory:
                 for a, b, d in zip(ids[:-1][keep].tolist(), ids[1:][keep].tolist(), dist.tolist()))
             self._update_redundancy_bulk(edges)
         self._next_id += n
+        self._begin_session(first, offset)
         self._last_stamp_ns = int(stamps[-1])
         blobs = embs.astype("<f4")
         with self._transaction():
@@ -1696,10 +1785,11 @@ class SceneGraphMemory:
         slot = self._places.slot_of.get(node_id)
         if slot is None:
             raise InvalidInputError("node_id", f"{node_id} is not a place node")
-        pl = self._places
+        pl, offset = self._places, self.stamp_offset_ns
         room = int(pl.room[slot])
-        return PlaceInfo(node_id, Pose2D(*pl.pose[slot].tolist()), int(pl.first_ns[slot]), int(pl.last_ns[slot]),
-                         int(pl.visits[slot]), room if room >= 0 else None, self._index.get(slot))
+        return PlaceInfo(node_id, Pose2D(*pl.pose[slot].tolist()), int(pl.first_ns[slot]) - offset,
+                         int(pl.last_ns[slot]) - offset, int(pl.visits[slot]), room if room >= 0 else None,
+                         self._index.get(slot))
 
     def place_ids(self) -> np.ndarray:
         """Ids of all place nodes (ascending)."""
@@ -1713,9 +1803,11 @@ class SceneGraphMemory:
         return None if data is None else decode_png(data)
 
     def objects(self, class_id: int | None = None) -> list[ObjectRow]:
-        """Copies of the object nodes (of one class if given), by id."""
+        """Copies of the object nodes (of one class if given), by id; stamps in this session's clock."""
         ids = sorted(self._objects if class_id is None else self._objects_by_class.get(class_id, ()))
-        return [replace(self._objects[i]) for i in ids]
+        offset = self.stamp_offset_ns
+        return [replace(self._objects[i], first_seen_ns=self._objects[i].first_seen_ns - offset,
+                        last_seen_ns=self._objects[i].last_seen_ns - offset) for i in ids]
 
     def rooms(self) -> dict[int, list[int]]:
         """Room id -> ids of its places."""
@@ -1749,4 +1841,4 @@ class SceneGraphMemory:
             graph_nodes=self.graph.number_of_nodes(), graph_edges=self.graph.number_of_edges(),
             index_mode=self._index.mode, index_lists=self._index.num_lists, index_bytes=self._index.nbytes,
             db_path=self._store.path, schema_version=self._store.schema_version(),
-            last_stamp_ns=self._last_stamp_ns)
+            last_stamp_ns=None if self._last_stamp_ns is None else self._last_stamp_ns - self.stamp_offset_ns)

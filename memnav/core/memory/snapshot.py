@@ -4,7 +4,10 @@ For the inspection tools (`memnav memory info|show|export`): the database is ope
 (`SceneGraphStore(read_only=True)`), so it can be looked at while a memory node is writing to it, and
 nothing in it can change (SQLite may leave its empty WAL bookkeeping files, `-wal` and `-shm`, beside a file
 that had none; the database file itself is not written). Room adjacency is not stored; as when a memory is
-loaded, two rooms are adjacent when a traversability edge joins places of the two.
+loaded, two rooms are adjacent when a traversability edge joins places of the two. Stamps are the stored ones:
+one timeline that only goes forwards across the sessions that wrote the file (a session whose clock restarted is
+stored just after the one before it: see memnav.core.memory.scene_graph), so spans count no time between such
+sessions.
 """
 from __future__ import annotations
 

@@ -976,12 +976,143 @@ def test_memory_survives_restart(tmp_path):
     np.testing.assert_array_equal(small, thumb[1::2, 1::2][:32, :24])  # nearest-neighbour 2x downscale
     assert m2.thumbnail(results[0].node_id) is None
     assert m2.objects()[0].label == "plant"
-    # ids are never reused, and time must keep going forwards across restarts
+    # ids are never reused, and time keeps going forwards within a session (across sessions: see below)
     new = m2.insert_observation(30 * S, [40.0, 0.0, 0.0], embed(40.0, 0.0))
     assert new.node_id > max(nodes_before)
     with pytest.raises(InvalidInputError, match="goes backwards"):
         m2.insert_observation(29 * S, [40.0, 0.0, 0.0], embed(40.0, 0.0))
     m2.close()
+
+
+# --- sessions: a clock that restarts ---------------------------------------------------------------------
+
+
+def stored_stamps(path):
+    conn = sqlite3.connect(path)
+    try:
+        return dict(conn.execute("SELECT id, last_seen_ns FROM places").fetchall())
+    finally:
+        conn.close()
+
+
+def test_a_session_whose_clock_restarted_is_accepted_and_stored_after_the_last_one(tmp_path):
+    """A persistent memory refused every stamp older than its last stored one, across restarts too: with a clock
+    that restarts at 0 (a simulator restarted, a bag replayed, ROS sim time), a reopened memory refused everything.
+    Now the first stamp of a session starts it after the stored ones; within the session an older stamp is still
+    refused; what the memory reports is in the session's clock, and the file's timeline only goes forwards."""
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    first = drive(m, embed, np.arange(0, 3.01, 0.5), start_stamp=100 * S)     # stamps 100 .. 106 s
+    old_id = first[0].node_id
+    old_last = m.place(old_id).last_seen_ns
+    assert m.stamp_offset_ns == 0 and m.close() == (0, 0)
+    m = SceneGraphMemory(cfg(tmp_path))
+    assert m.stats().last_stamp_ns == 106 * S and m.stamp_offset_ns == 0        # nothing decided yet
+    r = m.insert_observation(2 * S, [0.0, 30.0, 0.0], random_unit(np.random.default_rng(1)))
+    offset = m.stamp_offset_ns
+    assert offset == 106 * S + 1 - 2 * S                                         # just after the stored ones
+    assert m.place(r.node_id).first_seen_ns == 2 * S and m.stats().last_stamp_ns == 2 * S
+    # an old place's age in the session's clock is its age on the stored timeline (no time between sessions)
+    assert 2 * S - m.place(old_id).last_seen_ns == 106 * S + 1 - old_last
+    assert stored_stamps(tmp_path / "m.db")[r.node_id] == 106 * S + 1
+    with pytest.raises(InvalidInputError, match=f"goes backwards: {S} < last accepted {2 * S}"):
+        m.insert_observation(S, [0.0, 30.0, 0.0], random_unit(np.random.default_rng(2)))
+    m.insert_observation(3 * S, [2.0, 30.0, 0.0], random_unit(np.random.default_rng(3)))
+    m.set_pose([0.0, 0.0, 0.0], [0.0, 30.0, 0.0])      # localised: the places of this session are kept
+    ids, values = m.place_values(3 * S)
+    assert len(ids) == m.stats().places and np.all(values > 0)
+    m.close()
+    # a third session, its clock at 0 again: after the second session's stamps
+    m = SceneGraphMemory(cfg(tmp_path))
+    assert m.stats().last_stamp_ns == 106 * S + 1 + S
+    r3 = m.insert_observation(0, [5.0, 30.0, 0.0], random_unit(np.random.default_rng(4)))
+    assert m.stamp_offset_ns == 106 * S + 2 + S and m.place(r3.node_id).last_seen_ns == 0
+    m.set_pose([0.0, 0.0, 0.0], [0.0, 30.0, 0.0])
+    m.close()
+    stamps = stored_stamps(tmp_path / "m.db")
+    assert stamps[r3.node_id] == max(stamps.values()) and stamps[r3.node_id] > stamps[r.node_id] > old_last
+    # a session whose clock is ahead (a wall clock) stores its stamps as given
+    m = SceneGraphMemory(cfg(tmp_path))
+    late = m.insert_observation(10_000 * S, [9.0, 30.0, 0.0], random_unit(np.random.default_rng(5)))
+    assert m.stamp_offset_ns == 0 and m.place(late.node_id).last_seen_ns == 10_000 * S
+    m.close()
+
+
+def test_a_restarted_clock_still_relocalises_against_the_places_seen_just_before(tmp_path):
+    """A session whose clock restarts starts just after the stored stamps, so the places of the session before
+    are "seconds" old on the stored timeline: they must still be loop-closure candidates (they are not part of
+    this session's traverse), or a rebooted robot could not relocalise for loop_closure_min_age_s."""
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    first = drive(m, embed, np.arange(0, 6.01, 0.5))
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path))
+    later = drive(m, embed, np.arange(0, 6.01, 0.5), start_stamp=0, odom_offset=(3.0, 0.0))
+    assert m.stamp_offset_ns > 0
+    closure = next(i for i, r in enumerate(later) if r.kind is InsertKind.LOOP_CLOSURE)
+    assert closure <= 3 and later[closure].node_id in {r.node_id for r in first[:5]} and m.localised
+    assert m.to_memory_frame([3.0, 0.0, 0.0]).x_m == pytest.approx(0.0, abs=0.75)
+    m.close()
+    # within one session the places just seen are still no revisit (loop_closure_min_age_s)
+    fresh = SceneGraphMemory(cfg())
+    drive(fresh, embed, [0.0])
+    assert fresh.insert_observation(10 * S, [3.0, 0.0, 0.0], embed(0.0, 0.0)).kind is InsertKind.NEW_PLACE
+
+
+def test_a_restart_with_a_wall_clock_relocalises_against_places_seen_seconds_before(tmp_path):
+    """A wall clock: the new session's stamps are later than the stored ones, but by less than
+    loop_closure_min_age_s. The places of the session before are not this session's traverse."""
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 6.01, 0.5))                  # 0 .. 12 s
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path))
+    later = drive(m, embed, np.arange(0, 6.01, 0.5), start_stamp=15 * S, odom_offset=(3.0, 0.0))
+    assert m.stamp_offset_ns == 0 and m.localised
+    assert InsertKind.LOOP_CLOSURE in [r.kind for r in later[:4]]
+    m.close()
+
+
+def test_bulk_places_may_start_a_session_behind_the_stored_stamps(tmp_path):
+    m = SceneGraphMemory(cfg(tmp_path))
+    m.add_places_bulk(np.array([50 * S, 60 * S]), np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]),
+                      np.tile(np.eye(DIM)[0], (2, 1)))
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path, start_localised=True))
+    ids = m.add_places_bulk(np.array([S, 2 * S]), np.array([[5.0, 0.0, 0.0], [6.0, 0.0, 0.0]]),
+                            np.tile(np.eye(DIM)[1], (2, 1)))
+    assert m.stamp_offset_ns == 59 * S + 1 and [m.place(i).last_seen_ns for i in ids.tolist()] == [S, 2 * S]
+    with pytest.raises(InvalidInputError) as info:
+        m.add_places_bulk(np.array([S]), np.zeros((1, 3)), np.tile(np.eye(DIM)[2], (1, 1)))
+    assert info.value.field == "stamps_ns[0]"
+    m.close()
+    stamps = stored_stamps(tmp_path / "m.db")
+    assert [stamps[i] for i in ids.tolist()] == [60 * S + 1, 61 * S + 1]
+
+
+def test_held_back_counts_what_closing_unlocalised_forgets(tmp_path):
+    embed = SmoothEmbedder()
+    m = SceneGraphMemory(cfg(tmp_path))
+    drive(m, embed, np.arange(0, 3.01, 0.5))
+    assert m.held_back == (0, 0)
+    before = m.stats().places
+    m.close()
+    m = SceneGraphMemory(cfg(tmp_path))
+    rng = np.random.default_rng(4)
+    for i in range(3):                                   # nowhere the memory knows: it stays unlocalised
+        m.insert_observation(i * S, [1.5 * i, 40.0, 0.0], random_unit(rng),
+                             objects=[ObjectDetection(5, (1.5 * i, 41.0, 0.5), instance_id=i)] if i == 0 else ())
+    assert not m.localised and m.held_back == (3, 1) and m.stats().places == before + 3
+    assert db_counts(tmp_path / "m.db")["places"] == before + 3      # in the file until the clean exit
+    assert m.close() == (3, 1)
+    assert db_counts(tmp_path / "m.db")["places"] == before
+    # localised from outside: kept
+    m = SceneGraphMemory(cfg(tmp_path))
+    m.insert_observation(0, [0.0, 40.0, 0.0], random_unit(rng))
+    assert m.held_back == (1, 0)
+    m.set_pose([0.0, 40.0, 0.0], [0.0, 40.0, 0.0])
+    assert m.held_back == (0, 0) and m.close() == (0, 0)
+    assert db_counts(tmp_path / "m.db")["places"] == before + 1
 
 
 def test_newer_schema_and_corrupt_files_are_refused_and_untouched(tmp_path):

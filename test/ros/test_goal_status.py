@@ -1,0 +1,54 @@
+"""One goal-status vocabulary (memnav.ros.goal_status) for the policy node that publishes it and the stop node and
+`memnav goal` that read it. The stop node and goal_command kept copies of the statuses that end a goal, and the
+policy node wrote them as bare strings: a status added or renamed in one place went unnoticed in the others."""
+import ast
+import json
+
+from memnav.ros import goal_command, stop_node
+from memnav.ros.goal_status import ENDED_BY_STOP, ENDED_STATUSES, ENDED_WITHOUT_STOP, GoalStatus
+from memnav.ros.model_paths import PACKAGE_ROOT
+
+POLICY_NODE = PACKAGE_ROOT / "memnav" / "ros" / "policy_node.py"
+
+
+def _published_statuses() -> tuple[set[str], list[str]]:
+    """The GoalStatus members policy_node passes to its goal_status(), and the arguments that are something else."""
+    tree = ast.parse(POLICY_NODE.read_text())
+    used, other = set(), []
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "goal_status":
+            arg = call.args[0]
+            options = [arg.body, arg.orelse] if isinstance(arg, ast.IfExp) else [arg]
+            for opt in options:
+                if (isinstance(opt, ast.Attribute) and isinstance(opt.value, ast.Name)
+                        and opt.value.id == "GoalStatus"):
+                    used.add(opt.attr)
+                else:
+                    other.append(ast.unparse(opt))
+    return used, other
+
+
+def test_the_policy_node_publishes_the_shared_statuses_and_all_of_them():
+    used, other = _published_statuses()
+    assert other == [], f"policy_node publishes goal statuses outside GoalStatus: {other}"
+    assert used == set(GoalStatus.__members__), (used, set(GoalStatus.__members__))
+    ends = {GoalStatus[name] for name in used} - {GoalStatus.ACTIVE}
+    assert ends == ENDED_STATUSES   # every status but "active" ends a goal, and the stop node knows each
+    doc = ast.get_docstring(ast.parse(POLICY_NODE.read_text()))
+    assert all(f'"{s.value}"' in doc for s in GoalStatus), "policy_node's docstring names every goal status"
+
+
+def test_the_readers_use_the_shared_sets():
+    assert stop_node.ENDED_STATUSES is ENDED_STATUSES
+    assert goal_command.ENDED_WITHOUT_STOP is ENDED_WITHOUT_STOP
+    assert ENDED_BY_STOP | ENDED_WITHOUT_STOP == ENDED_STATUSES and not ENDED_BY_STOP & ENDED_WITHOUT_STOP
+    assert GoalStatus.ACTIVE not in ENDED_STATUSES
+
+
+def test_statuses_are_their_strings_on_the_wire_and_in_text():
+    """Published as JSON, read back as plain strings (the stop node, `memnav goal`), shown in /diagnostics."""
+    body = json.loads(json.dumps({"status": GoalStatus.CANCELLED}))
+    assert body == {"status": "cancelled"} and body["status"] in ENDED_WITHOUT_STOP
+    assert "budget" in ENDED_BY_STOP and "active" not in ENDED_STATUSES
+    assert str(GoalStatus.ABANDONED) == f"{GoalStatus.ABANDONED}" == "abandoned"
+    assert {s.value for s in GoalStatus} == {"active", "stopped", "budget", "cancelled", "ended", "abandoned"}
