@@ -9,7 +9,8 @@ actions' durations run on (the node's clock), `wall_s` a monotonic clock for how
 Lock-step (evaluation against a simulator that publishes one frame per action): the gate pairs colour, depth
 and odometry of exactly the same stamp and decides once per new frame. Real time: it pairs the newest colour
 and depth within `sync_tolerance_s` with the odometry nearest the colour frame's instant, and decides only once
-the previous action has been carried out for `action_duration_s`.
+the previous action has been carried out for `action_duration_s`. A goal photo and its goal depth image pair the
+same way (exactly in lock-step, nearest within `sync_tolerance_s` in real time; each depth image to one photo).
 
 Odometry that jumps (a base driver restarted at (0, 0, 0), a localiser's correction, a robot carried while its
 odometry was off) is told apart from motion when configured (`odometry_jump_m` / `odometry_jump_deg`): two
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memnav.core.stamp_sync import StampedQueue
+from memnav.core.stamp_sync import GoalDepthPairer, StampedQueue
 from memnav.core.types import Action, Pose2D
 
 ODOMETRY_SLACK_NS = 100_000_000   # real time: odometry this much further from a frame than the sync tolerance
@@ -107,7 +108,9 @@ class DecisionGate:
         self.action_duration_s = action_duration_s
         self.goal_depth_wait_s = goal_depth_wait_s
         self._goal_rgb: tuple[int, np.ndarray] | None = None     # the newest goal photo
-        self._goal_depth: tuple[int, np.ndarray] | None = None   # the newest goal depth
+        # goal depth images, paired with goal photos as live frames are: nearest within the sync tolerance (exact
+        # in lock-step, where the simulator stamps a goal photo and its depth alike), each to one photo only
+        self._goal_depths: GoalDepthPairer[np.ndarray] = GoalDepthPairer(self.sync_tolerance_ns)
         self.goal_stamp_ns: int | None = None   # the goal being worked on (None: wait for the next one)
         self._ended: deque[int] = deque(maxlen=ENDED_GOALS_KEPT)   # stamps of goals that ended, newest last
         self.goal_wall_s = 0.0                   # when work on it started
@@ -128,21 +131,23 @@ class DecisionGate:
         self._goal_rgb = (int(stamp_ns), rgb)
 
     def goal_depth(self, stamp_ns: int, depth: np.ndarray) -> bool:
-        """A goal depth image arrived. True: it belongs to the goal being worked on, which started without it and
-        has had no decision yet, so start that goal again (`goal_to_start`), now with depth. (Whether a decision
-        came is kept, not read from the frames' stamps: in lock-step the first decision may be on a frame older
-        than the goal.)"""
-        self._goal_depth = (int(stamp_ns), depth)
-        return (self._goal_rgb is not None and self._goal_rgb[0] == self._goal_depth[0]
-                and self.goal_stamp_ns == self._goal_rgb[0] and not self.goal_has_depth and not self._decided)
+        """A goal depth image arrived. True: it belongs to the goal being worked on (the goal photo's depth, see
+        `goal_to_start`), which started without depth and has had no decision yet, so start that goal again
+        (`goal_to_start`), now with depth. (Whether a decision came is kept, not read from the frames' stamps: in
+        lock-step the first decision may be on a frame older than the goal.)"""
+        self._goal_depths.add(stamp_ns, depth)
+        return (self._goal_rgb is not None and self.goal_stamp_ns == self._goal_rgb[0] and not self.goal_has_depth
+                and not self._decided and self._goal_depths.nearest(self._goal_rgb[0]) is not None)
 
     def goal_to_start(self) -> tuple[int, np.ndarray, np.ndarray | None]:
-        """(stamp, photo, its depth or None) of the newest goal photo; the depth only if stamped the same."""
+        """(stamp, photo, its depth or None) of the newest goal photo. Its depth: the goal depth image nearest its
+        stamp within the sync tolerance (exactly its stamp in lock-step) that no other goal photo took, as
+        `memnav eval-bag` pairs them; it is now this photo's."""
         if self._goal_rgb is None:
             raise RuntimeError("DecisionGate.goal_to_start: no goal photo has arrived")
         stamp, rgb = self._goal_rgb
-        depth = self._goal_depth[1] if self._goal_depth is not None and self._goal_depth[0] == stamp else None
-        return stamp, rgb, depth
+        depth = self._goal_depths.take(stamp)
+        return stamp, rgb, None if depth is None else depth[1]
 
     def goal_started(self, stamp_ns: int, rgb: np.ndarray, depth: np.ndarray | None, wall_s: float) -> None:
         """The agent took the goal photo stamped `stamp_ns` (with its depth, or None) at `wall_s`: decisions on
@@ -259,11 +264,19 @@ class DecisionGate:
         return silent if silent > self.odometry_timeout_s else None
 
     # --- the action ----------------------------------------------------------------------------
-    def taking(self, stamp_ns: int) -> None:
+    def taking(self, stamp_ns: int) -> str | None:
         """A decision is being taken on the frame stamped `stamp_ns`; that frame is not decided on again, even
-        if the decision fails."""
+        if the decision fails. Returns, at the first decision on a goal that goes on without depth although a goal
+        depth image came stamped beyond the tolerance of its photo, one line saying so (both stamps, the
+        tolerance); else None."""
+        first = not self._decided and self.goal_stamp_ns is not None and not self.goal_has_depth
         self.acted_ns = int(stamp_ns)
         self._decided = True
+        if not first:
+            return None
+        tolerance = ("lock-step's exact stamp pairing" if self.lockstep
+                     else f"sync_tolerance_s ({self.sync_tolerance_ns / 1e9:g} s)")
+        return self._goal_depths.missed_warning(self.goal_stamp_ns, tolerance)
 
     def hold(self, velocity: tuple[float, float], now_s: float) -> None:
         """The decision's action: its velocity is held for `action_duration_s` from `now_s`."""

@@ -3,12 +3,12 @@
 Nodes push what they receive (raw messages, converted arrays, poses) with its stamp in nanoseconds and look
 up the item nearest to, or latest at or before, another stamp. Arrival order does not matter; the queue
 keeps the `maxlen` most recently pushed items. `ColourDepthPairer` pairs the colour and depth frames of one
-camera on top of two such queues.
+camera on top of two such queues, `GoalDepthPairer` a goal photo with its goal depth image.
 """
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -31,8 +31,18 @@ class StampedQueue(Generic[T]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def __iter__(self) -> Iterator[tuple[int, T]]:
+        """(stamp_ns, item) pairs, earliest pushed first."""
+        return iter(list(self._items))
+
     def push(self, stamp_ns: int, item: T) -> None:
         self._items.append((int(stamp_ns), item))
+
+    def remove(self, stamp_ns: int) -> None:
+        """Remove every item stamped exactly `stamp_ns`."""
+        kept = [(s, item) for s, item in self._items if s != int(stamp_ns)]
+        self._items.clear()
+        self._items.extend(kept)
 
     def clear(self) -> None:
         self._items.clear()
@@ -140,3 +150,81 @@ class ColourDepthPairer(Generic[C, D]):
         frames = self._frames[stream]
         if frame_id and len(frames) < MAX_FRAME_IDS:
             frames.add(frame_id)
+
+
+GOAL_DEPTHS_KEPT = 8   # goal depth images kept to pair with goal photos (a goal is sent now and then, not streamed)
+
+
+class GoalDepthPairer(Generic[D]):
+    """Pairs goal photos with goal depth images as `memnav eval-bag` does (`pair_goal_depths`): a goal photo takes
+    the goal depth image nearest its stamp within `tolerance_ns` (of two equally near, the earlier), and each depth
+    image goes to one goal photo only. A goal publisher of its own, or a camera driver whose colour and depth of one
+    moment carry stamps a few ms apart (a RealSense), stamps them differently; `memnav goal send` stamps them alike.
+
+    A depth image delivered again with a stamp already held (a latched sample after a reconnection) replaces the
+    one held and stays with the goal it went to.
+
+    Args:
+        tolerance_ns: largest stamp difference of a goal photo and its depth, nanoseconds (>= 0; 0 = exact).
+        maxlen: goal depth images kept (>= 1); the earliest pushed goes first.
+    """
+
+    def __init__(self, tolerance_ns: int, maxlen: int = GOAL_DEPTHS_KEPT) -> None:
+        if tolerance_ns < 0:
+            raise ValueError(f"GoalDepthPairer.tolerance_ns must be >= 0, got {tolerance_ns}")
+        self.tolerance_ns = int(tolerance_ns)
+        self._depths: StampedQueue[list] = StampedQueue(maxlen)   # [depth, stamp of the goal it went to or None]
+
+    def add(self, stamp_ns: int, depth: D) -> None:
+        """A goal depth image arrived."""
+        for s, item in self._depths:
+            if s == int(stamp_ns):
+                item[0] = depth
+                return
+        self._depths.push(stamp_ns, [depth, None])
+
+    def nearest(self, goal_stamp_ns: int) -> tuple[int, D] | None:
+        """(stamp, depth) of the goal depth image for the goal photo stamped `goal_stamp_ns`: the nearest within the
+        tolerance that no other goal photo took; None when there is none. Takes nothing (see `take`)."""
+        match = self._depths.nearest(goal_stamp_ns, self.tolerance_ns, self._free_for(goal_stamp_ns))
+        return None if match is None else (match[0], match[1][0])
+
+    def take(self, goal_stamp_ns: int) -> tuple[int, D] | None:
+        """`nearest`, now given to that goal photo: no other goal photo gets it. Asked again for the same goal
+        photo, the same answer (or a nearer one come since, which it then takes instead)."""
+        match = self._depths.nearest(goal_stamp_ns, self.tolerance_ns, self._free_for(goal_stamp_ns))
+        for _, item in self._depths:
+            if item[1] == int(goal_stamp_ns):
+                item[1] = None
+        if match is None:
+            return None
+        match[1][1] = int(goal_stamp_ns)
+        return match[0], match[1][0]
+
+    def discard(self, stamp_ns: int) -> None:
+        """Forget the goal depth image stamped `stamp_ns` (e.g. one of another size than its goal photo)."""
+        self._depths.remove(stamp_ns)
+
+    def missed(self, goal_stamp_ns: int) -> int | None:
+        """The stamp of the goal depth image no other goal photo took that lies nearest `goal_stamp_ns` when it is
+        beyond the tolerance (a goal photo that goes without depth although one came: say so), else None."""
+        free = self._free_for(goal_stamp_ns)
+        near = self._depths.nearest(goal_stamp_ns, 2 ** 63, free)
+        if near is None or abs(near[0] - int(goal_stamp_ns)) <= self.tolerance_ns:
+            return None
+        return near[0]
+
+    def missed_warning(self, goal_stamp_ns: int, tolerance: str) -> str | None:
+        """One line saying that the goal photo stamped `goal_stamp_ns` goes on without depth although a goal depth
+        image came, stamped too far from it (`missed`), naming both stamps and `tolerance` (how the caller's setting
+        reads, e.g. "sync_tolerance_s 0.02 s"); None when no such image came."""
+        depth_ns = self.missed(goal_stamp_ns)
+        if depth_ns is None:
+            return None
+        return (f"goal {goal_stamp_ns} goes on without depth: the nearest goal depth image is stamped {depth_ns}, "
+                f"{abs(depth_ns - int(goal_stamp_ns)) / 1e6:.1f} ms from the goal photo, beyond {tolerance} (stamp "
+                "the goal photo and its depth alike, or within the tolerance)")
+
+    def _free_for(self, goal_stamp_ns: int) -> Callable[[list], bool]:
+        goal = int(goal_stamp_ns)
+        return lambda item: item[1] is None or item[1] == goal

@@ -21,6 +21,13 @@ Files written into the report folder (and nowhere else):
 - `views.png` (live runs only): the goal photo beside the last view of the same episodes;
 - `report.html`: tables (with confidence intervals and paired differences) and the figures, relative links.
 
+The head of the page lists the run's settings (camera, models, step limit, seed, episode selection, ...; runs
+compared that differ, run by run) and the episodes a run skipped (`skipped_episodes`: they could not be run, e.g.
+a goal no navigable path reaches, and are in no mean, interval, figure or table). With `--lifelong-visits`, a
+skipped episode still holds its place in its house's sequences: the report reads the run's episode list again
+(`episode_list_order`) to tell which sequence each later episode was run in, and resamples a house whole where it
+cannot.
+
 Files of the same names from an earlier report in the folder are replaced, each whole (written beside and
 renamed into place, so a failed write keeps the old file); other files are left as they are, and the page links
 only the figures this report wrote. Results of older versions without `soft_spl`, `steps` or distances show
@@ -35,6 +42,7 @@ import argparse
 import html
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -211,7 +219,21 @@ def agents_of(results: dict) -> dict[str, dict]:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise ValueError(f"results: agent {name!r} per_episode[{i}] has no number {key!r} "
                                      f"(got {value!r})")
+        skipped = a.get("skipped_episodes", [])   # absent in results of older versions
+        if not isinstance(skipped, list):
+            raise ValueError(f"results: agent {name!r} 'skipped_episodes' is a {type(skipped).__name__}, not a "
+                             "list of episodes")
+        for i, ep in enumerate(skipped):
+            for key in ("scene_id", "episode_id"):
+                if not isinstance(ep, dict) or ep.get(key) is None:
+                    raise ValueError(f"results: agent {name!r} skipped_episodes[{i}] has no {key!r}")
     return agents
+
+
+def skipped_of(agent: dict) -> list[dict]:
+    """An agent's episodes that could not be run (`skipped_episodes`, `memnav.sim.metrics.SkippedEpisode`): in no
+    mean, interval, figure or table of the report; [] in results of older versions."""
+    return agent.get("skipped_episodes") or []
 
 
 def focus_agent(agents: dict[str, dict], wanted: str | None = None) -> str:
@@ -250,24 +272,76 @@ def _key(episode: dict) -> tuple[str, str]:
     return episode["scene_id"], str(episode["episode_id"])
 
 
-def lifelong_clusters(episodes: list[dict], visits: int = 0) -> list[str]:
-    """What a lifelong run's episodes share a memory with, one label each: their house, or with `visits` > 0
-    (`memnav eval --lifelong-visits`) their house's run of `visits` consecutive episodes."""
+def episode_list_order(results: dict) -> list[tuple[str, str]] | None:
+    """The run's episode list (each episode's `_key`, in order), chosen again from the dataset its results name
+    (`data`, `split`, `episode_selection`, as `memnav eval` chose it); None where that cannot be done: results of
+    an older version, or a dataset that is no longer there or not readable."""
+    from memnav.eval.evaluate import load_split
+
+    selection, data = results.get("episode_selection"), results.get("data")
+    if not isinstance(selection, dict) or not isinstance(data, str):
+        return None
+    args = argparse.Namespace(data=Path(data), split=results.get("split"), scenes_dir=None,
+                              episodes=selection.get("episodes"), episode_ids=selection.get("episode_ids"),
+                              spread=bool(selection.get("spread")))
+    try:
+        return [(ep.scene_id, str(ep.episode_id)) for ep in load_split(args)]
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def house_slots(episodes: list[dict], skipped: Sequence[dict] = (), order: list[tuple[str, str]] | None = None
+                ) -> list[int | None]:
+    """Each episode's place among its house's episodes in the run's episode list (0 = the house's first), where
+    the episodes that were skipped (`skipped_of`) held their places too (`memnav.sim.metrics.visit_indices`).
+
+    A house without skipped episodes counts its episodes as they come. The results do not say where among a
+    house's episodes the skipped ones were: for such a house that takes `order`, the run's episode list
+    (`episode_list_order`); without it, or where it does not hold the house's episodes in the order they were
+    run, its episodes' places are None (unknown).
+    """
+    where: dict[tuple[str, str], int] = {}
     count: dict[str, int] = {}
-    labels = []
+    for scene, episode_id in order or ():
+        where.setdefault((scene, episode_id), count.get(scene, 0))
+        count[scene] = count.get(scene, 0) + 1
+    gaps = {s["scene_id"] for s in skipped}
+    known: dict[str, bool] = {}
+    for house in gaps:
+        run = [where.get(_key(e)) for e in episodes if e["scene_id"] == house]
+        left_out = [where.get(_key(s)) for s in skipped if s["scene_id"] == house]
+        known[house] = (None not in run + left_out and all(a < b for a, b in zip(run, run[1:]))
+                        and len(set(run + left_out)) == len(run) + len(left_out))
+    seen: dict[str, int] = {}
+    slots: list[int | None] = []
     for e in episodes:
-        k = count.get(e["scene_id"], 0)
-        count[e["scene_id"]] = k + 1
-        labels.append(f"{e['scene_id']}#{k // visits}" if visits > 0 else e["scene_id"])
-    return labels
+        house = e["scene_id"]
+        k = seen.get(house, 0)
+        seen[house] = k + 1
+        slots.append(k if house not in gaps else where[_key(e)] if known[house] else None)
+    return slots
 
 
-def paired_rows(agents: dict[str, dict], focus: str, by_house: bool = False, visits: int = 0) -> list[dict]:
+def lifelong_clusters(episodes: list[dict], visits: int = 0, skipped: Sequence[dict] = (),
+                      order: list[tuple[str, str]] | None = None) -> list[str]:
+    """What a lifelong run's episodes share a memory with, one label each: their house, or with `visits` > 0
+    (`memnav eval --lifelong-visits`) their house's run of `visits` consecutive episodes of the episode list,
+    where skipped episodes held their places (`house_slots`). A house with skipped episodes whose places are
+    unknown (no `order`) is labelled whole: a coarser cluster, which still holds each of its sequences."""
+    if visits <= 0:
+        return [e["scene_id"] for e in episodes]
+    return [e["scene_id"] if slot is None else f"{e['scene_id']}#{slot // visits}"
+            for e, slot in zip(episodes, house_slots(episodes, skipped, order))]
+
+
+def paired_rows(agents: dict[str, dict], focus: str, by_house: bool = False, visits: int = 0,
+                order: list[tuple[str, str]] | None = None) -> list[dict]:
     """Success and SPL of the focus agent minus each other agent's, paired over the same episodes (an agent run on
     other episodes gets differ None and no differences); `by_house` resamples whole houses for the intervals
-    (lifelong runs, see paired_difference), or with `visits` > 0 whole sequences of visits (`lifelong_clusters`)."""
+    (lifelong runs, see paired_difference), or with `visits` > 0 whole sequences of visits (`lifelong_clusters`,
+    with the run's episode list `order` where episodes were skipped)."""
     base = agents[focus]["per_episode"]
-    houses = lifelong_clusters(base, visits) if by_house else None
+    houses = lifelong_clusters(base, visits, skipped_of(agents[focus]), order) if by_house else None
     rows = []
     for name, a in agents.items():
         eps = a["per_episode"]
@@ -461,7 +535,9 @@ def plot_path_by_layer(agents: dict[str, dict], path: Path) -> bool:
     return True
 
 
-def plot_lifelong(agents: dict[str, dict], path: Path) -> bool:
+def plot_lifelong(agents: dict[str, dict], path: Path, order: list[tuple[str, str]] | None = None) -> bool:
+    """SPL against visit index per agent (`lifelong_spl_by_visit`); with one agent, each house's episodes faint
+    behind it. `order`: the run's episode list, where episodes were skipped (`house_slots`)."""
     curves = {n: a["lifelong_spl_by_visit"] for n, a in agents.items() if a.get("lifelong_spl_by_visit")}
     if not curves:
         return False
@@ -470,13 +546,24 @@ def plot_lifelong(agents: dict[str, dict], path: Path) -> bool:
     if len(curves) == 1:   # one agent: each house's own visits, faint, behind the mean over houses
         agent = next(iter(agents[n] for n in curves))
         # --lifelong-visits V: each house's episodes are sequences of V visits, each from an empty memory, and
-        # the curve has V points; an episode is drawn at its visit in its sequence (k mod V), as the curve counts
+        # the curve has V points; an episode is drawn at its visit in its sequence, as the curve counts it: the
+        # episodes of its sequence that were run before it, plus one (a skipped episode holds its place in the
+        # sequence but is no visit). A house whose sequences are unknown (skipped episodes, no episode list)
+        # is left out.
         every = int(agent.get("lifelong_visits") or 0)
-        houses: dict[str, list[float]] = {}
-        for e in agent["per_episode"]:
-            houses.setdefault(Path(e["scene_id"]).stem, []).append(e["spl"])
-        for k, spls in enumerate(houses.values()):
-            visit = np.arange(len(spls)) % every + 1 if every > 0 else np.arange(1, len(spls) + 1)
+        eps = agent["per_episode"]
+        slots = house_slots(eps, skipped_of(agent), order) if every > 0 else [0] * len(eps)
+        houses: dict[str, tuple[list[int], list[float]]] = {}
+        before: dict[tuple[str, int], int] = {}
+        for e, slot in zip(eps, slots):
+            if slot is None:
+                continue
+            run = (e["scene_id"], slot // every if every > 0 else 0)
+            before[run] = before.get(run, 0) + 1
+            visit, spl = houses.setdefault(e["scene_id"], ([], []))
+            visit.append(before[run])
+            spl.append(e["spl"])
+        for k, (visit, spls) in enumerate(houses.values()):
             ax.plot(visit, spls, "_", ms=5, alpha=0.45, color="0.45",
                     label="each house's episode" if k == 0 else None)
     for name, curve in curves.items():
@@ -640,9 +727,12 @@ def _path_table(agents: dict[str, dict]) -> str:
             + _html_table(["agent", "episodes", "path (m)", "shortest path (m)", "by layer (m)"], rows))
 
 
-# the settings `memnav eval --json` records of the simulated robot, shown at the head of a report
+# the settings `memnav eval --json` records of the simulated robot and of what else it takes to run it again,
+# shown at the head of a report (those a results file lacks, of an older version, are not shown)
 RUN_SETTINGS = ("interrupted", "odometry_origin", "hfov_deg", "camera_height_m", "camera_forward_m", "camera_pitch_deg",
-                "camera_mount_told", "image_px", "odometry_restarts", "encoder", "calibration", "exploring_options")
+                "camera_mount_told", "image_px", "odometry_restarts", "encoder", "calibration", "exploring_options",
+                "max_steps", "seed", "episode_selection", "explore", "homing", "renderer", "policy_dir", "scenes_dir",
+                "memory_dir", "workers", "map_checks_in_background")
 
 
 def setting_text(value: object) -> str:
@@ -653,8 +743,28 @@ def setting_text(value: object) -> str:
     return str(value)
 
 
+def _skipped_section(agents: dict[str, dict]) -> list[str]:
+    """The episodes that could not be run, per agent ("every agent" where all skipped the same), with a notice
+    that they are in no mean; nothing where none was skipped."""
+    skipped = {name: skipped_of(a) for name, a in agents.items() if skipped_of(a)}
+    if not skipped:
+        return []
+    lists = list(skipped.values())
+    same = len(agents) > 1 and len(skipped) == len(agents) and all(v == lists[0] for v in lists)
+    shown = {"every agent": lists[0]} if same else skipped
+    rows = [[name, str(s["episode_id"]), Path(s["scene_id"]).stem, str(s.get("reason") or "")]
+            for name, eps in shown.items() for s in eps]
+    count = len(lists[0]) if same else len({(s["scene_id"], str(s["episode_id"])) for v in lists for s in v})
+    return [f"<h2 class='warn'>Skipped episodes ({count})</h2>"
+            f"<p class='warn'>{count} episode{'s' if count > 1 else ''} could not be run (no agent acted in "
+            f"{'them' if count > 1 else 'it'}, e.g. a goal no navigable path reaches): left out of every mean, "
+            "interval, figure and table of this report.</p>",
+            _html_table(["agent", "episode", "house", "reason"], rows)]
+
+
 def render_html(results: dict, agents: dict[str, dict], focus: str, figures: list[tuple[str, str]],
-                reliabilities: dict[str, Reliability], command: str | None = None) -> str:
+                reliabilities: dict[str, Reliability], command: str | None = None,
+                order: list[tuple[str, str]] | None = None) -> str:
     meta = [("split", results.get("split")), ("data", results.get("data")), ("backend", results.get("backend")),
             ("episodes", results.get("episodes")), ("lifelong", results.get("lifelong")),
             *((key, results.get(key)) for key in RUN_SETTINGS)]
@@ -663,6 +773,7 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
     parts = [page_head("memnav eval report"),
              f"<h1>memnav eval: {html.escape(', '.join(agents))}</h1>",
              _html_table(["run", ""], [[k, setting_text(v)] for k, v in meta if v is not None]),
+             *_skipped_section(agents),
              "<h2>Summary</h2><p>Means over episodes with 95% intervals (success: Wilson; SPL, SoftSPL: normal "
              "approximation).</p>",
              _html_table(["agent", "episodes", "success", "SPL", "SoftSPL", "mean steps"],
@@ -670,7 +781,7 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
                            _ci(*r["soft_spl"]), r["mean_steps"]] for r in summary_rows(agents)])]
     lifelong = bool(results.get("lifelong"))
     visits = int(agents[focus].get("lifelong_visits") or 0)
-    paired = paired_rows(agents, focus, by_house=lifelong, visits=visits)
+    paired = paired_rows(agents, focus, by_house=lifelong, visits=visits, order=order)
     if paired:
         how = (" It resamples whole houses: in lifelong runs a house's visits share its memory, so one early "
                "divergence carries over to its later visits, and those episodes are not independent. With few "
@@ -679,6 +790,13 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
                f" It resamples whole sequences of {visits} visits (--lifelong-visits): a sequence's visits share "
                "its memory, so they are not independent, while sequences start from empty memories." if lifelong
                else "")
+        base = agents[focus]["per_episode"]
+        whole = sorted({Path(e["scene_id"]).stem for e, slot in zip(base, house_slots(base, skipped_of(agents[focus]),
+                                                                                    order)) if slot is None})
+        if lifelong and visits and whole:
+            how += (f" {html.escape(', '.join(whole))}: resampled as whole houses, since episodes were skipped there "
+                    "and the run's episode list (its data, split and episode_selection) could not be read again to "
+                    "tell which sequence each later episode was run in.")
         parts += [f"<h2>{html.escape(focus)} against each agent, episode by episode</h2>"
                   f"<p>{html.escape(focus)} minus the other agent on the same episodes, with a 95% paired bootstrap "
                   f"interval: an interval that holds 0 is a difference these episodes cannot tell from noise.{how}</p>",
@@ -740,7 +858,10 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
         figures.append(("How episodes ended", "ended_by.png"))
     if plot_path_by_layer(agents, out_dir / "path_by_layer.png"):
         figures.append(("Where the path went", "path_by_layer.png"))
-    if plot_lifelong(agents, out_dir / "lifelong.png"):
+    # with --lifelong-visits, where episodes were skipped: the episode list tells which sequence each was run in
+    visits = int(agents[focus].get("lifelong_visits") or 0)
+    order = episode_list_order(results) if visits and any(skipped_of(a) for a in agents.values()) else None
+    if plot_lifelong(agents, out_dir / "lifelong.png", order):
         figures.append(("Lifelong: SPL by visit", "lifelong.png"))
     rel = plot_reliability(agents, out_dir / "stop_reliability.png")
     if rel:
@@ -750,7 +871,7 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
         figures.append((f"{focus}: worst episodes, top-down", "episodes.png"))
     if plot_views(chosen, out_dir / "views.png"):
         figures.append((f"{focus}: goal photo and last view of the same episodes", "views.png"))
-    page = render_html(json_safe(results), agents, focus, figures, rel, command)
+    page = render_html(json_safe(results), agents, focus, figures, rel, command, order)
     replace_files({out_dir / "report.html": page.encode()})
     return [out_dir / "report.html"] + [out_dir / src for _, src in figures]
 

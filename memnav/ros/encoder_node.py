@@ -4,7 +4,8 @@ Subscribes:
     /camera/color/image_raw     sensor_msgs/Image rgb8/bgr8/rgba8/bgra8/mono8     (sensor-data QoS)
     /camera/depth/image_raw     sensor_msgs/Image 32FC1 m or 16UC1/mono16 mm      (sensor-data QoS)
     /memnav/goal_image          sensor_msgs/Image (colour)                        (reliable, transient local)
-    /memnav/goal_depth          sensor_msgs/Image 32FC1 m / 16UC1 mm, optional; same stamp as the goal image
+    /memnav/goal_depth          sensor_msgs/Image 32FC1 m / 16UC1 mm, optional; stamped within sync_tolerance_s
+                                of the goal image
                                                                                   (reliable, transient local)
 Publishes:
     /memnav/embedding           sensor_msgs/Image 32FC1, height 1, width D        (reliable, depth 10)
@@ -27,9 +28,11 @@ Stamps: a camera image stamped 0 carries no time (a driver without a clock); it 
 names the topic once.
 Depth: a checkpoint trained without depth (EncoderConfig.use_depth false) encodes every colour frame at once;
 one that uses depth waits for the matching depth frame (an empty depth channel would be out of its training
-distribution). Goal: encoded with /memnav/goal_depth of the same stamp when it comes within
-`goal_depth_wait_s` of the image (the simulator sends one), else with an empty depth channel (a user's goal
-photo), as policy_node does; a depth arriving later re-publishes the goal embedding with depth.
+distribution). Goal: encoded with the /memnav/goal_depth image nearest its stamp within `sync_tolerance_s`
+(memnav.core.stamp_sync.GoalDepthPairer, as policy_node and `memnav eval-bag` pair them; each depth image goes to
+one goal image) when it comes within `goal_depth_wait_s` of the image (the simulator sends one), else with an
+empty depth channel (a user's goal photo), as policy_node does, with a warning naming both stamps when a goal
+depth came stamped beyond the tolerance; a depth arriving later re-publishes the goal embedding with depth.
 Bad messages are dropped with a throttled warning and counted; the node never dies on one.
 """
 from __future__ import annotations
@@ -52,10 +55,11 @@ class EncoderNodeConfig:
     Attributes:
         checkpoint: encoder checkpoint (`memnav train encoder`); relative paths are looked up under the package
             root, then the working directory.
-        sync_tolerance_s: colour and depth frames closer than this in stamp form a pair, seconds.
+        sync_tolerance_s: colour and depth frames closer than this in stamp form a pair, seconds; so do a goal
+            image and its goal depth.
         queue_size: unpaired frames kept per stream while waiting for a partner.
-        goal_depth_wait_s: how long a new goal image waits for /memnav/goal_depth of the same stamp before it is
-            encoded without depth (a goal photo from a user has none), seconds (wall clock).
+        goal_depth_wait_s: how long a new goal image waits for its /memnav/goal_depth (within sync_tolerance_s)
+            before it is encoded without depth (a goal photo from a user has none), seconds (wall clock).
         torch_threads: CPU threads of this process's torch and numpy BLAS (0 = their defaults, one per core; at
             most MAX_INFERENCE_THREADS). 1 by default: several nodes on few cores each spinning a thread per core were
             measured 50x slower.
@@ -97,7 +101,7 @@ def build(node) -> Callable[[], None]:
 
     from memnav.core.diagnostics import encoder_diagnostic
     from memnav.core.encoder import Encoder
-    from memnav.core.stamp_sync import ColourDepthPairer
+    from memnav.core.stamp_sync import ColourDepthPairer, GoalDepthPairer
     from memnav.ros import conversions as conv
     from memnav.ros import diagnostics_msgs
     from memnav.ros.embedding_msgs import embedding_to_image, stamp_to_ns
@@ -121,11 +125,13 @@ def build(node) -> Callable[[], None]:
     pub_emb = node.create_publisher(Image, "memnav/embedding", 10)
     pub_goal = node.create_publisher(Image, "memnav/goal_embedding", latched)
     # raw colour and depth messages awaiting their partner
-    pairer: ColourDepthPairer = ColourDepthPairer(cfg.queue_size, int(round(cfg.sync_tolerance_s * 1e9)))
+    tolerance_ns = int(round(cfg.sync_tolerance_s * 1e9))
+    pairer: ColourDepthPairer = ColourDepthPairer(cfg.queue_size, tolerance_ns)
+    goal_depths: GoalDepthPairer = GoalDepthPairer(tolerance_ns)   # goal depth images, for the goal images
     st = {"dropped": 0, "last": None, "frames": 0}   # last: (colour stamp, embedding message)
     unstamped: set[str] = set()   # topics whose images came stamped 0 (warned once each)
-    # rgb: (stamp, array, header); depth: (stamp, array); published: (stamp, with depth) of the last goal embedding
-    goal = {"rgb": None, "depth": None, "wall": 0.0, "published": None}
+    # rgb: (stamp, array, header); published: (stamp, with depth) of the last goal embedding
+    goal = {"rgb": None, "wall": 0.0, "published": None}
 
     def drop(what: str, err: Exception) -> None:
         st["dropped"] += 1
@@ -194,14 +200,34 @@ def build(node) -> Callable[[], None]:
             return
         encode_and_publish(*pair)
 
+    def goal_size_error(depth, rgb) -> conv.MessageError | None:
+        if depth.shape == rgb.shape[:2]:
+            return None
+        return conv.MessageError(f"goal depth is {depth.shape[1]}x{depth.shape[0]}, goal image "
+                                 f"{rgb.shape[1]}x{rgb.shape[0]}; they must match")
+
+    def goal_depth_for(t: int, rgb):
+        """The goal depth of the goal image stamped `t` (GoalDepthPairer), or None; one of another size is dropped."""
+        match = goal_depths.take(t)
+        if match is None:
+            return None
+        err = goal_size_error(match[1], rgb)
+        if err is not None:
+            goal_depths.discard(match[0])
+            drop("goal depth", err)
+            return None
+        return match[1]
+
     def encode_goal() -> None:
         if goal["rgb"] is None:
             return
         t, rgb, header = goal["rgb"]
-        depth = goal["depth"][1] if needs_depth and goal["depth"] is not None and goal["depth"][0] == t else None
         done = goal["published"]
-        if done is not None and done[0] == t and (done[1] or depth is None):
+        if done is not None and done[0] == t and (done[1] or not needs_depth):
             return   # this goal is encoded, with depth or with all there is
+        depth = goal_depth_for(t, rgb) if needs_depth else None
+        if done is not None and done[0] == t and depth is None:
+            return   # encoded without depth, and still none has come
         if needs_depth and depth is None and time.monotonic() - goal["wall"] < cfg.goal_depth_wait_s:
             return   # its depth may still come (topics are not ordered); the timer retries
         try:
@@ -213,6 +239,10 @@ def build(node) -> Callable[[], None]:
         goal["published"] = (t, depth is not None)
         kind = "RGB-D" if depth is not None else "RGB"
         node.get_logger().info(f"goal embedding published ({kind}, goal stamp {t} ns)")
+        missed = goal_depths.missed_warning(t, f"sync_tolerance_s ({cfg.sync_tolerance_s:g} s)") \
+            if needs_depth and depth is None else None
+        if missed is not None:
+            node.get_logger().warning(missed)
 
     def on_goal_image(msg: Image) -> None:
         try:
@@ -223,16 +253,17 @@ def build(node) -> Callable[[], None]:
         encode_goal()
 
     def on_goal_depth(msg: Image) -> None:
+        t = stamp_to_ns(msg.header.stamp)
         try:
             depth = conv.image_to_depth(msg)
-            if goal["rgb"] is not None and goal["rgb"][0] == stamp_to_ns(msg.header.stamp) \
-                    and depth.shape != goal["rgb"][1].shape[:2]:
-                raise conv.MessageError(f"goal depth is {depth.shape[1]}x{depth.shape[0]}, goal image "
-                                        f"{goal['rgb'][1].shape[1]}x{goal['rgb'][1].shape[0]}; they must match")
+            err = None if goal["rgb"] is None or abs(goal["rgb"][0] - t) > tolerance_ns \
+                else goal_size_error(depth, goal["rgb"][1])
+            if err is not None:   # the goal image's (within the tolerance) but not its size
+                raise err
         except conv.MessageError as err:
             drop("goal depth", err)
             return
-        goal["depth"] = (stamp_to_ns(msg.header.stamp), depth)
+        goal_depths.add(t, depth)
         encode_goal()
 
     sub_colour = node.create_subscription(Image, "camera/color/image_raw", on_colour, qos_profile_sensor_data)

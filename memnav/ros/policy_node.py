@@ -6,7 +6,9 @@ Subscribes:
     /odom                       nav_msgs/Odometry
     /memnav/goal_image          sensor_msgs/Image                           (reliable, transient local; a photo
                                 with the stamp of the goal worked on, or of one that ended, is not a new goal)
-    /memnav/goal_depth          sensor_msgs/Image 32FC1, optional: depth of the goal view, same stamp
+    /memnav/goal_depth          sensor_msgs/Image 32FC1, optional: depth of the goal view, stamped within
+                                sync_tolerance_s of the photo (exactly alike in lock-step); a goal that goes on
+                                without depth although one came stamped beyond that logs a warning
     /memnav/episode_result      std_msgs/String JSON (an episode ended: wait for the next goal)
 Publishes:
     /memnav/action              std_msgs/String  STOP / MOVE_FORWARD / TURN_LEFT / TURN_RIGHT
@@ -101,8 +103,9 @@ class PolicyNodeConfig(ExploringTuning):
         action_duration_s: time one discrete action takes on /cmd_vel, seconds.
         forward_step_m: MOVE_FORWARD distance, meters.
         turn_angle_deg: TURN_LEFT / TURN_RIGHT angle, degrees.
-        sync_tolerance_s: colour and depth frames closer than this in stamp form a pair in real time, seconds
-            (lock-step pairs colour, depth and odometry of exactly the same stamp).
+        sync_tolerance_s: colour and depth frames closer than this in stamp form a pair in real time, seconds,
+            and so do a goal photo and its goal depth (lock-step pairs colour, depth and odometry, and a goal photo
+            and its depth, of exactly the same stamp).
         goal_depth_wait_s: wait this long for /memnav/goal_depth of a new goal before acting on its RGB
             alone (a goal photo from a user has no depth), seconds.
         lifelong_dir: keep the long-term memory in a database under this folder across episodes and runs
@@ -633,7 +636,9 @@ def build(node) -> Callable[[], None]:
                                       "the clocks)", throttle_duration_sec=5.0)
         if frame is None or not subscribers_ready():
             return  # lock-step: the bridge re-sends this frame; real time: the timer asks again
-        gate.taking(frame.stamp_ns)
+        missed_depth = gate.taking(frame.stamp_ns)
+        if missed_depth is not None:
+            node.get_logger().warning(missed_depth)
         # lock-step: memory time advances one second per action, exactly as in the in-process evaluation
         try:
             action, inp, goal_p = agent.step(frame.rgb, frame.depth, frame.pose,

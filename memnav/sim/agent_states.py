@@ -24,7 +24,9 @@ class AgentStates:
     `mode` (`ended_by`) and, after a STOP, its `belief` (`stop_belief`), whichever of the two arrives first.
     In real time the bridge does not know which of its frames the agent decided on (`expect_real_time`): a STOP
     is matched to the agent's STOP state of that goal, a step limit to its newest state of that goal.
-    Results are updated in place in `results` (the runner's list).
+    Results are updated in place in `results` (the runner's list). A restarted episode's result replaces its earlier
+    attempt's in the same place, so when it ends, a state still awaited for the earlier attempt is no longer awaited
+    (arriving late, it would have overwritten the new attempt's).
     """
 
     def __init__(self, results: list, keep: int = 256) -> None:
@@ -58,6 +60,7 @@ class AgentStates:
 
     def expect(self, stamp_ns: int, index: int) -> None:
         """Episode `index` of the results ended with the action decided on frame `stamp_ns`."""
+        self._forget(index)
         if stamp_ns in self._states:
             self._apply(index, self._states[stamp_ns])
         else:
@@ -67,6 +70,7 @@ class AgentStates:
         """Real time: episode `index`, whose goal image was stamped `goal_stamp_ns`, ended by a STOP (the agent's
         STOP state decided on a frame after the goal's, whenever it arrives) or at the step limit (the newest state
         of a frame after the goal's that has arrived by now)."""
+        self._forget(index)
         if self.results[index].status is EpisodeStatus.STOPPED:
             stop = next((b for b in reversed(self._states.values()) if _stop_of(b, goal_stamp_ns)), None)
             if stop is None:
@@ -82,6 +86,13 @@ class AgentStates:
         """Real time: a new goal image went out; decisions on its frames belong to the next episode."""
         if self._stop_pending is not None and self._stop_pending[2] is None:
             self._stop_pending[2] = goal_stamp_ns
+
+    def _forget(self, index: int) -> None:
+        """Episode `index` ended (again): a state still awaited for it is an earlier attempt's, whose result the
+        runner has just replaced with this one."""
+        self._pending = {stamp: i for stamp, i in self._pending.items() if i != index}
+        if self._stop_pending is not None and self._stop_pending[0] == index:
+            self._stop_pending = None
 
     def _apply(self, index: int, body: dict) -> None:
         r = self.results[index]

@@ -161,6 +161,58 @@ def test_late_depth_restarts_no_goal_decided_on_a_frame_older_than_it_nor_one_th
     assert g.goal_depth(200 * MS, DEPTH)
 
 
+def test_real_time_pairs_goal_depth_stamped_near_the_photo_as_live_frames_pair():
+    """A goal publisher of a user's own, or a RealSense's colour and depth of one moment, stamps the goal depth a few
+    ms off the photo: within sync_tolerance_s it is the goal's depth (nearest, each depth to one goal), as
+    `memnav eval-bag` pairs them; the goal no longer went on RGB-only."""
+    g = gate(False)                                 # sync tolerance 20 ms
+    g.goal_depth(1_012 * MS, DEPTH)                 # before the photo
+    near = np.full((4, 4), 2.0, np.float32)
+    g.goal_depth(995 * MS, near)                    # nearer
+    g.goal_image(1_000 * MS, RGB)
+    t, _, depth = g.goal_to_start()
+    assert t == 1_000 * MS and depth is near
+    g.goal_started(t, RGB, depth, 0.0)
+    g.goal_image(1_010 * MS, RGB)                   # a new photo: 995 is the last goal's, 1012 is free
+    assert g.goal_to_start()[2] is DEPTH
+    # the depth after the photo, before any decision: the goal starts again with it
+    g = gate(False)
+    start_goal(g, 2_000 * MS, with_depth=False)
+    assert not g.goal_depth(2_030 * MS, DEPTH)      # 30 ms off: not this goal's
+    assert g.goal_depth(2_007 * MS, DEPTH)
+    assert g.goal_to_start()[2] is DEPTH
+
+
+def test_lockstep_keeps_goal_depth_pairing_exact():
+    g = gate(True)                                  # lock-step pairs exact stamps only, goals too
+    g.goal_depth(1_005 * MS, DEPTH)
+    g.goal_image(1_000 * MS, RGB)
+    assert g.goal_to_start()[2] is None
+    g.goal_depth(1_000 * MS, DEPTH)
+    assert g.goal_to_start()[2] is DEPTH
+
+
+def test_a_goal_going_on_without_the_depth_that_came_too_far_off_says_so_once():
+    g = gate(False, goal_depth_wait_s=0.5)
+    g.goal_depth(1_050 * MS, DEPTH)                 # 50 ms off: beyond the 20 ms tolerance
+    start_goal(g, 1_000 * MS, wall_s=1.0, with_depth=False)
+    frame(g, 1_100 * MS)
+    got = g.due(5.0, 1.6)
+    assert got is not None
+    line = g.taking(got.stamp_ns)
+    assert line is not None and f"goal {1_000 * MS}" in line and f"stamped {1_050 * MS}" in line
+    assert "50.0 ms" in line and "sync_tolerance_s (0.02 s)" in line
+    g.hold((0.0, 0.0), 5.0)
+    frame(g, 1_200 * MS)
+    assert g.taking(g.due(7.0, 7.0).stamp_ns) is None    # once per goal
+    g = gate(False, goal_depth_wait_s=0.0)          # no depth at all (a user's photo) or one paired: nothing said
+    for depth in (False, True):
+        start_goal(g, (3_000 + 1_000 * depth) * MS, with_depth=depth)
+        frame(g, (3_100 + 1_000 * depth) * MS)
+        assert g.taking(g.due(9.0 + 2 * depth, 9.0).stamp_ns) is None
+        g.hold((0.0, 0.0), 9.0 + 2 * depth)
+
+
 def test_an_odometry_jump_is_told_apart_from_motion_and_frames_before_it_are_not_decided_on():
     assert odometry_jump(Pose2D(0, 0, 0), Pose2D(0.4, 0.0, 0.5), 0.5, 45.0) is None   # motion
     assert odometry_jump(Pose2D(0, 0, 3.1), Pose2D(0, 0, -3.1), 0.5, 45.0) is None   # across +-pi: 4 deg

@@ -1,7 +1,7 @@
 """StampedQueue: nearest-within-tolerance and latest-at-or-before lookups, bounded, order-independent."""
 import pytest
 
-from memnav.core.stamp_sync import StampedQueue
+from memnav.core.stamp_sync import GoalDepthPairer, StampedQueue
 
 
 def test_nearest_within_tolerance_in_any_arrival_order():
@@ -84,3 +84,42 @@ def test_pairer_reports_streams_that_share_no_frame_id():
         pairer.add_depth(t, f"frame_{t}", "d")
     colour, depth = pairer.unshared_frames()
     assert colour == ["cam_color_optical_frame"] and len(depth) <= 8
+
+
+def test_goal_depth_pairer_pairs_the_nearest_within_tolerance_each_depth_once():
+    """As `memnav eval-bag`'s pair_goal_depths: nearest within the tolerance (ties: the earlier), in any arrival
+    order, each depth image to one goal photo; exact stamps still pair, and a tolerance of 0 pairs only them."""
+    p = GoalDepthPairer(20)
+    p.add(1_008, "d1008")
+    p.add(995, "d995")                                   # arrives later, nearer goal 1000
+    assert p.nearest(1_000) == (995, "d995")
+    assert p.take(1_000) == (995, "d995")
+    assert p.take(1_000) == (995, "d995")                # the same goal asking again: the same depth
+    assert p.nearest(990) == (1_008, "d1008")            # d995 is goal 1000's; d1008 is 18 away
+    assert p.take(1_030) is None                         # d1008 is 22 away: beyond the tolerance
+    p.add(1_000, "d1000")                                # a nearer one for goal 1000: it moves there
+    assert p.take(1_000) == (1_000, "d1000")
+    assert p.take(990) == (995, "d995")                  # ... and d995 is free again
+    p.add(1_000, "d1000 again")                          # delivered again: replaces, stays goal 1000's
+    assert p.take(1_000) == (1_000, "d1000 again")
+    assert p.nearest(1_001) == (1_008, "d1008")          # d1000 and d995 are taken: the free one
+    p.discard(1_008)
+    assert p.take(1_010) is None
+    exact = GoalDepthPairer(0)
+    exact.add(5, "d5"), exact.add(6, "d6")
+    assert exact.take(5) == (5, "d5") and exact.take(7) is None
+    with pytest.raises(ValueError, match="tolerance_ns"):
+        GoalDepthPairer(-1)
+
+
+def test_goal_depth_pairer_names_the_depth_a_goal_missed():
+    p = GoalDepthPairer(20_000_000)                      # 20 ms
+    assert p.missed(1_000_000_000) is None and p.missed_warning(1_000_000_000, "t") is None   # no depth came
+    p.add(1_050_000_000, "late")
+    assert p.missed(1_000_000_000) == 1_050_000_000
+    line = p.missed_warning(1_000_000_000, "sync_tolerance_s (0.02 s)")
+    assert "goal 1000000000 goes on without depth" in line and "stamped 1050000000" in line
+    assert "50.0 ms" in line and "sync_tolerance_s (0.02 s)" in line
+    assert p.missed(1_040_000_000) is None               # within the tolerance: not missed
+    p.take(1_040_000_000)
+    assert p.missed(1_000_000_000) is None               # another goal's depth now: not this goal's to miss

@@ -210,6 +210,20 @@ def test_two_runs_of_one_agent_are_compared_episode_by_episode(tmp_path, capsys,
     assert "<td>encoder</td><td>models/encoder.pt</td>" in page
     assert ("<td>exploring_options</td><td>told defaults; untold keep_unseen_obstacles=True, map_range_m=4.0</td>"
             in page)
+    # the settings it takes to run them again too, and each run's skipped episodes
+    selection = {"episodes": 10, "episode_ids": None, "spread": True}
+    off = {"episode_id": "9", "scene_id": "data/h2.glb", "reason": "off <floor>"}
+    for name, steps, skipped in (("s100", 100, []), ("s200", 200, [off])):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"agent": "memnav", "split": "val", "per_episode": base,
+                                                           "max_steps": steps, "seed": 0,
+                                                           "episode_selection": selection,
+                                                           "skipped_episodes": skipped}))
+    assert main(["eval-report", "s100.json", "s200.json", "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "<td>max_steps</td><td>s100 100; s200 200</td>" in page and "<td>seed</td><td>0</td>" in page
+    assert "<td>episode_selection</td><td>episodes=10, episode_ids=None, spread=True</td>" in page
+    assert "Skipped episodes (1)" in page and "<td>s200</td><td>9</td><td>h2</td><td>off &lt;floor&gt;</td>" in page
+    assert "<td>s100</td><td>9</td>" not in page
 
 
 def test_the_lifelong_figure_draws_each_episode_at_its_visit_of_its_sequence(monkeypatch, tmp_path):
@@ -275,6 +289,7 @@ def test_results_of_an_older_version_without_soft_spl_or_steps(tmp_path, capsys)
     assert main(["eval-report", str(src), "--out", str(tmp_path / "rep")]) == 0, capsys.readouterr().err
     page = (tmp_path / "rep" / "report.html").read_text()
     assert "0.500 [" in page and "n/a" in page   # success as before; SoftSPL and steps unknown
+    assert "Skipped episodes" not in page and "max_steps" not in page   # keys it did not record are not shown
     missing = {"agent": "memnav", "per_episode": [{"success": 1.0, "spl": 0.5}]}
     src.write_text(json.dumps(missing))
     assert main(["eval-report", str(src), "--out", str(tmp_path / "rep2")]) == 2
@@ -328,7 +343,11 @@ def test_an_eval_bag_figure_is_written_whole_or_not_at_all(tmp_path, monkeypatch
 @pytest.mark.parametrize("results, message", [
     ({"agents": [{"per_episode": []}]}, "'agents' is a list"),
     ({"agents": {"memnav": 5}}, "agent 'memnav' has no 'per_episode' list"),
-    ({"agent": ["memnav"], "per_episode": []}, "'agent' is ['memnav'], not an agent name")])
+    ({"agent": ["memnav"], "per_episode": []}, "'agent' is ['memnav'], not an agent name"),
+    ({"agent": "memnav", "per_episode": [], "skipped_episodes": {"0": "x"}},
+     "agent 'memnav' 'skipped_episodes' is a dict, not a list"),
+    ({"agent": "memnav", "per_episode": [], "skipped_episodes": [{"episode_id": "3"}]},
+     "agent 'memnav' skipped_episodes[0] has no 'scene_id'")])
 def test_results_of_another_shape_are_refused_by_name(tmp_path, capsys, results, message):
     (tmp_path / "run.json").write_text(json.dumps(results))
     assert main(["eval-report", str(tmp_path / "run.json"), "--out", str(tmp_path / "out")]) == 2
@@ -350,3 +369,125 @@ def test_names_rename_the_agents_of_a_single_results_file(tmp_path, capsys):
     assert "<h1>memnav eval: b:random, b:memnav</h1>" in page and "b:memnav against each agent" in page
     assert main(["eval-report", str(tmp_path / "one.json"), "--out", str(out)]) == 0   # without --names: as run
     assert "<h1>memnav eval: memnav</h1>" in (out / "report.html").read_text()
+
+
+def _write_episode_list(path, keys):
+    """An episode file (the memnav/Habitat JSON format) holding episodes of these (scene, id) keys, in order."""
+    path.write_text(json.dumps({"episodes": [
+        {"episode_id": i, "scene_id": scene, "start_position": [0.0, 0.0, 0.0], "start_rotation": [0.0, 0.0, 0.0, 1.0],
+         "goals": [{"position": [1.0, 0.0, 0.0]}]} for scene, i in keys]}))
+
+
+def test_a_skipped_episode_keeps_its_place_in_its_house_sequence_of_lifelong_visits(tmp_path, capsys):
+    """--lifelong-visits 3 with a house's second episode skipped: the report counted a house's sequences over the
+    episodes that were run, so every later episode of the house was labelled with the sequence before its own, and
+    the bootstrap resampled mixed-up sequences. The run's episode list (read again from its data) gives each
+    episode its place; without it, such a house is resampled whole and the report says so."""
+    from memnav.sim.metrics import SkippedEpisode
+
+    keys = [(f"data/h{h}.glb", f"h{h}_{i}") for h in (0, 1) for i in range(12)]
+    data = tmp_path / "episodes.json"
+    _write_episode_list(data, keys)
+    gaps = {keys[1], keys[12 + 4]}   # h0's second episode, h1's fifth: places 1 and 4
+    ran = [k for k in keys if k not in gaps]
+    # SPL moves with the sequence an episode was run in (its memory); the other agent is flat
+    seq = {k: (i % 12) // 3 for i, k in enumerate(keys)}
+    a = [dict(_episode(i, "x", 1, 0.2 + 0.25 * seq[k] * (k[0] == "data/h0.glb")), scene_id=k[0], episode_id=k[1])
+         for i, k in enumerate(ran)]
+    b = [dict(e, success=1.0, spl=0.5) for e in a]
+    skipped = [SkippedEpisode(i, s, f"episode {i} ({s}): the goal is unreachable from the start").to_json()
+               for s, i in sorted(gaps)]
+    results = {"split": "val", "data": str(data), "lifelong": True, "episodes": 24,
+               "episode_selection": {"episodes": None, "episode_ids": None, "spread": False},
+               "agents": {"memnav": {"per_episode": a, "skipped_episodes": skipped, "lifelong_visits": 3,
+                                     "lifelong_spl_by_visit": [0.5, 0.5, 0.5]},
+                          "oracle": {"per_episode": b, "skipped_episodes": skipped}}}
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(results))
+    assert main(["eval-report", str(src), "--out", str(tmp_path / "rep")]) == 0, capsys.readouterr().err
+    page = (tmp_path / "rep" / "report.html").read_text()
+    clusters = [f"{k[0]}#{seq[k]}" for k in ran]   # each episode in the sequence it was run in
+    counted = [f"{k[0]}#{j // 3}" for k, j in zip(ran, list(range(11)) * 2)]   # over the run episodes only
+    right = paired_difference([e["spl"] for e in a], [0.5] * len(a), clusters=clusters)
+    shifted = paired_difference([e["spl"] for e in a], [0.5] * len(a), clusters=counted)
+    assert right[1:] != pytest.approx(shifted[1:])
+    assert "{:.3f} [{:.3f}, {:.3f}]".format(*right) in page and "{:.3f} [{:.3f}, {:.3f}]".format(*shifted) not in page
+    assert "resampled as whole houses" not in page
+    from memnav.eval.eval_report import episode_list_order, house_slots
+
+    order = episode_list_order(results)
+    assert order == keys
+    assert house_slots(a, skipped, order) == [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] + [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11]
+    assert lifelong_clusters(a, 3, skipped, order) == clusters and lifelong_clusters(a, 3) == counted
+    # the dataset gone: where the skipped episodes were is unknown, so their houses are resampled whole
+    data.unlink()
+    assert episode_list_order(results) is None
+    whole = lifelong_clusters(a, 3, skipped)
+    assert whole == [k[0] for k in ran]
+    assert main(["eval-report", str(src), "--out", str(tmp_path / "rep")]) == 0, capsys.readouterr().err
+    page = (tmp_path / "rep" / "report.html").read_text()
+    d, lo, hi = paired_difference([e["spl"] for e in a], [0.5] * len(a), clusters=whole)
+    assert f"{d:.3f} [{lo:.3f}, {hi:.3f}]" in page
+    assert "h0, h1: resampled as whole houses, since episodes were skipped there" in page
+
+
+def test_the_lifelong_figure_draws_an_episode_after_a_skipped_one_at_its_visit(monkeypatch, tmp_path):
+    """--lifelong-visits 3, a house's second episode skipped: the third is its sequence's second visit (as
+    lifelong_spl_by_visit counts it), not its third; the fourth starts the next sequence."""
+    import memnav.eval.eval_report as er
+
+    keys = [("data/h0.glb", f"e{i}") for i in range(6)]
+    _write_episode_list(tmp_path / "episodes.json", keys)
+    eps = [dict(_episode(i, "h0", 1, 0.5), episode_id=k[1]) for i, k in enumerate(keys) if i != 1]
+    results = {"agent": "memnav", "split": "val", "data": str(tmp_path / "episodes.json"), "lifelong": True,
+               "episode_selection": {"episodes": None, "episode_ids": None, "spread": False},
+               "per_episode": eps, "lifelong_visits": 3, "lifelong_spl_by_visit": [0.5, 0.5, 0.5],
+               "skipped_episodes": [{"episode_id": "e1", "scene_id": "data/h0.glb", "reason": "unreachable"}]}
+    figures = {}
+    monkeypatch.setattr(er, "_save", lambda fig, path: figures.update({path.name: fig}))
+    er.write_eval_report(results, tmp_path / "rep")
+    (faint,) = [line for line in figures["lifelong.png"].axes[0].get_lines() if line.get_color() == "0.45"]
+    assert list(faint.get_xdata()) == [1, 2, 1, 2, 3]
+
+
+def test_the_report_shows_the_run_settings_and_the_skipped_episodes_of_a_real_run(tmp_path, capsys):
+    """`memnav eval --report` of a run with an unreachable goal: the settings it takes to run it again are at the
+    report's head and the skipped episode is listed, with its reason, as left out of every mean."""
+    import gzip
+
+    from conftest import make_tiny_dataset
+
+    houses = make_tiny_dataset(tmp_path / "houses", seed=5, test=6)
+    with gzip.open(houses / "episodes" / "test.json.gz", "rt") as f:
+        episodes = json.load(f)
+    episodes["episodes"][1]["goals"][0]["position"][0] += 100.0   # out of the house: unreachable
+    data = tmp_path / "edited.json.gz"
+    with gzip.open(data, "wt") as f:
+        json.dump(episodes, f)
+    skipped_id = episodes["episodes"][1]["episode_id"]
+    out = tmp_path / "rep"
+    assert main(["eval", "--data", str(data), "--scenes-dir", str(houses / "scenes"), "--compare", "oracle,forward",
+                 "--lifelong", "--lifelong-visits", "2", "--max-steps", "40", "--seed", "4", "--no-progress",
+                 "--report", str(out)]) == 0
+    capsys.readouterr()
+    page = (out / "report.html").read_text()
+    for row in ("<td>max_steps</td><td>40</td>", "<td>seed</td><td>4</td>",
+                "<td>episode_selection</td><td>episodes=None, episode_ids=None, spread=False</td>",
+                "<td>explore</td><td>True</td>", "<td>homing</td><td>True</td>", "<td>renderer</td><td>auto</td>",
+                "<td>policy_dir</td><td>models</td>", f"<td>scenes_dir</td><td>{houses / 'scenes'}</td>",
+                "<td>workers</td><td>1</td>", "<td>map_checks_in_background</td><td>False</td>"):
+        assert row in page, row
+    assert "memory_dir" not in page   # not given: not shown
+    head, rest = page.split("<h2>Summary</h2>")
+    assert "Skipped episodes (1)" in head and "left out of every mean" in head
+    house = json.loads((out / "results.json").read_text())["agents"]["oracle"]["per_episode"][0]["scene_id"]
+    assert (f"<td>every agent</td><td>{skipped_id}</td><td>{house.split('/')[-1].removesuffix('.glb')}</td>"
+            "<td>episode " in head and "unreachable from the start" in head)
+    assert "<td>oracle</td><td>5</td>" in rest   # the 5 episodes that were run
+    # the house's sequences of 2 visits, with the skipped second episode holding its place
+    from memnav.eval.eval_report import episode_list_order
+
+    results = json.loads((out / "results.json").read_text())
+    oracle = results["agents"]["oracle"]
+    assert lifelong_clusters(oracle["per_episode"], 2, oracle["skipped_episodes"], episode_list_order(results)) \
+        == [f"{house}#{k}" for k in (0, 1, 1, 2, 2)]

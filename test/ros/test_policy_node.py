@@ -254,3 +254,58 @@ def test_depth_in_another_frame_than_the_colour_image_is_not_used(tmp_path):
         node.destroy_node()
         rclpy.shutdown()
         stop_processes([proc])
+
+
+def test_goal_depth_stamped_near_the_goal_photo_is_the_goals_and_one_too_far_off_is_named(tmp_path):
+    """A goal publisher of a user's own (or a RealSense's colour and depth of one moment) stamps the goal depth a
+    few ms off the photo: the goal went on RGB-only, silently. Now the nearest goal depth within sync_tolerance_s
+    is the goal's (as for camera frames and in `memnav eval-bag`), and a goal that goes on without depth although
+    one came stamped beyond the tolerance logs both stamps and the tolerance."""
+    from conftest import isolated_ros_env, spin_until, start_policy_node, stop_processes, wait_for_text
+    from sensor_msgs.msg import Image
+    from test_policy_bridge_edges import Feeder
+
+    from memnav.ros import conversions as conv
+    from memnav.ros.embedding_msgs import ns_to_stamp, stamp_to_ns
+    from memnav.ros.qos import latched_qos
+
+    env = isolated_ros_env(193)
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("goal_depth_feeder")
+    feeder = Feeder(node)
+    pub_goal_depth = node.create_publisher(Image, "/memnav/goal_depth", latched_qos())
+    log = tmp_path / "policy.log"
+    proc = start_policy_node(env, log, lockstep=False, args=["-p", "map_period_s:=0.0", "-p", "max_steps:=2",
+                                                             "-p", "sync_tolerance_s:=0.02",
+                                                             "-p", "goal_depth_wait_s:=1.0"])
+    ms = 1_000_000
+    rng = np.random.default_rng(5)
+
+    def send(depth_offset_ns: int) -> int:
+        t = stamp_to_ns(node.get_clock().now().to_msg())
+        depth = np.full((96, 128), 1.5, np.float32)
+        pub_goal_depth.publish(conv.depth_to_image(depth, ns_to_stamp(t + depth_offset_ns)))
+        spin_until(node, lambda: False, 0.3)   # the depth first: the goal starts with it, no restart
+        feeder.pub_goal.publish(conv.rgb_to_image(rng.integers(0, 255, (96, 128, 3), dtype=np.uint8),
+                                                  ns_to_stamp(t)))
+        return t
+
+    try:
+        assert spin_until(node, lambda: node.count_subscribers("/memnav/goal_depth") > 0, 60), log.read_text()[-2000:]
+        send(6 * ms)                           # 6 ms off: the goal's depth
+        assert spin_until(node, lambda: [s["status"] for s in feeder.statuses] == ["active", "budget"], 60), \
+            log.read_text()[-2000:]
+        assert "new goal image (RGB-D): episode started" in log.read_text()
+        assert "goes on without depth" not in log.read_text()
+        t = send(50 * ms)                      # 50 ms off (tolerance 20 ms): RGB-only, and said why
+        assert spin_until(node, lambda: len(feeder.statuses) == 4 and feeder.statuses[-1]["status"] == "budget", 60), \
+            log.read_text()[-2000:]
+        assert "new goal image (RGB): episode started" in log.read_text()
+        assert wait_for_text(log, f"goal {t} goes on without depth", 5), log.read_text()[-2000:]
+        line = next(x for x in log.read_text().splitlines() if f"goal {t} goes on without depth" in x)
+        assert f"stamped {t + 50 * ms}" in line and "50.0 ms" in line and "sync_tolerance_s (0.02 s)" in line, line
+        assert proc.poll() is None
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])

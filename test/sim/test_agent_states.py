@@ -109,3 +109,52 @@ def test_write_results_is_strict_json_with_a_stop_belief_never_computed(tmp_path
     doc = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the results file"))
     assert doc["per_episode"][0]["stop_belief"] is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_a_late_state_of_a_restarted_episodes_earlier_attempt_leaves_the_new_attempts_result(tmp_path):
+    """~/reset restarts an ended episode and the runner puts the new attempt's result in the earlier one's place: a
+    policy state of the earlier attempt still awaited then, arriving after the new attempt's result was completed,
+    overwrote it with the earlier attempt's layer and belief (in lock-step and in real time)."""
+    from conftest import make_tiny_dataset
+
+    from memnav.sim.agent_states import AgentStates
+    from memnav.sim.base import SimConfig
+    from memnav.sim.runner import EpisodeRunner, RunnerConfig
+
+    cfg = RunnerConfig(data=str(make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=3)), split="test",
+                       episodes=1)
+
+    # lock-step: as sim_bridge_node's on_action, the result of the action decided on a frame awaits that frame's state
+    runner = EpisodeRunner(cfg, SimConfig(max_episode_steps=2))
+    runner.next_episode()
+    states = AgentStates(runner.results)
+    runner.act("TURN_LEFT")
+    assert runner.act("TURN_LEFT")[1] is not None                           # attempt 1: the step limit, frame 11
+    states.expect(11, len(runner.results) - 1)
+    runner.restart_episode()
+    runner.act("MOVE_FORWARD")
+    runner.act("TURN_LEFT")                                                  # attempt 2: the step limit, frame 21
+    states.add({"stamp_ns": 21, "action": "TURN_LEFT", "mode": "explore", "belief": 0.1})
+    states.expect(21, len(runner.results) - 1)
+    assert len(runner.results) == 1 and runner.results[0].ended_by == "explore"
+    states.add({"stamp_ns": 11, "action": "TURN_LEFT", "mode": "look", "belief": 0.3})   # attempt 1's, late
+    assert runner.results[0].ended_by == "explore" and runner.results[0].path_length_m > 0.2
+    assert not states.waiting   # nor did the results file wait for attempt 1's state once attempt 2 had ended
+
+    # real time: a STOP awaits the agent's STOP state of its goal
+    runner = EpisodeRunner(cfg, SimConfig(max_episode_steps=5))
+    runner.next_episode()
+    states = AgentStates(runner.results)
+    states.goal_started(100)
+    runner.act("STOP", move=False)
+    states.expect_real_time(len(runner.results) - 1, 100)                   # attempt 1's STOP state not in yet
+    runner.restart_episode()
+    states.goal_started(200)
+    states.add({"stamp_ns": 210, "action": "STOP", "mode": "candidate", "belief": 0.6})
+    runner.act("TURN_LEFT", move=False)
+    runner.act("STOP", move=False)
+    states.expect_real_time(len(runner.results) - 1, 200)
+    assert (runner.results[0].ended_by, runner.results[0].stop_belief, runner.results[0].steps) == ("candidate", 0.6, 2)
+    states.add({"stamp_ns": 150, "action": "STOP", "mode": "stop", "belief": 0.99})     # attempt 1's, late
+    assert (runner.results[0].ended_by, runner.results[0].stop_belief) == ("candidate", 0.6)
+    assert not states.waiting

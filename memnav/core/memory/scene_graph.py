@@ -1795,6 +1795,22 @@ class SceneGraphMemory:
         """Ids of all place nodes (ascending)."""
         return np.sort(self._places.ids[self._places.alive_slots()])
 
+    def place_columns(self) -> dict[str, np.ndarray]:
+        """Every place's data but its embedding, as column copies in ascending node id order: for a reader of all
+        places (drawing, listing) that `place()` one at a time would slow (it copies each embedding; ~1.6 s to
+        draw 100,000 places that way).
+
+        Returns:
+            Row i is place `node_id[i]` as `place()` gives it: "node_id" (N,) int64, "pose" (N, 3) float64
+            memory-frame [x_m, y_m, yaw_rad], "first_seen_ns" and "last_seen_ns" (N,) int64 in the session's clock,
+            "visit_count" (N,) int64, "room_id" (N,) int64 (-1: no room).
+        """
+        pl, offset = self._places, self.stamp_offset_ns
+        slots = pl.alive_slots()
+        slots = slots[np.argsort(pl.ids[slots], kind="stable")]
+        return {"node_id": pl.ids[slots], "pose": pl.pose[slots], "first_seen_ns": pl.first_ns[slots] - offset,
+                "last_seen_ns": pl.last_ns[slots] - offset, "visit_count": pl.visits[slots], "room_id": pl.room[slots]}
+
     def thumbnail(self, node_id: int) -> np.ndarray | None:
         """A place's keyframe thumbnail as (h, w, 3) uint8, or None if it has none."""
         if node_id not in self._places.slot_of:
