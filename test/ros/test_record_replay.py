@@ -80,6 +80,13 @@ def _close(node, proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+def _spin_for(node, seconds: float) -> None:
+    """Spin the test's node for `seconds` (what is on its way arrives)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.05)
+
+
 def _finish(proc: subprocess.Popen, timeout: float, sig: int | None = None) -> str:
     if sig is not None:
         proc.send_signal(sig)
@@ -253,9 +260,7 @@ def test_record_every_topic_into_sqlite3(tmp_path, ros_env):
             msg.pose.pose.position.x = float(i)
             odom.publish(msg)
             rclpy.spin_once(node, timeout_sec=0.01)
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            rclpy.spin_once(node, timeout_sec=0.05)
+        _spin_for(node, 0.5)
         out = _finish(recorder, 20, signal.SIGINT)
     finally:
         _close(node, recorder)
@@ -397,9 +402,7 @@ def test_record_refuses_a_topic_remap_and_its_advice_records_and_replays_under_t
             msg.header.frame_id = "cam"
             pub.publish(msg)
             rclpy.spin_once(node, timeout_sec=0.05)
-        spin = time.monotonic() + 0.5
-        while time.monotonic() < spin:
-            rclpy.spin_once(node, timeout_sec=0.05)
+        _spin_for(node, 0.5)
         out = _finish(recorder, 20, signal.SIGINT)
         assert recorder.returncode == 0 and "/cam/rgb: 5" in out, out
         node.destroy_publisher(pub)   # the replay's publisher is the only one left
@@ -408,9 +411,7 @@ def test_record_refuses_a_topic_remap_and_its_advice_records_and_replays_under_t
         end = time.monotonic() + 60
         while replay.poll() is None and time.monotonic() < end:
             rclpy.spin_once(node, timeout_sec=0.05)
-        spin = time.monotonic() + 0.5
-        while time.monotonic() < spin:
-            rclpy.spin_once(node, timeout_sec=0.05)
+        _spin_for(node, 0.5)
         out = _finish(replay, 5)
         assert replay.returncode == 0, out
     finally:
