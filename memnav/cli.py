@@ -87,7 +87,11 @@ class BenchParts:
 
     A Ctrl-C (KeyboardInterrupt) anywhere inside the `with` becomes `BenchInterrupted` carrying `results` with the
     parts added so far: a part's keys go into `results` only when the whole part is measured. `add` may replace keys
-    of an earlier part (a summary over the houses finished so far)."""
+    of an earlier part (a summary over the houses finished so far). `BenchParts.latest` is the last one entered:
+    a Ctrl-C after its `with` (in the bench's clean-up: temporary folders, closing the simulator) still keeps what
+    it measured (`main`)."""
+
+    latest: BenchParts | None = None
 
     def __init__(self, results: dict, names: Iterable[str]) -> None:
         self.results = results
@@ -103,6 +107,7 @@ class BenchParts:
         self.measured.append(name)
 
     def __enter__(self) -> BenchParts:
+        BenchParts.latest = self
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
@@ -284,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     module = _load(args._module)
     bench = getattr(args, "_group", None) == "bench"
     interrupted: BenchInterrupted | None = None
+    BenchParts.latest = None
     try:
         if bench:   # every bench's --json: refused before the run, not after
             from memnav.paths import check_output_file
@@ -301,10 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as err:   # an optional dependency (habitat-sim) is missing: its message says how to install it
         print(f"memnav {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:   # a bench: before its first part began
-        print(_interrupted_text(args.target, BenchInterrupted({}, [], [])) if bench else
-              f"memnav {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:   # a bench: before its first part began, or in its clean-up after its parts
+        parts = BenchParts.latest
+        if not (bench and parts is not None and parts.measured):
+            print(_interrupted_text(args.target, BenchInterrupted({}, [], [])) if bench else
+                  f"memnav {args.command}: interrupted", file=sys.stderr)
+            return 130
+        interrupted = BenchInterrupted(parts.results, parts.measured, parts.left)
+        result = parts.results
     if bench:
         from memnav.core.files import json_safe, replace_files
 

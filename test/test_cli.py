@@ -164,3 +164,36 @@ def test_bench_ctrl_c_before_anything_was_measured_writes_nothing(tmp_path, monk
     printed = capsys.readouterr()
     assert printed.out == "" and out.read_text() == "an earlier run's\n"
     assert printed.err == "memnav bench memory: interrupted before anything was measured; nothing is written\n"
+
+
+def test_bench_ctrl_c_in_its_clean_up_after_every_part_keeps_them_all(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C after a bench's last part, in its clean-up (removing its temporary databases), came as a plain
+    KeyboardInterrupt: "interrupted before anything was measured; nothing is written", every result thrown away."""
+    from memnav.eval import bench_memory
+
+    work = tmp_path / "work"
+    work.mkdir()
+
+    real_rmtree = bench_memory.shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):   # the run's own folder, at the end; what its parts remove goes as usual
+        if Path(path) == work:
+            raise KeyboardInterrupt
+        real_rmtree(path, *args, **kwargs)
+
+    real_mkdtemp = bench_memory.tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):   # the run's own folder; a part's temporary ones as usual
+        own = kwargs.get("prefix") == "memnav_bench_memory_"
+        return str(work) if own else real_mkdtemp(*args, **kwargs)
+
+    monkeypatch.setattr(bench_memory.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(bench_memory.shutil, "rmtree", rmtree)
+    out = tmp_path / "memory.json"
+    assert main(["bench", "memory", "--sizes", "10", "--queries", "3", "--patrol-hours", "0.01", "--json", str(out),
+                 "--no-progress"]) == 130
+    printed = capsys.readouterr()
+    res = json.loads(out.read_text())
+    assert json.loads(printed.out) == res and res["interrupted"] is True and res["left_out"] == []
+    assert res["insert_ms_p50_10"] > 0 and res["nodes_after_patrol"] > 0
+    assert printed.err.startswith("memnav bench memory: interrupted: measured size 10, bytes_per_node, patrol;")

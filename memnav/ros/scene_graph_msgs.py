@@ -117,8 +117,9 @@ def scene_graph_markers(memory: SceneGraphMemory, frame_id: str, stamp=None, *,
         frame_id: the markers' frame (the memory frame).
         stamp: the markers' header stamp (builtin_interfaces/Time), or None.
         max_places: above this many places only every k-th place by id is drawn (k = `marker_stride`: spread
-            evenly along the way the robot went), with only the traversability edges between drawn places, and
-            a text marker (namespace "info", above the places' centroid) says how many of how many are drawn.
+            evenly along the way the robot went), each standing for the places up to the next drawn one: an edge
+            between two places is drawn once between the drawn places they stand for; a text marker (namespace
+            "info", above the places' centroid) says how many of how many are drawn.
             Room labels still count and centre on all places. 0 = no limit.
 
     Raises:
@@ -154,9 +155,20 @@ def scene_graph_markers(memory: SceneGraphMemory, frame_id: str, stamp=None, *,
     edges = marker("edges", 0, Marker.LINE_LIST)
     edges.scale.x = EDGE_WIDTH_M
     edges.color = ColorRGBA(r=0.9, g=0.9, b=0.9, a=0.8)
-    # only the drawn places' edges, visited in the graph's node order: the lines come in the order of a pass over all
-    for a, b, d in memory.graph.edges([n for n in memory.graph if n in drawn], data=True):
-        if d["kind"] is EdgeKind.TRAVERSABLE and b in drawn:
+    if stride == 1:
+        for a, b, d in memory.graph.edges(data=True):
+            if d["kind"] is EdgeKind.TRAVERSABLE and a in pose and b in pose:
+                edges.points += [Point(x=pose[a][0], y=pose[a][1]), Point(x=pose[b][0], y=pose[b][1])]
+    else:
+        # each place stands for the drawn place that opens its run of `stride` ids: an edge between two places
+        # is drawn between their drawn places (once), so the capped map keeps its connectivity (between drawn
+        # places alone, consecutive ids of a walk are never both drawn, and hardly an edge was left)
+        rep = {n: ids[k - k % stride] for k, n in enumerate(ids)}
+        pairs: dict[tuple[int, int], None] = {}
+        for a, b, d in memory.graph.edges(data=True):
+            if d["kind"] is EdgeKind.TRAVERSABLE and a in rep and b in rep and rep[a] != rep[b]:
+                pairs[(min(rep[a], rep[b]), max(rep[a], rep[b]))] = None
+        for a, b in pairs:
             edges.points += [Point(x=pose[a][0], y=pose[a][1]), Point(x=pose[b][0], y=pose[b][1])]
     out = MarkerArray(markers=[clear, places, edges])
     if stride > 1:
@@ -167,7 +179,7 @@ def scene_graph_markers(memory: SceneGraphMemory, frame_id: str, stamp=None, *,
         info.scale.z = 0.5
         info.color = ColorRGBA(r=1.0, g=1.0, b=1.0, a=1.0)
         info.text = (f"{len(drawn)} of {len(ids)} places drawn (1 in {stride}, max_places {max_places}); "
-                     "edges only between drawn places")
+                     "each stands for the places up to the next, edges joined likewise")
         out.markers.append(info)
     for room_id, members in sorted(memory.rooms().items()):
         xy = [pose[m] for m in members if m in pose]

@@ -65,8 +65,9 @@ def _points(marker) -> list[tuple[float, float]]:
 
 def test_markers_of_a_large_memory_draw_an_even_subset_of_places(memory):
     """A 100,000-place memory built a MarkerArray of every place and edge each publish (some 9 MB: Fast DDS large
-    messages, RViz stalls). Above max_places every k-th place is drawn, with the edges between drawn places only,
-    and a text marker says so; room labels still count and centre on all places."""
+    messages, RViz stalls). Above max_places every k-th place is drawn, standing for the places up to the next, an
+    edge between two places drawn once between the places that stand for them, and a text marker says so; room
+    labels still count and centre on all places."""
     pytest.importorskip("visualization_msgs.msg")
     from visualization_msgs.msg import Marker
 
@@ -77,11 +78,11 @@ def test_markers_of_a_large_memory_draw_an_even_subset_of_places(memory):
     arr = scene_graph_markers(memory, "odom", max_places=2)   # 5 places: every 3rd, ids[0] and ids[3]
     by_ns = {m.ns: m for m in arr.markers if m.ns}
     assert _points(by_ns["places"]) == [xy[ids[0]], xy[ids[3]]] and len(by_ns["places"].colors) == 2
-    assert _points(by_ns["edges"]) == [xy[ids[0]], xy[ids[3]]]   # not the ones to places left out
+    assert _points(by_ns["edges"]) == [xy[ids[0]], xy[ids[3]]]   # 2-3 and the added 0-3 edge, joined once
     assert len(full.markers[2].points) == 2 * 5   # uncapped: the 4 edges along the way and the added one
     info = by_ns["info"]
     assert info.type == Marker.TEXT_VIEW_FACING and info.header.frame_id == "odom"
-    assert info.text.startswith("2 of 5 places drawn (1 in 3") and "edges only between drawn places" in info.text
+    assert info.text.startswith("2 of 5 places drawn (1 in 3") and "edges joined likewise" in info.text
     assert info.pose.position.x == pytest.approx(3.0)   # above the centroid of all places
     labels = lambda a: [(m.id, m.text, m.pose.position.x, m.pose.position.y) for m in a.markers  # noqa: E731
                         if m.ns == "rooms"]
@@ -116,7 +117,10 @@ def test_markers_as_memory_node_calls_them_apply_the_default_cap():
         by_ns = {m.ns: m for m in arr.markers if m.ns}
         assert len(by_ns["places"].points) == (n + 1) // 2 and by_ns["places"].header.stamp.sec == 7
         assert f"of {n} places drawn (1 in 2" in by_ns["info"].text
-        assert by_ns["edges"].points == []   # consecutive places are linked, every 2nd is drawn: none between
+        # consecutive places are linked and every 2nd is drawn: the drawn ones are linked in a chain (between the
+        # drawn places alone there was no edge left: a capped map was dots)
+        assert _points(by_ns["edges"])[:4] == [(0.0, 0.0), (1.0, 0.0), (1.0, 0.0), (2.0, 0.0)]
+        assert len(by_ns["edges"].points) == 2 * ((n + 1) // 2 - 1)
     finally:
         mem.close()
 
