@@ -377,6 +377,13 @@ class BagFile:
                            "or one file")
         self.storage_path = self.path
         self.storage = "mcap" if suffixes == [".mcap"] else "sqlite3"
+        # a recorder killed just after it opened its next split file leaves that file empty: the parts before it
+        # are the recording (an empty file alone, or all of them, is still refused by name)
+        empty = [f for f in files if f.stat().st_size == 0]
+        if empty and len(empty) < len(files):
+            files = [f for f in files if f not in empty]
+            self.warnings.append(f"{', '.join(str(f) for f in empty)}: empty, left out (a recorder stopped just after "
+                                 "it began the file); reading the other parts")
         try:
             for f in files:
                 self._parts.append(BagFile(f, distro=distro))

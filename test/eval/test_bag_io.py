@@ -657,6 +657,13 @@ def test_a_split_recording_is_ordered_by_time_not_name_and_its_cut_short_last_fi
     assert bag.describe()["salvaged"] and bag.counts.truncated and bag.counts.truncated_reason.startswith(
         "b_late.mcap: ")
     assert 20 < len(got) < 60 and [m.msg.data[0] for m in got] == list(range(len(got)))
+    # killed just after it opened its next file: that file is empty, left out with a warning (it refused them all)
+    (tmp_path / "rec" / "d_next.mcap").write_bytes(b"")
+    bag, again = read_all(tmp_path / "rec")
+    assert [p.name for p in bag.parts] == ["a_early.mcap", "c_middle.mcap", "b_late.mcap"] and len(again) == len(got)
+    assert any("d_next.mcap: empty, left out" in w for w in bag.warnings), bag.warnings
+    with pytest.raises(BagError, match="empty"):                 # an empty file alone is still refused
+        BagFile(tmp_path / "rec" / "d_next.mcap")
 
 
 def test_files_that_are_not_parts_of_one_recording_are_refused_or_warned_about(tmp_path):
