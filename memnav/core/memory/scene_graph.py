@@ -33,10 +33,11 @@ session's stamps are stored shifted by that `stamp_offset_ns` (0 when the sessio
 wall clock: stored stamps are then the caller's). No time passes between such sessions (nothing knows how
 much did). What the memory reports (`place`, `objects`, `stats`, `place_values`, loop-closure candidates) is in
 the session's own clock, so ages (its stamp minus a place's last_seen_ns) stay right; places from an earlier
-session may then report stamps before the session's first (negative ones too). A place last seen in an earlier
-session is never "part of the current traverse" (`loop_closure_min_age_s`): a restarted robot may relocalise
-against the places it saw just before the restart. Readers of the file (memnav.core.memory.snapshot) see the
-stored timeline.
+session may then report stamps before the session's first (negative ones too). In a session whose clock started
+behind (offset > 0), a place last seen in an earlier session is never "part of the current traverse"
+(`loop_closure_min_age_s`): a restarted robot may relocalise against the places it saw just before the restart;
+with offset 0 the stamps tell the real time between sessions, and the age rule applies as within one. Readers of
+the file (memnav.core.memory.snapshot) see the stored timeline.
 Not thread-safe: one caller at a time.
 """
 from __future__ import annotations
@@ -922,8 +923,9 @@ class SceneGraphMemory:
         keys, sims = self._index.search(emb, cfg.loop_closure_candidates, nprobe=cfg.loop_closure_nprobe,
                                         tie_order=pl.ids)
         min_age_ns = int(cfg.loop_closure_min_age_s * 1e9)
-        # places last seen before this session began are never part of its traverse (the session's first stamp
-        # lies after all of them on the stored timeline, however little time passed)
+        # a session whose clock started behind the stored stamps (offset > 0) cannot tell how long ago the places of
+        # earlier sessions were seen (they lie just before it on the stored timeline): those are never part of its
+        # traverse. With offset 0 the stamps say the true time between sessions, and the age rule applies to all.
         session_start = stamp if self._session_start_ns is None else self._session_start_ns
         gate_m = self.loop_closure_gate_m(variance)
         if len(sims):
@@ -933,7 +935,7 @@ class SceneGraphMemory:
         for slot, sim in zip(keys.tolist(), sims.tolist()):
             if sim < cfg.loop_closure_similarity:
                 break
-            if pl.last_ns[slot] >= session_start and pl.last_ns[slot] > stamp - min_age_ns:
+            if pl.last_ns[slot] > stamp - min_age_ns and (not offset or pl.last_ns[slot] >= session_start):
                 continue                             # part of the current traverse, not a revisit
             if unlocalised and int(pl.ids[slot]) in self._frame_places:
                 continue    # stored in the stale frame since: agreeing with them would relocalise into it
