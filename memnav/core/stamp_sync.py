@@ -156,10 +156,11 @@ GOAL_DEPTHS_KEPT = 8   # goal depth images kept to pair with goal photos (a goal
 
 
 class GoalDepthPairer(Generic[D]):
-    """Pairs goal photos with goal depth images as `memnav eval-bag` does (`pair_goal_depths`): a goal photo takes
-    the goal depth image nearest its stamp within `tolerance_ns` (of two equally near, the earlier), and each depth
-    image goes to one goal photo only. A goal publisher of its own, or a camera driver whose colour and depth of one
-    moment carry stamps a few ms apart (a RealSense), stamps them differently; `memnav goal send` stamps them alike.
+    """Pairs goal photos with goal depth images (the live nodes, and `memnav eval-bag`: `pair_goal_depths`): a goal
+    photo takes the goal depth image nearest its stamp within `tolerance_ns` (of two equally near, the earlier), and
+    each depth image goes to one goal photo only. A goal publisher of its own, or a camera driver whose colour and
+    depth of one moment carry stamps a few ms apart (a RealSense), stamps them differently; `memnav goal send` stamps
+    them alike.
 
     A depth image delivered again with a stamp already held (a latched sample after a reconnection) replaces the
     one held and stays with the goal it went to.

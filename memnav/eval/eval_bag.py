@@ -71,7 +71,7 @@ import numpy as np
 
 from memnav.cli import config_from_options as cli_config
 from memnav.core.namespaces import absolute_namespace, resolve_name, under_namespace
-from memnav.core.stamp_sync import StampedQueue
+from memnav.core.stamp_sync import GoalDepthPairer
 from memnav.core.stop import STOP_FEATURES
 from memnav.core.stop import load_calibrator as _load_calibrator
 from memnav.core.types import Pose2D, wrap_angle
@@ -497,27 +497,25 @@ def _read_annotations(bag: BagFile, roles: dict[str, str], cfg: EvalConfig, inva
 
 
 def pair_goal_depths(goals: list[Goal], depths: dict[int, np.ndarray], tolerance_ns: int, skipped: Counter) -> None:
-    """Give each goal (in stamp order) the goal depth image nearest its stamp within `tolerance_ns` (of two equally
-    near, the earlier), as live colour and depth frames pair (`StampedQueue.nearest`); each depth image is used once.
-    A depth image of another size than its goal image is dropped (`skipped["goal_depth_size_mismatch"]`; the goal is
-    encoded without depth, as the encoder node drops it); depth images left over count as
-    `skipped["goal_depth_without_goal_image"]`.
+    """Give each goal (in stamp order; one goal per stamp) the goal depth image nearest its stamp within
+    `tolerance_ns` (of two equally near, the earlier), each depth image used once: the live nodes' rule
+    (`GoalDepthPairer`). A depth image of another size than its goal image is dropped
+    (`skipped["goal_depth_size_mismatch"]`; the goal is encoded without depth, as the encoder node drops it); depth
+    images left over count as `skipped["goal_depth_without_goal_image"]`.
     """
-    queue: StampedQueue[list] = StampedQueue(max(1, len(depths)))
+    pairer: GoalDepthPairer[np.ndarray] = GoalDepthPairer(tolerance_ns, maxlen=max(1, len(depths)))
     for t, depth in sorted(depths.items()):
-        queue.push(t, [depth, False])           # [depth, used]
+        pairer.add(t, depth)
     used = 0
     for g in goals:
-        match = queue.nearest(g.stamp_ns, tolerance_ns, where=lambda item: not item[1])
+        match = pairer.take(g.stamp_ns)
         if match is None:
             continue
-        item = match[1]
-        item[1] = True
         used += 1
-        if item[0].shape != g.rgb.shape[:2]:
+        if match[1].shape != g.rgb.shape[:2]:
             skipped["goal_depth_size_mismatch"] += 1
             continue
-        g.depth = item[0]
+        g.depth = match[1]
     if len(depths) > used:
         skipped["goal_depth_without_goal_image"] += len(depths) - used
 
