@@ -7,9 +7,12 @@ import pytest
 from memnav.core.goal_state import (
     GOAL_STATE_FORMAT,
     KeptGoal,
+    action_record_path,
     counted_actions,
     drop_kept_goal,
+    mark_ended,
     read_kept_goal,
+    record_actions,
     resume_or_give_up,
     set_aside,
     write_kept_goal,
@@ -165,3 +168,106 @@ def test_a_damaged_zip_header_is_unreadable_not_a_crash(tmp_path, offset, value,
     goal, why = read_kept_goal(path)
     assert goal is None and "unreadable" in why and raised in why and "not resumed" in why, why
     assert set_aside(path) == tmp_path / "goal_state.npz.unreadable"
+
+
+def test_recorded_actions_are_counted_exactly_and_only_a_record_that_cannot_vouch_counts_the_worst_case(tmp_path):
+    """Each action is recorded beside the kept goal before it goes out: a restarted node counts those exactly, so a
+    node killed while idle, or just after a write, loses none of the budget (before: the writer's interval, 10, at
+    every restart). Without a record it can trust, the worst case as before: never fewer actions than were taken."""
+    path = tmp_path / "goal_state.npz"
+    goal = _goal(actions=20, unkept_actions=10)
+    write_kept_goal(path, goal)
+    assert read_kept_goal(path)[0].unkept_actions == 10   # no record: the worst case
+    record_actions(path, goal.goal_stamp_ns, 20)   # kept, nothing taken since
+    back, why = read_kept_goal(path)
+    assert (back.actions, back.unkept_actions, counted_actions(back, 500)) == (20, 0, 20), why
+    assert "20 actions and 0 more recorded" in why
+    taken, why = resume_or_give_up(back, 3, 500)
+    assert taken.actions == 20 and "(20 actions before; resume 1" in why
+    record_actions(path, goal.goal_stamp_ns, 23)   # 3 taken after the write, the last one perhaps not sent yet
+    assert counted_actions(read_kept_goal(path)[0], 500) == 23
+    assert counted_actions(read_kept_goal(path)[0], 22) == 21   # the budget's last action is still a STOP
+    line = action_record_path(path).read_bytes()
+    assert len(line) == 119 and line.endswith(b"\n")   # fixed length: overwritten in place, nothing left over
+
+    # records that cannot vouch for the count: another goal's, one out of the kept interval, a damaged one
+    for stamp, actions in ((goal.goal_stamp_ns + 1, 23), (goal.goal_stamp_ns, 19), (goal.goal_stamp_ns, 31)):
+        record_actions(path, stamp, actions)
+        back, why = read_kept_goal(path)
+        assert counted_actions(back) == 30 and "(up to 10 more not kept)" in why, why
+    record_actions(path, goal.goal_stamp_ns, 23)
+    action_record_path(path).write_bytes(line.replace(b"%020d" % 23, b"%020d" % 29))   # the checksum no longer fits
+    assert counted_actions(read_kept_goal(path)[0]) == 30
+    action_record_path(path).write_bytes(line[:40])   # torn
+    assert counted_actions(read_kept_goal(path)[0]) == 30
+    with pytest.raises(ValueError, match="ended"):
+        record_actions(path, goal.goal_stamp_ns, 23, "Ended!")
+
+
+def test_an_action_count_costs_no_sync_and_vouches_only_within_its_boot(tmp_path, monkeypatch):
+    """A count goes out before every action, so it is not synced (4 ms each on this machine's disk): the page cache
+    keeps it for a process started after a kill, and it names the boot. After a reboot (a power cut may have lost
+    the later counts while an older line survived) it vouches for nothing and the worst case is counted; an ending
+    is synced and holds across reboots."""
+    import memnav.core.goal_state as goal_state
+
+    if goal_state._BOOT_ID is None:
+        pytest.skip("no Linux boot_id here: every line is synced")
+    synced = []
+    real_sync = goal_state.os.fdatasync
+    monkeypatch.setattr(goal_state.os, "fdatasync", lambda fd: (synced.append(fd), real_sync(fd)))
+    path = tmp_path / "goal_state.npz"
+    goal = _goal(actions=20, unkept_actions=10)
+    write_kept_goal(path, goal)
+    synced.clear()
+    record_actions(path, goal.goal_stamp_ns, 23)
+    assert synced == [] and counted_actions(read_kept_goal(path)[0]) == 23
+    assert goal_state._BOOT_ID.encode() in action_record_path(path).read_bytes()
+    monkeypatch.setattr(goal_state, "_BOOT_ID", "f" * 32)   # the machine rebooted since
+    back, why = read_kept_goal(path)
+    assert counted_actions(back) == 30 and "no action record" in why, why
+    mark_ended(path, goal.goal_stamp_ns, 25, "budget")   # synced, good on any boot
+    assert len(synced) == 1
+    monkeypatch.setattr(goal_state, "_BOOT_ID", "e" * 32)
+    assert read_kept_goal(path)[0].ended == "budget"
+
+
+def test_an_ended_goal_is_not_resumed_and_its_ending_is_told(tmp_path):
+    """The ending is recorded before it is published, the kept goal removed after: a node killed in between read
+    the goal back as live and acted on it again (one more STOP after the budget's, a cancelled goal driven on)."""
+    path = tmp_path / "goal_state.npz"
+    goal = _goal(actions=20, unkept_actions=10, resumes=1)
+    write_kept_goal(path, goal)
+    mark_ended(path, goal.goal_stamp_ns, 25, "budget")
+    back, why = read_kept_goal(path)
+    assert (back.ended, back.actions, back.unkept_actions) == ("budget", 25, 0), why
+    assert why == f"goal {goal.goal_stamp_ns} kept in {path} ended (budget) after 25 actions"
+    taken, why = resume_or_give_up(back, 3, 500)
+    assert taken is None and "ended (budget) after 25 actions" in why and "not resumed" in why, why
+    drop_kept_goal(path)
+    assert list(tmp_path.iterdir()) == []   # the goal and its record
+    # an ending recorded for another goal ends nothing
+    write_kept_goal(path, goal)
+    mark_ended(path, goal.goal_stamp_ns + 1, 3, "cancelled")
+    assert read_kept_goal(path)[0].ended == ""
+
+
+def test_a_record_that_cannot_be_written_never_leaves_a_count_too_low_nor_an_ended_goal(tmp_path):
+    """A record that cannot be written is removed (the count falls back to the worst case), or where that fails
+    too the kept goal: an older record left as it was would vouch for fewer actions than were taken."""
+    goal = _goal(actions=20, unkept_actions=10)
+    blocked = tmp_path / "goal_state.npz"
+    write_kept_goal(blocked, goal)
+    (tmp_path / "folder").mkdir()
+    action_record_path(blocked).symlink_to(tmp_path / "folder")   # cannot be opened for writing, but removed
+    with pytest.raises(OSError, match="removed it: a resume counts the actions after the kept count as taken"):
+        record_actions(blocked, goal.goal_stamp_ns, 21)
+    assert not action_record_path(blocked).exists() and counted_actions(read_kept_goal(blocked)[0]) == 30
+    action_record_path(blocked).mkdir()   # cannot be opened for writing, nor unlinked
+    with pytest.raises(OSError, match="the kept goal is removed"):
+        record_actions(blocked, goal.goal_stamp_ns, 21)
+    assert not blocked.exists()
+    # an ending that cannot be recorded removes the kept goal before it goes out: not resumed either
+    write_kept_goal(blocked, goal)
+    mark_ended(blocked, goal.goal_stamp_ns, 21, "stopped")
+    assert read_kept_goal(blocked)[0] is None
