@@ -7,6 +7,7 @@ names what differs.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,6 +29,27 @@ def non_finite_tensors(state: Mapping[str, torch.Tensor]) -> list[str]:
     """Names of the floating-point tensors of a state dict that hold a NaN or an infinity."""
     return [k for k, v in state.items()
             if isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+
+
+CHECKPOINT_SHA256_CHARS = 12   # hex digits of a checkpoint's identity (48 bits: no two checkpoints of one user collide)
+
+
+def checkpoint_sha256(path: Path | str) -> str:
+    """A checkpoint file's identity: the first CHECKPOINT_SHA256_CHARS hex digits of the SHA-256 of its bytes. It
+    names the weights, not the path: a checkpoint copied or renamed keeps it, one trained again into the same path
+    gets another (what a stop calibration records of the encoder it was fitted on, and the encoder node announces).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()[:CHECKPOINT_SHA256_CHARS]
+
+
+def file_tag(path: Path | str) -> str:
+    """A file's name and identity (`checkpoint_sha256`), e.g. "encoder.pt:3e58e30a083a": what a training run
+    records of a file it reads, so that a resume from another file is refused."""
+    return f"{Path(path).name}:{checkpoint_sha256(path)}"
 
 
 def torch_bytes(obj: object) -> bytes:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -229,3 +230,102 @@ def load_calibrator(path: Path | str, features: tuple[str, ...] = STOP_FEATURES)
         raise ValueError(f"{path}: weights must be finite numbers, got {cal.weights.tolist()}; fit the calibration "
                          "again with `memnav train stop`")
     return cal
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{8,64}")
+
+
+@dataclass(frozen=True)
+class EncoderCheckpoint:
+    """An encoder checkpoint as a stop calibration records it and the encoder node announces it.
+
+    Attributes:
+        path: the checkpoint's path as `memnav train stop --checkpoint` was given it, or as the encoder node
+            resolved it; None when a calibration does not name it.
+        sha256: its identity (`memnav.core.checkpoint.checkpoint_sha256`: leading hex digits of the SHA-256 of
+            the file); None when a calibration written before identities were recorded does not name it.
+    """
+
+    path: str | None
+    sha256: str | None
+
+    def __post_init__(self) -> None:
+        if self.sha256 is not None and not (isinstance(self.sha256, str) and _SHA256_HEX.fullmatch(self.sha256)):
+            raise ValueError(f"checkpoint sha256 must be 8 to 64 lowercase hex digits, got {self.sha256!r}")
+        if self.path is not None and not isinstance(self.path, str):
+            raise ValueError(f"checkpoint path must be a string, got {self.path!r}")
+
+    def same_weights(self, other: EncoderCheckpoint) -> bool | None:
+        """Whether both name the same checkpoint file contents (one identity may be longer, a prefix of the
+        other's); None when either names none."""
+        if self.sha256 is None or other.sha256 is None:
+            return None
+        n = min(len(self.sha256), len(other.sha256))
+        return self.sha256[:n] == other.sha256[:n]
+
+    def describe(self) -> str:
+        return f"{self.path or '(path not recorded)'} (sha256 {self.sha256 or 'not recorded'})"
+
+    def to_json(self) -> str:
+        """The encoder node's announcement: {"checkpoint": path, "sha256": identity}."""
+        return json.dumps({"checkpoint": self.path, "sha256": self.sha256})
+
+    @classmethod
+    def from_json(cls, text: str) -> EncoderCheckpoint:
+        """An announcement of `to_json`; ValueError naming what is wrong with anything else."""
+        try:
+            body = json.loads(text)
+            ckpt = cls(body["checkpoint"], body["sha256"])
+        except (ValueError, KeyError, TypeError) as err:
+            what = f"no {err} field" if isinstance(err, KeyError) else str(err)
+            raise ValueError(f"not an encoder checkpoint announcement {{checkpoint, sha256}}: {what}") from None
+        if ckpt.sha256 is None:
+            raise ValueError("not an encoder checkpoint announcement: its sha256 is null")
+        return ckpt
+
+
+def calibrated_checkpoint(path: Path | str) -> EncoderCheckpoint:
+    """The encoder checkpoint the stop calibration at `path` (`memnav train stop`) was fitted on: its `checkpoint`
+    and `checkpoint_sha256` fields, each None when the file has none (older calibrations have no sha256).
+
+    Raises:
+        ValueError: the file is not a JSON object, or a field is not what `memnav train stop` writes; the message
+            names the file and field.
+    """
+    try:
+        body = json.loads(Path(path).read_text())
+    except ValueError as err:
+        raise ValueError(f"{path}: not a stop calibration JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise ValueError(f"{path}: not a stop calibration JSON object")
+    try:
+        return EncoderCheckpoint(body.get("checkpoint"), body.get("checkpoint_sha256"))
+    except ValueError as err:
+        raise ValueError(f"{path}: field checkpoint/checkpoint_sha256: {err}; fit the calibration again with "
+                         "`memnav train stop`") from None
+
+
+def checkpoint_mismatch(calibration: Path | str, calibrated: EncoderCheckpoint, running: EncoderCheckpoint, *,
+                        runner: str = "the encoder node runs",
+                        give_to: str = "give it to the stop node (parameter calibration)") -> str | None:
+    """The warning to give when the encoder runs another checkpoint than the stop calibration at `calibration`
+    was fitted on (its similarities are on another scale: the belief stops too early or never), naming both and
+    the command that fits a calibration for the running one; None when they agree or either names no sha256.
+    `runner` and `give_to` word it for the node that runs the encoder and the one that reads the calibration."""
+    if calibrated.same_weights(running) is not False:
+        return None
+    out = f"stop_calibration_{Path(running.path or 'encoder').stem}.json"
+    return (f"stop calibration {calibration} was fitted on encoder checkpoint {calibrated.describe()}, but "
+            f"{runner} {running.describe()}: the goal belief is miscalibrated for its embeddings (the "
+            f"robot may stop far from the goal, or never). Fit one for it: `memnav train stop --checkpoint "
+            f"{running.path} --out {out}`, and {give_to}")
+
+
+def unchecked_calibration_note(calibration: Path | str, calibrated: EncoderCheckpoint) -> str | None:
+    """What to say once when the stop calibration at `calibration` does not name its checkpoint's sha256 (written
+    before `memnav train stop` recorded it): no check is possible; None when it names one."""
+    if calibrated.sha256 is not None:
+        return None
+    return (f"stop calibration {calibration} does not name its encoder checkpoint's hash (no checkpoint_sha256; "
+            f"fitted on {calibrated.path or 'a checkpoint it does not name'}): whether the encoder node runs that "
+            "checkpoint is not checked; `memnav train stop` records it")

@@ -10,8 +10,12 @@ Subscribes:
 Publishes:
     /memnav/embedding           sensor_msgs/Image 32FC1, height 1, width D        (reliable, depth 10)
     /memnav/goal_embedding      sensor_msgs/Image 32FC1, height 1, width D        (reliable, transient local)
+    /memnav/encoder_checkpoint  std_msgs/String JSON {checkpoint, sha256}: the checkpoint this node encodes with and
+                                its identity (memnav.core.checkpoint.checkpoint_sha256), once at start; stop_node
+                                checks it against its calibration's                (reliable, transient local)
     /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (frames encoded,
-                                the goal photo; WARN on dropped messages; memnav.core.diagnostics)
+                                the goal photo, the checkpoint's sha256; WARN on dropped messages;
+                                memnav.core.diagnostics)
 An embedding's header is a copy of its colour image's header (the goal embedding's, of the goal image's):
 the stamp names the frame it was computed from, so the memory and stop nodes pair it by stamp with the
 odometry and the colour image of that instant (see memnav.ros.embedding_msgs).
@@ -96,12 +100,17 @@ def main(argv: list[str] | None = None) -> int:
 def build(node) -> Callable[[], None]:
     """Declare this node's parameters on `node` (an rclpy Node named encoder_node) and create its publishers,
     subscriptions and timer; nothing spins here. Returns the clean-up to call before the node is destroyed."""
+    from dataclasses import replace
+
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
+    from std_msgs.msg import String
 
+    from memnav.core.checkpoint import checkpoint_sha256
     from memnav.core.diagnostics import encoder_diagnostic
     from memnav.core.encoder import Encoder
     from memnav.core.stamp_sync import ColourDepthPairer, GoalDepthPairer
+    from memnav.core.stop import EncoderCheckpoint
     from memnav.ros import conversions as conv
     from memnav.ros import diagnostics_msgs
     from memnav.ros.embedding_msgs import embedding_to_image, stamp_to_ns
@@ -118,10 +127,13 @@ def build(node) -> Callable[[], None]:
         encoder = Encoder.from_checkpoint(checkpoint)
     except ValueError as err:    # CheckpointError: another format, version or architecture, or not a checkpoint
         raise ValueError(f"parameter 'checkpoint': {err}") from None
+    identity = EncoderCheckpoint(str(checkpoint), checkpoint_sha256(checkpoint))
     needs_depth = encoder.cfg.use_depth
-    node.get_logger().info(f"encoder {checkpoint} (D={encoder.embedding_dim}, "
+    node.get_logger().info(f"encoder {checkpoint} (sha256 {identity.sha256}, D={encoder.embedding_dim}, "
                            f"{'RGB-D: waits for depth' if needs_depth else 'RGB only'})")
     latched = latched_qos()
+    # latched: a stop node started later still hears which checkpoint its embeddings come from
+    node.create_publisher(String, "memnav/encoder_checkpoint", latched).publish(String(data=identity.to_json()))
     pub_emb = node.create_publisher(Image, "memnav/embedding", 10)
     pub_goal = node.create_publisher(Image, "memnav/goal_embedding", latched)
     # raw colour and depth messages awaiting their partner
@@ -271,8 +283,12 @@ def build(node) -> Callable[[], None]:
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
     node.create_subscription(Image, "memnav/goal_depth", on_goal_depth, latched)
     node.create_timer(0.05, encode_goal)
-    diagnostics_msgs.report_every_period(node, lambda new: encoder_diagnostic(
-        st["frames"], goal["published"] is not None, needs_depth, st["dropped"], new), lambda: st["dropped"])
+
+    def diagnose(new: int):
+        diag = encoder_diagnostic(st["frames"], goal["published"] is not None, needs_depth, st["dropped"], new)
+        return replace(diag, values={**diag.values, "checkpoint_sha256": identity.sha256})
+
+    diagnostics_msgs.report_every_period(node, diagnose, lambda: st["dropped"])
     return lambda: None
 
 

@@ -19,7 +19,9 @@ Publishes:
                                 that goal's "active": then with `replaced_by`, the new goal's stamp), "ended" (the
                                 simulator's episode result)
                                 or "abandoned" (goal_state_file: the node restarted more than max_goal_resumes times
-                                while working on it); `resumed`: how often a restarted node took this goal up again
+                                while working on it; a node killed after a goal's ending went out, before it removed
+                                the kept goal, publishes that ending again at its restart instead of resuming it);
+                                `resumed`: how often a restarted node took this goal up again
                                 (reliable, transient local, depth 10, `qos.events_qos`: statuses
                                 sent back to back all arrive; a late subscriber gets the last 10, newest last)
     /memnav/policy_state        std_msgs/String JSON {stamp_ns, action, belief, similarity, verification,
@@ -76,14 +78,16 @@ from memnav.core.frames import camera_hfov_deg, check_camera_forward, check_robo
 from memnav.core.stamp_sync import same_camera_frame
 from memnav.core.types import Action
 from memnav.eval.exploring_defaults import ExploringTuning
-from memnav.ros.goal_status import GoalStatus
+from memnav.ros.goal_status import ENDED_STATUSES, GoalStatus
 from memnav.ros.qos import events_qos, latched_qos
 from memnav.ros.shell_node import MAX_WAIT_S, sim_clock_missing
 from memnav.threads import MAX_INFERENCE_THREADS
 
-# a kept goal's action count is brought up to date this often (goal_state_file): a synced write of the photo at
-# every action would cost more than it is worth; a restarted node counts these actions as taken (the worst case), so
-# a kill between two writes does not let the goal overspend max_steps
+# a kept goal's action count is brought up to date this often (goal_state_file): a synced write of the photo at every
+# action would cost more than it is worth. Each action is recorded beside it before it goes out (one line in the page
+# cache, microseconds: memnav.core.goal_state.record_actions), so a restarted node counts exactly; only where that
+# record cannot vouch for the count does it count these actions as taken (the worst case): a kill between two writes
+# never lets the goal overspend max_steps
 KEEP_EVERY_ACTIONS = 10
 
 
@@ -201,15 +205,19 @@ class PolicyNodeConfig(ExploringTuning):
             simulator's; measure yours): depth is turned level before it is mapped, scanned for the goal and
             lifted for RGB-D goal localization. Left at 0 for a camera looking 10 deg down, the floor 3 m ahead
             comes out 0.5 m high: an obstacle.
-        goal_state_file: keep the goal being worked on in this file ("~" expands; "" = not kept; in a namespace,
-            in a folder of its name beside the path, one file per robot): a policy node that restarts while working
-            on a goal (a crash and `respawn: true`, a reboot) resumes it. Its search starts over from where the
-            robot stands (with lifelong_dir, from what the memory holds), and its action budget (max_steps) counts
-            on from the actions taken before. Written when a goal starts and every KEEP_EVERY_ACTIONS actions,
-            removed when it ends (memnav.core.goal_state); the restarted node counts the KEEP_EVERY_ACTIONS actions
-            after the last write as taken (it may have been killed just before the next), at most max_steps - 1, so
-            the goal keeps to its budget and at worst stops that many actions early. A write that fails removes the
-            older copy, whose count would be behind.
+        goal_state_file: keep the goal being worked on in this file ("~" expands; "" = not kept; in a namespace, in
+            a folder of its name beside the path, one file per robot): a policy node that restarts while working on a
+            goal (a crash and `respawn: true`, a reboot) resumes it. Its search starts over from where the robot stands
+            (with lifelong_dir, from what the memory holds), and its action budget (max_steps) counts on from the
+            actions taken before. Written when a goal starts and every KEEP_EVERY_ACTIONS actions; each action is
+            recorded beside it (`<file>.actions`, one line written in place, not synced: microseconds) before it goes
+            out, so the restarted node counts the actions taken exactly (the one in flight included): a node killed
+            while idle loses none of the budget. Only without a usable record (a reboot since, as a power cut may have
+            lost it; a failed write) does it count the KEEP_EVERY_ACTIONS actions after the last write as taken, at most
+            max_steps - 1, so the goal keeps to its budget and at worst stops that many actions early. A goal's ending
+            (its STOP, cancel, episode result, given up) is recorded before it goes out, and the files removed after: a
+            node killed in between does not act on the ended goal again, it publishes its status again
+            (memnav.core.goal_state). A write that fails removes the older copy, whose count would be behind.
         max_goal_resumes: resume a kept goal at most this many times: a goal at which the node dies each time is
             then given up (goal status "abandoned") instead of restarting it forever.
         odometry_jump_m: two consecutive /odom poses farther apart than this are a jump, not motion (a base driver
@@ -304,6 +312,28 @@ class PolicyNodeConfig(ExploringTuning):
                              f"{MAX_WAIT_S:g}, got {self.map_period_s!r}")
 
 
+def encoder_calibration_mismatch(calibration: Path, encoder_checkpoint: Path) -> tuple[bool, str] | None:
+    """(True, a warning) when the node's stop calibration was fitted on another encoder checkpoint than the one it
+    runs (by content, memnav.core.checkpoint.checkpoint_sha256), (False, a note) when the calibration names no hash
+    to check, else None."""
+    from memnav.core.checkpoint import checkpoint_sha256
+    from memnav.core.stop import (
+        EncoderCheckpoint,
+        calibrated_checkpoint,
+        checkpoint_mismatch,
+        unchecked_calibration_note,
+    )
+
+    calibrated = calibrated_checkpoint(calibration)
+    note = unchecked_calibration_note(calibration, calibrated)
+    if note is not None:
+        return False, note
+    running = EncoderCheckpoint(str(encoder_checkpoint), checkpoint_sha256(encoder_checkpoint))
+    warning = checkpoint_mismatch(calibration, calibrated, running, runner="this node's encoder_checkpoint is",
+                                  give_to="set it as this node's calibration")
+    return None if warning is None else (True, warning)
+
+
 def main(argv: list[str] | None = None) -> int:
     from memnav.ros.stack_node import run_nodes
 
@@ -326,7 +356,9 @@ def build(node) -> Callable[[], None]:
     from memnav.core.goal_state import (
         KeptGoal,
         drop_kept_goal,
+        mark_ended,
         read_kept_goal,
+        record_actions,
         resume_or_give_up,
         set_aside,
         write_kept_goal,
@@ -360,6 +392,11 @@ def build(node) -> Callable[[], None]:
                                **ExploringTuning.values_of(cfg))
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
+    # the stop belief is calibrated on one encoder's similarities: say so when this node runs another
+    calibration_note = encoder_calibration_mismatch(opts.calibration, opts.encoder_checkpoint)
+    if calibration_note is not None:
+        log = node.get_logger().warning if calibration_note[0] else node.get_logger().info
+        log(calibration_note[1])
 
     def check_camera(hfov: float, image_px: tuple[int, int] | None = None) -> None:
         """Warn when the camera is narrower than the fields of view the encoder was trained on, or (its image size
@@ -403,16 +440,42 @@ def build(node) -> Callable[[], None]:
         return node.get_clock().now().nanoseconds / 1e9
 
     def goal_status(status: GoalStatus, goal_stamp_ns: int | None, mode: str | None = None,
-                    replaced_by: int | None = None) -> None:
-        """Say what became of the goal stamped `goal_stamp_ns` (see the module's docstring)."""
-        if goal_stamp_ns is not None:
-            st["goal"] = {"goal_stamp_ns": goal_stamp_ns, "status": status, "actions": st["actions"], "mode": mode,
-                          "resumed": st["resumes"]}
-            if replaced_by is not None:
-                st["goal"]["replaced_by"] = replaced_by
-            pub_status.publish(String(data=json.dumps(st["goal"])))
-            if status != GoalStatus.ACTIVE:
-                forget_goal()
+                    replaced_by: int | None = None, marked: bool = False) -> None:
+        """Say what became of the goal stamped `goal_stamp_ns` (see the module's docstring). An ending is recorded
+        in goal_state_file before it goes out (`marked`: already, before its STOP), and the kept goal removed after;
+        not for a goal `replaced_by` another, whose kept copy the new goal's has replaced already."""
+        if goal_stamp_ns is None:
+            return
+        ending = status != GoalStatus.ACTIVE and replaced_by is None
+        if ending and not marked:
+            mark_end(status, goal_stamp_ns)
+        st["goal"] = {"goal_stamp_ns": goal_stamp_ns, "status": status, "actions": st["actions"], "mode": mode,
+                      "resumed": st["resumes"]}
+        if replaced_by is not None:
+            st["goal"]["replaced_by"] = replaced_by
+        pub_status.publish(String(data=json.dumps(st["goal"])))
+        if ending:
+            forget_goal()
+
+    def mark_end(status: GoalStatus, goal_stamp_ns: int) -> None:
+        """Before a goal's ending goes out (its STOP, its status): recorded in goal_state_file, so that a node killed
+        before the kept goal is removed does not resume it (memnav.core.goal_state.mark_ended)."""
+        if goal_file:
+            try:
+                mark_ended(goal_file, goal_stamp_ns, st["actions"], status.value)
+            except (OSError, ValueError) as err:
+                node.get_logger().error(f"{err}: a restarted node would resume the ended goal")
+
+    def record_action(goal_stamp_ns: int | None) -> None:
+        """Before an action goes out: the goal's action count, that action included, recorded beside the kept goal
+        (microseconds), so that a restarted node counts the actions taken exactly (memnav.core.goal_state)."""
+        if not goal_file or goal_stamp_ns is None or st["goal_file_error"] is not None:
+            return   # no kept goal of this count to record for (a failed write): its next write records again
+        try:
+            record_actions(goal_file, int(goal_stamp_ns), st["actions"])
+        except (OSError, ValueError) as err:
+            node.get_logger().error(str(err))
+            st["goal_file_error"] = str(err)
 
     def keep_goal() -> None:
         """Keep the goal being worked on in goal_state_file (a restarted node resumes it); a failed write is
@@ -420,7 +483,8 @@ def build(node) -> Callable[[], None]:
         photo = gate.goal_photo
         if not goal_file or photo is None:
             return
-        try:   # up to KEEP_EVERY_ACTIONS more are taken before the next write: a resume counts them as taken
+        try:   # up to KEEP_EVERY_ACTIONS more are taken before the next write: a resume without a record of them
+            # counts them all as taken
             write_kept_goal(goal_file, KeptGoal(int(gate.goal_stamp_ns), photo[0], photo[1], st["actions"],
                                                 st["resumes"], st["started_utc"], KEEP_EVERY_ACTIONS))
         except (OSError, ValueError) as err:
@@ -437,6 +501,7 @@ def build(node) -> Callable[[], None]:
             st["goal_file_error"] = str(err)
             return
         st["kept_actions"], st["goal_file_error"] = st["actions"], None
+        record_action(gate.goal_stamp_ns)   # the record says the kept count: exact again
 
     def forget_goal() -> None:
         """The goal ended: nothing for a restarted node to resume."""
@@ -461,10 +526,10 @@ def build(node) -> Callable[[], None]:
         except ValueError as err:
             drop("goal depth" if depth_followed else "goal image", err)
             return
-        if not depth_followed and previous is not None and previous != t_goal:
-            # the goal being worked on ends here, or a client waiting on it (`memnav goal send --wait`) never hears
+        replaced = not depth_followed and previous is not None and previous != t_goal
+        if replaced:
             node.get_logger().info(f"goal {previous} given up after {st['actions']} actions: a new goal replaces it")
-            goal_status(GoalStatus.CANCELLED, previous, replaced_by=t_goal)
+            done = (st["actions"], st["resumes"])
         gate.goal_started(t_goal, rgb, depth, time.monotonic())
         resume = st["resume"]
         if resume is not None and resume.goal_stamp_ns == t_goal:   # the goal kept before this node restarted
@@ -472,7 +537,14 @@ def build(node) -> Callable[[], None]:
         elif not depth_followed:
             st["actions"], st["resumes"], st["resume"] = 0, 0, None
             st["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        keep_goal()
+        keep_goal()   # replaces the goal kept before, in one step: a kill leaves one of them, never neither
+        if replaced:
+            # the replaced goal's end goes out after the new goal is kept: a node killed before does not resume it
+            # (a client waiting on it, `memnav goal send --wait`, hears it)
+            now = st["actions"], st["resumes"]
+            st["actions"], st["resumes"] = done
+            goal_status(GoalStatus.CANCELLED, previous, replaced_by=t_goal)
+            st["actions"], st["resumes"] = now
         goal_status(GoalStatus.ACTIVE, t_goal)
         if depth_followed:
             node.get_logger().info("goal depth arrived before any decision: the episode goes on with an RGB-D goal")
@@ -652,6 +724,11 @@ def build(node) -> Callable[[], None]:
             action, mode = Action.STOP, "budget"
             node.get_logger().warning(f"the goal's action budget (max_steps {cfg.max_steps}) is spent: STOP here "
                                       f"(belief {inp.belief:.2f})")
+        ending = (GoalStatus.BUDGET if mode == "budget" else GoalStatus.STOPPED) if action == Action.STOP else None
+        if ending is not None:   # the ending recorded before the STOP goes out: a killed node does not act again
+            mark_end(ending, gate.goal_stamp_ns)
+        else:
+            record_action(gate.goal_stamp_ns)
         pub_action.publish(String(data=action.name))
         gate.hold(action_velocity(action, cfg.forward_step_m, cfg.turn_angle_deg, cfg.action_duration_s), now_s())
         publish_cmd()
@@ -663,8 +740,8 @@ def build(node) -> Callable[[], None]:
         pub_state.publish(String(data=json.dumps(body)))
         if show_search:
             publish_search(final=action == Action.STOP)
-        if action == Action.STOP:
-            goal_status(GoalStatus.BUDGET if mode == "budget" else GoalStatus.STOPPED, gate.goal_stamp_ns, mode)
+        if ending is not None:
+            goal_status(ending, gate.goal_stamp_ns, mode, marked=True)
             gate.goal_over()
         elif goal_file and st["actions"] - st["kept_actions"] >= KEEP_EVERY_ACTIONS:
             keep_goal()
@@ -777,20 +854,30 @@ def build(node) -> Callable[[], None]:
 
     def resume_kept_goal() -> None:
         """At start: take up the goal a previous run of this node kept in goal_state_file, unless it was resumed
-        max_goal_resumes times already (then it is given up: status "abandoned") or cannot be read (set aside)."""
+        max_goal_resumes times already (then it is given up: status "abandoned"), ended (killed after recording its
+        ending, before removing it: the ending is published again) or cannot be read (set aside)."""
         kept, why = read_kept_goal(goal_file)
         if kept is None:
             if Path(goal_file).expanduser().exists():
                 aside = set_aside(goal_file)
                 node.get_logger().error(why + (f"; moved to {aside}" if aside else "; it could not be moved aside"))
             return
-        # the actions that may have gone unwritten count as taken, up to the budget's last (over_budget's)
+        node.get_logger().info(why)
+        # the actions recorded (or, without a record, that may have gone unwritten) count as taken, up to the
+        # budget's last (over_budget's)
         budget = cfg.max_steps if not cfg.lockstep and cfg.max_steps > 0 else 0
         taken, why = resume_or_give_up(kept, cfg.max_goal_resumes, budget)
         if taken is None:
-            node.get_logger().error(why)
             st["actions"], st["resumes"] = kept.actions, kept.resumes
-            goal_status(GoalStatus.ABANDONED, kept.goal_stamp_ns)
+            # logged once done (the kept goal removed)
+            if kept.ended:   # killed after recording its ending: published (again), not acted on
+                status = GoalStatus(kept.ended) if kept.ended in ENDED_STATUSES else GoalStatus.ENDED
+                goal_status(status, kept.goal_stamp_ns, "budget" if status == GoalStatus.BUDGET else None,
+                            marked=True)
+                node.get_logger().warning(why)
+            else:
+                goal_status(GoalStatus.ABANDONED, kept.goal_stamp_ns)
+                node.get_logger().error(why)
             # a latched copy of its photo (a goal publisher still running) is not a new goal: not started from 0
             gate.given_up(kept.goal_stamp_ns)
             return
@@ -798,6 +885,7 @@ def build(node) -> Callable[[], None]:
         st["resume"] = taken
         try:   # the resume is counted on disk before the goal starts: a start that kills the node counts too
             write_kept_goal(goal_file, taken)
+            record_actions(goal_file, taken.goal_stamp_ns, taken.actions)
         except OSError as err:
             node.get_logger().error(f"could not count the resume in {goal_file}: {err}")
         gate.goal_image(taken.goal_stamp_ns, taken.rgb)

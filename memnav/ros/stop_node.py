@@ -8,12 +8,15 @@ Subscribes:
     /memnav/goal_status         std_msgs/String JSON (policy_node): a goal that ended (goal_status.ENDED_STATUSES:
                                 "stopped", "budget", "cancelled", "ended", "abandoned") gets no more decisions
                                                                                              (qos.events_qos)
+    /memnav/encoder_checkpoint  std_msgs/String JSON {checkpoint, sha256} (encoder_node): the checkpoint the
+                                embeddings come from, checked against the calibration's   (reliable, transient local)
 Publishes:
     /memnav/stop_decision       std_msgs/String JSON per embedding once a goal is known {stamp_ns, goal_stamp_ns,
                                 stop, belief, reason (StopReason name), similarity, verification, verification_ran,
                                 voi, value_stop, value_look}
     /diagnostics                diagnostic_msgs/DiagnosticArray: this node's status every second (its decisions
-                                and the last one; WARN on dropped messages; memnav.core.diagnostics)
+                                and the last one; WARN on dropped messages, and while the encoder runs another
+                                checkpoint than the calibration's; memnav.core.diagnostics)
 Parameters: the fields of StopNodeConfig, VoIStopConfig (prefix "voi.") and VerificationConfig (prefix
 "verification.").
 Belief: GoalBeliefCalibrator (`memnav train stop`) on the features it was fitted with: the cosine similarity
@@ -36,6 +39,12 @@ stays) but held: it becomes the goal when the embeddings take its length (the re
 latched goal photo, often before its first frame). A goal that came before any embedding and differs from them is
 named, with both lengths, in a throttled warning for each embedding left undecided (the goal was encoded by
 another checkpoint than the embeddings), as is a goal left of the old length after a switch.
+Checkpoint: the calibration was fitted on the similarities of one encoder checkpoint, whose sha256 it records
+(`checkpoint_sha256`, memnav.core.checkpoint.checkpoint_sha256). When the encoder node announces another one, a
+warning names both checkpoints and the `memnav train stop` command that fits a calibration for the running one
+(once per checkpoint announced), and the diagnostics say WARN while it runs; decisions go on (a stack
+mid-way through switching checkpoints is not stopped). A calibration without the field (older `memnav train stop`)
+is not checked: one info line says so.
 """
 from __future__ import annotations
 
@@ -44,7 +53,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memnav.core.stop import STOP_FEATURES, VoIStopConfig, load_calibrator
+from memnav.core.stop import (
+    STOP_FEATURES,
+    EncoderCheckpoint,
+    VoIStopConfig,
+    calibrated_checkpoint,
+    checkpoint_mismatch,
+    load_calibrator,
+    unchecked_calibration_note,
+)
 from memnav.core.verification import VerificationConfig
 from memnav.ros.goal_status import ENDED_STATUSES
 from memnav.ros.qos import events_qos, latched_qos
@@ -89,12 +106,14 @@ def main(argv: list[str] | None = None) -> int:
 def build(node) -> Callable[[], None]:
     """Declare this node's parameters on `node` (an rclpy Node named stop_node) and create its publisher and
     subscriptions; nothing spins here. Returns the clean-up to call before the node is destroyed."""
+    from dataclasses import replace
+
     import numpy as np
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
     from std_msgs.msg import String
 
-    from memnav.core.diagnostics import stop_diagnostic
+    from memnav.core.diagnostics import DiagnosticLevel, stop_diagnostic
     from memnav.core.stamp_sync import StampedQueue
     from memnav.core.stop import VoIStopController
     from memnav.core.verification import extract_features, verify_features
@@ -107,7 +126,12 @@ def build(node) -> Callable[[], None]:
     cfg = declare_dataclass(node, StopNodeConfig)
     voi_cfg = declare_dataclass(node, VoIStopConfig, prefix="voi.")
     ver_cfg = declare_dataclass(node, VerificationConfig, prefix="verification.")
-    calibrator = load_calibrator(resolve_model_path(cfg.calibration, "calibration"), FEATURES)
+    calibration = resolve_model_path(cfg.calibration, "calibration")
+    calibrator = load_calibrator(calibration, FEATURES)
+    calibrated = calibrated_checkpoint(calibration)   # what the belief's similarity feature was fitted on
+    note = unchecked_calibration_note(calibration, calibrated)
+    if note is not None:
+        node.get_logger().info(note)
     controller = VoIStopController.from_config(voi_cfg)
     latched = latched_qos()
     pub = node.create_publisher(String, "memnav/stop_decision", 10)
@@ -118,7 +142,8 @@ def build(node) -> Callable[[], None]:
     # run: (length, count) of the newest embeddings in a row of a length other than dim, None if the newest has dim;
     # held: (stamp, vector) of the newest goal embedding refused for its length, None when a goal came after it
     st = {"goal": None, "goal_features": None, "dropped": 0, "stale": 0, "last": None, "dim": None, "decisions": 0,
-          "last_body": None, "run": None, "held": None}
+          "last_body": None, "run": None, "held": None, "encoder": None, "mismatch": None}
+    warned_checkpoints: set[str] = set()   # sha256 of the checkpoints named in a mismatch warning
     ended: list[int] = []   # stamps of goals whose end policy_node announced (newest last, ENDED_KEPT at most)
 
     def drop(what: str, err: Exception) -> None:
@@ -269,13 +294,39 @@ def build(node) -> Callable[[], None]:
     def on_colour(msg: Image) -> None:
         colours.push(stamp_to_ns(msg.header.stamp), msg)   # converted only if verification needs it
 
-    diagnostics_msgs.report_every_period(node, lambda new: stop_diagnostic(
-        st["decisions"], st["goal"] is not None, st["last_body"], st["dropped"], new), lambda: st["dropped"])
+    def on_encoder_checkpoint(msg: String) -> None:
+        try:
+            running = EncoderCheckpoint.from_json(msg.data)
+        except ValueError as err:
+            drop("encoder checkpoint", err)
+            return
+        mismatch = checkpoint_mismatch(calibration, calibrated, running)
+        if mismatch is not None and running.sha256 not in warned_checkpoints:
+            warned_checkpoints.add(running.sha256)
+            node.get_logger().warning(mismatch)
+        elif mismatch is None and st["mismatch"] is not None:
+            node.get_logger().info(f"the encoder node now runs {running.describe()}, the checkpoint the stop "
+                                   f"calibration {calibration} was fitted on")
+        st.update(encoder=running, mismatch=mismatch)
+
+    def diagnose(new: int):
+        diag = stop_diagnostic(st["decisions"], st["goal"] is not None, st["last_body"], st["dropped"], new)
+        values = dict(diag.values, calibration_checkpoint_sha256=calibrated.sha256 or "not recorded",
+                      encoder_checkpoint_sha256=st["encoder"].sha256 if st["encoder"] is not None else "not heard")
+        if st["mismatch"] is None:
+            return replace(diag, values=values)
+        return replace(diag, level=max(diag.level, DiagnosticLevel.WARN), values=values,
+                       message=f"the encoder runs another checkpoint than the calibration's "
+                               f"({st['encoder'].sha256} vs {calibrated.sha256}: recalibrate with memnav train "
+                               f"stop); {diag.message}")
+
+    diagnostics_msgs.report_every_period(node, diagnose, lambda: st["dropped"])
     sub_embedding = node.create_subscription(Image, "memnav/embedding", on_embedding, 10)
     node.create_subscription(Image, "memnav/goal_embedding", on_goal_embedding, latched)
     node.create_subscription(Image, "memnav/goal_image", on_goal_image, latched)
     node.create_subscription(String, "memnav/goal_status", on_goal_status, events_qos())
     node.create_subscription(Image, "camera/color/image_raw", on_colour, qos_profile_sensor_data)
+    node.create_subscription(String, "memnav/encoder_checkpoint", on_encoder_checkpoint, latched)
     return lambda: None
 
 

@@ -5,6 +5,9 @@ Examples: a goal photo at a random pose, and a current view at a pose 0-4 m from
 encoder embeddings and the geometric verification score; label: geodesic distance below the success
 radius (1 m). A logistic model maps features to P(goal within radius); the reliability diagram on the
 val houses shows whether that probability can be trusted (what the VoI rule needs).
+The calibration names the encoder checkpoint it was fitted on: `checkpoint` (the path as given) and
+`checkpoint_sha256` (memnav.core.checkpoint.checkpoint_sha256 of its bytes), which stop_node checks against the
+checkpoint the encoder node announces.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from memnav.cli import add_camera_arguments, camera_options
+from memnav.core.checkpoint import checkpoint_sha256
 from memnav.core.encoder import Encoder
 from memnav.core.files import replace_files
 from memnav.core.stop import STOP_FEATURES, GoalBeliefCalibrator
@@ -144,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     val_houses = checked_houses(args.data, "val", "--data")
     torch.set_num_threads(2)
     encoder = Encoder.from_checkpoint(args.checkpoint)
+    # the checkpoint's identity: stop_node compares it with the one the encoder node announces it runs
+    sha256 = checkpoint_sha256(args.checkpoint)
     train_x, train_y = make_examples(encoder, train_houses, args.examples_per_house,
                                      args.max_distance, args.success_distance, args.seed, "train examples",
                                      not args.no_progress, camera)
@@ -153,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     cal = GoalBeliefCalibrator(feature_names=FEATURES).fit(train_x, train_y)
     rel_train, rel_val = cal.reliability(train_x, train_y), cal.reliability(val_x, val_y)
     out = dict(cal.to_dict(), success_distance_m=args.success_distance, checkpoint=str(args.checkpoint),
+               checkpoint_sha256=sha256,
                hfov_deg=camera["hfov_deg"], camera_height_m=camera["sensor_height_m"],
                image_px=[camera["width_px"], camera["height_px"]],
                examples={"train": int(len(train_y)), "val": int(len(val_y))},

@@ -102,3 +102,61 @@ def test_load_calibrator_refuses_non_finite_weights(tmp_path, weights):
     path.write_text(f'{{"feature_names": ["similarity", "verification"], "weights": {weights}}}')
     with pytest.raises(ValueError, match=r"cal\.json: weights must be finite numbers"):
         load_calibrator(path)
+
+
+def test_calibrated_checkpoint_reads_the_calibrations_checkpoint_and_its_hash(tmp_path):
+    """A calibration recorded only the path of the encoder checkpoint it was fitted on, so nothing could tell
+    whether the encoder node runs that checkpoint."""
+    from memnav.core.stop import EncoderCheckpoint, calibrated_checkpoint
+
+    base = {"feature_names": ["similarity", "verification"], "weights": [4.0, 1.0, -4.0]}
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(dict(base, checkpoint="models/encoder.pt", checkpoint_sha256="3e58e30a083a")))
+    assert calibrated_checkpoint(new) == EncoderCheckpoint("models/encoder.pt", "3e58e30a083a")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(dict(base, checkpoint="models/encoder.pt")))
+    assert calibrated_checkpoint(old) == EncoderCheckpoint("models/encoder.pt", None)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(base))
+    assert calibrated_checkpoint(bare) == EncoderCheckpoint(None, None)
+    for value in ("not hex!", 123, "", "ABCDEF012345"):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(dict(base, checkpoint_sha256=value)))
+        with pytest.raises(ValueError, match=r"bad\.json: field checkpoint/checkpoint_sha256"):
+            calibrated_checkpoint(bad)
+
+
+def test_encoder_checkpoint_announcement_round_trips_and_refuses_junk():
+    from memnav.core.stop import EncoderCheckpoint
+
+    ckpt = EncoderCheckpoint("/data/my_encoder.pt", "0123456789ab")
+    assert EncoderCheckpoint.from_json(ckpt.to_json()) == ckpt
+    for junk, what in (("not json", "not an encoder checkpoint announcement"), ("[1]", "announcement"),
+                       ('{"checkpoint": "a.pt"}', "no 'sha256' field"),
+                       ('{"checkpoint": "a.pt", "sha256": null}', "sha256 is null"),
+                       ('{"checkpoint": "a.pt", "sha256": "xyz"}', "hex digits")):
+        with pytest.raises(ValueError, match=what):
+            EncoderCheckpoint.from_json(junk)
+
+
+def test_checkpoint_mismatch_names_both_checkpoints_and_the_command_to_recalibrate():
+    from memnav.core.stop import EncoderCheckpoint, checkpoint_mismatch, unchecked_calibration_note
+
+    calibrated = EncoderCheckpoint("models/encoder.pt", "3e58e30a083a")
+    same = EncoderCheckpoint("/opt/memnav/models/encoder.pt", "3e58e30a083a")
+    longer = EncoderCheckpoint("/copy/encoder.pt", "3e58e30a083a63c7e1aa")   # a full-length hash agrees too
+    mine = EncoderCheckpoint("/home/me/my_encoder.pt", "0123456789ab")
+    assert checkpoint_mismatch("cal.json", calibrated, same) is None
+    assert checkpoint_mismatch("cal.json", calibrated, longer) is None
+    warning = checkpoint_mismatch("cal.json", calibrated, mine)
+    assert warning is not None
+    for part in ("stop calibration cal.json", "models/encoder.pt (sha256 3e58e30a083a)",
+                 "/home/me/my_encoder.pt (sha256 0123456789ab)",
+                 "memnav train stop --checkpoint /home/me/my_encoder.pt --out stop_calibration_my_encoder.json"):
+        assert part in warning, warning
+    # a calibration naming no hash: nothing to compare, said once
+    old = EncoderCheckpoint("models/encoder.pt", None)
+    assert checkpoint_mismatch("cal.json", old, mine) is None
+    note = unchecked_calibration_note("cal.json", old)
+    assert note is not None and "cal.json does not name its encoder checkpoint's hash" in note
+    assert unchecked_calibration_note("cal.json", calibrated) is None

@@ -72,3 +72,46 @@ def test_goal_depth_stamped_near_the_goal_image_is_paired_and_one_too_far_off_is
         node.destroy_node()
         rclpy.shutdown()
         stop_processes([proc])
+
+
+def test_the_checkpoint_is_announced_latched_with_its_hash(tmp_path):
+    """Nothing said which checkpoint the embeddings come from: the stop node could not tell that its calibration
+    was fitted on another one. Now a latched /memnav/encoder_checkpoint names the checkpoint and its sha256 (a
+    node joining later still hears it), and /diagnostics carries the hash."""
+    import json
+
+    from diagnostic_msgs.msg import DiagnosticArray
+    from std_msgs.msg import String
+
+    from memnav.core.checkpoint import checkpoint_sha256
+    from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
+    from memnav.ros.qos import latched_qos
+
+    checkpoint = tmp_path / "mine.pt"
+    save_checkpoint(FrameEncoder(EncoderConfig(input_px=32, embedding_dim=16, widths=(8, 8, 8, 8))), checkpoint)
+    env = isolated_ros_env(199)
+    log = tmp_path / "encoder.log"
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.ros.encoder_node", "--ros-args",
+                             "-p", f"checkpoint:={checkpoint}"], stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            env=env)
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("checkpoint_listener")
+    try:
+        assert spin_until(node, lambda: node.count_publishers("/memnav/encoder_checkpoint") > 0, 60), \
+            log.read_text()[-2000:]
+        spin_until(node, lambda: False, 1.0)   # announced before this subscriber joins: latched, it still comes
+        heard: list = []
+        diagnosed: list = []
+        node.create_subscription(String, "/memnav/encoder_checkpoint", lambda m: heard.append(json.loads(m.data)),
+                                 latched_qos())
+        node.create_subscription(DiagnosticArray, "/diagnostics",
+                                 lambda m: diagnosed.extend(d for d in m.status if d.name == "/encoder_node"), 10)
+        assert spin_until(node, lambda: heard and diagnosed, 10), (heard, diagnosed)
+        sha = checkpoint_sha256(checkpoint)
+        assert heard == [{"checkpoint": str(checkpoint), "sha256": sha}]
+        assert {v.key: v.value for v in diagnosed[-1].values}["checkpoint_sha256"] == sha
+        assert f"sha256 {sha}" in log.read_text()
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes([proc])

@@ -265,7 +265,8 @@ def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_k
 @pytest.mark.ros
 @pytest.mark.slow
 def test_a_16_9_encoder_given_a_4_3_camera_warns_of_the_image_shape(tmp_path):
-    # the policy node alone, running the encoder trained on 16:9 views; camera_info says 640 x 480 at 69 deg
+    # the policy node alone, running the encoder trained on 16:9 views; camera_info says 640 x 480 at 69 deg. Its
+    # stop calibration is the default encoder's: a miscalibrated goal belief, named at start by checkpoint hash
     import math
 
     from rclpy.qos import qos_profile_sensor_data
@@ -275,7 +276,7 @@ def test_a_16_9_encoder_given_a_4_3_camera_warns_of_the_image_shape(tmp_path):
     log = tmp_path / "policy.log"
     proc = start_policy_node(env, log, lockstep=False, args=[
         "-p", "camera_hfov_deg:=0.0", "-p", "encoder_checkpoint:=models/encoder_69deg_16x9.pt",
-        "-p", "calibration:=models/stop_calibration_69deg_16x9.json"])
+        "-p", "calibration:=models/stop_calibration.json"])
     rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
     node = rclpy.create_node("test_camera_shape")
     try:
@@ -291,6 +292,9 @@ def test_a_16_9_encoder_given_a_4_3_camera_warns_of_the_image_shape(tmp_path):
         assert "camera: 69.0 deg horizontal field of view (640 px wide" in text, text[-2000:]
         assert "trained on 1.78:1 images and the camera's 640x480 is 1.33:1" in text, text[-2000:]
         assert "models/encoder_fov60.pt" in text
+        assert "was fitted on encoder checkpoint models/encoder.pt (sha256 3e58e30a083a), but this node's " \
+               "encoder_checkpoint is" in text and "encoder_69deg_16x9.pt (sha256 26e40f3ef30c)" in text, text[-3000:]
+        assert "memnav train stop --checkpoint" in text
     finally:
         node.destroy_node()
         rclpy.shutdown()

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from memnav.ros.encoder_node import EncoderNodeConfig
 from memnav.ros.model_paths import PACKAGE_ROOT
 from memnav.ros.stop_node import FEATURES, StopNodeConfig, load_calibrator
 
@@ -17,6 +18,20 @@ def test_shipped_calibration_uses_the_node_features():
     assert cal.feature_names == FEATURES
     near, far = cal.predict([0.95, 1.0])[0], cal.predict([0.2, 0.0])[0]
     assert 0.0 <= far < near <= 1.0
+
+
+def test_shipped_calibration_names_the_shipped_encoder_by_its_hash():
+    """The shipped calibration named its encoder only by path: nothing could tell a user's own encoder.pt from it."""
+    from memnav.core.checkpoint import checkpoint_sha256
+    from memnav.core.stop import calibrated_checkpoint
+
+    calibrated = calibrated_checkpoint(PACKAGE_ROOT / "models" / "stop_calibration.json")
+    assert calibrated.path == "models/encoder.pt"
+    assert calibrated.sha256 == checkpoint_sha256(PACKAGE_ROOT / calibrated.path)
+    assert calibrated.sha256 == checkpoint_sha256(PACKAGE_ROOT / EncoderNodeConfig().checkpoint)   # what it runs
+    for cal in sorted((PACKAGE_ROOT / "models").glob("stop_calibration_*.json")):   # each shipped pair agrees
+        calibrated = calibrated_checkpoint(cal)
+        assert calibrated.sha256 == checkpoint_sha256(PACKAGE_ROOT / calibrated.path), cal.name
 
 
 def test_other_calibrations_are_refused(tmp_path):
@@ -267,3 +282,75 @@ def test_a_new_encoder_embedding_length_is_taken_but_not_from_one_odd_embedding(
         spin(0.2)   # asserts that the node is still running
         assert "Traceback" not in log_path.read_text()
 
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_an_encoder_running_another_checkpoint_than_the_calibrations_is_named_once(tmp_path):
+    """The calibration is fitted on the similarities of one encoder checkpoint, but nothing told the stop node which
+    checkpoint the encoder node runs: a user's own encoder with the shipped calibration got a silently miscalibrated
+    stop. Now the encoder node announces its checkpoint's hash and the stop node warns once, naming both and the
+    command to recalibrate, and says WARN on /diagnostics; a calibration without the hash is not checked (one info
+    line), and the shipped encoder with the shipped calibration is silent."""
+    rclpy = pytest.importorskip("rclpy")
+    from conftest import isolated_ros_env, spin_until, stop_processes, wait_for_text
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from memnav.core.checkpoint import checkpoint_sha256
+    from memnav.core.encoder import EncoderConfig, FrameEncoder, save_checkpoint
+
+    mine = tmp_path / "my_encoder.pt"
+    save_checkpoint(FrameEncoder(EncoderConfig(input_px=32, embedding_dim=16, widths=(8, 8, 8, 8))), mine)
+    shipped = PACKAGE_ROOT / "models" / "stop_calibration.json"
+    shipped_sha = checkpoint_sha256(PACKAGE_ROOT / "models" / "encoder.pt")
+    old = tmp_path / "old_calibration.json"            # as `memnav train stop` wrote them before the hash
+    old.write_text(json.dumps({k: v for k, v in json.loads(shipped.read_text()).items() if k != "checkpoint_sha256"}))
+    env = isolated_ros_env(197)
+    logs = {name: tmp_path / f"{name}.log" for name in ("stop", "stop_old", "encoder", "encoder_shipped")}
+    procs: list[subprocess.Popen] = []
+
+    def start(log: str, *args: str) -> None:
+        with open(logs[log], "w") as out:
+            procs.append(subprocess.Popen([sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT,
+                                          env=env))
+
+    start("stop", "memnav.ros.stop_node")
+    start("stop_old", "memnav.ros.stop_node", "--ros-args", "-r", "__node:=stop_node_old",
+          "-p", f"calibration:={old}")
+    start("encoder", "memnav.ros.encoder_node", "--ros-args", "-p", f"checkpoint:={mine}")
+    rclpy.init(domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("test_stop_checkpoint")
+    diagnosed: list = []
+    node.create_subscription(DiagnosticArray, "/diagnostics",
+                             lambda m: diagnosed.extend(d for d in m.status if d.name == "/stop_node"), 50)
+
+    def warnings() -> list[str]:
+        return [line for line in logs["stop"].read_text().splitlines() if "was fitted on encoder checkpoint" in line]
+
+    try:
+        assert spin_until(node, lambda: len(warnings()) == 1, 60), \
+            {k: v.read_text()[-2000:] for k, v in logs.items() if v.exists()}
+        line = warnings()[0]
+        assert "WARN" in line, line
+        for part in (f"stop calibration {shipped}", f"models/encoder.pt (sha256 {shipped_sha})",
+                     f"{mine} (sha256 {checkpoint_sha256(mine)})", f"memnav train stop --checkpoint {mine}"):
+            assert part in line, line
+        assert spin_until(node, lambda: any(d.level == bytes([1]) and "another checkpoint than the calibration's"
+                                            in d.message for d in diagnosed[-2:]), 10), diagnosed[-2:]
+        # no hash in the calibration: one info line, no check
+        assert wait_for_text(logs["stop_old"], "does not name its encoder checkpoint's hash", 10), \
+            logs["stop_old"].read_text()
+        assert "was fitted on encoder checkpoint" not in logs["stop_old"].read_text()
+        # the encoder restarted on the shipped checkpoint: said once, and /diagnostics no longer warns of it
+        stop_processes([procs.pop()])
+        start("encoder_shipped", "memnav.ros.encoder_node")
+        assert spin_until(node, lambda: "now runs" in logs["stop"].read_text(), 60), logs["stop"].read_text()
+        diagnosed.clear()
+        assert spin_until(node, lambda: len(diagnosed) >= 2, 10)
+        assert all("another checkpoint" not in d.message for d in diagnosed), diagnosed
+        assert len(warnings()) == 1 and all(p.poll() is None for p in procs)
+        assert "Traceback" not in "".join(log.read_text() for log in logs.values())
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes(procs)
