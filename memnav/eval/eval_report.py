@@ -25,8 +25,9 @@ The head of the page lists the run's settings (camera, models, step limit, seed,
 compared that differ, run by run) and the episodes a run skipped (`skipped_episodes`: they could not be run, e.g.
 a goal no navigable path reaches, and are in no mean, interval, figure or table). With `--lifelong-visits`, a
 skipped episode still holds its place in its house's sequences: the report reads the run's episode list again
-(`episode_list_order`) to tell which sequence each later episode was run in, and resamples a house whole where it
-cannot.
+(`episode_list`, from the dataset's `data_absolute`, its `data` from this directory or from the results file's
+folder) to tell which sequence each later episode was run in, and resamples a house whole where it cannot, naming
+the paths it tried.
 
 Files of the same names from an earlier report in the folder are replaced, each whole (written beside and
 renamed into place, so a failed write keeps the old file); other files are left as they are, and the page links
@@ -42,6 +43,8 @@ import argparse
 import html
 import json
 import math
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,22 +275,64 @@ def _key(episode: dict) -> tuple[str, str]:
     return episode["scene_id"], str(episode["episode_id"])
 
 
-def episode_list_order(results: dict) -> list[tuple[str, str]] | None:
+def episodes_run_by_every_agent(agents: dict[str, dict]) -> int:
+    """How many episodes every agent ran (told apart by `_key`): what a results file's top-level `episodes` and
+    `episodes_run` count (one agent: its episodes; --compare: those the agents' means share, fewer than an agent's
+    own `episodes` only where a Ctrl-C stopped a later agent early)."""
+    keys = [{_key(e) for e in a["per_episode"]} for a in agents.values()]
+    return len(set.intersection(*keys)) if keys else 0
+
+
+def data_candidates(results: dict, results_dir: Path | None = None) -> list[Path]:
+    """Where a results file's dataset may be, in the order tried: `data_absolute` (recorded since 2026-11-28),
+    `data` as recorded (a relative one from this directory), and a relative `data` from the results file's folder
+    `results_dir` (e.g. a run folder moved whole, its dataset beside the results)."""
+    found: list[Path] = []
+    for value, base in ((results.get("data_absolute"), None), (results.get("data"), None),
+                        (results.get("data"), results_dir)):
+        if not isinstance(value, str) or not value:
+            continue
+        path = Path(value).expanduser()
+        if base is not None:
+            if path.is_absolute():
+                continue
+            path = base / path
+        if Path(os.path.abspath(path)) not in [Path(os.path.abspath(p)) for p in found]:
+            found.append(path)
+    return found
+
+
+def episode_list(results: dict, results_dir: Path | None = None) -> tuple[list[tuple[str, str]] | None, str]:
     """The run's episode list (each episode's `_key`, in order), chosen again from the dataset its results name
-    (`data`, `split`, `episode_selection`, as `memnav eval` chose it); None where that cannot be done: results of
-    an older version, or a dataset that is no longer there or not readable."""
+    (`data_candidates`, `split`, `episode_selection`, as `memnav eval` chose it) and ""; or None and why not:
+    results of an older version, or a dataset that is not at any of the paths tried or not readable (naming each
+    path tried, as an absolute path, with what was wrong there)."""
     from memnav.eval.evaluate import load_split
 
-    selection, data = results.get("episode_selection"), results.get("data")
-    if not isinstance(selection, dict) or not isinstance(data, str):
-        return None
-    args = argparse.Namespace(data=Path(data), split=results.get("split"), scenes_dir=None,
-                              episodes=selection.get("episodes"), episode_ids=selection.get("episode_ids"),
-                              spread=bool(selection.get("spread")))
-    try:
-        return [(ep.scene_id, str(ep.episode_id)) for ep in load_split(args)]
-    except (OSError, ValueError, TypeError):
-        return None
+    selection = results.get("episode_selection")
+    if not isinstance(selection, dict):
+        return None, "the results do not record the episode selection (results of an older version)"
+    candidates = data_candidates(results, results_dir)
+    if not candidates:
+        return None, "the results do not name their dataset ('data')"
+    tried = []
+    for data in candidates:
+        args = argparse.Namespace(data=data, split=results.get("split"), scenes_dir=None,
+                                  episodes=selection.get("episodes"), episode_ids=selection.get("episode_ids"),
+                                  spread=bool(selection.get("spread")))
+        if not data.exists():
+            tried.append(f"{os.path.abspath(data)} (no such file or folder)")
+            continue
+        try:
+            return [(ep.scene_id, str(ep.episode_id)) for ep in load_split(args)], ""
+        except (OSError, ValueError, TypeError) as err:
+            tried.append(f"{os.path.abspath(data)} ({err})")
+    return None, f"its data {results.get('data')!r} was not found or not readable; tried " + "; ".join(tried)
+
+
+def episode_list_order(results: dict, results_dir: Path | None = None) -> list[tuple[str, str]] | None:
+    """`episode_list` without the reason: the run's episode list, or None where it cannot be read again."""
+    return episode_list(results, results_dir)[0]
 
 
 def house_slots(episodes: list[dict], skipped: Sequence[dict] = (), order: list[tuple[str, str]] | None = None
@@ -764,9 +809,11 @@ def _skipped_section(agents: dict[str, dict]) -> list[str]:
 
 def render_html(results: dict, agents: dict[str, dict], focus: str, figures: list[tuple[str, str]],
                 reliabilities: dict[str, Reliability], command: str | None = None,
-                order: list[tuple[str, str]] | None = None) -> str:
+                order: list[tuple[str, str]] | None = None, order_missing: str = "") -> str:
+    """The report page; `order_missing`: why the run's episode list could not be read again (`episode_list`)."""
     meta = [("split", results.get("split")), ("data", results.get("data")), ("backend", results.get("backend")),
-            ("episodes", results.get("episodes")), ("lifelong", results.get("lifelong")),
+            ("episodes", results.get("episodes")), ("episodes_selected", results.get("episodes_selected")),
+            ("lifelong", results.get("lifelong")),
             *((key, results.get(key)) for key in RUN_SETTINGS)]
     if command:
         meta.append(("command", command))
@@ -796,7 +843,8 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
         if lifelong and visits and whole:
             how += (f" {html.escape(', '.join(whole))}: resampled as whole houses, since episodes were skipped there "
                     "and the run's episode list (its data, split and episode_selection) could not be read again to "
-                    "tell which sequence each later episode was run in.")
+                    "tell which sequence each later episode was run in"
+                    + (f" ({html.escape(order_missing)})." if order_missing else "."))
         parts += [f"<h2>{html.escape(focus)} against each agent, episode by episode</h2>"
                   f"<p>{html.escape(focus)} minus the other agent on the same episodes, with a 95% paired bootstrap "
                   f"interval: an interval that holds 0 is a difference these episodes cannot tell from noise.{how}</p>",
@@ -832,8 +880,10 @@ def render_html(results: dict, agents: dict[str, dict], focus: str, figures: lis
 
 
 def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = None, focus: str | None = None,
-                      command: str | None = None) -> list[Path]:
+                      command: str | None = None, results_dir: Path | None = None) -> list[Path]:
     """Write the report of a `memnav eval` results dict into `out_dir` (created); returns the files written.
+    `results_dir`: the folder of the results file read (`memnav eval-report`), where a relative `data` is looked
+    for too (`data_candidates`).
 
     Raises:
         ValueError: results without per-episode data, or a focus agent that was not run.
@@ -860,7 +910,11 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
         figures.append(("Where the path went", "path_by_layer.png"))
     # with --lifelong-visits, where episodes were skipped: the episode list tells which sequence each was run in
     visits = int(agents[focus].get("lifelong_visits") or 0)
-    order = episode_list_order(results) if visits and any(skipped_of(a) for a in agents.values()) else None
+    order, order_missing = episode_list(results, results_dir) \
+        if visits and any(skipped_of(a) for a in agents.values()) else (None, "")
+    if order_missing:
+        print(f"warning: the run's episode list could not be read again, so the houses with skipped episodes are "
+              f"resampled whole in the paired intervals: {order_missing}", file=sys.stderr)
     if plot_lifelong(agents, out_dir / "lifelong.png", order):
         figures.append(("Lifelong: SPL by visit", "lifelong.png"))
     rel = plot_reliability(agents, out_dir / "stop_reliability.png")
@@ -871,7 +925,7 @@ def write_eval_report(results: dict, out_dir: Path, traces: RunTraces | None = N
         figures.append((f"{focus}: worst episodes, top-down", "episodes.png"))
     if plot_views(chosen, out_dir / "views.png"):
         figures.append((f"{focus}: goal photo and last view of the same episodes", "views.png"))
-    page = render_html(json_safe(results), agents, focus, figures, rel, command, order)
+    page = render_html(json_safe(results), agents, focus, figures, rel, command, order, order_missing)
     replace_files({out_dir / "report.html": page.encode()})
     return [out_dir / "report.html"] + [out_dir / src for _, src in figures]
 
@@ -901,7 +955,8 @@ def merge_runs(runs: list[tuple[str, dict]], rename: bool = False) -> dict:
     for label, results in runs:
         for key in ("split", "data", "lifelong"):
             a, b = results.get(key), first.get(key)
-            if a != b and not (key == "data" and _same_folder(a, b)):
+            if a != b and not (key == "data" and (_same_folder(a, b) or _same_folder(results.get("data_absolute"),
+                                                                                   first.get("data_absolute")))):
                 raise ValueError(f"{label}: {key} {a!r} differs from {runs[0][0]}'s {b!r}")
         agents = agents_of(results)
         for name, a in agents.items():
@@ -911,13 +966,13 @@ def merge_runs(runs: list[tuple[str, dict]], rename: bool = False) -> dict:
             merged[key] = a
     # a setting the runs share is shown as it is; one they differ in, run by run
     settings = {}
-    for key in RUN_SETTINGS:
+    for key in ("episodes_selected", *RUN_SETTINGS):
         values = [results.get(key) for _, results in runs]
         if any(v is not None for v in values):
             settings[key] = values[0] if all(v == values[0] for v in values) else \
                 "; ".join(f"{label} {setting_text(v)}" for (label, _), v in zip(runs, values))
-    return {**{k: first.get(k) for k in ("split", "data", "backend", "episodes", "lifelong")}, **settings,
-            "agents": merged}
+    return {**{k: first.get(k) for k in ("split", "data", "data_absolute", "backend", "lifelong")
+               if k in first}, **settings, "episodes": episodes_run_by_every_agent(merged), "agents": merged}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -980,6 +1035,7 @@ def run(args: argparse.Namespace) -> int:
     elif focus is None and args.names and f"{names[0]}:memnav" in results.get("agents", {}):
         focus = f"{names[0]}:memnav"   # one --compare file, renamed: memnav stays the focus
     files = write_eval_report(results, args.out, focus=focus,
-                              command="memnav eval-report " + " ".join(str(p) for p in paths))
+                              command="memnav eval-report " + " ".join(str(p) for p in paths),
+                              results_dir=paths[0].parent)
     print(f"wrote {files[0]} ({len(files) - 1} figures)")
     return 0

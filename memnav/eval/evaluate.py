@@ -16,7 +16,7 @@ from memnav.core.files import json_safe, replace_files
 from memnav.core.navigator import NavigatorConfig
 from memnav.core.types import Action, EpisodeStatus
 from memnav.eval.agents import AGENTS, LEARNED_AGENTS, Agent, make_agent
-from memnav.eval.eval_report import EpisodeTrace, FloorPlan, RunTraces, thumbnail
+from memnav.eval.eval_report import EpisodeTrace, FloorPlan, RunTraces, episodes_run_by_every_agent, thumbnail
 from memnav.eval.exploring_defaults import (
     EXPLORING_AGREEING_SIMILARITY,
     EXPLORING_CANDIDATE_COLOUR_FIT,
@@ -310,9 +310,9 @@ class EvalInterrupted(KeyboardInterrupt):
 
 def unrunnable_reason(env: ImageNavEnv, episode, err: ValueError) -> str | None:
     """Why `episode` cannot be run at all, when `env.reset(episode)` raised `err` for that (its goals are all
-    unreachable from its start, or its start or a goal is off the embedded scene's navigable floor), else None
-    (`err` is another error, to be raised)."""
-    from memnav.sim.embedded import OffFloorError, StartNotNavigableError
+    unreachable from its start, or its start or a goal is off the scene's navigable floor, as either backend
+    reports it), else None (`err` is another error, to be raised)."""
+    from memnav.sim.base import OffFloorError, StartNotNavigableError
 
     if isinstance(err, (StartNotNavigableError, OffFloorError)):
         return str(err)
@@ -821,7 +821,11 @@ def run(args: argparse.Namespace) -> int:
             if earlier:
                 print(f"{name}: continues earlier runs' memory of {', '.join(earlier)} (lifelong_earlier_memory): "
                       "their visit 1 here is not their first", file=shown)
-    meta = {"split": args.split, "data": str(args.data), "backend": args.backend, "episodes": len(episodes),
+    # `episodes`: the episodes run (by every agent, with --compare), as an agent's summary counts them; the
+    # selection's length beside it, and `data` also as an absolute path, so that `memnav eval-report` run from
+    # another directory finds the dataset of a relative --data
+    meta = {"split": args.split, "data": str(args.data), "data_absolute": os.path.abspath(args.data.expanduser()),
+            "backend": args.backend, "episodes": None, "episodes_selected": len(episodes), "episodes_run": None,
             "lifelong": bool(args.lifelong), "odometry_origin": args.odometry_origin,
             "hfov_deg": config.hfov_deg, "camera_height_m": config.sensor_height_m,
             "camera_forward_m": config.sensor_forward_m, "camera_pitch_deg": config.sensor_pitch_deg,
@@ -842,10 +846,13 @@ def run(args: argparse.Namespace) -> int:
         meta["odometry_restarts"] = True
     if interrupted:   # the per-episode results hold only the episodes finished before Ctrl-C
         meta["interrupted"] = True
+    for summary in summaries.values():   # each agent's own count (after Ctrl-C, agents differ)
+        summary.update(episodes_selected=len(episodes), episodes_run=summary["episodes"])
     if args.compare:
         ran = list(summaries)   # after Ctrl-C, the agents that finished an episode
         out = dict(meta, agents={n: dict(summaries[n], per_episode=[r.to_json() for r in all_results[n]])
                                  for n in ran})
+        out["episodes"] = out["episodes_run"] = episodes_run_by_every_agent(out["agents"])
         out.update({n: summaries[n] for n in ran})  # per-agent summaries also at the top level
     else:
         extra = {k: v for k, v in summaries[names[0]].items()

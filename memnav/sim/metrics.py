@@ -157,9 +157,10 @@ def view_median_depth(depth: np.ndarray | None) -> float | None:
 
 def results_document(agent: str, results: Sequence[EpisodeResult], **meta: object) -> dict:
     """One agent's results as `memnav eval --json` writes them (and `memnav eval-report` reads them): the
-    summary keys of `aggregate`, `agent`, the given metadata (split, data, backend, ...), `per_episode`."""
+    summary keys of `aggregate`, `agent`, the given metadata (split, data, backend, ...), `per_episode`;
+    `episodes` and `episodes_run` count the episodes run."""
     out = dict(aggregate(results), agent=agent, **meta, per_episode=[r.to_json() for r in results])
-    out["episodes"] = len(results)
+    out["episodes"] = out["episodes_run"] = len(results)
     return out
 
 

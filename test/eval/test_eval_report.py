@@ -491,3 +491,51 @@ def test_the_report_shows_the_run_settings_and_the_skipped_episodes_of_a_real_ru
     oracle = results["agents"]["oracle"]
     assert lifelong_clusters(oracle["per_episode"], 2, oracle["skipped_episodes"], episode_list_order(results)) \
         == [f"{house}#{k}" for k in (0, 1, 1, 2, 2)]
+
+
+def test_a_run_with_a_relative_data_path_is_reported_from_another_directory(tmp_path, capsys, monkeypatch):
+    """`memnav eval --data edited.json.gz` (relative) with --lifelong-visits and a skipped episode, reported by
+    `memnav eval-report` from another directory: the relative path was tried from there only, so the run's episode
+    list could not be read and the houses with skipped episodes were resampled whole. The results now record
+    `data_absolute`; results without it (of an older version) are looked for from the results file's folder too;
+    and a dataset that is truly gone is named, with each path tried, on the page and on stderr."""
+    import gzip
+    import shutil
+
+    from conftest import make_tiny_dataset
+
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    houses = make_tiny_dataset(run_dir / "houses", seed=5, test=6)
+    with gzip.open(houses / "episodes" / "test.json.gz", "rt") as f:
+        episodes = json.load(f)
+    episodes["episodes"][1]["goals"][0]["position"][0] += 100.0   # out of the house: unreachable, skipped
+    with gzip.open(run_dir / "edited.json.gz", "wt") as f:
+        json.dump(episodes, f)
+    monkeypatch.chdir(run_dir)
+    assert main(["eval", "--data", "edited.json.gz", "--scenes-dir", "houses/scenes", "--compare", "oracle,forward",
+                 "--lifelong", "--lifelong-visits", "2", "--max-steps", "40", "--no-progress",
+                 "--json", "run.json"]) == 0
+    results = json.loads((run_dir / "run.json").read_text())
+    assert len(results["agents"]["oracle"]["skipped_episodes"]) == 1
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+
+    def report(name):
+        assert main(["eval-report", str(run_dir / name), "--out", str(elsewhere / "rep")]) == 0
+        return (elsewhere / "rep" / "report.html").read_text(), capsys.readouterr().err
+
+    page, err = report("run.json")
+    assert "oracle against each agent" in page   # the paired intervals, by sequence of 2 visits
+    assert "resampled as whole houses" not in page and "warning" not in err
+    assert (results["data"], results["data_absolute"]) == ("edited.json.gz", str(run_dir / "edited.json.gz"))
+    # a results file without data_absolute: its relative data is found beside it
+    (run_dir / "old.json").write_text(json.dumps({k: v for k, v in results.items() if k != "data_absolute"}))
+    page, err = report("old.json")
+    assert "resampled as whole houses" not in page and "warning" not in err
+    # the dataset gone: the paths tried are named, and its house is resampled whole
+    shutil.move(run_dir / "edited.json.gz", tmp_path / "moved.json.gz")
+    page, err = report("run.json")
+    tried = [str(run_dir / "edited.json.gz"), str(elsewhere / "edited.json.gz")]
+    assert "resampled as whole houses" in page and all(path in page for path in tried)
+    assert "could not be read again" in err and all(path in err for path in tried)

@@ -347,3 +347,51 @@ def test_the_results_name_every_setting_the_run_needs_to_be_repeated(tiny_datase
     assert (res["max_steps"], res["seed"], res["explore"], res["homing"]) == (3, 0, True, True)
     assert res["episode_selection"]["episode_ids"] == first
     assert res["agents"]["random"]["skipped_episodes"] == []
+
+
+@pytest.mark.parametrize("extra", [["--agent", "oracle"], ["--compare", "oracle,forward", "--max-steps", "30"]])
+def test_episodes_counts_the_episodes_run_in_either_kind_of_results_file(tiny_dataset, tmp_path, extra):
+    """A results file's top-level `episodes` counted the episodes run with one agent but the episodes selected with
+    --compare, so a skipped episode made the two kinds disagree. Both now count the episodes run (by every agent),
+    as each agent's summary does, and say both explicitly: episodes_selected and episodes_run, top level and per
+    agent."""
+    def move_goal_out(episodes):
+        episodes[2]["goals"][0]["position"][0] += 100.0
+
+    data = _edited_split(tiny_dataset, tmp_path, move_goal_out)
+    out_json = tmp_path / "run.json"
+    assert main(["eval", *data, "--json", str(out_json), "--no-progress", *extra]) == 0
+    res = json.loads(out_json.read_text())
+    assert res["episodes"] == 5   # --compare: was 6, the episodes selected
+    assert (res["episodes_selected"], res["episodes_run"]) == (6, 5)
+    per_agent = res["agents"] if "--compare" in extra else {"oracle": res}
+    for name, a in per_agent.items():
+        assert (a["episodes"], a["episodes_selected"], a["episodes_run"], len(a["skipped_episodes"])) == (5, 6, 5, 1)
+        assert (res.get(name) or res)["episodes_run"] == 5   # --compare: the summaries at the top level too
+        assert {"success", "spl", "soft_spl", "mean_steps"} <= set(a)
+
+
+def test_episodes_of_an_interrupted_compare_run_counts_those_every_agent_ran(tiny_dataset, tmp_path, capsys,
+                                                                            monkeypatch):
+    """Ctrl-C during the second agent of --compare: each agent says how many episodes it ran, and the top-level
+    `episodes` (and `episodes_run`) counts those both ran, not the 6 selected."""
+    from memnav.sim.env import ImageNavEnv
+
+    reset, started = ImageNavEnv.reset, []
+
+    def reset_until_ctrl_c(self, episode):
+        started.append(episode.episode_id)
+        if len(started) == 6 + 2 + 1:   # oracle's 6, forward's first 2, then Ctrl-C
+            raise KeyboardInterrupt
+        return reset(self, episode)
+
+    monkeypatch.setattr(ImageNavEnv, "reset", reset_until_ctrl_c)
+    out_json = tmp_path / "run.json"
+    assert main(["eval", "--compare", "oracle,forward", "--max-steps", "20", "--split", "test", "--data",
+                 str(tiny_dataset), "--json", str(out_json), "--no-progress"]) == 130
+    capsys.readouterr()
+    res = json.loads(out_json.read_text())
+    assert (res["episodes"], res["interrupted"]) == (2, True)   # was 6, the episodes selected
+    assert (res["episodes_selected"], res["episodes_run"]) == (6, 2)
+    assert {n: (a["episodes"], a["episodes_run"], a["episodes_selected"]) for n, a in res["agents"].items()} \
+        == {"oracle": (6, 6, 6), "forward": (2, 2, 6)}

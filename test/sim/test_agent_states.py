@@ -88,6 +88,7 @@ def test_write_results_of_a_lifelong_run_gives_spl_by_visit_and_the_run_settings
     assert doc["lifelong_spl_known_house"] == pytest.approx(0.9)
     assert (doc["odometry_origin"], doc["lifelong_earlier_memory"]) == ("start", ["h"])
     assert doc["source"] == "sim_bridge_node" and [e["episode_id"] for e in doc["per_episode"]] == ["h_0", "h_1"]
+    assert doc["episodes"] == doc["episodes_run"] == 2   # the keys of `memnav eval --json`, same meaning
     assert not path.with_name("r.json.tmp").exists()   # written whole, then renamed into place
 
 
