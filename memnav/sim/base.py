@@ -21,6 +21,16 @@ ODOMETRY_ORIGINS = ("house", "start")  # SimConfig.odometry_origin choices
 OBJECT_ORDER_MAX_TRIANGLES = 15_000  # "auto" casts object-order up to this many triangles, else through the BVH
 
 
+class StartNotNavigableError(ValueError):
+    """An episode's start position is off the navigable area, with nothing navigable near enough to snap it onto
+    (raised by every backend's `reset`; `memnav eval` skips such an episode with a warning)."""
+
+
+class OffFloorError(ValueError):
+    """An episode's start or goal lies above or below the one floor a backend maps (the embedded simulator maps
+    one floor per scene; `memnav eval` skips such an episode with a warning)."""
+
+
 @dataclass
 class SimConfig:
     """Simulator settings shared by all backends.

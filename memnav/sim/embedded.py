@@ -15,7 +15,7 @@ import numpy as np
 
 from memnav.core.frames import heading_habitat, pose2d_from_habitat, quat_xyzw_from_yaw, yaw_from_quat_xyzw
 from memnav.core.types import Action, Observation, Pose2D, wrap_angle
-from memnav.sim.base import AgentState, SimConfig
+from memnav.sim.base import AgentState, OffFloorError, SimConfig, StartNotNavigableError
 from memnav.sim.mesh import SceneLoadError, SceneMesh, load_scene_mesh
 from memnav.sim.navmesh import NavGrid, NavGridConfig
 from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command, start_odometry
@@ -24,18 +24,12 @@ from memnav.sim.render import Camera, RayCaster
 if TYPE_CHECKING:
     from memnav.sim.episodes import Episode
 
+# StartNotNavigableError and OffFloorError live in memnav.sim.base, as every backend raises them; importing them
+# from here keeps working
 START_SNAP_M = 0.2  # a start within this distance of the navigable area is moved onto it
 GOAL_SNAP_M = 0.5   # geodesic distances to a goal start from the navigable cell this close to it (NavGrid.snap)
 SUBSTEP_M = 0.02    # collision checks along a motion every this many meters
 MAX_NAVGRID_CELLS = 10_000_000  # about 1 kB each while the grid is built: 10 GB; 158 m x 158 m at 5 cm
-
-
-class StartNotNavigableError(ValueError):
-    """An episode's start position is off the navigable area."""
-
-
-class OffFloorError(ValueError):
-    """An episode's start or goal lies above or below the one floor the embedded simulator maps."""
 
 
 def navgrid_cells(mesh: SceneMesh, cell_m: float) -> int:

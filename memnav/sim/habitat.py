@@ -26,7 +26,7 @@ import numpy as np
 
 from memnav.core.frames import heading_habitat, pose2d_from_habitat, quat_xyzw_from_yaw, yaw_from_quat_xyzw
 from memnav.core.types import Action, Observation, Pose2D, wrap_angle
-from memnav.sim.base import AgentState, SimConfig
+from memnav.sim.base import AgentState, SimConfig, StartNotNavigableError
 from memnav.sim.episodes import Episode, require_scene
 from memnav.sim.odometry import apply_odometry, body_motion, check_velocity_command, start_odometry
 
@@ -358,10 +358,12 @@ class HabitatSimulator:
         if not self.is_navigable(start):
             snapped = np.asarray(list(self._sim.pathfinder.snap_point(_vec3(start))), dtype=np.float64)
             if not np.all(np.isfinite(snapped)) or np.linalg.norm(snapped - start) > START_SNAP_M:
-                raise ValueError(f"episode {episode.episode_id} ({episode.scene_id}): start_position "
-                                 f"{start.tolist()} is not on the navigable area (nothing navigable within "
-                                 f"{START_SNAP_M} m)")
+                raise StartNotNavigableError(
+                    f"episode {episode.episode_id} ({episode.scene_id}): start_position {start.tolist()} "
+                    f"is not on the navigable area (nothing navigable within {START_SNAP_M} m)")
             start = snapped
+        # no OffFloorError here: habitat's navmesh spans every floor of the scene; a goal that no path reaches
+        # (another floor without stairs, off the navmesh) has an infinite geodesic distance, which ImageNavEnv reports
         self._goal_obs = self.render_at(np.asarray(episode.goal.position, dtype=np.float64),
                                         episode.goal_yaw_rad())
         self._set_state(start, yaw_from_quat_xyzw(episode.start_rotation))

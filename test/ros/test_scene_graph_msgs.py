@@ -202,3 +202,47 @@ def test_markers_of_a_memory_with_rooms_are_its_places_edges_and_room_centres():
             (m.id, m.text) for m in arr.markers if m.ns == "rooms"]
     finally:
         mem.close()
+
+
+def test_markers_build_one_point_per_place_and_one_colour_per_room_with_the_same_message():
+    """Uncapped, the markers of a 100,000-place memory took some 2 s to build, most of it making a Point for each
+    sphere and for both ends of each edge, and a ColorRGBA for each sphere. The edges now reuse the places' Points and
+    the spheres share one colour per room; the message is the same, value for value and after serialization, as one
+    built object by object."""
+    pytest.importorskip("visualization_msgs.msg")
+    serialization = pytest.importorskip("rclpy.serialization")
+    from geometry_msgs.msg import Point
+    from std_msgs.msg import ColorRGBA
+    from visualization_msgs.msg import MarkerArray
+
+    mem = SceneGraphMemory(SceneGraphConfig(embedding_dim=8))
+    try:
+        rng = np.random.default_rng(2)
+        xs = [0.0, 1.0, 2.0, 3.0, 20.0, 21.0, 22.0]   # two rooms, then a place in none
+        mem.add_places_bulk(np.arange(7), np.array([[x, 0.25 * x, 0.0] for x in xs]), rng.normal(size=(7, 8)))
+        mem.segment_rooms()
+        mem.add_places_bulk(np.array([7]), np.array([[50.0, -1.0, 0.0]]), rng.normal(size=(1, 8)))
+        ids = mem.place_ids().tolist()
+        mem.graph.add_edge(ids[0], ids[3], kind=EdgeKind.TRAVERSABLE, distance_m=3.0)   # a loop closure's edge
+        for max_places, drawn in ((0, ids), (4, ids[::2])):
+            arr = scene_graph_markers(mem, "map", max_places=max_places)
+            places, edges = arr.markers[1], arr.markers[2]
+            # what it was built as before, object by object
+            info = {i: mem.place(i) for i in ids}
+            assert places.points == [Point(x=info[i].pose.x_m, y=info[i].pose.y_m, z=0.0) for i in drawn]
+            assert places.colors == [ColorRGBA(**dict(zip("rgba", room_rgba(info[i].room_id)))) for i in drawn]
+            trav = [(a, b) for a, b, d in mem.graph.edges(data=True) if d["kind"] is EdgeKind.TRAVERSABLE]
+            if max_places:   # joined between the drawn places standing for their ends, once
+                rep = {i: drawn[k // 2] for k, i in enumerate(ids)}
+                trav = list(dict.fromkeys((min(rep[a], rep[b]), max(rep[a], rep[b])) for a, b in trav
+                                          if rep[a] != rep[b]))
+            assert edges.points == [Point(x=info[i].pose.x_m, y=info[i].pose.y_m) for pair in trav for i in pair]
+            assert len(edges.points) >= 2 * 2
+            # built once: every edge end is a place's Point, and a room's places share its colour
+            assert {id(p) for p in edges.points} <= {id(p) for p in places.points}
+            assert len({id(c) for c in places.colors}) == len({(c.r, c.g, c.b) for c in places.colors}) > 1
+            wire = serialization.serialize_message(arr)
+            back = serialization.deserialize_message(wire, MarkerArray)   # (colours come back float32-rounded)
+            assert back.markers[1].points == places.points and back.markers[2].points == edges.points
+    finally:
+        mem.close()

@@ -7,6 +7,7 @@ logic (state handling, STOP, collisions, odometry, goal rendering), not habitat-
 import importlib
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -287,9 +288,14 @@ def _fake_habitat() -> SimpleNamespace:
 
 
 @pytest.fixture
-def fake_sim(tmp_path, monkeypatch):
+def fake_habitat(monkeypatch):
+    """`import habitat_sim` gives the stand-in, for the adapter and for whatever builds it (make_simulator)."""
     monkeypatch.setitem(sys.modules, "habitat_sim", _fake_habitat())
     monkeypatch.setenv("HSIM_DISABLE_CUDA_DEVICE", "1")
+
+
+@pytest.fixture
+def fake_sim(tmp_path, fake_habitat):
     scenes = [tmp_path / "a.glb", tmp_path / "b.glb"]
     for s in scenes:
         s.write_bytes(b"x")
@@ -382,3 +388,40 @@ def test_glue_queries_and_bad_start(fake_sim):
         sim.reset(_episode(scenes[0], start=(7.0, 0.0, 0.0)))
     sim.load_scene(scenes[1])
     np.testing.assert_allclose(sim.agent_state.position, [1.0, 0.0, 2.0])
+
+
+def test_glue_bad_start_raises_the_error_every_backend_raises(fake_sim):
+    """The habitat backend raised a plain ValueError for a start off the navmesh, which `memnav eval` does not take
+    for an unrunnable episode; it raises the embedded simulator's StartNotNavigableError, now shared in base."""
+    from memnav.sim import base, embedded
+
+    assert embedded.StartNotNavigableError is base.StartNotNavigableError   # old imports keep working
+    assert embedded.OffFloorError is base.OffFloorError
+    sim, scenes = fake_sim
+    with pytest.raises(base.StartNotNavigableError, match=r"e1 \(a.glb\): start_position \[7.0, 0.0, 0.0\] is not on"):
+        sim.reset(_episode(scenes[0], start=(7.0, 0.0, 0.0)))
+
+
+def test_eval_skips_unrunnable_episodes_on_the_habitat_backend(fake_habitat, tmp_path, capsys):
+    """With --backend habitat, an episode whose start is off the navmesh ended the whole run with a ValueError
+    (the embedded backend's run skips it). It is skipped with a warning, as is one whose goal is on a floor no path
+    reaches (habitat maps every floor: the goal is unreachable, not off the floor), and the run goes on."""
+    from memnav.eval.agents import ForwardAgent
+    from memnav.eval.evaluate import run_episodes
+    from memnav.sim.metrics import EpisodeResult, SkippedEpisode
+
+    scene = tmp_path / "a.glb"
+    scene.write_bytes(b"x")
+    off_start = replace(_episode(scene, start=(7.0, 0.0, 0.0)), episode_id="off_start")
+    upstairs = replace(_episode(scene), episode_id="upstairs",
+                       goals=[NavGoal(np.array([2.0, 3.0, -3.0]), rotation=quat_xyzw_from_yaw(0.0))])
+    episodes = [_episode(scene), off_start, upstairs, replace(_episode(scene), episode_id="e4")]
+    cfg = SimConfig(width_px=8, height_px=6, max_episode_steps=4)
+    out = run_episodes(ForwardAgent(), episodes, cfg, backend="habitat", progress=False)
+    assert [(type(o), o.episode_id) for o in out] == [(EpisodeResult, "e1"), (SkippedEpisode, "off_start"),
+                                                      (SkippedEpisode, "upstairs"), (EpisodeResult, "e4")]
+    assert "start_position [7.0, 0.0, 0.0] is not on the navigable area" in out[1].reason
+    assert "the goal [2.0, 3.0, -3.0] is unreachable from the start" in out[2].reason
+    assert all(o.steps == 4 for o in (out[0], out[3]))
+    err = capsys.readouterr().err
+    assert "episode off_start (a.glb)" in err and "episode upstairs (a.glb)" in err and err.count("is skipped") == 2
