@@ -10,8 +10,10 @@ contrast, colour gain, noise, depth noise and dropout, small shifts) make it rob
 sensor noise. Resumable: the optimiser state, random streams, mined look-alikes, house-bank table and curve
 live in `<out>.state`; re-running the same command continues up to `--steps`, and a run stopped and resumed
 (`--max-minutes`) trains as the same run uninterrupted (bit for bit on the CPU; on a GPU as far as its
-kernels are deterministic). Every save (checkpoint, state, curves) replaces its files
-atomically; a NaN or infinite loss stops the run before it is saved.
+kernels are deterministic). A first Ctrl-C stops the run once the step under way is done, saved there as
+`--max-minutes` saves (a second one stops at once). Every save (checkpoint, state, curves) replaces its files
+atomically; a NaN or infinite loss stops the run before it is saved. Without `--out`, an existing
+models/encoder.pt that no `.state` belongs to (the shipped encoder) is not replaced.
 """
 from __future__ import annotations
 
@@ -27,13 +29,13 @@ import numpy as np
 import torch
 
 from memnav.cli import add_camera_arguments, camera_options
-from memnav.core.checkpoint import read_state, torch_bytes
+from memnav.core.checkpoint import file_tag, read_state, torch_bytes
 from memnav.core.encoder import SIM_HFOV_DEG, EncoderConfig, FrameEncoder, load_checkpoint, save_checkpoint
 from memnav.core.files import replace_files
 from memnav.eval.report import figure_png
 from memnav.paths import check_output_dir, check_output_file, same_file
 from memnav.sim.dataset import default_data_dir
-from memnav.train.checks import diverged
+from memnav.train.checks import diverged, output_checkpoint, stop_at_step_end
 from memnav.train.frame_bank import (
     NEAR_MISS_M,
     NEAR_MISS_TURN_DEG,
@@ -47,6 +49,7 @@ from memnav.train.frame_bank import (
 )
 
 MAX_ASPECT = 2.5   # widest image shape `--aspect-ratios` takes (21:9 is 2.33)
+DEFAULT_OUT = Path("models/encoder.pt")   # --out when not given (`output_checkpoint`)
 
 
 @dataclass
@@ -318,11 +321,7 @@ def _architecture(args: argparse.Namespace, base: EncoderConfig) -> EncoderConfi
 def _init_tag(path: Path | None) -> str | None:
     """What a run started from, for refusing a resume from another start: the checkpoint's file name and a
     digest of its bytes (None: a random initialisation)."""
-    if path is None:
-        return None
-    import hashlib
-
-    return f"{Path(path).name}:{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
+    return None if path is None else file_tag(path)
 
 
 def _check_options(cfg: EncoderTrainConfig, args: argparse.Namespace) -> None:
@@ -411,9 +410,11 @@ def validation_recall(model: FrameEncoder, db: FrameSet, queries: FrameSet) -> f
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EncoderTrainConfig()
-    parser.add_argument("--out", type=Path, default=Path("models/encoder.pt"), metavar="PATH",
+    parser.add_argument("--out", type=Path, default=None, metavar="PATH",
                         help="encoder checkpoint to write; the resumable state goes to PATH.state and the "
-                             "training curves beside it (.curve.json, .curve.png)")
+                             f"training curves beside it (.curve.json, .curve.png); default {DEFAULT_OUT}, which "
+                             "a new run does not replace when it exists without PATH.state (the shipped encoder): "
+                             "give --out to replace it")
     parser.add_argument("--data", type=Path, default=default_data_dir(),
                         metavar="DIR", help="generated dataset whose train houses are trained on")
     parser.add_argument("--val-data", type=Path, default=None, metavar="DIR",
@@ -509,6 +510,7 @@ def run(args: argparse.Namespace) -> int:
                              camera=_camera_of(args))
     # every option is checked before the first frame is rendered (minutes of work on a real dataset)
     _check_options(cfg, args)
+    args.out = output_checkpoint(args.out, DEFAULT_OUT)
     check_output_file(args.out, "--out")
     if args.cache_dir is not None:
         check_output_dir(args.cache_dir, "--cache-dir")
@@ -531,7 +533,8 @@ def run(args: argparse.Namespace) -> int:
                    "mine_every": cfg.mine_every, "house_bank_every": cfg.house_bank_every,
                    "colour_gain_std": cfg.colour_gain_std, "min_hfov_deg": cfg.min_hfov_deg,
                    "aspect_ratios": list(cfg.aspect_ratios), "camera": cfg.camera,
-                   "dataset": _dataset_tag(args.data), "init": _init_tag(args.init),
+                   "dataset": _dataset_tag(args.data), "val_dataset": _dataset_tag(val_data),
+                   "init": _init_tag(args.init),
                    "house_streams": getattr(args, "render_workers", 0) > 0}
     # settings the optimisation depends on beyond the data and architecture (--steps is checked on its own)
     train_config = {k: getattr(cfg, k) for k in ("lr", "batch_pairs", "pairs_per_house", "seed", "houses_per_batch",
@@ -551,7 +554,8 @@ def run(args: argparse.Namespace) -> int:
                          "near_miss_m": list(NEAR_MISS_M), "near_miss_turn_deg": list(NEAR_MISS_TURN_DEG),
                          "mine_every": 0, "house_bank_every": 0, "colour_gain_std": 0.1,
                          "min_hfov_deg": SIM_HFOV_DEG, "aspect_ratios": [1.0], "camera": {},
-                         "dataset": data_config["dataset"], "init": None, "house_streams": False,
+                         "dataset": data_config["dataset"], "val_dataset": data_config["val_dataset"],
+                         "init": None, "house_streams": False,
                          **st.get("data_config", {})}, data_config)
         if "train_config" in st:   # states written before it was recorded are not checked for these
             _refuse_changed(state_path, "training settings", st["train_config"], train_config)
@@ -647,7 +651,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     bar = tqdm(total=cfg.steps, initial=step, desc="train encoder", unit="step", disable=args.no_progress,
                file=sys.stderr)
-    try:
+    with stop_at_step_end("step") as ctrl_c_asked, bar:   # tqdm closes its bar on leaving
         while step < cfg.steps:
             model.train()
             hs = rng.choice(houses, size=min(cfg.houses_per_batch, len(houses)), replace=False)
@@ -717,9 +721,14 @@ def run(args: argparse.Namespace) -> int:
                 print(f"stopped after {args.max_minutes} min at step {step}/{cfg.steps}; re-run to continue",
                       file=sys.stderr)
                 return 0
-        save_state()
-    finally:
-        bar.close()
+            if ctrl_c_asked():   # stop here, saved below
+                break
+        if saved_step != step or step == cfg.steps:   # a finished run's files are written again, as always
+            save_state()
+    if step < cfg.steps:
+        print(f"interrupted (Ctrl-C) at step {step}/{cfg.steps}: {args.out} and {state_path.name} saved there; "
+              f"re-run the same command to continue", file=sys.stderr)
+        return 130
     print(f"wrote {args.out} (step {step}, val recall@1 {curve['val_recall_at_1'][-1]:.3f})")
     return 0
 

@@ -18,13 +18,14 @@ Resumable: model, optimiser, counters and curves live in `<out>.state`; re-runni
 up to `--updates`, and `--max-minutes` ends a chunk cleanly so runs fit a session. A resumed run starts new
 episodes with a new DAgger replay and its random streams drawn from the update it resumes at, so it does not
 repeat an uninterrupted run step for step. A resume with other settings, another encoder checkpoint, calibration
-or set of houses is refused by name. Saves replace their files atomically; a NaN or infinite loss stops the run
-before it is saved.
+or set of houses is refused by name. A first Ctrl-C stops the run once the update under way is done, saved there
+(a second one stops at once). Saves replace their files atomically; a NaN or infinite loss stops the run before it
+is saved. The default `--out` is models/policy_<variant>.pt, not replaced where it exists without a `.state` (a
+shipped policy); `--out` may not be the `--checkpoint` or `--calibration` the run reads.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
@@ -38,7 +39,7 @@ import torch
 from torch import nn
 
 from memnav.core import stop
-from memnav.core.checkpoint import read_state, torch_bytes
+from memnav.core.checkpoint import file_tag, read_state, torch_bytes
 from memnav.core.encoder import Encoder
 from memnav.core.files import replace_files
 from memnav.core.navigator import MemoryKind, Navigator, NavigatorConfig, StepInput
@@ -46,10 +47,10 @@ from memnav.core.policy import MOVES, MemoryPolicy, PolicyConfig, save_policy
 from memnav.core.stop import GoalBeliefCalibrator
 from memnav.core.types import Action
 from memnav.eval.report import figure_png
-from memnav.paths import check_output_file
+from memnav.paths import check_output_file, same_file
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
-from memnav.train.checks import diverged
+from memnav.train.checks import diverged, output_checkpoint, stop_at_step_end
 
 VARIANTS = {"memnav": MemoryKind.SCENE_GRAPH, "episodic": MemoryKind.EPISODIC, "gru": MemoryKind.NONE}
 
@@ -202,9 +203,11 @@ def _stack(trs: list[Transition]) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = PolicyTrainConfig()
-    parser.add_argument("--out", type=Path, default=Path("models/policy_memnav.pt"), metavar="PATH",
+    parser.add_argument("--out", type=Path, default=None, metavar="PATH",
                         help="policy checkpoint to write; the resumable state goes to PATH.state and the "
-                             "training curves beside it (.curve.json, .curve.png)")
+                             "training curves beside it (.curve.json, .curve.png); default "
+                             "models/policy_VARIANT.pt (--variant's), which a new run does not replace when it "
+                             "exists without PATH.state (a shipped policy): give --out to replace it")
     parser.add_argument("--variant", choices=sorted(VARIANTS), default=d.variant,
                         help="memory the policy reads: memnav (scene graph + working buffer), episodic, gru (none)")
     parser.add_argument("--updates", type=int, default=d.updates, metavar="N",
@@ -265,17 +268,24 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--lr must be a finite number > 0, got {args.lr:g}")
     if not args.max_minutes >= 0:
         raise ValueError(f"--max-minutes must be >= 0 (0 = no limit), got {args.max_minutes:g}")
+    args.out = output_checkpoint(args.out, Path(f"models/policy_{args.variant}.pt"))
     check_output_file(args.out, "--out")
+    written = _written_files(args.out)
+    for option, path in (("--checkpoint", args.checkpoint), ("--calibration", args.calibration)):
+        hit = next((w for w in written if same_file(path, w)), None)
+        if hit is not None:
+            raise ValueError(f"{option} {path} is also what --out {args.out} writes ({hit.name}): the run would "
+                             f"replace the file it reads; give --out another path")
+
+
+def _written_files(out: Path) -> list[Path]:
+    """The files a run with `--out out` writes: the checkpoint, its resumable state and its curves."""
+    return [out, out.with_name(out.name + ".state"), out.with_suffix(".curve.json"), out.with_suffix(".curve.png")]
 
 
 def minibatch_envs(envs: int) -> int:
     """Environments per PPO minibatch: the largest divisor of `envs` up to 4 (4 for the default 8)."""
     return max(d for d in range(1, 5) if envs % d == 0)
-
-
-def _file_tag(path: Path) -> str:
-    """A file's name and a digest of its bytes: what a resumed run must read again."""
-    return f"{Path(path).name}:{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
 
 
 # what `run` reads back from `<out>.state`
@@ -326,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     encoder = Encoder.from_checkpoint(args.checkpoint)
     calibrator = load_calibrator(args.calibration)
     # what the policy learns from besides its settings; states written before it was recorded are not checked
-    inputs = {"encoder": _file_tag(args.checkpoint), "calibration": _file_tag(args.calibration),
+    inputs = {"encoder": file_tag(args.checkpoint), "calibration": file_tag(args.calibration),
               "houses": [pool[0].scene_id for pool in houses]}
     if st is not None and "inputs" in st:
         changed = {k: (st["inputs"].get(k), v) for k, v in inputs.items() if st["inputs"].get(k) != v}
@@ -361,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     bar = tqdm(total=cfg.updates, initial=update, desc=f"policy[{cfg.variant}]", unit="upd",
                disable=args.no_progress, file=sys.stderr)
-    try:
+    with stop_at_step_end("update") as ctrl_c_asked, bar:   # tqdm closes its bar on leaving
         while update < cfg.updates:
             bc_phase = update < cfg.bc_updates
             beta = max(0.0, 1.0 - update / max(1, cfg.bc_updates)) if bc_phase else 0.0
@@ -431,15 +441,20 @@ def run(args: argparse.Namespace) -> int:
             bar.update(1)
             bar.set_postfix(phase=row["phase"], succ=f"{row['success']:.2f}", bc=f"{stats['bc_loss']:.2f}")
             out_of_time = args.max_minutes > 0 and (time.monotonic() - t0) / 60 >= args.max_minutes
-            if update % args.save_every == 0 or update >= cfg.updates or out_of_time:
+            interrupted = ctrl_c_asked() and update < cfg.updates   # the last update ends the run as usual
+            if update % args.save_every == 0 or update >= cfg.updates or out_of_time or interrupted:
                 _save(model, opt, cfg, update, curve, inputs, state_path, args)
                 saved_update = update
+            if interrupted:
+                break
             if out_of_time:
                 print(f"stopped after {args.max_minutes} min at update {update}/{cfg.updates}; re-run to resume",
                       file=sys.stderr)
                 break
-    finally:
-        bar.close()
+    if interrupted:
+        print(f"interrupted (Ctrl-C) at update {update}/{cfg.updates}: {args.out} and {state_path.name} saved "
+              f"there; re-run the same command to resume", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -85,6 +85,9 @@ def test_train_on_one_dataset_validates_on_another_and_refuses_changed_data_on_r
     third = make_tiny_dataset(tmp_path / "third", seed=6)
     assert main([a if a != str(other) else str(third) for a in args]) == 2
     assert "dataset d5n3 (now d6n3)" in capsys.readouterr().err
+    # the curve's validation recall is of one validation set: resuming against another is refused
+    assert main([a if a != str(tiny_data) else str(third) for a in args]) == 2
+    assert "val_dataset d2n3 (now d6n3)" in capsys.readouterr().err
     assert main([*args, "--near-miss-m", "1.6", "1.0"]) == 2
     assert "--near-miss-m MIN MAX needs 0 <= MIN < MAX, got 1.6 1" in capsys.readouterr().err
     banded = [a for a in args if a != "--no-near-miss"]

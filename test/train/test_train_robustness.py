@@ -1,11 +1,14 @@
 """What a user training their own models runs into: a diverging loss, a resume that must repeat the uninterrupted
 run or be refused by name, an output folder that cannot be written, and a save that fails half way."""
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import file_sha256, make_tiny_dataset
+from conftest import file_sha256, make_tiny_dataset, wait_for_text
 
 from memnav.cli import main
 from memnav.core.checkpoint import CheckpointError
@@ -222,3 +225,117 @@ def test_a_resumable_state_is_read_without_running_code_it_holds(tiny_data, tmp_
     assert "enc.pt.state: not a resumable state of `memnav train encoder` (torch.load cannot read it)" in err, err
     assert not marker.exists()
     assert not out.exists()
+
+
+def _wait_then_ctrl_c(argv: list[str], log: Path, shown: str) -> subprocess.CompletedProcess:
+    """`memnav ARGV` as a user runs it in a terminal: once its progress bar shows `shown` (a step or update is
+    done), one Ctrl-C (SIGINT); its exit status and stderr."""
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "memnav.cli", *argv], stdout=subprocess.PIPE, stderr=err,
+                                text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            assert wait_for_text(log, shown, 120), log.read_text()[-3000:]
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", log.read_text())
+
+
+@pytest.mark.slow
+def test_encoder_ctrl_c_saves_the_steps_done_and_a_rerun_continues_from_there(tiny_data, tmp_path):
+    """Ctrl-C ended the run at once and kept nothing since the last save (up to --eval-every steps, 250 by default):
+    now the step under way is finished and saved, as --max-minutes saves."""
+    out = tmp_path / "enc.pt"
+    argv = [a for a in _encoder_args(tiny_data, out) if a != "--no-progress"]
+    for option, value in (("--steps", "400"), ("--eval-every", "1000")):
+        argv[argv.index(option) + 1] = value
+    done = _wait_then_ctrl_c(argv, tmp_path / "err.log", "loss=")
+    assert done.returncode == 130 and out.with_name("enc.pt.state").is_file(), done.stderr[-3000:]
+    state = torch.load(out.with_name("enc.pt.state"), weights_only=True)
+    step = state["step"]
+    assert 1 <= step < 400 and f"interrupted (Ctrl-C) at step {step}/400" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert torch.load(out, weights_only=True)["extra"]["step"] == step
+    assert json.loads(out.with_suffix(".curve.json").read_text())["step"] == list(range(1, step + 1))
+    assert main([*argv, "--no-progress", "--max-minutes", "0"]) == 0   # the same command resumes there
+    assert json.loads(out.with_suffix(".curve.json").read_text())["step"] == list(range(1, step + 2))
+
+
+@pytest.mark.slow
+def test_policy_ctrl_c_saves_the_updates_done_and_a_rerun_resumes_from_there(policy_setup, tmp_path, capsys):
+    out = tmp_path / "pol.pt"
+    argv = [a for a in _policy_args(policy_setup, out, 1000) if a != "--no-progress"]
+    argv[argv.index("--save-every") + 1] = "1000"
+    done = _wait_then_ctrl_c(argv, tmp_path / "err.log", "succ=")
+    assert done.returncode == 130 and out.with_name("pol.pt.state").is_file(), done.stderr[-3000:]
+    update = torch.load(out.with_name("pol.pt.state"), weights_only=True)["update"]
+    assert 1 <= update < 1000 and f"interrupted (Ctrl-C) at update {update}/1000" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert torch.load(out, weights_only=True)["extra"]["update"] == update
+    assert [r["update"] for r in json.loads(out.with_suffix(".curve.json").read_text())] == list(range(1, update + 1))
+    resumed = _policy_args(policy_setup, out, update + 1)
+    assert main(resumed) == 0
+    assert f"resuming from update {update}" in capsys.readouterr().err
+    assert len(json.loads(out.with_suffix(".curve.json").read_text())) == update + 1
+
+
+def test_encoder_without_out_leaves_a_model_already_at_the_default_path(tiny_data, tmp_path, monkeypatch, capsys):
+    """Without --out, `memnav train encoder` wrote models/encoder.pt, replacing the shipped encoder (which the
+    agents and their stop calibration were fitted to) with whatever the run trained, a few steps or not."""
+    monkeypatch.chdir(tmp_path)
+    shipped = tmp_path / "models" / "encoder.pt"
+    shipped.parent.mkdir()
+    torch.manual_seed(3)
+    save_checkpoint(FrameEncoder(EncoderConfig()), shipped)
+    before = file_sha256(shipped)
+    argv = _encoder_args(tiny_data, "x")
+    del argv[argv.index("--out"):argv.index("--out") + 2]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--out not given, and its default models/encoder.pt already holds a model" in err, err
+    assert "give --out models/encoder.pt to replace it" in err
+    assert file_sha256(shipped) == before and sorted(p.name for p in shipped.parent.iterdir()) == ["encoder.pt"]
+
+
+@pytest.mark.slow
+def test_policy_without_out_writes_its_variant_and_leaves_a_model_already_there(policy_setup, tmp_path, monkeypatch,
+                                                                                capsys):
+    """Without --out, every --variant was written to models/policy_memnav.pt: `--variant gru` replaced the shipped
+    memnav policy with a GRU one (which `memnav eval` then loaded as the memnav agent)."""
+    from memnav.core.policy import load_policy
+
+    monkeypatch.chdir(tmp_path)
+    models = tmp_path / "models"
+    models.mkdir()
+    shipped = models / "policy_memnav.pt"
+    shipped.write_bytes(b"the shipped memnav policy")
+    argv = _policy_args(policy_setup, "x", 1)
+    del argv[argv.index("--out"):argv.index("--out") + 2]
+    assert main(argv) == 0   # --variant gru
+    assert load_policy(models / "policy_gru.pt")[1]["variant"] == "gru"
+    assert shipped.read_bytes() == b"the shipped memnav policy"
+    capsys.readouterr()
+    memnav_variant = [a if a != "gru" else "memnav" for a in argv]
+    assert main(memnav_variant) == 2
+    err = capsys.readouterr().err
+    assert "--out not given, and its default models/policy_memnav.pt already holds a model" in err, err
+    assert shipped.read_bytes() == b"the shipped memnav policy"
+    assert main(argv) == 0   # its own run, with its state beside it: resumed (here: already done)
+    assert "already trained for 1 updates" in capsys.readouterr().err
+
+
+def test_policy_refuses_an_out_that_would_replace_the_encoder_or_calibration_it_reads(policy_setup, tmp_path, capsys):
+    """`--out` naming the --checkpoint (or a --calibration beside it) replaced the encoder the run reads with the
+    policy at the first save; the encoder trainer already refused `--init` as `--out`."""
+    _, _, encoders, cal = policy_setup
+    before = {p: file_sha256(p) for p in (encoders[0], cal)}
+    assert main(_policy_args(policy_setup, encoders[0], 1)) == 2
+    err = capsys.readouterr().err
+    assert f"--checkpoint {encoders[0]} is also what --out {encoders[0]} writes (enc0.pt)" in err, err
+    assert main(_policy_args(policy_setup, cal, 1)) == 2
+    err = capsys.readouterr().err
+    assert f"--calibration {cal} is also what --out {cal} writes (cal.json)" in err, err
+    assert {p: file_sha256(p) for p in (encoders[0], cal)} == before
