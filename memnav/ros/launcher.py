@@ -46,6 +46,7 @@ runs them. This module is plain process supervision: it imports nothing from ROS
 from __future__ import annotations
 
 import collections
+import ctypes
 import datetime
 import math
 import os
@@ -58,7 +59,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -1169,7 +1170,9 @@ class Supervisor:
     respawn node given up on, or the end of the last node: SIGINT to each process group, up to
     `shutdown_timeout_s` to exit, then SIGTERM, again up to `shutdown_timeout_s`, then SIGKILL. A second Ctrl-C
     skips the wait. Leftover processes of a node that exited (children it did not end) get SIGTERM at once. No
-    process of any group is left when `run` returns.
+    process of any group is left when `run` returns. Should the launcher die without shutting down (SIGKILL, a
+    crash), every node gets SIGTERM from the kernel (Linux), so none is left running on its own. A closed screen
+    or message stream (`memnav launch FILE | head`) is given up on, the nodes' output still drained and logged.
 
     A node that exits with CONFIG_ERROR_EXIT refused its configuration: whatever its `respawn` and `on_exit`, it
     is not restarted and the launch shuts down. A respawn node that exits `respawn_limit.exits` times in a row,
@@ -1229,6 +1232,7 @@ class Supervisor:
         self.reports: dict[str, NodeReport] = {m.spec.label: m.report for m in self._managed}
         self.interrupted = False
         self._hurry = False   # a second signal came during the shutdown: no more waiting
+        self._closed_streams: set[str] = set()   # "out" / "log": writing failed, given up (see _write_stream)
 
     # -- public ----------------------------------------------------------------------------------------------
 
@@ -1238,6 +1242,10 @@ class Supervisor:
         SIGINT, SIGTERM and SIGHUP handlers are installed for the duration when called from the main thread (the
         nodes run in sessions of their own, so a closed terminal's SIGHUP reaches only the launcher, which must
         then stop them rather than die and leave them running).
+
+        Raises:
+            LaunchError: a node's log file cannot be written (ROS_LOG_DIR not a writable folder); the nodes
+                started before are shut down first.
         """
         handlers = {}
         if threading.current_thread() is threading.main_thread():
@@ -1278,21 +1286,48 @@ class Supervisor:
 
     def _say(self, message: str) -> None:
         with self._lock:
-            stream = self._log or sys.stderr
-            stream.write(f"[launch] {message}\n")
+            self._write_stream("log", self._log or sys.stderr, f"[launch] {message}\n")
+
+    def _write_stream(self, which: str, stream: TextIO, text: str) -> None:
+        """Write to the launcher's screen ("out") or message ("log") stream, holding `_lock`. Once writing to one
+        fails (its reader closed the pipe, `| head`; a closed terminal), it is given up: the launch, the relaying of
+        every node's output and the nodes' log files carry on (a node never dies of its output going nowhere)."""
+        if which in self._closed_streams:
+            return
+        try:
+            stream.write(text)
             stream.flush()
+        except (OSError, ValueError):   # ValueError: the stream itself was closed
+            self._closed_streams.add(which)
+            try:   # a file stream's unwritten rest then goes to /dev/null, not into an error when Python exits
+                fd = stream.fileno()
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+            except (OSError, ValueError, AttributeError):   # io.UnsupportedOperation (StringIO) is an OSError
+                pass
+            if which == "out":
+                self._write_stream("log", self._log or sys.stderr, "[launch] the screen output was closed; the nodes "
+                                   "keep running, output: screen nodes' lines are dropped, log files go on\n")
 
     def _start(self, m: _Managed) -> None:
         log_file = None
         if m.spec.output in (Output.LOG, Output.BOTH):
             if self._log_dir is None:
                 self._log_dir = default_log_dir()
-            self._log_dir.mkdir(parents=True, exist_ok=True)
             m.log_path = self._log_dir / f"{m.spec.label}.log"
-            log_file = open(m.log_path, "a")  # closed by the reader thread
+            try:
+                self._log_dir.mkdir(parents=True, exist_ok=True)
+                log_file = open(m.log_path, "a")  # closed by the reader thread
+            except OSError as err:
+                raise LaunchError(
+                    f"{m.spec.where}: cannot write the log file of {m.spec.label} ({m.spec.output.value} output) "
+                    f"at {m.log_path}: {err.strerror or err}; set ROS_LOG_DIR (or ROS_HOME) to a writable folder, "
+                    "or give the node `output: screen`") from err
         try:
             popen = subprocess.Popen(m.cmd, env=m.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_end_with_launcher())
         except OSError as err:
             if log_file is not None:
                 log_file.close()
@@ -1323,16 +1358,22 @@ class Supervisor:
                 tail.append(line)
                 if m.spec.output in (Output.SCREEN, Output.BOTH):
                     with self._lock:
-                        stream = self._out or sys.stdout
-                        stream.write(f"[{m.spec.label}] {line}\n")
-                        stream.flush()
+                        self._write_stream("out", self._out or sys.stdout, f"[{m.spec.label}] {line}\n")
                 if log_file is not None:
-                    log_file.write(line + "\n")
-                    log_file.flush()
+                    try:
+                        log_file.write(line + "\n")
+                        log_file.flush()
+                    except OSError as err:   # a full disk: keep relaying (and draining the pipe) without the file
+                        self._say(f"{m.spec.label}: cannot write its log file {log_file.name} any more: {err}")
+                        log_file.close()
+                        log_file = None
         finally:
             popen.stdout.close()
             if log_file is not None:
-                log_file.close()
+                try:
+                    log_file.close()
+                except OSError:
+                    pass
 
     def _running(self) -> bool:
         return any(m.popen is not None or m.respawn_at is not None for m in self._managed)
@@ -1484,6 +1525,34 @@ class Supervisor:
                 return
             if event[0] == "exit" and event[2] is event[1].popen:
                 self._stopped(event[1], event[3])
+
+
+_PR_SET_PDEATHSIG = 1   # linux/prctl.h
+
+
+def _end_with_launcher() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes a node get SIGTERM when the launcher dies, however it dies (SIGKILL, a crash, an
+    out-of-memory kill): the nodes run in sessions of their own, so nothing else would reach them, and an orphaned
+    node would keep running (a policy node still commanding the base). None where prctl is unavailable (not Linux).
+
+    The signal comes when the thread that started the node ends; `Supervisor.run` starts and respawns every node
+    from its own thread and returns only once they all ended. It reaches the node's own process, not processes
+    that process starts (a memnav node ends its own on SIGTERM).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    launcher, signum = os.getpid(), int(signal.SIGTERM)
+
+    def in_child() -> None:   # in the forked child before exec: one C call and two system calls, nothing else
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != launcher:   # the launcher died between the fork and the prctl
+            os.kill(os.getpid(), signum)
+
+    return in_child
 
 
 def _describe_exit(returncode: int) -> str:

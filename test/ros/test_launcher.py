@@ -807,6 +807,94 @@ def test_sighup_from_a_closed_terminal_stops_the_nodes(tmp_path):
     assert wait_for(lambda: not running(worker), 5), "the node outlived its launcher"
 
 
+def test_the_nodes_end_when_the_launcher_itself_is_killed(tmp_path):
+    """A launcher that dies without shutting down (SIGKILL, out of memory, a crash) leaves no node running: each
+    gets SIGTERM from the kernel, though it runs in a session of its own."""
+    pids = tmp_path / "pid"
+    executable(tmp_path / "bin", "worker", f"echo $$ > {pids}\nexec sleep 120\n")
+    path = write(tmp_path, "t.launch.yaml", "launch:\n- node: {exec: worker, output: screen}\n")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "ROS_LOG_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert wait_for(lambda: pids.exists() and pids.read_text().strip().isdigit(), 20), "worker did not start"
+        worker = int(pids.read_text())
+        proc.kill()
+        proc.wait(timeout=10)
+        ended = wait_for(lambda: not running(worker), 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if not ended:
+        os.kill(worker, signal.SIGKILL)
+    assert ended, "the node outlived its SIGKILLed launcher"
+
+
+def test_a_closed_screen_neither_kills_the_nodes_nor_cuts_their_log_files(tmp_path):
+    """`memnav launch FILE | head`: once the screen's reader is gone the nodes keep running (a Python node would
+    die of a broken pipe if its output stopped being read), their log files keep every line, and Ctrl-C still
+    ends the launch cleanly."""
+    executable(tmp_path / "bin", "chatty", """\
+        import time
+        i = 0
+        try:
+            while True:
+                print("line", i, flush=True)
+                i += 1
+                time.sleep(0.01)
+        except KeyboardInterrupt:
+            print("clean stop", flush=True)
+        """, interpreter=sys.executable)
+    path = write(tmp_path, "t.launch.yaml", "launch:\n- node: {exec: chatty, output: both}\n")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+           "ROS_LOG_DIR": str(tmp_path / "logs")}
+    messages = tmp_path / "messages"
+    with open(messages, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "memnav.cli", "launch", str(path)], env=env,
+                                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().startswith("[chatty] line 0"), messages.read_text()
+        proc.stdout.close()   # what `| head -1` does once it has its line
+        def logged() -> int:
+            return sum(len(f.read_text().splitlines()) for f in (tmp_path / "logs").glob("*/chatty.log"))
+
+        assert wait_for(lambda: logged() > 200, 20), messages.read_text()
+        assert proc.poll() is None, messages.read_text()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=15) == 0, messages.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = messages.read_text()
+    assert "the screen output was closed" in text and "crashed" not in text and "Traceback" not in text, text
+    (log,) = (tmp_path / "logs").glob("*/chatty.log")
+    lines = log.read_text().splitlines()
+    assert lines[-1] == "clean stop", lines[-3:]
+    assert lines[:-1] == [f"line {i}" for i in range(len(lines) - 1)] and len(lines) > 200
+
+
+def test_an_unwritable_log_folder_is_an_error_naming_it(tmp_path, monkeypatch, capsys):
+    """ROS_LOG_DIR naming a file (or a folder without write access): the error names the node, the log file and
+    the way out; the nodes started before it are stopped."""
+    pids = tmp_path / "pid"
+    executable(tmp_path / "bin", "worker", f"echo $$ > {pids}\nexec sleep 120\n")
+    executable(tmp_path / "bin", "quiet", "exec sleep 120\n")
+    path = write(tmp_path, "t.launch.yaml", """\
+        launch:
+        - node: {exec: worker, output: screen}
+        - node: {exec: quiet, name: mapper}
+        """)
+    (tmp_path / "not_a_folder").write_text("")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ROS_LOG_DIR", str(tmp_path / "not_a_folder"))
+    assert main(["launch", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"launch\[1\]\.node: cannot write the log file of mapper \(log output\) at "
+                     rf"{re.escape(str(tmp_path / 'not_a_folder'))}/\S+/mapper\.log: Not a directory; set ROS_LOG_DIR",
+                     err), err
+    assert wait_for(lambda: not running(int(pids.read_text())), 5), "the node started before it was left running"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The real sim_bridge_node
 
