@@ -149,6 +149,18 @@ def spin_until_exit(node, proc: subprocess.Popen, timeout_s: float, step_s: floa
         rclpy.spin_once(node, timeout_sec=step_s)
 
 
+def close_ros_test(node, procs: Iterable[subprocess.Popen] = ()) -> None:
+    """The end of a ROS test: its node destroyed and rclpy shut down, then the processes it started stopped
+    (`stop_processes`; also when one of the first two fails)."""
+    import rclpy
+
+    try:
+        node.destroy_node()
+        rclpy.shutdown()
+    finally:
+        stop_processes(procs)
+
+
 def wait_for_text(path: Path, text: str, timeout_s: float) -> bool:
     """Whether `text` appears in the file at `path` (a process's log) within `timeout_s` seconds."""
     end = time.monotonic() + timeout_s

@@ -8,7 +8,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import isolated_ros_env, spin_until, stop_processes  # noqa: E402
+from conftest import close_ros_test, isolated_ros_env, spin_until  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -58,9 +58,7 @@ def nodes(tmp_path_factory):
             "\n".join(p.read_text()[-1500:] for p in logs.values())
         yield node, got, pubs, Encoder.from_checkpoint(checkpoint), logs
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes(procs)
+        close_ros_test(node, procs)
 
 
 def _frame(rng) -> tuple[np.ndarray, np.ndarray]:

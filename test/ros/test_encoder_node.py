@@ -7,7 +7,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import isolated_ros_env, spin_until, stop_processes, wait_for_text  # noqa: E402
+from conftest import close_ros_test, isolated_ros_env, spin_until, wait_for_text  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -69,9 +69,7 @@ def test_goal_depth_stamped_near_the_goal_image_is_paired_and_one_too_far_off_is
         assert "stamped 20050000000" in line and "50.0 ms" in line and "sync_tolerance_s (0.02 s)" in line, line
         assert proc.poll() is None
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])
 
 
 def test_the_checkpoint_is_announced_latched_with_its_hash(tmp_path):
@@ -112,6 +110,4 @@ def test_the_checkpoint_is_announced_latched_with_its_hash(tmp_path):
         assert {v.key: v.value for v in diagnosed[-1].values}["checkpoint_sha256"] == sha
         assert f"sha256 {sha}" in log.read_text()
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])

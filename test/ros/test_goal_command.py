@@ -27,6 +27,7 @@ rclpy = pytest.importorskip("rclpy")
 
 from conftest import (  # noqa: E402
     SPIN_UNTIL_STOPPED,
+    close_ros_test,
     far_goal_photo,
     file_sha256,
     isolated_ros_env,
@@ -257,9 +258,7 @@ def test_without_camera_info_a_goal_is_held_until_the_cameras_field_of_view_is_k
         assert values["camera_hfov_deg"] == "60.0" and values["goal"] in ("active", "stopped", "budget"), values
         assert values["doing"].startswith(("working on a goal", "waiting for a goal (the last one")), values
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes(procs)
+        close_ros_test(node, procs)
 
 
 @pytest.mark.ros
@@ -296,9 +295,7 @@ def test_a_16_9_encoder_given_a_4_3_camera_warns_of_the_image_shape(tmp_path):
                "encoder_checkpoint is" in text and "encoder_69deg_16x9.pt (sha256 26e40f3ef30c)" in text, text[-3000:]
         assert "memnav train stop --checkpoint" in text
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])
 
 
 def test_bad_options_and_files_are_refused_before_ros_and_an_earlier_capture_stays(tmp_path, capsys):
@@ -437,6 +434,4 @@ def test_send_waits_for_the_policy_node_not_for_a_recorder_of_the_goal_topics(tm
         assert "RGB-D" in err and "RGB-D" in log.read_text()   # the depth reached it too
         assert rec_log.read_text().count("heard /memnav/goal_") == 2   # the recorder still has both
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes(procs)
+        close_ros_test(node, procs)

@@ -19,7 +19,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import stop_processes, use_isolated_ros_domain  # noqa: E402
+from conftest import close_ros_test, stop_processes, use_isolated_ros_domain  # noqa: E402
 
 from memnav.core.memory import SceneGraphConfig, SceneGraphMemory  # noqa: E402
 from memnav.ros.stack_node import CONFIG_ERROR_EXIT  # noqa: E402
@@ -153,6 +153,4 @@ def test_clear_that_cannot_create_the_database_again_answers_failure_and_goes_on
         assert not saved.success and "no longer saved" in saved.message
         assert proc.poll() is None and "Traceback" not in log.read_text(), log.read_text()
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])

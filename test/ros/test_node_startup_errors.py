@@ -12,7 +12,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import stop_processes, use_isolated_ros_domain  # noqa: E402
+from conftest import close_ros_test, use_isolated_ros_domain  # noqa: E402
 
 from memnav.ros.params import (  # noqa: E402
     ParameterTypeError,
@@ -373,6 +373,4 @@ def test_safety_node_takes_integers_for_its_float_limits(ros_env, tmp_path):
                                                               (ParameterType.PARAMETER_DOUBLE, 20.0)]
         assert proc.poll() is None
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])

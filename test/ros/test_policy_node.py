@@ -12,7 +12,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset  # noqa: E402
+from conftest import close_ros_test, make_tiny_dataset  # noqa: E402
 
 from memnav.core.policy import MemoryPolicy, PolicyConfig, save_policy  # noqa: E402
 from memnav.core.types import Action, Pose2D  # noqa: E402
@@ -160,7 +160,7 @@ def test_policy_node_closes_the_loop(tmp_path, monkeypatch):
 def test_a_policy_node_whose_camera_mount_is_wrong_says_so(tmp_path):
     """The simulator bridge's camera 0.9 m up and 15 deg down, the policy node left at 1.25 m and 0 deg (no goal
     needed): from the floor in view it logs the values to set and reports them on /diagnostics."""
-    from conftest import isolated_ros_env, spin_until, start_sim_robot, stop_processes
+    from conftest import isolated_ros_env, spin_until, start_sim_robot
     from diagnostic_msgs.msg import DiagnosticArray
 
     data = make_tiny_dataset(tmp_path / "houses", houses=2, seed=4, test=1)
@@ -181,9 +181,7 @@ def test_a_policy_node_whose_camera_mount_is_wrong_says_so(tmp_path):
         text = next(d.message for d in reversed(diags) if d.name == "/policy_node" and "camera mount" in d.message)
         assert "set camera_height_m 0.9" in text and "camera_pitch_deg 1" in text, text
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes(procs)
+        close_ros_test(node, procs)
     assert "camera mount: the floor in view puts the camera 0.9" in (tmp_path / "policy.log").read_text(), report()
 
 
@@ -191,7 +189,7 @@ def test_a_goal_photo_delivered_again_after_its_goal_ended_does_not_start_it_aga
     """The same goal photo (its stamp) once more after the goal ended: a publisher that repeats it, a latched sample
     delivered again after a reconnection. The goal started again from scratch and the robot, stopped at the goal,
     drove off searching for it."""
-    from conftest import isolated_ros_env, spin_until, start_policy_node, stop_processes
+    from conftest import isolated_ros_env, spin_until, start_policy_node
     from test_policy_bridge_edges import Feeder
 
     from memnav.ros import conversions as conv
@@ -221,15 +219,13 @@ def test_a_goal_photo_delivered_again_after_its_goal_ended_does_not_start_it_aga
         assert spin_until(node, lambda: [s["status"] for s in feeder.statuses][-1:] == ["budget"]
                           and len(feeder.statuses) == 4, 60), feeder.statuses
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])
 
 
 def test_depth_in_another_frame_than_the_colour_image_is_not_used(tmp_path):
     """Depth of the depth camera's own frame (unregistered: its pixels are not the colour image's) was paired by
     stamp and mapped; now it is not used, and the log names both frames, as the encoder node does."""
-    from conftest import isolated_ros_env, spin_until, start_policy_node, stop_processes
+    from conftest import isolated_ros_env, spin_until, start_policy_node
     from test_policy_bridge_edges import Feeder
 
     env = isolated_ros_env(179)
@@ -251,9 +247,7 @@ def test_depth_in_another_frame_than_the_colour_image_is_not_used(tmp_path):
         feeder.depth_frame = "camera_color_optical_frame"            # registered depth: decisions come
         assert spin_until(node, lambda: len(feeder.actions) >= 1, 60), log.read_text()[-2000:]
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])
 
 
 def test_goal_depth_stamped_near_the_goal_photo_is_the_goals_and_one_too_far_off_is_named(tmp_path):
@@ -261,7 +255,7 @@ def test_goal_depth_stamped_near_the_goal_photo_is_the_goals_and_one_too_far_off
     few ms off the photo: the goal went on RGB-only, silently. Now the nearest goal depth within sync_tolerance_s
     is the goal's (as for camera frames and in `memnav eval-bag`), and a goal that goes on without depth although
     one came stamped beyond the tolerance logs both stamps and the tolerance."""
-    from conftest import isolated_ros_env, spin_until, start_policy_node, stop_processes, wait_for_text
+    from conftest import isolated_ros_env, spin_until, start_policy_node, wait_for_text
     from sensor_msgs.msg import Image
     from test_policy_bridge_edges import Feeder
 
@@ -306,6 +300,4 @@ def test_goal_depth_stamped_near_the_goal_photo_is_the_goals_and_one_too_far_off
         assert f"stamped {t + 50 * ms}" in line and "50.0 ms" in line and "sync_tolerance_s (0.02 s)" in line, line
         assert proc.poll() is None
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])

@@ -9,7 +9,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import make_tiny_dataset, spin_until, stop_processes, use_isolated_ros_domain  # noqa: E402
+from conftest import close_ros_test, make_tiny_dataset, spin_until, stop_processes, use_isolated_ros_domain  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -210,9 +210,7 @@ def test_bridge_broadcasts_odom_to_base_link_on_tf(data, ros_env):
     try:
         assert _wait(node, lambda: got["odom"] and got["tf"], 60)
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])
     t = got["tf"][-1].transforms[0]
     odom = next(o for o in got["odom"] if o.header.stamp == t.header.stamp)
     assert (t.header.frame_id, t.child_frame_id) == ("odom", "base_link")
@@ -264,9 +262,7 @@ def test_real_time_bridge_moves_by_cmd_vel_alone(data, ros_env):
         result = json.loads(got["result"][-1].data)
         assert result["steps"] == 4 and result["path_length_m"] < 0.05   # turning in place adds (almost) no path
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])
 
 
 def test_bridge_logs_a_results_json_it_cannot_write_and_exits_1_not_with_a_traceback(data, ros_env, tmp_path):

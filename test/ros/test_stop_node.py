@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import close_ros_test
 
 from memnav.ros.encoder_node import EncoderNodeConfig
 from memnav.ros.model_paths import PACKAGE_ROOT
@@ -78,7 +79,7 @@ def _stop_node_and_publishers(tmp_path, monkeypatch, offset: int, name: str):
     """A stop node process on an isolated domain, a test node with latched goal-embedding and embedding publishers,
     and spin(seconds, cond) that fails when the stop node dies; both nodes are stopped afterwards."""
     rclpy = pytest.importorskip("rclpy")
-    from conftest import spin_while_alive, stop_processes, use_isolated_ros_domain
+    from conftest import spin_while_alive, use_isolated_ros_domain
     from sensor_msgs.msg import Image
 
     from memnav.ros.qos import latched_qos
@@ -98,9 +99,7 @@ def _stop_node_and_publishers(tmp_path, monkeypatch, offset: int, name: str):
 
         yield node, log_path, pub_goal, pub_emb, spin
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes([proc])
+        close_ros_test(node, [proc])
 
 
 @pytest.mark.ros
@@ -208,9 +207,7 @@ def test_a_goal_that_ended_gets_no_more_decisions(tmp_path, monkeypatch):
         assert spin(10.0, lambda: len(decisions) == 2), (decisions, log_path.read_text())
         assert decisions[-1]["goal_stamp_ns"] == later
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes(procs)
+        close_ros_test(node, procs)
 
 
 @pytest.mark.ros
@@ -351,6 +348,4 @@ def test_an_encoder_running_another_checkpoint_than_the_calibrations_is_named_on
         assert len(warnings()) == 1 and all(p.poll() is None for p in procs)
         assert "Traceback" not in "".join(log.read_text() for log in logs.values())
     finally:
-        node.destroy_node()
-        rclpy.shutdown()
-        stop_processes(procs)
+        close_ros_test(node, procs)
