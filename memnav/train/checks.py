@@ -3,8 +3,8 @@ boundary (an output path that can be written is checked by `memnav.paths.check_o
 come from `memnav.eval.report.figure_png`)."""
 from __future__ import annotations
 
+import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,8 +57,10 @@ def stop_at_step_end(what: str) -> Iterator[Callable[[], bool]]:
     def first_ctrl_c(signum: int, frame: object) -> None:
         asked.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        print(f"\nCtrl-C: stopping when this {what} is done, with the state saved (Ctrl-C again: stop at once, "
-              f"losing what was trained since the last save)", file=sys.stderr, flush=True)
+        # os.write, not print: a handler that writes through sys.stderr while the interrupted code is in the
+        # middle of a write to it raises "reentrant call" (a progress bar writes there all the time)
+        os.write(2, f"\nCtrl-C: stopping when this {what} is done, with the state saved (Ctrl-C again: stop at "
+                    f"once, losing what was trained since the last save)\n".encode())
 
     signal.signal(signal.SIGINT, first_ctrl_c)
     try:

@@ -716,13 +716,13 @@ def run(args: argparse.Namespace) -> int:
                 curve["val_recall_at_1"].append(r)
                 bar.set_postfix(loss=f"{loss_value:.3f}", val_r1=f"{r:.3f}")
                 save_state()
+            if ctrl_c_asked():   # stop here, saved below (before the time limit: a Ctrl-C always exits 130)
+                break
             if args.max_minutes is not None and time.monotonic() - start > 60 * args.max_minutes:
                 save_state()
                 print(f"stopped after {args.max_minutes} min at step {step}/{cfg.steps}; re-run to continue",
                       file=sys.stderr)
                 return 0
-            if ctrl_c_asked():   # stop here, saved below
-                break
         if saved_step != step or step == cfg.steps:   # a finished run's files are written again, as always
             save_state()
     if step < cfg.steps:
