@@ -23,7 +23,7 @@ setup(
     maintainer_email="dev@memnav.local",
     description="Scene-graph long-term memory, working buffer and image-goal navigation for ROS 2",
     license="Apache-2.0",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     entry_points={
         "console_scripts": [
             "memnav = memnav.cli:main",

@@ -247,7 +247,7 @@ def _with_record(goal: KeptGoal, record: tuple[int, int, str] | None) -> tuple[K
     unchanged (the worst case) where the record cannot vouch for them. Also a few words for the log."""
     worst = f"(up to {goal.unkept_actions} more not kept)"
     if record is None or record[0] != goal.goal_stamp_ns:
-        return goal, f"{worst}, no action record of this goal"
+        return goal, f"{worst}, no action record of this goal written since this boot"
     _, actions, ended = record
     if ended:
         return replace(goal, actions=max(goal.actions, actions), unkept_actions=0, ended=ended), ""

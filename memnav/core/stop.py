@@ -299,7 +299,8 @@ def calibrated_checkpoint(path: Path | str) -> EncoderCheckpoint:
     if not isinstance(body, dict):
         raise ValueError(f"{path}: not a stop calibration JSON object")
     try:
-        return EncoderCheckpoint(body.get("checkpoint"), body.get("checkpoint_sha256"))
+        sha = body.get("checkpoint_sha256")
+        return EncoderCheckpoint(body.get("checkpoint"), sha.lower() if isinstance(sha, str) else sha)
     except ValueError as err:
         raise ValueError(f"{path}: field checkpoint/checkpoint_sha256: {err}; fit the calibration again with "
                          "`memnav train stop`") from None

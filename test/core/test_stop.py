@@ -119,7 +119,10 @@ def test_calibrated_checkpoint_reads_the_calibrations_checkpoint_and_its_hash(tm
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps(base))
     assert calibrated_checkpoint(bare) == EncoderCheckpoint(None, None)
-    for value in ("not hex!", 123, "", "ABCDEF012345"):
+    upper = tmp_path / "upper.json"   # a hash typed in capitals by hand is the same hash
+    upper.write_text(json.dumps(dict(base, checkpoint_sha256="3E58E30A083A")))
+    assert calibrated_checkpoint(upper).sha256 == "3e58e30a083a"
+    for value in ("not hex!", 123, ""):
         bad = tmp_path / "bad.json"
         bad.write_text(json.dumps(dict(base, checkpoint_sha256=value)))
         with pytest.raises(ValueError, match=r"bad\.json: field checkpoint/checkpoint_sha256"):
