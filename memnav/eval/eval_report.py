@@ -310,6 +310,8 @@ def episode_list(results: dict, results_dir: Path | None = None) -> tuple[list[t
     from memnav.eval.evaluate import load_split
 
     selection = results.get("episode_selection")
+    if isinstance(selection, str):   # merged runs (`merge_runs`) that differ in it: one text, run by run
+        return None, f"the runs chose different episodes (episode_selection: {selection})"
     if not isinstance(selection, dict):
         return None, "the results do not record the episode selection (results of an older version)"
     candidates = data_candidates(results, results_dir)
@@ -971,8 +973,11 @@ def merge_runs(runs: list[tuple[str, dict]], rename: bool = False) -> dict:
         if any(v is not None for v in values):
             settings[key] = values[0] if all(v == values[0] for v in values) else \
                 "; ".join(f"{label} {setting_text(v)}" for (label, _), v in zip(runs, values))
-    return {**{k: first.get(k) for k in ("split", "data", "data_absolute", "backend", "lifelong")
-               if k in first}, **settings, "episodes": episodes_run_by_every_agent(merged), "agents": merged}
+    # the dataset's absolute path from the first run that records it (an older first file has none)
+    absolute = next((r["data_absolute"] for _, r in runs if r.get("data_absolute")), None)
+    return {**{k: first.get(k) for k in ("split", "data", "backend", "lifelong") if k in first},
+            **({"data_absolute": absolute} if absolute else {}), **settings,
+            "episodes": episodes_run_by_every_agent(merged), "agents": merged}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

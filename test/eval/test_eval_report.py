@@ -539,3 +539,21 @@ def test_a_run_with_a_relative_data_path_is_reported_from_another_directory(tmp_
     tried = [str(run_dir / "edited.json.gz"), str(elsewhere / "edited.json.gz")]
     assert "resampled as whole houses" in page and all(path in page for path in tried)
     assert "could not be read again" in err and all(path in err for path in tried)
+
+
+def test_merged_runs_keep_a_later_runs_dataset_path_and_say_why_a_mixed_selection_has_no_list():
+    """Merging an older results file (no `data_absolute`) with a newer one lost the newer one's absolute dataset
+    path; runs that chose different episodes were said to be "results of an older version"."""
+    from memnav.eval.eval_report import episode_list, merge_runs
+
+    def run(**extra):
+        return {"split": "test", "data": "houses", "lifelong": False, "agents": {"memnav": {"per_episode": []}},
+                **extra}
+
+    merged = merge_runs([("old", run()), ("new", run(data_absolute="/data/houses",
+                                                     episode_selection={"episodes": 5}))])
+    assert merged["data_absolute"] == "/data/houses"
+    assert "data_absolute" not in merge_runs([("a", run()), ("b", run())])
+    merged = merge_runs([("a", run(episode_selection={"episodes": 5})), ("b", run(episode_selection={"episodes": 9}))])
+    order, why = episode_list(merged)
+    assert order is None and why.startswith("the runs chose different episodes"), why
