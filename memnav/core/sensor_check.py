@@ -48,7 +48,10 @@ class CheckConfig:
         min_valid_depth: the share of depth pixels with a reading below which depth is reported as mostly
             missing.
         depth_median_m: the range a median depth in metres should fall in indoors; outside it the units are
-            likely wrong (16UC1 is millimetres, 32FC1 metres).
+            likely wrong (16UC1 is millimetres, 32FC1 metres): a warning.
+        depth_units_m: the range no depth camera's median leaves unless its units are wrong by a factor of 1000
+            (millimetres in a 32FC1 image, metres in a 16UC1 one): outside it, a FAIL (the safety node would see
+            every surface 1000 times too far or too near), metres.
     """
 
     watchdog_s: float = 0.5
@@ -60,6 +63,7 @@ class CheckConfig:
     clock_offset_s: float = 0.5
     min_valid_depth: float = 0.3
     depth_median_m: tuple[float, float] = (0.2, 10.0)
+    depth_units_m: tuple[float, float] = (0.02, 100.0)
 
     def __post_init__(self) -> None:
         for name in ("watchdog_s", "sync_tolerance_s", "min_camera_hz", "min_odom_hz", "clock_offset_s"):
@@ -83,6 +87,9 @@ class StreamLog:
         same_type_topics: other published topics of this stream's message type (named when this one is silent).
         valid_depth: per depth frame, the share of pixels with a reading.
         median_depth_m: per depth frame, the median of its readings, metres.
+        window_s: (start, end) of the timed listening window on the arrival clock, or None: a stream that stops
+            before the window's end is silent there (its last message is then older than the safety node's
+            watchdog), which the gaps between messages alone do not show.
     """
 
     topic: str
@@ -99,6 +106,7 @@ class StreamLog:
     valid_depth: list[float] = field(default_factory=list)
     median_depth_m: list[float] = field(default_factory=list)
     same_type_topics: list[str] = field(default_factory=list)
+    window_s: tuple[float, float] | None = None
 
     @property
     def count(self) -> int:
@@ -119,14 +127,17 @@ class Finding:
 
 
 def stream_summary(log: StreamLog) -> dict:
-    """Rate, gaps and clock offset of one stream (None where fewer than two messages came)."""
+    """Rate, gaps and clock offset of one stream (None where fewer than two messages came); with the log's window,
+    `silent_end_s`: how long before the window's end its last message came."""
     arr = np.sort(np.asarray(log.arrival_s, dtype=np.float64))
     gaps = np.diff(arr)
+    silent_end = max(0.0, log.window_s[1] - arr[-1]) if log.window_s is not None and len(arr) else None
     offset = np.median(np.asarray(log.arrival_s) - np.asarray(log.stamp_s)) if log.count else None
     return {"topic": log.topic, "kind": log.kind, "publishers": log.publishers, "messages": log.count,
             "rate_hz": round(float((len(arr) - 1) / (arr[-1] - arr[0])), 2) if len(arr) > 1 and arr[-1] > arr[0]
             else None,
             "max_gap_s": round(float(gaps.max()), 3) if len(gaps) else None,
+            "silent_end_s": round(float(silent_end), 3) if silent_end is not None else None,
             "clock_offset_s": round(float(offset), 3) if offset is not None else None,
             "width": log.width, "height": log.height, "encoding": log.encoding, "frame_id": log.frame_id,
             "conversion_errors": log.errors,
@@ -169,6 +180,12 @@ def check_streams(color: StreamLog, depth: StreamLog, odom: StreamLog, duration_
                                                       f"used: {log.last_error}"))
         rate, gap = s["rate_hz"], s["max_gap_s"]
         least = cfg.min_odom_hz if log.kind == "odom" else cfg.min_camera_hz
+        silent = s["silent_end_s"]
+        if silent is not None and silent >= cfg.watchdog_s:
+            out.append(Finding(Level.FAIL, log.topic, f"no message in the last {silent:.2f} s of the {duration_s:g} s "
+                                                      "listened: the stream stopped (driver crashed or stalled?); the "
+                                                      f"safety node stops the robot at {cfg.watchdog_s:g} s "
+                                                      "(guard.watchdog_s)"))
         if gap is not None and gap >= cfg.watchdog_s:
             out.append(Finding(Level.FAIL, log.topic, f"a gap of {gap:.2f} s between messages: the safety node stops "
                                                       f"the robot at {cfg.watchdog_s:g} s (guard.watchdog_s)"))
@@ -187,7 +204,15 @@ def check_streams(color: StreamLog, depth: StreamLog, odom: StreamLog, duration_
                                                           "have a reading"))
             lo, hi = cfg.depth_median_m
             med = s["median_depth_m"]
-            if med is not None and not lo <= med <= hi:
+            least, most = cfg.depth_units_m
+            if med is not None and not least <= med <= most:
+                wrong = ("millimetres in a 32FC1 image, which must hold metres? every surface reads 1000 times too "
+                         "far: the safety node would not stop for obstacles" if med > most else
+                         "metres in a 16UC1 image, which must hold millimetres? every surface reads 1000 times too "
+                         "near")
+                out.append(Finding(Level.FAIL, log.topic, f"median depth {med:.3g} m in {log.encoding}: {wrong} "
+                                                          "(16UC1 = millimetres, 32FC1 = metres)"))
+            elif med is not None and not lo <= med <= hi:
                 out.append(Finding(Level.WARN, log.topic, f"median depth {med:.3g} m, outside {lo:g}-{hi:g} m: are "
                                                           "the units right? (16UC1 = millimetres, 32FC1 = metres)"))
         if not any(f.topic == log.topic and f.level is not Level.OK for f in out):
@@ -239,9 +264,18 @@ def check_command_topic(topic: str, subscribers: int, publishers: int, subscribe
     return out
 
 
-def check_camera_info(topic: str, info: tuple[int, int, float] | None, color_size: tuple[int, int] | None) -> Finding:
+# A principal point (K's cx, cy) farther than this share of the image size from its centre does not belong to the
+# image: lenses put it within a few percent of the centre, and a K of twice (or half) the resolution puts it at the
+# image's edge (or a quarter of the way in).
+PRINCIPAL_POINT_TOLERANCE = 0.2
+
+
+def check_camera_info(topic: str, info: tuple[int, int, float] | None, color_size: tuple[int, int] | None,
+                      principal_px: tuple[float, float] | None = None) -> Finding:
     """The colour camera's camera_info, `info` = (width, height, fx) of the newest one or None: the policy node of
-    the robot profile takes the camera's field of view from it (camera_hfov_deg 0) and acts only once it came."""
+    the robot profile takes the camera's field of view from it (camera_hfov_deg 0) and acts only once it came.
+    `principal_px` (K's cx, cy), when given, must lie near the centre of the width x height image, else K is
+    another resolution's and the field of view taken from it is wrong: FAIL."""
     if info is None:
         return Finding(Level.FAIL, topic, "no camera_info: the robot profile's policy node takes the camera's field "
                                           "of view from it and holds goals until one comes (robot.launch.yaml "
@@ -251,6 +285,15 @@ def check_camera_info(topic: str, info: tuple[int, int, float] | None, color_siz
     if hfov is None:
         return Finding(Level.FAIL, topic, f"no usable intrinsics (width {width}, K[0] {fx!r}): the field of view "
                                           "cannot be known; set policy_node camera_hfov_deg")
+    if principal_px is not None:
+        cx, cy = principal_px
+        if not all(math.isfinite(c) and abs(c - size / 2) <= PRINCIPAL_POINT_TOLERANCE * size
+                   for c, size in ((cx, width), (cy, height))):
+            return Finding(Level.FAIL, topic, f"K does not fit the {width}x{height} image: its principal point "
+                                              f"({cx:g}, {cy:g}) px is far from the image centre ({width / 2:g}, "
+                                              f"{height / 2:g}), so K is another resolution's and the "
+                                              f"{hfov:.1f} deg field of view taken from it is wrong (fix the "
+                                              "camera's calibration, or set policy_node camera_hfov_deg)")
     if color_size is not None and color_size != (width, height):
         return Finding(Level.WARN, topic, f"{width}x{height}, not the colour image's {color_size[0]}x{color_size[1]}: "
                                           f"is it the colour camera's? ({hfov:.1f} deg horizontal field of view)")

@@ -12,7 +12,10 @@ newest depth images gives the camera's height and pitch, checked against --camer
 (the policy node's camera_height_m and camera_pitch_deg). The timed window starts
 once every stream has delivered a message (or after DISCOVERY_S), so DDS discovery does not count as a gap. The
 findings (memnav.core.sensor_check) use the robot profile's thresholds: the safety node's watchdog (0.5 s) and the
-policy node's colour-depth pairing tolerance (0.02 s). Exit status 0 when nothing FAILs, 1 otherwise.
+policy node's colour-depth pairing tolerance (0.02 s); a stream silent for the watchdog's time at the end of the
+window (it stopped), a depth 1000 times off (millimetres in 32FC1, metres in 16UC1) and a camera_info whose K's
+principal point is far from the image centre (K of another resolution) FAIL. Exit status 0 when nothing FAILs, 1
+otherwise.
 """
 from __future__ import annotations
 
@@ -90,10 +93,11 @@ def run(args: argparse.Namespace) -> int:
     color, depth, odom, cmd, info, frames = listen(args, ros_args)   # Ros: Fast DDS as the launch file runs them
     transports = os.environ.get("FASTDDS_BUILTIN_TRANSPORTS", "")
     findings = check_streams(color, depth, odom, duration_s=args.duration, cfg=CheckConfig())
-    findings.append(check_camera_info(args.camera_info_topic, info,
-                                      (color.width, color.height) if color.width else None))
+    findings.append(check_camera_info(args.camera_info_topic, info and info[:3],
+                                      (color.width, color.height) if color.width else None, info and info[3:]))
     camera = None if info is None else {"topic": args.camera_info_topic, "width": info[0], "height": info[1],
-                                        "fx_px": info[2], "hfov_deg": camera_hfov_deg(info[0], info[2])}
+                                        "fx_px": info[2], "cx_px": info[3], "cy_px": info[4],
+                                        "hfov_deg": camera_hfov_deg(info[0], info[2])}
     encoder = check_camera_for_encoder(args.camera_info_topic, camera and camera["hfov_deg"], args.encoder,
                                        trained_hfov, info and (info[0], info[1]), trained_aspect)
     findings += [encoder] if encoder is not None else []
@@ -130,7 +134,7 @@ def encoder_camera(path: str) -> tuple[tuple[float, float], float]:
 
 def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
     """Record the three streams for --duration seconds; (colour, depth, odometry StreamLogs, /cmd_vel counts, the
-    newest camera_info's (width, height, fx) or None, the newest depth images)."""
+    newest camera_info's (width, height, fx, cx, cy) or None, the newest depth images)."""
     import numpy as np
     from nav_msgs.msg import Odometry
     from rclpy.qos import qos_profile_sensor_data
@@ -174,16 +178,20 @@ def listen(args: argparse.Namespace, ros_args: list[str]) -> tuple:
         node.create_subscription(Image, color.topic, record(color, conv.image_to_rgb), qos_profile_sensor_data)
         node.create_subscription(Image, depth.topic, record(depth, conv.image_to_depth), qos_profile_sensor_data)
         node.create_subscription(Odometry, odom.topic, record(odom, conv.odometry_to_pose), qos_profile_sensor_data)
-        infos: list[tuple[int, int, float]] = []
+        infos: list[tuple[int, int, float, float, float]] = []
         node.create_subscription(CameraInfo, args.camera_info_topic,
-                                 lambda m: infos.append((int(m.width), int(m.height), float(m.k[0]))),
+                                 lambda m: infos.append((int(m.width), int(m.height), float(m.k[0]), float(m.k[2]),
+                                                         float(m.k[5]))),
                                  qos_profile_sensor_data)
         # discovery first (a second or two on a busy graph): the window measures the streams, not DDS matching
         ros.spin_until(lambda: all(log.count for log in (color, depth, odom)), DISCOVERY_S)
         for log in (color, depth, odom):
             log.clear_messages()
         print(f"listening for {args.duration:g} s to {color.topic}, {depth.topic}, {odom.topic} ...", file=sys.stderr)
+        start = time.time()   # the callbacks' clock
         ros.spin_until(lambda: False, args.duration)
+        for log in (color, depth, odom):   # a stream that stopped during the window is silent up to its end
+            log.window_s = (start, time.time())
         graph = node.get_topic_names_and_types()
         for log, msgtype in ((color, "sensor_msgs/msg/Image"), (depth, "sensor_msgs/msg/Image"),
                              (odom, "nav_msgs/msg/Odometry")):

@@ -79,7 +79,7 @@ def test_silence_unregistered_depth_bad_sync_stalls_and_clock_offsets_are_named(
                for f in check_streams(color, depth, skewed, 5))
     mm_as_m = _stream("/d", "depth", 30, encoding="32FC1")
     mm_as_m.median_depth_m = [2100.0] * mm_as_m.count
-    assert any(f.level is Level.WARN and "are the units right" in f.text
+    assert any(f.level is Level.FAIL and "(16UC1 = millimetres, 32FC1 = metres)" in f.text
                for f in check_streams(color, mm_as_m, odom, 5))
     broken = _stream("/c", "color", 30)
     broken.errors, broken.last_error = 3, "Image.encoding 'yuv422' is not supported"
@@ -215,3 +215,53 @@ def test_the_camera_mount_is_checked_against_the_policy_nodes_settings():
     rolled = check_camera_mount("/depth", FloorFit(0.8, 12.0, 6.0, 0.3), 0.8, 12.0)
     assert rolled.level is Level.WARN and "rolled camera is not modelled" in rolled.text
     assert check_camera_mount("/depth", None, 0.8, 12.0).level is Level.WARN
+
+
+def test_a_stream_that_stops_before_the_window_ends_fails():
+    """Regular messages that stop partway through the listening had no gap between them and a good rate: the
+    stream came out OK, though the safety node would stop the robot after its watchdog."""
+    color, depth, odom = _good()
+    for log in (color, depth, odom):
+        log.window_s = (100.0, 105.0)
+    assert all(f.level is Level.OK for f in check_streams(color, depth, odom, duration_s=5.0))
+    assert stream_summary(odom)["silent_end_s"] == pytest.approx(0.0, abs=0.03)
+    stopped = _stream("/o", "odom", 50, seconds=2.0)   # the driver died 2 s into the 5 s window
+    stopped.window_s = (100.0, 105.0)
+    assert stream_summary(stopped)["silent_end_s"] == pytest.approx(3.0, abs=0.03)
+    found = [f for f in check_streams(color, depth, stopped, duration_s=5.0) if f.topic == "/o"]
+    assert [f.level for f in found] == [Level.FAIL], found
+    assert found[0].text.startswith("no message in the last 3.0") and "guard.watchdog_s" in found[0].text
+    # without a window (the figures of a recording), only the gaps between messages count, as before
+    stopped.window_s = None
+    assert [f.level for f in check_streams(color, depth, stopped, duration_s=5.0) if f.topic == "/o"] == [Level.OK]
+
+
+@pytest.mark.parametrize("median_m, encoding, level, said", [
+    (2100.0, "32FC1", Level.FAIL, "millimetres in a 32FC1 image, which must hold metres?"),
+    (0.0021, "16UC1", Level.FAIL, "metres in a 16UC1 image, which must hold millimetres?"),
+    (15.0, "32FC1", Level.WARN, "outside 0.2-10 m: are the units right?"),
+    (2.1, "16UC1", Level.OK, "30.0 Hz, 640x480 16UC1"),
+])
+def test_depth_in_the_wrong_units_fails_and_an_odd_median_warns(median_m, encoding, level, said):
+    """Depth 1000 times off (millimetres written into 32FC1, metres into 16UC1) was only a warning, and the check
+    ended "memnav can run on these inputs" with status 0, though the safety node would take every wall 1000 times
+    too far (or too near)."""
+    color, _, odom = _good()
+    depth = _stream("/d", "depth", 30, encoding=encoding)
+    depth.median_depth_m = [median_m] * depth.count
+    found = [f for f in check_streams(color, depth, odom, duration_s=5.0) if f.topic == "/d"]
+    assert found[0].level is level and said in found[0].text, found
+
+
+def test_a_camera_info_whose_k_is_another_sizes_fails():
+    """A K whose principal point is far from the image centre (the calibration of another resolution, its fx
+    with it) gave an OK field of view, which the policy node would map with."""
+    from memnav.core.sensor_check import check_camera_info
+
+    ok = check_camera_info("/cam/info", (640, 480, 615.0), (640, 480), (322.5, 241.0))
+    assert ok.level is Level.OK and ok.text.startswith("55.0 deg")
+    for principal in ((640.0, 360.0), (160.0, 120.0), (320.0, float("nan"))):   # 1280x720's K; 320x240's; broken
+        bad = check_camera_info("/cam/info", (640, 480, 615.0), (640, 480), principal)
+        assert bad.level is Level.FAIL and bad.text.startswith("K does not fit the 640x480 image: its principal "
+                                                               "point"), bad
+        assert "set policy_node camera_hfov_deg" in bad.text

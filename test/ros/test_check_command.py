@@ -9,7 +9,14 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from conftest import isolated_ros_env, make_tiny_dataset, run_memnav, spin_until, stop_processes  # noqa: E402
+from conftest import (  # noqa: E402
+    SPIN_UNTIL_STOPPED,
+    isolated_ros_env,
+    make_tiny_dataset,
+    run_memnav,
+    spin_until,
+    stop_processes,
+)
 
 from memnav.cli import main  # noqa: E402
 
@@ -152,3 +159,79 @@ def test_check_json_is_strict_json_when_camera_info_holds_nan(tmp_path, capsys):
     body = json.loads(out.read_text(), parse_constant=refuse)
     assert body["camera_info"]["fx_px"] is None and body["camera_info"]["width"] == 640
     assert [p.name for p in tmp_path.iterdir()] == ["check.json"]   # written whole: no temporary left
+
+
+# a robot whose inputs look alive at first: colour and depth at 20 Hz, odometry that stops 1.5 s after `memnav
+# check` subscribes it (a driver that crashed), depth in millimetres in a 32FC1 image, and a camera_info whose K is
+# the calibration of twice the image size
+BROKEN_ROBOT = """
+import sys
+import time
+
+import numpy as np
+import rclpy
+from nav_msgs.msg import Odometry
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CameraInfo, Image
+
+from memnav.core.types import Pose2D
+from memnav.ros import conversions as conv
+
+rclpy.init(args=sys.argv)
+node = rclpy.create_node("broken_robot")
+pubs = {name: node.create_publisher(kind, name, qos_profile_sensor_data) for name, kind in (
+    ("camera/camera/color/image_raw", Image), ("camera/camera/aligned_depth_to_color/image_raw", Image),
+    ("odom", Odometry), ("camera/camera/color/camera_info", CameraInfo))}
+heard = []
+
+
+def tick():
+    now = node.get_clock().now().to_msg()
+    pubs["camera/camera/color/image_raw"].publish(conv.rgb_to_image(np.full((48, 64, 3), 90, np.uint8), now))
+    pubs["camera/camera/aligned_depth_to_color/image_raw"].publish(
+        conv.depth_to_image(np.full((48, 64), 2000.0, np.float32), now))   # 2 m, written in millimetres
+    info = CameraInfo(width=64, height=48, k=[64.0, 0.0, 64.0, 0.0, 64.0, 48.0, 0.0, 0.0, 1.0])   # K of 128x96
+    info.header.stamp = now
+    pubs["camera/camera/color/camera_info"].publish(info)
+    if not heard and pubs["odom"].get_subscription_count():
+        heard.append(time.monotonic())
+    if not heard or time.monotonic() - heard[0] < 1.5:
+        pubs["odom"].publish(conv.pose_to_odometry(Pose2D(0.0, 0.0, 0.0), now))
+
+
+node.create_timer(0.05, tick)
+""" + SPIN_UNTIL_STOPPED
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_check_fails_a_stream_that_stops_depth_in_the_wrong_units_and_a_k_of_another_size(tmp_path):
+    """Three inputs `memnav check` passed with status 0 ("memnav can run on these inputs"): odometry that stopped
+    during the listening (its messages until then were regular: OK at 20 Hz, though the safety node would stop the
+    robot), a 32FC1 depth in millimetres (a warning only, though every surface reads 1000 times too far), and a
+    camera_info whose principal point lies at the image's edge (K of another resolution: the field of view taken
+    from it is wrong). Under --namespace, as a robot launched with namespace:=robot1."""
+    env = isolated_ros_env(167)
+    robot = subprocess.Popen([sys.executable, "-c", BROKEN_ROBOT, "--ros-args", "-r", "__ns:=/robot1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        res = run_memnav(["check", "--namespace", "robot1", "--duration", "4", "--json", str(tmp_path / "c.json")],
+                         env, 120)
+    finally:
+        out = stop_processes([robot])[0]
+    assert res.returncode == 1, res.stdout + res.stderr + out[-2000:]
+    body = json.loads((tmp_path / "c.json").read_text())
+    assert body["ok"] is False
+    failed = {f["topic"]: f["text"] for f in body["findings"] if f["level"] == "FAIL"}
+    assert set(failed) == {"/robot1/odom", "/robot1/camera/camera/aligned_depth_to_color/image_raw",
+                           "/robot1/camera/camera/color/camera_info"}, body["findings"]
+    assert re.match(r"no message in the last [0-9.]+ s of the 4 s listened: the stream stopped", failed["/robot1/odom"])
+    odom = next(r for r in body["topics"] if r["kind"] == "odom")
+    assert odom["messages"] > 0 and odom["silent_end_s"] > 1.5, odom
+    assert "median depth 2e+03 m in 32FC1: millimetres in a 32FC1 image" in failed[
+        "/robot1/camera/camera/aligned_depth_to_color/image_raw"]
+    assert failed["/robot1/camera/camera/color/camera_info"].startswith(
+        "K does not fit the 64x48 image: its principal point (64, 48) px is far from the image centre (32, 24)")
+    assert (body["camera_info"]["cx_px"], body["camera_info"]["cy_px"]) == (64.0, 48.0)
+    colour = next(f for f in body["findings"] if f["topic"] == "/robot1/camera/camera/color/image_raw")
+    assert colour["level"] == "OK"   # the streams that kept going still pass
