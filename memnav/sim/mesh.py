@@ -1,13 +1,25 @@
 """Load any triangle-mesh scene (.glb/.gltf/.ply/.obj) into flat arrays the ray caster can shade.
 
 Scenes are brought into Habitat's world frame (+Y up, -Z front) the way habitat-sim does it: a
-`<stem>.stage_config.json` beside the file may declare `up` and `front`; without one a mesh is taken
-as Z-up with +Y front (Gibson / Matterport convention), so positions in public episode files line up.
+`<stem>.stage_config.json` beside the file, or one of the nearest `*.scene_dataset_config.json`'s stage configs
+whose `render_asset` is the file (ReplicaCAD keeps them in configs/stages/), may declare `up` and `front`; fields
+it lacks come from that dataset config's `stages.default_attributes`; without either a mesh is taken as Z-up with
++Y front (Gibson / Matterport convention), so positions in public episode files line up.
+
+glTF files that need what trimesh cannot decode (Draco without DracoPy, meshopt compression, triangle fans,
+KTX2 / Basis textures, missing texture files), and .obj files whose material library or texture is missing, are
+refused naming the file and the feature, instead of loading as placeholder
+zeros or untextured white.
 """
 from __future__ import annotations
 
+import base64
+import importlib.util
+import io
 import json
 import re
+import struct
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,22 +87,216 @@ def frame_rotation(up: np.ndarray, front: np.ndarray) -> np.ndarray:
     return dst @ src.T
 
 
+def _read_config(path: Path, what: str) -> dict:
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SceneLoadError(f"{path}: unreadable {what}: {err}") from err
+    if not isinstance(cfg, dict):
+        raise SceneLoadError(f"{path}: unreadable {what}: expected a JSON object")
+    return cfg
+
+
+def _dataset_stage_config(scene_path: Path, dataset_cfg: Path, stages: dict) -> Path | None:
+    """The stage config listed by a scene dataset config (`stages.paths[".json"]`: folders, files or globs, relative
+    to the dataset config) whose `render_asset` is `scene_path` (or, lacking one, whose name is the scene's)."""
+    paths = stages.get("paths")
+    entries = paths.get(".json") if isinstance(paths, dict) else None
+    if not isinstance(entries, list):
+        return None
+    scene = scene_path.resolve()
+    base = dataset_cfg.parent
+    for entry in entries:
+        if not isinstance(entry, str):
+            continue
+        found = sorted(base.glob(entry)) if any(c in entry for c in "*?[") else [base / entry]
+        candidates: list[Path] = []
+        for item in found:
+            if item.is_dir():
+                candidates += sorted(item.glob("*.stage_config.json"))
+            elif item.name.endswith(".stage_config.json") and item.is_file():
+                candidates.append(item)
+        for cand in candidates:
+            asset = _read_config(cand, "stage config").get("render_asset")
+            if isinstance(asset, str) and asset:
+                if (cand.parent / asset).resolve() == scene:
+                    return cand
+            elif cand.name[: -len(".stage_config.json")] in (scene.stem, scene.name):
+                return cand
+    return None
+
+
 def read_stage_frame(scene_path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(up, front, config) from `<stem>.stage_config.json` beside the scene, or the Z-up default."""
-    candidates = [scene_path.with_name(scene_path.stem + ".stage_config.json"),
-                  scene_path.with_name(scene_path.name + ".stage_config.json")]
-    for cfg_path in candidates:
-        if cfg_path.is_file():
-            try:
-                cfg = json.loads(cfg_path.read_text())
-            except (OSError, json.JSONDecodeError) as err:
-                raise SceneLoadError(f"{cfg_path}: unreadable stage config: {err}") from err
-            up = np.asarray(cfg.get("up", DEFAULT_UP), dtype=np.float64)
-            front = np.asarray(cfg.get("front", DEFAULT_FRONT), dtype=np.float64)
-            if up.shape != (3,) or front.shape != (3,) or not np.all(np.isfinite(np.r_[up, front])):
-                raise SceneLoadError(f"{cfg_path}: fields 'up' and 'front' must be 3-vectors")
-            return up, front, cfg
-    return np.asarray(DEFAULT_UP), np.asarray(DEFAULT_FRONT), {}
+    """(up, front, stage config) of a scene, looked up as habitat-sim does.
+
+    The stage config is `<stem>.stage_config.json` beside the scene, else a stage config of the nearest
+    `*.scene_dataset_config.json` (the scene's folder or up to 4 above) whose `render_asset` is the scene; `up` and
+    `front` it lacks come from that dataset config's `stages.default_attributes`, then the Z-up default.
+    """
+    from memnav.sim.habitat import find_scene_dataset_config
+
+    dataset_cfg = find_scene_dataset_config(scene_path)
+    stages = _read_config(dataset_cfg, "scene dataset config").get("stages") if dataset_cfg else None
+    stages = stages if isinstance(stages, dict) else {}
+    defaults = stages.get("default_attributes")
+    defaults = defaults if isinstance(defaults, dict) else {}
+    beside = [scene_path.with_name(scene_path.stem + ".stage_config.json"),
+              scene_path.with_name(scene_path.name + ".stage_config.json")]
+    cfg_path = next((c for c in beside if c.is_file()), None)
+    if cfg_path is None and dataset_cfg is not None:
+        cfg_path = _dataset_stage_config(scene_path, dataset_cfg, stages)
+    cfg = _read_config(cfg_path, "stage config") if cfg_path is not None else {}
+    frame = []
+    for key, default in (("up", DEFAULT_UP), ("front", DEFAULT_FRONT)):
+        source = cfg_path if key in cfg else dataset_cfg if key in defaults else None
+        value = cfg.get(key, defaults.get(key, default))
+        try:
+            vec = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            vec = np.full(1, np.nan)
+        if vec.shape != (3,) or not np.all(np.isfinite(vec)):
+            raise SceneLoadError(f"{source}: field '{key}' must be a 3-vector, got {value!r}")
+        frame.append(vec)
+    return frame[0], frame[1], cfg
+
+
+# extensions trimesh cannot decode: it loads their primitives as placeholder zeros
+_UNDECODABLE_EXTENSIONS = {
+    "EXT_meshopt_compression": "meshopt-compressed geometry",
+    "KHR_meshopt_compression": "meshopt-compressed geometry",
+    "KHR_draco_mesh_compression": "Draco-compressed geometry",
+}
+_TRIANGLE_FAN = 6   # glTF primitive mode; trimesh reads triangle lists and strips only
+_UNDECODABLE_IMAGES = (".ktx2", ".ktx", ".basis", ".dds")
+
+
+def _gltf_document(path: Path) -> tuple[dict, bytes]:
+    """The JSON document of a .gltf / .glb file and its binary chunk (empty for .gltf)."""
+    raw = path.read_bytes()
+    if raw[:4] == b"glTF":
+        if len(raw) < 20:
+            raise SceneLoadError(f"{path}: truncated glTF binary (a .glb needs a 12-byte header and a JSON chunk)")
+        json_len, kind = struct.unpack_from("<I4s", raw, 12)
+        if kind != b"JSON" or 20 + json_len > len(raw):
+            raise SceneLoadError(f"{path}: corrupt glTF binary: its first chunk is not a complete JSON chunk")
+        text, binary = raw[20:20 + json_len], b""
+        rest = 20 + json_len
+        if rest + 8 <= len(raw):
+            bin_len, bin_kind = struct.unpack_from("<I4s", raw, rest)
+            if bin_kind == b"BIN\x00":
+                binary = raw[rest + 8:rest + 8 + bin_len]
+    else:
+        text, binary = raw, b""
+    try:
+        doc = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SceneLoadError(f"{path}: cannot read mesh: the glTF JSON is invalid: {err}") from err
+    if not isinstance(doc, dict):
+        raise SceneLoadError(f"{path}: cannot read mesh: the glTF JSON is not an object")
+    return doc, binary
+
+
+def _gltf_image_problem(path: Path, doc: dict, binary: bytes, index: int) -> str | None:
+    """Why image `index` of a glTF document cannot be decoded, or None when it can."""
+    import PIL.Image
+
+    images = doc.get("images") or []
+    if not isinstance(index, int) or not 0 <= index < len(images) or not isinstance(images[index], dict):
+        return "it names no image of the file"
+    img = images[index]
+    uri, mime = img.get("uri"), str(img.get("mimeType", ""))
+    where = f"image {index}" + (f" ({uri[:60]})" if isinstance(uri, str) and not uri.startswith("data:") else "")
+    if mime in ("image/ktx2", "image/x-basis", "image/vnd-ms.dds") or (
+            isinstance(uri, str) and uri.lower().endswith(_UNDECODABLE_IMAGES)):
+        return (f"{where} is compressed for the GPU ({mime or Path(uri).suffix}: KTX2 / Basis Universal / DDS), "
+                "which the embedded simulator cannot decode; use the scene's uncompressed variant (HM3D ships "
+                "X.glb beside X.basis.glb) or convert the textures to PNG / JPEG")
+    try:
+        if isinstance(uri, str) and uri.startswith("data:"):
+            blob = base64.b64decode(uri.split(",", 1)[1])
+        elif isinstance(uri, str):
+            file = path.parent / urllib.parse.unquote(uri)
+            if not file.is_file():
+                return f"{where}: texture file {file} not found"
+            blob = file.read_bytes()   # read here: PIL.Image.open keeps a file it is given open
+        elif "bufferView" in img:
+            view = doc["bufferViews"][img["bufferView"]]
+            start = int(view.get("byteOffset", 0))
+            blob = binary[start:start + int(view["byteLength"])]
+        else:
+            return f"{where} has neither a uri nor a bufferView"
+        PIL.Image.open(io.BytesIO(blob))
+    except Exception as err:  # PIL raises many types for undecodable bytes
+        return f"{where} cannot be decoded: {type(err).__name__}: {err}"
+    return None
+
+
+def check_gltf_supported(path: Path) -> None:
+    """Refuse a .gltf / .glb that would load wrong: geometry compressed with an extension trimesh cannot decode,
+    triangle fans (which it drops), or a base colour texture that cannot be read (the scene would render white where
+    it is meant to be textured).
+
+    Raises:
+        SceneLoadError: naming the file, the extension or the image, and what to do.
+    """
+    doc, binary = _gltf_document(path)
+    required = doc.get("extensionsRequired") or []
+    for ext in required if isinstance(required, list) else []:
+        if ext == "KHR_draco_mesh_compression" and importlib.util.find_spec("DracoPy") is not None:
+            continue
+        if ext in _UNDECODABLE_EXTENSIONS:
+            hint = "`pip install DracoPy` (trimesh decodes Draco with it) or " if "draco" in ext.lower() else ""
+            raise SceneLoadError(f"{path}: holds {_UNDECODABLE_EXTENSIONS[ext]} ({ext}), which the embedded "
+                                 f"simulator cannot decode: {hint}export the scene again without compression")
+    for i, mesh in enumerate(doc.get("meshes") or []):
+        for j, prim in enumerate(mesh.get("primitives") or [] if isinstance(mesh, dict) else []):
+            if isinstance(prim, dict) and prim.get("mode") == _TRIANGLE_FAN:
+                raise SceneLoadError(f"{path}: mesh {i} primitive {j} is a triangle fan (mode 6), which trimesh "
+                                     "drops without a word; export the scene again with triangle lists")
+    textures = doc.get("textures") or []
+    for m_index, material in enumerate(doc.get("materials") or []):
+        pbr = material.get("pbrMetallicRoughness") if isinstance(material, dict) else None
+        ref = pbr.get("baseColorTexture") if isinstance(pbr, dict) else None
+        if not isinstance(ref, dict) or "index" not in ref:
+            continue
+        name = f"material {m_index}" + (f" ({material['name']!r})" if material.get("name") else "")
+        t_index = ref["index"]
+        texture = textures[t_index] if isinstance(t_index, int) and 0 <= t_index < len(textures) else None
+        if not isinstance(texture, dict):
+            raise SceneLoadError(f"{path}: {name}'s base colour texture {t_index!r} is not a texture of the file")
+        source = texture.get("source")
+        if source is None:   # only in an extension (KHR_texture_basisu, EXT_texture_webp, MSFT_texture_dds)
+            exts = texture.get("extensions") or {}
+            source = next((e.get("source") for e in exts.values() if isinstance(e, dict) and "source" in e), None)
+        problem = _gltf_image_problem(path, doc, binary, source)
+        if problem:
+            raise SceneLoadError(f"{path}: {name}'s base colour texture: {problem}")
+
+
+def check_obj_textures(path: Path) -> None:
+    """Refuse an .obj whose material library or diffuse texture (`map_Kd`) is missing: trimesh loads it plain white.
+
+    Raises:
+        SceneLoadError: naming the .obj, the material file and the missing file.
+    """
+    try:
+        with path.open(errors="replace") as f:   # streamed: a scanned .obj can hold hundreds of MB
+            libraries = [line[len("mtllib"):].strip() for line in f if line.startswith("mtllib")]
+    except OSError as err:
+        raise SceneLoadError(f"{path}: cannot read mesh: {err}") from err
+    for library in libraries:
+        mtl = path.parent / library
+        if not mtl.is_file():
+            raise SceneLoadError(f"{path}: material library {mtl} not found (the scene would render white)")
+        for entry in mtl.read_text(errors="replace").splitlines():
+            words = entry.split()
+            if len(words) > 1 and words[0].lower() == "map_kd":
+                name = entry.strip()[len("map_kd"):].strip()   # all of it, as trimesh reads it (names with spaces)
+                if not (mtl.parent / name).is_file():
+                    options = (": trimesh takes the whole rest of the line as the file name, so map_Kd options "
+                               "(-s, -o, ...) must go" if name.startswith("-") else "")
+                    raise SceneLoadError(f"{path}: texture {mtl.parent / name} named by {mtl.name} (map_Kd) not "
+                                         f"found{options} (the scene would render white)")
 
 
 def _image_rgb(image: object) -> np.ndarray:
@@ -147,7 +353,14 @@ def load_scene_mesh(path: Path | str) -> SceneMesh:
     if path.suffix.lower() not in SUPPORTED_SUFFIXES:
         raise SceneLoadError(f"{path}: unsupported scene type {path.suffix!r}; expected one of {SUPPORTED_SUFFIXES}")
     up, front, _ = read_stage_frame(path)
-    rot = frame_rotation(up, front)
+    try:
+        rot = frame_rotation(up, front)
+    except ValueError as err:
+        raise SceneLoadError(f"{path}: {err}") from err
+    if path.suffix.lower() in (".glb", ".gltf"):
+        check_gltf_supported(path)
+    elif path.suffix.lower() == ".obj":
+        check_obj_textures(path)
     try:
         scene = trimesh.load(str(path), force="scene", process=False)
     except Exception as err:  # trimesh raises many types for corrupt files
