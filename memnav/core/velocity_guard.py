@@ -332,6 +332,41 @@ class VelocityGuard:
         return None
 
 
+class EstopInbox:
+    """Which emergency-stop messages to act on, for a node that subscribes the e-stop reliable, best effort and
+    transient local, so that every kind of publisher reaches it.
+
+    Messages heard on the reliable and best-effort subscriptions are all acted on, as they come: the copies of one
+    reliable publisher's message arrive on both, and the last copy taken restores the newest state even where
+    another publisher's message came in between. The transient-local subscription is the only one that hears what
+    a latched publisher sent before this node heard it (its state while the node was down, respawning, or before
+    discovery matched them); a stop heard there engages, but a release never does: a stop kept across the node's
+    restart (`read_estop_state`), or engaged by another publisher since, is newer than it (the live release reaches
+    the other subscriptions). Nor does a stop heard there that the others already had, from the same publisher,
+    together with something newer of it: taken late, it would undo that publisher's release.
+    """
+
+    MAX_PUBLISHERS = 1024     # publishers remembered (each `memnav estop` is a new one); the oldest is forgotten
+
+    def __init__(self) -> None:
+        self._newest: dict[bytes, int] = {}    # per publisher, the newest sequence number heard live
+
+    def take(self, engaged: bool, publisher: bytes | None = None, sequence: int | None = None,
+             latched: bool = False) -> bool:
+        """Whether to act on an e-stop message: `engaged` (its data), from `publisher` (its GID) with its
+        publication `sequence` number (None: unknown), heard on the transient-local subscription (`latched`) or
+        on another."""
+        known = publisher is not None and sequence is not None
+        if not latched:
+            if known and sequence > self._newest.get(publisher, 0):
+                self._newest.pop(publisher, None)
+                self._newest[publisher] = sequence
+                if len(self._newest) > self.MAX_PUBLISHERS:
+                    del self._newest[next(iter(self._newest))]
+            return True
+        return engaged and not (known and sequence <= self._newest.get(publisher, 0))
+
+
 def read_estop_state(path: Path | str) -> tuple[bool, str]:
     """The emergency-stop state kept in `path` by `write_estop_state`, for a guard that (re)starts.
 

@@ -4,9 +4,10 @@ Publishes std_msgs/Bool on `--topic` (/memnav/estop; reliable, volatile, as the 
 the safety node's own subscription has matched (the safety node: the node that publishes `--status-topic`; another
 subscriber, a bag recorder, does not count: `reaches_publisher_of`), waits until the message is acknowledged, and
 confirms from the safety node's own `/memnav/safety_status` that it took it (its `estop` field). Without
-confirmation within `--timeout` the command fails (status 2) and says so: the robot may still be moving. It does
-not need the ros2 CLI (`ros2 topic pub ...` does the same on a ROS 2 install, without the confirmation). `status`
-prints the safety node's next status (JSON) on stdout and changes nothing. A software stop: keep the robot's
+confirmation within `--timeout` (one deadline for finding the node, its acknowledgement and its confirmation) the
+command fails (status 2) and says so: the robot may still be moving. It does not need the ros2 CLI (`ros2 topic
+pub ...` does the same on a ROS 2 install, without the confirmation). `status` prints the safety node's next status
+(JSON) on stdout and changes nothing. A software stop: keep the robot's
 hardware emergency stop.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from memnav.ros.shell_node import (
     Ros,
@@ -49,6 +51,13 @@ def run(args: argparse.Namespace) -> int:
 
     wanted = args.state == "engage"
     ros = Ros("memnav_estop", ros_args)
+    # one deadline for finding the safety node, its acknowledgement and its confirmation together: each waited the
+    # whole --timeout before, so a safety node that appeared late (respawning) and never confirmed made the command
+    # fail only after twice the time a script behind it (then cutting the power) had allowed for
+    deadline = time.monotonic() + args.timeout
+
+    def left_s() -> float:
+        return max(deadline - time.monotonic(), 1e-3)   # > 0: spin_until takes 0 as "no limit"
     ros.resolve_topics(args, "topic", "status_topic")
     seen: dict = {}
 
@@ -70,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(seen, sort_keys=True))
             return 0
         pub = node.create_publisher(Bool, args.topic, 10)   # reliable, volatile: as the safety node subscribes
-        if not ros.spin_until(lambda: reaches_publisher_of(node, pub, args.status_topic), args.timeout):
+        if not ros.spin_until(lambda: reaches_publisher_of(node, pub, args.status_topic), left_s()):
             others = node.count_subscribers(args.topic)
             raise RuntimeError(f"no subscriber of {args.topic} within {args.timeout:g} s: is the safety node running "
                                f"(memnav launch robot.launch.yaml) on this ROS_DOMAIN_ID? Only the subscription of "
@@ -78,11 +87,11 @@ def run(args: argparse.Namespace) -> int:
                                + (f" ({others} other subscriber(s), a recorder?, do not)" if others else "")
                                + f". Nothing was {'engaged' if wanted else 'released'}")
         pub.publish(Bool(data=wanted))
-        if not pub.wait_for_all_acked(Duration(seconds=args.timeout)):
+        if not pub.wait_for_all_acked(Duration(seconds=left_s())):
             raise RuntimeError(f"the safety node did not acknowledge the message on {args.topic} within "
                                f"{args.timeout:g} s: the emergency stop may not be "
                                f"{'engaged' if wanted else 'released'}")
-        if not ros.spin_until(lambda: seen.get("estop") is wanted, args.timeout):
+        if not ros.spin_until(lambda: seen.get("estop") is wanted, left_s()):
             raise RuntimeError(f"the safety node did not confirm the emergency stop "
                                f"{'engaged' if wanted else 'released'} on {args.status_topic} within "
                                f"{args.timeout:g} s (last status: {json.dumps(seen) if seen else 'none'})")

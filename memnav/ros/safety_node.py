@@ -10,8 +10,10 @@ Subscribes:
                                 of view the depth image (registered to the colour image) is measured with
     /odom                       nav_msgs/Odometry    odometry watched for freshness      (sensor-data QoS)
     /memnav/estop               std_msgs/Bool        true engages the emergency stop, false releases it; it stays
-                                as last set (reliable, volatile: any reliable publisher, latched or not, connects),
-                                across restarts of the node too when estop_state_file is set
+                                as last set, across restarts of the node too when estop_state_file is set. Three
+                                subscriptions: reliable, best effort (micro-ROS) and transient local, which alone
+                                hears what a latched publisher sent before this node (re)started or matched it: such
+                                a stop engages, such a release does not (`EstopInbox`)
 Publishes:
     /cmd_vel                    geometry_msgs/Twist  every 1/rate_hz: the guarded command, zero on any fault
                                 (geometry_msgs/TwistStamped with cmd_vel_stamped: ros2_control's diff_drive_controller
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from memnav.core.files import state_path_in_namespace
 from memnav.core.frames import camera_hfov_deg, check_robot_camera
 from memnav.core.velocity_guard import (
+    EstopInbox,
     GuardOutput,
     GuardReason,
     Source,
@@ -134,6 +137,7 @@ def build(node) -> Callable[[], None]:
     from nav_msgs.msg import Odometry
     from rclpy.clock import Clock, ClockType
     from rclpy.duration import Duration
+    from rclpy.event_handler import SubscriptionEventCallbacks
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import CameraInfo, Image
     from std_msgs.msg import Bool, String
@@ -142,6 +146,7 @@ def build(node) -> Callable[[], None]:
     from memnav.ros import conversions as conv
     from memnav.ros import diagnostics_msgs
     from memnav.ros.params import declare_dataclass, live_group
+    from memnav.ros.qos import events_qos
 
     cfg = declare_dataclass(node, SafetyNodeConfig)
     guard = VelocityGuard.from_config(declare_dataclass(node, VelocityGuardConfig, prefix="guard."))
@@ -229,11 +234,22 @@ def build(node) -> Callable[[], None]:
                                    "guard.stop_distance_m")
             st["hfov"] = hfov
 
+    inbox = EstopInbox()
+
+    def estop_callback(latched: bool) -> Callable:
+        def callback(msg: Bool, info: dict) -> None:
+            gid = info.get("publisher_gid")
+            if inbox.take(bool(msg.data), None if not gid else bytes(gid["data"]),
+                          info.get("publication_sequence_number"), latched=latched):
+                on_estop(msg)
+        return callback
+
     def on_estop(msg: Bool) -> None:
         changed = bool(msg.data) != guard.estop
         if changed:
             node.get_logger().warning(f"emergency stop {'ENGAGED' if msg.data else 'released'}")
         guard.set_estop(bool(msg.data))
+        on_tick()  # act at once, not at the next tick, and before the synced write below (slow on an SD card)
         # kept at a change (an e-stop button repeating its state would otherwise sync the file at its rate), and
         # again after a failed write
         if cfg.estop_state_file and (changed or kept["failed"] or kept["state"] is None):
@@ -245,7 +261,6 @@ def build(node) -> Callable[[], None]:
                 kept["failed"] = True
                 node.get_logger().error(f"could not keep the emergency-stop state in {cfg.estop_state_file}: {err}; "
                                         "a restarted safety node would not know it")
-        on_tick()  # act at once, not at the next tick
 
     def on_tick() -> None:
         now = time.monotonic()
@@ -290,9 +305,17 @@ def build(node) -> Callable[[], None]:
     node.create_subscription(Odometry, "odom", watch(Source.ODOM, conv.odometry_to_pose), qos_profile_sensor_data)
     # reliable (memnav estop, a latched state) and best effort (micro-ROS's default, many joystick drivers): a
     # best-effort publisher matches no reliable-only subscription, and its stop would never be heard. A reliable
-    # publisher reaches both; the state is idempotent.
-    node.create_subscription(Bool, "memnav/estop", on_estop, 10)
-    node.create_subscription(Bool, "memnav/estop", on_estop, qos_profile_sensor_data)
+    # publisher reaches both; the last copy taken restores the newest state.
+    # And transient local: a volatile subscription never gets what a latched publisher (a button node, `ros2 topic
+    # pub --qos-durability transient_local`) sent before it matched, so a stop pressed while this node was down
+    # (respawning), or sent before discovery matched them, went unheard and the node started released (what it
+    # hears, `EstopInbox` decides: a latched stop engages, a latched release does not). A publisher
+    # that one of the three cannot match is heard by another: no "No messages will be received" warning for it.
+    quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _event: None)
+    node.create_subscription(Bool, "memnav/estop", estop_callback(latched=False), 10, event_callbacks=quiet)
+    node.create_subscription(Bool, "memnav/estop", estop_callback(latched=False), qos_profile_sensor_data)
+    node.create_subscription(Bool, "memnav/estop", estop_callback(latched=True), events_qos(),
+                             event_callbacks=quiet)
     # on the steady clock, as the watchdog measures input ages: with use_sim_time a tick on the node's clock waits
     # for /clock, and a stalled simulator or an ended replay would leave the base without its zero command
     node.create_timer(1.0 / cfg.rate_hz, on_tick, clock=Clock(clock_type=ClockType.STEADY_TIME))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from memnav.core.velocity_guard import (
+    EstopInbox,
     GuardReason,
     Source,
     VelocityGuard,
@@ -341,3 +342,22 @@ def test_each_namespace_keeps_its_own_estop_state_file(tmp_path):
     write_estop_state(state_path_in_namespace(root, "/robot1"), True, "2026-11-27T05:00:00Z")
     assert read_estop_state(state_path_in_namespace(root, "/robot1"))[0] is True
     assert read_estop_state(state_path_in_namespace(root, "/robot2"))[0] is False and read_estop_state(root)[0] is False
+
+
+def test_estop_inbox_acts_on_live_messages_and_on_latched_stops_not_yet_heard():
+    inbox = EstopInbox()
+    button, shell, joystick = b"button", b"memnav estop", b"joystick"
+    # a latched button pressed before the node ran: heard on the transient-local subscription only, it engages
+    assert inbox.take(True, button, 1, latched=True)
+    # a reliable transient-local publisher reaches all three subscriptions: true (2), false (3); a transient-local
+    # copy of the stop taken after the release must not engage again, nor its copy of the release count
+    heard = [(True, button, 2, False), (False, button, 3, False), (True, button, 2, True), (False, button, 3, True)]
+    assert [inbox.take(*m) for m in heard] == [True, True, False, False]
+    # a latched release (what a publisher sent before the node heard it) never releases a kept stop
+    assert not inbox.take(False, shell, 1, latched=True)
+    # live messages are all acted on as they come, copies too: a best-effort joystick's stop came between the
+    # reliable shell's release and its best-effort copy, which restores the release
+    assert [inbox.take(*m) for m in [(False, shell, 2), (True, joystick, 5), (False, shell, 2)]] == [True] * 3
+    # no publisher or sequence number from the middleware: a latched stop engages, a latched release does not
+    assert inbox.take(True, latched=True) and inbox.take(True, button, None, latched=True)
+    assert not inbox.take(False, None, 7, latched=True) and inbox.take(False)

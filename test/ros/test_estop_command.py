@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -135,6 +136,48 @@ def test_two_robots_in_namespaces_have_separate_estops_and_state_files(tmp_path)
         assert alone.returncode == 2 and "no subscriber of /memnav/estop" in alone.stderr
     finally:
         stop_processes(nodes.values())
+
+
+# a safety node that never takes the stop (hung in its control loop, say): it subscribes the e-stop and reports
+# itself released
+DEAF_SAFETY = """
+import json
+
+import rclpy
+from std_msgs.msg import Bool, String
+
+rclpy.init()
+node = rclpy.create_node("safety_node")
+node.create_subscription(Bool, "/memnav/estop", lambda msg: None, 10)
+status = node.create_publisher(String, "/memnav/safety_status", 10)
+node.create_timer(0.2, lambda: status.publish(String(data=json.dumps({"estop": False, "reason": "stale_color"}))))
+print("up", flush=True)
+""" + SPIN_UNTIL_STOPPED
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_engage_fails_within_its_timeout_all_told_when_a_late_safety_node_never_confirms(tmp_path):
+    # the safety node appears late (respawning) and never confirms: the command waited --timeout for it, then
+    # --timeout again for the confirmation, failing only after about twice the time it was given
+    env = isolated_ros_env(119)
+    log = tmp_path / "deaf.log"
+    t0 = time.monotonic()
+    engage = subprocess.Popen([sys.executable, "-m", "memnav.cli", "estop", "engage", "--timeout", "10"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    procs = [engage]
+    try:
+        time.sleep(5.0)
+        procs.append(subprocess.Popen([sys.executable, "-c", DEAF_SAFETY], stdout=log.open("w"),
+                                      stderr=subprocess.STDOUT, env=env))
+        _, err = engage.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+        assert engage.returncode == 2, err
+        # 10 s and the command's own start-up (an old command took 5 + the peer's start + 10 s at least)
+        assert elapsed < 14.0, (elapsed, err)
+        assert wait_for_text(log, "up", 10), log.read_text()   # it was there, but too late to confirm
+    finally:
+        stop_processes(procs)
 
 
 def test_bad_estop_options_are_refused(capsys):

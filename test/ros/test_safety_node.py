@@ -416,3 +416,70 @@ def test_a_stop_signal_while_driving_leaves_the_base_commanded_to_zero(monkeypat
         node.destroy_node()
         rclpy.shutdown()
         stop_processes([proc])
+
+
+def test_a_latched_estop_sent_before_the_node_started_engages_it_and_a_latched_release_does_not_undo_a_kept_stop(
+        monkeypatch, tmp_path):
+    """A latched (transient-local) e-stop publisher, a button node or `ros2 topic pub --qos-durability
+    transient_local`, that engaged the stop while the safety node was down (respawning) or before discovery matched
+    them: the node, subscribing volatile only, never got it and started released. Now it starts engaged; the same
+    publisher's live release releases it; and its old latched release does not undo a stop engaged since (kept in
+    estop_state_file) when the node restarts. A volatile publisher (`memnav estop`) raises no QoS warning."""
+    from rclpy.qos import qos_profile_sensor_data
+    from std_msgs.msg import Bool, String
+
+    from memnav.ros.qos import latched_qos
+
+    domain = use_isolated_ros_domain(monkeypatch, 53)
+    log, state_file = tmp_path / "safety.log", tmp_path / "estop.json"
+
+    def start_safety() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "memnav.ros.safety_node", "--ros-args", "-p",
+                                 "status_period_s:=0.1", "-p", f"estop_state_file:={state_file}"],
+                                stdout=log.open("a"), stderr=subprocess.STDOUT)
+
+    rclpy.init(domain_id=domain)
+    node = rclpy.create_node("test_latched_estop")
+    statuses = []
+    node.create_subscription(String, "/memnav/safety_status", lambda m: statuses.append(json.loads(m.data)), 50)
+    button = node.create_publisher(Bool, "/memnav/estop", latched_qos())
+    button.publish(Bool(data=True))             # pressed; no safety node runs yet
+    volatile = node.create_publisher(Bool, "/memnav/estop", 10)
+    procs = [start_safety()]
+
+    def estop_now(engaged: bool, timeout_s: float = 30.0) -> bool:
+        n = len(statuses)
+        return spin_until(node, lambda: len(statuses) > n + 2 and all(s["estop"] is engaged for s in statuses[-3:]),
+                          timeout_s)
+
+    try:
+        # nothing is published after the node starts: it hears the latched stop once discovery has matched them
+        assert estop_now(True, 60.0), (statuses[-3:], log.read_text())
+        assert statuses[-1]["reason"] == "estop"
+        assert json.loads(state_file.read_text())["engaged"] is True
+        button.publish(Bool(data=False))        # released on the button, live
+        assert estop_now(False), statuses[-3:]
+        # engaged by another (volatile) publisher; the button's latched state is still "released"
+        assert spin_until(node, lambda: volatile.get_subscription_count() >= 2, 10.0)
+        volatile.publish(Bool(data=True))
+        assert estop_now(True), statuses[-3:]
+        # the node dies and comes back: the button's old latched release must not release the kept stop
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(timeout=10)
+        procs[0] = start_safety()
+        statuses.clear()
+        assert spin_until(node, lambda: len(statuses) >= 3 and button.get_subscription_count() >= 3, 60.0)
+        spin_until(node, lambda: False, 1.0)
+        assert statuses and all(s["estop"] is True for s in statuses), statuses
+        # a best-effort copy and a reliable one of each message: the last state is what counts
+        be = node.create_publisher(Bool, "/memnav/estop", qos_profile_sensor_data)
+        assert spin_until(node, lambda: be.get_subscription_count() >= 1, 10.0)
+        volatile.publish(Bool(data=False))
+        assert estop_now(False), statuses[-3:]
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop_processes(procs)
+    text = log.read_text()
+    assert "incompatible QoS" not in text, text[-3000:]      # each publisher is heard by one of the three
+    assert text.count("emergency stop ENGAGED as kept in") == 1, text[-3000:]

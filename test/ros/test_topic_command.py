@@ -101,10 +101,11 @@ def test_topic_lists_measures_and_prints_a_running_nodes_topics(monkeypatch, tmp
         info = topic("info", "/memnav/estop", "--json", str(tmp_path / "info.json"))
         assert info.returncode == 0, info.stderr
         found = json.loads((tmp_path / "info.json").read_text())
-        # the safety node subscribes the e-stop twice, reliable and best effort, so that a best-effort e-stop
-        # publisher is heard too; its reliable subscription and the best-effort peer are still a mismatch
-        assert [s["node"] for s in found["subscribers"]] == ["/safety_node", "/safety_node"]
-        assert sorted(s["reliability"] for s in found["subscribers"]) == ["best_effort", "reliable"]
+        # the safety node subscribes the e-stop three times: reliable, best effort (so that a best-effort e-stop
+        # publisher is heard too) and reliable transient local (a latched stop sent before it started); its reliable
+        # subscriptions and the best-effort peer are still a mismatch
+        assert [s["node"] for s in found["subscribers"]] == ["/safety_node"] * 3
+        assert sorted(s["reliability"] for s in found["subscribers"]) == ["best_effort", "reliable", "reliable"]
         assert any("/safety_node subscribes reliable but /test_topic_peer publishes best effort" in line
                    for line in found["qos_mismatches"]), found
         assert "QoS mismatch: /safety_node subscribes reliable" in info.stdout
