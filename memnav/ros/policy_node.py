@@ -355,6 +355,7 @@ def build(node) -> Callable[[], None]:
     from memnav.core.diagnostics import PolicyHealth, policy_diagnostic
     from memnav.core.goal_state import (
         KeptGoal,
+        counted_actions,
         drop_kept_goal,
         mark_ended,
         read_kept_goal,
@@ -868,7 +869,10 @@ def build(node) -> Callable[[], None]:
         budget = cfg.max_steps if not cfg.lockstep and cfg.max_steps > 0 else 0
         taken, why = resume_or_give_up(kept, cfg.max_goal_resumes, budget)
         if taken is None:
-            st["actions"], st["resumes"] = kept.actions, kept.resumes
+            # an ended goal's count is its recorded ending's; an abandoned one's as a resume would count it (the
+            # actions recorded since the last write, or without a record the worst case)
+            st["actions"] = kept.actions if kept.ended else counted_actions(kept, budget)
+            st["resumes"] = kept.resumes
             # logged once done (the kept goal removed)
             if kept.ended:   # killed after recording its ending: published (again), not acted on
                 status = GoalStatus(kept.ended) if kept.ended in ENDED_STATUSES else GoalStatus.ENDED

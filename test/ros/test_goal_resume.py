@@ -118,9 +118,12 @@ def test_a_killed_policy_node_resumes_its_goal_and_gives_it_up_after_max_goal_re
         assert (tmp_path / "status.json").exists(), out.stdout + out.stderr
         return json.loads((tmp_path / "status.json").read_text())
 
+    at_kill = []   # the kept goal as each kill left it (with its action record folded in)
+
     def restart(name: str):
         procs[1].send_signal(signal.SIGKILL)   # a crash: no clean-up of any kind
         procs[1].wait(timeout=10)
+        at_kill.append(kept_goal())
         logs.append(tmp_path / f"{name}.log")
         procs[1] = start_policy_node(env, logs[-1], lockstep=False, args=args)
 
@@ -157,6 +160,8 @@ def test_a_killed_policy_node_resumes_its_goal_and_gives_it_up_after_max_goal_re
         assert not kept.exists()
         body = status()
         assert body["goal_status"]["status"] == "abandoned", body
+        # its count: the actions recorded up to the kill (it said the last kept count, up to 9 fewer)
+        assert body["goal_status"]["actions"] == at_kill[-1].actions + at_kill[-1].unkept_actions, (body, at_kill)
         # its photo delivered again (a goal publisher still latching it): not started again from 0 actions
         rclpy.init(domain_id=domain)
         node = rclpy.create_node("test_latched_goal")
