@@ -48,6 +48,12 @@ Results file: the episodes cannot be run again, so a results_json write that fai
 folder made read-only or removed meanwhile) does not crash the node: it logs an error naming the parameter, the
 path and the cause (every episode's result and the summary are in the log above it), keeps the results in memory,
 and with exit_when_done exits with status RESULTS_ERROR_EXIT (1), so a script sees that the file is missing.
+A run ended before its last episode keeps the episodes that ended, as `memnav eval` does after Ctrl-C: on Ctrl-C
+or SIGTERM the results_json file is written with them, marked `"interrupted": true` (with
+`episodes_selected`; nothing is written before the first episode ended). An episode that cannot be started (its
+scene missing, unreadable or removed meanwhile, no path to its goal) ends the run the same way: one error names
+the episode and the cause, the file also gets `"error"`, the services answer failure from then on, and the node
+exits with status EPISODE_ERROR_EXIT (3) (it died with a traceback, losing every result).
 """
 from __future__ import annotations
 
@@ -85,6 +91,7 @@ TOPICS = {
 }
 MAX_RATE_HZ = 1e9   # a timer period under 1 ns is 0 ns: a busy loop
 RESULTS_ERROR_EXIT = 1   # exit status after the episodes when the results_json file could not be written
+EPISODE_ERROR_EXIT = 3   # exit status when an episode could not be started (the run ended there)
 NO_CLOCK = ("use_sim_time is set but no /clock has arrived: no episode starts until it does (the bridge does not "
             "publish /clock: start the bag player or simulator that does, or set use_sim_time false)")
 TF_TOPICS = {"/tf": ("tf2_msgs/msg/TFMessage", True, False, 100)}   # as tf2_ros.TransformBroadcaster
@@ -328,13 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             drop("action", err)
             return
-        if runner.env.done:
+        if runner.env.done or failed["error"]:
             drop("action", RuntimeError("no episode running"))
             return
         # real time: the robot moves by /cmd_vel alone; an action only counts toward the step limit (a robot-like
         # agent sends both, and the action must not move it a second time), and STOP ends the episode
         obs, result = runner.act(action, move=cfg.lockstep)
         if result is not None:
+            unsaved["flag"] = True
             decided = last["stamp"]   # lock-step: the frame this episode's last action was decided on
             if not cfg.lockstep:
                 agent_states.expect_real_time(len(runner.results) - 1, goal_stamp["ns"])
@@ -361,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                     done["flag"] = True
                     return
             if cfg.auto_next and not runner.finished:
-                start(runner.next_episode())
+                serve(runner.next_episode, runner.index + 1)
                 return
         if cfg.lockstep:   # real time: the timer publishes
             publish(obs)
@@ -374,31 +382,50 @@ def main(argv: list[str] | None = None) -> int:
             drop("cmd_vel", err)
 
     def on_tick() -> None:
-        if runner.env.done:
+        if runner.env.done or failed["error"]:
             return
         fresh = time.monotonic() - cmd["stamp"] <= cfg.cmd_timeout_s
         v, w = (cmd["v"], cmd["w"]) if fresh else (0.0, 0.0)
         publish(runner.drive(v, w, 1.0 / cfg.rate_hz))
 
+    def serve(load: Any, index: int) -> str | None:
+        """Start episode `index` of the runner with `load` (its next_episode or restart_episode); None when it
+        started, else the error, after which the run is over (the results so far are written, the node exits)."""
+        try:
+            obs = load()
+        except (SceneLoadError, HabitatUnavailableError, OSError, ValueError) as err:
+            episode = runner.episodes[index]
+            failed["error"] = (f"episode {episode.episode_id} ({episode.scene_id}) cannot be started: {err}; the run "
+                               f"ends after {len(runner.results)} ended episodes")
+            node.get_logger().error(failed["error"])
+            finishing["deadline"] = time.monotonic() + RESULTS_WAIT_S
+            return failed["error"]
+        start(obs)
+        return None
+
     def srv_reset(_req, resp):
-        if sim_clock_missing(node):
-            resp.success, resp.message = False, NO_CLOCK
+        if failed["error"] or sim_clock_missing(node):
+            resp.success, resp.message = False, failed["error"] or NO_CLOCK
             return resp
-        start(runner.restart_episode())
-        resp.success, resp.message = True, f"episode {runner.episodes[runner.index].episode_id} restarted"
+        error = serve(runner.restart_episode, max(runner.index, 0))
+        resp.success = error is None
+        resp.message = error or f"episode {runner.episodes[runner.index].episode_id} restarted"
         return resp
 
     def srv_next(_req, resp):
-        if sim_clock_missing(node):
-            resp.success, resp.message = False, NO_CLOCK
+        if failed["error"] or sim_clock_missing(node):
+            resp.success, resp.message = False, failed["error"] or NO_CLOCK
             return resp
-        start(runner.next_episode())
-        resp.success, resp.message = True, f"episode {runner.episodes[runner.index].episode_id} started"
+        error = serve(runner.next_episode, (runner.index + 1) % len(runner.episodes))
+        resp.success = error is None
+        resp.message = error or f"episode {runner.episodes[runner.index].episode_id} started"
         return resp
 
     agent_states = AgentStates(runner.results)
     finishing = {"deadline": None}
     exit_status = {"code": 0}
+    failed = {"error": ""}       # why the run ended before its last episode (an episode could not be started)
+    unsaved = {"flag": False}    # an episode ended since results_json was last written
 
     def on_policy_state(msg: String) -> None:
         try:
@@ -406,15 +433,28 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, TypeError, KeyError) as err:
             drop("policy_state", err)
 
-    def finish_results() -> None:
-        if finishing["deadline"] is None:
+    def finish_results(interrupted: bool = False) -> None:
+        """Write results_json once it is due (after the last episode, or the run ended early: `failed`), or at once
+        (`interrupted`: Ctrl-C; marked so unless every episode had ended)."""
+        if finishing["deadline"] is None and not interrupted:
             return
-        if agent_states.waiting and time.monotonic() < finishing["deadline"]:
+        if not interrupted and agent_states.waiting and time.monotonic() < finishing["deadline"]:
             return
         finishing["deadline"] = None
-        meta = {"odometry_origin": sim_cfg.odometry_origin}
+        if failed["error"]:
+            exit_status["code"] = EPISODE_ERROR_EXIT
+        if not cfg.results_json or not unsaved["flag"] or not runner.results:
+            if cfg.exit_when_done or failed["error"]:
+                done["flag"] = True
+            return
+        unsaved["flag"] = False
+        meta: dict[str, Any] = {"odometry_origin": sim_cfg.odometry_origin}
         if cfg.lifelong_dir:
             meta["lifelong_earlier_memory"] = earlier
+        if failed["error"] or not runner.finished:   # as `memnav eval` after Ctrl-C: only the episodes that ended
+            meta.update(interrupted=True, episodes_selected=len(runner.episodes))
+        if failed["error"]:
+            meta["error"] = failed["error"]
         try:
             path = write_results(cfg.results_json, cfg.results_agent, runner.results, run_cfg,
                                  lifelong=bool(cfg.lifelong_dir), **meta)
@@ -424,8 +464,10 @@ def main(argv: list[str] | None = None) -> int:
                                     f"not be written to {cfg.results_json}: {err} (each episode's result and the "
                                     "summary are logged above)")
         else:
-            node.get_logger().info(f"results written to {path} (`memnav eval-report {path} --out DIR`)")
-        if cfg.exit_when_done:
+            node.get_logger().info(f"results of {len(runner.results)} episodes written to {path}"
+                                   f"{' (interrupted)' if 'interrupted' in meta else ''} "
+                                   f"(`memnav eval-report {path} --out DIR`)")
+        if cfg.exit_when_done or failed["error"]:
             done["flag"] = True
 
     node.create_subscription(String, "memnav/action", on_action, 10)
@@ -460,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
             node.get_logger().warning(NO_CLOCK, throttle_duration_sec=5.0)
             return
         begun["flag"] = True
-        start(runner.next_episode())
+        serve(runner.next_episode, 0)
 
     try:
         while rclpy.ok() and not done["flag"]:
@@ -474,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
         if not shut_down():
             raise
     finally:
+        # stopped before the results were written (Ctrl-C; SIGTERM, whose handler shuts rclpy down, ending the loop
+        # by rclpy.ok()): the episodes that ended are kept
+        finish_results(interrupted=True)
         if writer is not None:
             writer.close()
             counts = ", ".join(f"{t}: {n}" for t, n in sorted(writer.counts.items()))

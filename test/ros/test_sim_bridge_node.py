@@ -331,3 +331,86 @@ def test_bridge_under_use_sim_time_waits_for_clock_instead_of_stamping_zero(data
         rclpy.shutdown()
         out = stop_processes([proc])[0]
     assert "use_sim_time is set but no /clock has arrived: no episode starts until it does" in out
+
+
+def _bridge_with_results(data, split, results):
+    return subprocess.Popen([sys.executable, "-m", "memnav.ros.sim_bridge_node", "--ros-args", "-p", f"data:={data}",
+                             "-p", f"split:={split}", "-p", "episodes:=2", "-p", "exit_when_done:=true",
+                             "-p", f"results_json:={results}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _end_first_episode(node, pub, odom, ended):
+    from std_msgs.msg import String
+
+    assert _wait(node, lambda: odom and pub.get_subscription_count() > 0, 60), "the bridge did not come up"
+    pub.publish(String(data="STOP"))
+    assert _wait(node, lambda: ended)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_mid_run_keeps_the_ended_episodes_in_results_json(data, ros_env, tmp_path, signal_name):
+    """Stopped after the first of two episodes (Ctrl-C, or SIGTERM from a launch or systemd): the results file holds
+    that episode, marked interrupted as `memnav eval --json` after Ctrl-C (it was never written: all was lost)."""
+    import signal
+
+    from nav_msgs.msg import Odometry
+    from std_msgs.msg import String
+
+    results = tmp_path / "out" / "results.json"
+    proc = _bridge_with_results(data, "test", results)
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_interrupted")
+    odom, ended = [], []
+    node.create_subscription(Odometry, "/odom", odom.append, 10)
+    node.create_subscription(String, "/memnav/episode_result", ended.append, 10)
+    pub = node.create_publisher(String, "/memnav/action", 10)
+    try:
+        _end_first_episode(node, pub, odom, ended)
+        proc.send_signal(getattr(signal, signal_name))
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        close_ros_test(node, [proc])
+    assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
+    doc = json.loads(results.read_text())
+    assert doc["interrupted"] is True and doc["episodes"] == 1 and doc["episodes_selected"] == 2
+    assert [e["episode_id"] for e in doc["per_episode"]] == [json.loads(ended[0].data)["episode_id"]]
+    assert doc["source"] == "sim_bridge_node" and "error" not in doc
+
+
+def test_an_episode_that_cannot_be_started_ends_the_run_with_the_results_so_far(ros_env, tmp_path):
+    """The second episode's scene is removed while the first runs (a dataset on a network drive, an edited one): the
+    bridge names the episode and the cause, writes the first episode's result and exits with EPISODE_ERROR_EXIT
+    (it died in the callback with a traceback, writing nothing)."""
+    from nav_msgs.msg import Odometry
+    from std_msgs.msg import String
+
+    from memnav.sim.episodes import load_episodes
+
+    data = make_tiny_dataset(tmp_path / "houses", houses=4, seed=4)
+    first, second = load_episodes(data, "train")[:2]
+    assert first.scene_path != second.scene_path
+    results = tmp_path / "results.json"
+    proc = _bridge_with_results(data, "train", results)
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node("test_scene_gone")
+    odom, ended = [], []
+    node.create_subscription(Odometry, "/odom", odom.append, 10)
+    node.create_subscription(String, "/memnav/episode_result", ended.append, 10)
+    pub = node.create_publisher(String, "/memnav/action", 10)
+    try:
+        assert _wait(node, lambda: odom and pub.get_subscription_count() > 0, 60), "the bridge did not come up"
+        second.scene_path.unlink()
+        _end_first_episode(node, pub, odom, ended)
+        out, _ = proc.communicate(timeout=30)   # it ends by itself
+    finally:
+        close_ros_test(node, [proc])
+    assert "Traceback" not in out, out[-3000:]
+    assert f"episode {second.episode_id} ({second.scene_id}) cannot be started" in out and "not found" in out
+    from memnav.ros.sim_bridge_node import EPISODE_ERROR_EXIT
+
+    assert proc.returncode == EPISODE_ERROR_EXIT == 3
+    doc = json.loads(results.read_text())
+    assert doc["interrupted"] is True and doc["episodes_selected"] == 2
+    assert [e["episode_id"] for e in doc["per_episode"]] == [first.episode_id]
+    assert f"episode {second.episode_id}" in doc["error"]
