@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
+    import torch
+
     from memnav.sim.embedded import EmbeddedSimulator
     from memnav.sim.env import ImageNavEnv
     from memnav.sim.episodes import load_episodes
@@ -70,12 +72,15 @@ def run(args: argparse.Namespace) -> dict:
     sim = EmbeddedSimulator(config=SimConfig(seed=args.seed, **camera))
     env = ImageNavEnv(sim)
     times: list[float] = []
+    torch_threads: int | None = None
     total = args.steps + args.warmup
     interrupted: KeyboardInterrupt | None = None
     try:
         while len(times) < total:
             ep = episodes[int(rng.integers(len(episodes)))]
             obs = env.reset(ep)
+            if not times:   # the simulator's first render (numba's thread pool) set torch's threads to one per core
+                set_inference_threads(args.threads)
             agent.reset(ep, env.goal_observation, sim)
             memory = agent.navigator.memory
             if memory is not None and args.prefill > 0 and memory.stats().places == 0:
@@ -85,6 +90,7 @@ def run(args: argparse.Namespace) -> dict:
                 t0 = time.perf_counter()
                 action = agent.act(obs)
                 times.append((time.perf_counter() - t0) * 1e3)
+                torch_threads = torch.get_num_threads()
                 obs = env.step(action)
     except KeyboardInterrupt as err:   # Ctrl-C: the steps timed before it are still reported (marked interrupted)
         interrupted = err
@@ -103,6 +109,7 @@ def run(args: argparse.Namespace) -> dict:
         "step_ms_mean": float(timed.mean()),
         "prefill_places": args.prefill if memory is not None else 0,
         "threads": args.threads,
+        "torch_threads": torch_threads,   # torch's thread count the last timed step ran on
         "blas_threads": blas_threads(),  # None where numpy's BLAS is not an OpenBLAS memnav.threads can reach
         "image_px": [camera["width_px"], camera["height_px"]],
         "hfov_deg": camera["hfov_deg"],

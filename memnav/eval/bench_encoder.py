@@ -14,6 +14,10 @@ is split by that label as well as by closeness.
 `recall_at_1_verified` re-ranks each query's `--verify-top` nearest views by embedding similarity plus
 `ScanVerifyConfig.weight` times their depth-and-colour scan fit (`memnav.core.scan_verification`), computed
 from the same 64x64 RGB-D input the encoder sees; `recall_at_1` stays the encoder's nearest view alone.
+
+`--threads N` (default 2) sets the threads of torch and of numpy's, OpenCV's and SciPy's OpenBLAS
+(`memnav.threads`) that the embeddings and the `encode_ms_*` latency run on; the JSON's `threads` and `blas_threads`
+say what they were.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from memnav.core.verification import VerificationConfig, extract_features
 from memnav.sim.base import RENDERERS, SimConfig
 from memnav.sim.dataset import add_lookalike_grid_arguments, default_data_dir, lookalike_grid
 from memnav.sim.goal_lookalikes import GoalAuditConfig
+from memnav.threads import MAX_INFERENCE_THREADS, blas_threads, set_inference_threads
 from memnav.train.encoder_train import embed
 from memnav.train.frame_bank import houses_of_split, recall_at_1, recall_at_k, render_set, same_place
 
@@ -60,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--render-workers`), so the views, and the figures, differ from the one-process "
                              "default the README's figures use; any N > 0 gives the same views")
     add_camera_arguments(parser, "the database, query and vocabulary views are rendered with")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="CPU threads of torch and of the OpenBLAS builds of numpy, OpenCV and SciPy "
+                             f"(memnav.threads; 1 to {MAX_INFERENCE_THREADS}) while embedding and timing "
+                             "encode_ms_p50; the JSON's `threads` and `blas_threads` (encoder_node runs on "
+                             "`torch_threads`, default 1)")
     parser.add_argument("--verify-top", type=int, default=10, metavar="K",
                         help="re-rank the K nearest views by scan verification for recall_at_1_verified (0 = skip)")
     parser.add_argument("--audit-queries", action="store_true",
@@ -183,14 +193,14 @@ class OrbBagOfWords:
 
 
 def run(args: argparse.Namespace) -> dict:
-    import torch
-
     if args.verify_top < 0:
         raise ValueError(f"--verify-top must be >= 0, got {args.verify_top}")
     if args.max_houses < 0:
         raise ValueError(f"--max-houses must be >= 0 (0 = all), got {args.max_houses}")
     if args.render_workers < 0:
         raise ValueError(f"--render-workers must be >= 0 (0 = render in this process), got {args.render_workers}")
+    if not 1 <= args.threads <= MAX_INFERENCE_THREADS:
+        raise ValueError(f"--threads must be from 1 to {MAX_INFERENCE_THREADS}, got {args.threads}")
     for name in ("db_per_house", "queries_per_house", "vocab_words"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -203,10 +213,12 @@ def run(args: argparse.Namespace) -> dict:
                          "give --verify-top 0 with a non-square --image-px")
     lookalikes = lookalike_grid(args)
     encoder = Encoder.from_checkpoint(args.checkpoint)
-    torch.set_num_threads(2)
+    set_inference_threads(args.threads)   # the latency depends on it: the JSON says what it ran on
     houses = houses_of_split(args.data, args.split)[:args.max_houses or None]
     out: dict = {"test_houses": len(houses), "split": args.split, "checkpoint": str(args.checkpoint),
-                 "renderer": args.renderer, "render_workers": args.render_workers, "hfov_deg": camera["hfov_deg"],
+                 "renderer": args.renderer, "render_workers": args.render_workers, "threads": args.threads,
+                 "blas_threads": blas_threads(),  # None where numpy's BLAS is not an OpenBLAS memnav.threads reaches
+                 "hfov_deg": camera["hfov_deg"],
                  "camera_height_m": camera["sensor_height_m"], "image_px": [camera["width_px"], camera["height_px"]],
                  "targets": {"recall_at_1": 0.90, "encode_ms_p50": 3.0}}
     names = ["encoder recall", *(["look-alike split"] if args.audit_queries else []),
@@ -220,6 +232,8 @@ def run(args: argparse.Namespace) -> dict:
 def _measure(args: argparse.Namespace, encoder: Encoder, houses: list[Path], camera: dict,
              lookalikes: GoalAuditConfig, parts: BenchParts) -> None:
     """Render the views and measure each part of `memnav bench encoder` into `parts`, in the order of its names."""
+    import torch
+
     db = render_set(houses, args.db_per_house, encoder.cfg, args.seed, keep_rgb=True, desc="database",
                     renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers,
                     camera=camera)[0]
@@ -227,6 +241,7 @@ def _measure(args: argparse.Namespace, encoder: Encoder, houses: list[Path], cam
                     renderer=args.renderer, progress=not args.no_progress, workers=args.render_workers,
                     camera=camera)[0]
     match = same_place(qs.poses, db.poses, qs.house, db.house)
+    set_inference_threads(args.threads)   # again: the simulator's first render set torch's to one per core
 
     db_emb, q_emb = embed(encoder.model, db.frames), embed(encoder.model, qs.frames)
     r_enc, n_valid = recall_at_1(db_emb, q_emb, match)
@@ -281,6 +296,7 @@ def _measure(args: argparse.Namespace, encoder: Encoder, houses: list[Path], cam
         encoder.encode(db.rgb[i % len(db.rgb)], depth)
         times.append((time.perf_counter() - t0) * 1000.0)
     parts.add("latency", {"encode_ms_p50": round(float(np.median(times)), 3),
-                          "encode_ms_p99": round(float(np.percentile(times, 99)), 3)})
+                          "encode_ms_p99": round(float(np.percentile(times, 99)), 3),
+                          "torch_threads": torch.get_num_threads()})   # what the latency ran on
     print(f"test houses: {len(houses)}, database {len(db.poses)}, queries {len(qs.poses)} ({n_valid} with a "
           f"true match)", file=sys.stderr)

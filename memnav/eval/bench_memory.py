@@ -51,6 +51,8 @@ from memnav.paths import check_output_dir
 
 DEFAULT_SIZES = "1k,10k,100k,1m"
 QUICK_SIZES = "1k,5k"
+DEFAULT_QUERIES, QUICK_QUERIES = 200, 50
+DEFAULT_PATROL_HOURS, QUICK_PATROL_HOURS = 2.0, 10 / 60
 _NS = 1_000_000_000
 
 
@@ -413,24 +415,38 @@ def bench_patrol(args: argparse.Namespace, embedder: SmoothPlaceEmbedder, workdi
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default=DEFAULT_SIZES,
                         help="comma-separated place counts to benchmark (k = 1e3, m = 1e6)")
-    parser.add_argument("--queries", type=int, default=200, help="timed inserts and retrievals per size")
+    parser.add_argument("--queries", type=int, default=None,
+                        help=f"timed inserts and retrievals per size (default {DEFAULT_QUERIES}; "
+                             f"{QUICK_QUERIES} with --quick)")
     parser.add_argument("--dim", type=int, default=256, help="embedding dimension")
     parser.add_argument("--db", default=None, metavar="DIR",
                         help="folder for the benchmark databases (default: a temporary folder, removed "
                              "afterwards); ':memory:' keeps them in RAM")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
-    parser.add_argument("--patrol-hours", type=float, default=2.0, help="simulated patrol duration, hours")
+    parser.add_argument("--patrol-hours", type=float, default=None,
+                        help=f"simulated patrol duration, hours (default {DEFAULT_PATROL_HOURS:g}; a 10-minute "
+                             "patrol with --quick)")
     parser.add_argument("--quick", action="store_true",
-                        help=f"small run for tests: sizes {QUICK_SIZES}, 50 queries, a 10-minute patrol")
+                        help=f"small run for tests: sizes {QUICK_SIZES}, {QUICK_QUERIES} queries, a 10-minute "
+                             "patrol (a smaller --queries or --patrol-hours is kept; a larger one is refused)")
 
 
 def run(args: argparse.Namespace) -> dict:
     """Run the memory benchmark; returns the JSON-ready results."""
     if args.quick and args.sizes != DEFAULT_SIZES:
         raise ValueError(f"--quick runs sizes {QUICK_SIZES}; leave --sizes out or drop --quick")
-    if args.quick:
-        args = argparse.Namespace(**{**vars(args), "sizes": QUICK_SIZES, "queries": min(args.queries, 50),
-                                     "patrol_hours": min(args.patrol_hours, 10 / 60)})
+    if args.quick:   # --quick lowered a larger --queries / --patrol-hours without a word: refused, as --sizes is
+        if args.queries is not None and args.queries > QUICK_QUERIES:
+            raise ValueError(f"--quick runs at most {QUICK_QUERIES} queries, not --queries {args.queries}; "
+                             "drop --quick or give fewer")
+        if args.patrol_hours is not None and args.patrol_hours > QUICK_PATROL_HOURS:
+            raise ValueError(f"--quick patrols at most 10 minutes, not --patrol-hours {args.patrol_hours:g}; "
+                             "drop --quick or give less")
+    default_queries, default_hours = (QUICK_QUERIES, QUICK_PATROL_HOURS) if args.quick else (DEFAULT_QUERIES,
+                                                                                              DEFAULT_PATROL_HOURS)
+    args = argparse.Namespace(**{**vars(args), "sizes": QUICK_SIZES if args.quick else args.sizes,
+                                 "queries": default_queries if args.queries is None else args.queries,
+                                 "patrol_hours": default_hours if args.patrol_hours is None else args.patrol_hours})
     sizes = sorted({parse_size(s) for s in str(args.sizes).split(",") if s.strip()})
     if not sizes:
         raise ValueError("--sizes: give at least one size")

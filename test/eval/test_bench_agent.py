@@ -67,3 +67,16 @@ def test_ctrl_c_keeps_the_steps_timed(tmp_path, monkeypatch, capsys):
     assert json.loads(printed.out) == res and res["interrupted"] is True and res["left_out"] == ["7 timed steps"]
     assert res["steps"] == 3 and 0 < res["step_ms_p50"] <= res["step_ms_p99"] and res["agent"] == "memnav"
     assert "memnav bench agent: interrupted: measured 3 of 10 timed steps; left out: 7 timed steps" in printed.err
+
+
+@pytest.mark.slow
+def test_bench_agent_times_torch_on_the_threads_asked_for(tmp_path):
+    """--threads 1 was applied before the simulator's first render, which set torch's threads to one per core (numba
+    starting its thread pool): the steps ran torch on 2 threads while the JSON said `threads` 1."""
+    data = make_tiny_dataset(tmp_path / "houses", seed=9)
+    run = subprocess.run([sys.executable, "-m", "memnav.cli", "bench", "agent", "--data", str(data), "--steps", "2",
+                          "--warmup", "0", "--prefill", "0", "--threads", "1", "--no-progress"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(run.stdout)
+    assert res["threads"] == 1 == res["torch_threads"] and res["steps"] == 2
