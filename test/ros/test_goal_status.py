@@ -12,14 +12,31 @@ POLICY_NODE = PACKAGE_ROOT / "memnav" / "ros" / "policy_node.py"
 
 
 def _published_statuses() -> tuple[set[str], list[str]]:
-    """The GoalStatus members policy_node passes to its goal_status(), and the arguments that are something else."""
+    """The GoalStatus members policy_node passes to its goal_status(), and the arguments that are something else. A
+    name passed is followed to its assignments in the same function (a status chosen before the call), and
+    `GoalStatus(...)` (a status read back from the kept goal's record) counts as one of them."""
     tree = ast.parse(POLICY_NODE.read_text())
     used, other = set(), []
+    functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)]
+
+    def options_of(arg: ast.expr, scope: ast.AST) -> list[ast.expr]:
+        if isinstance(arg, ast.IfExp):
+            return options_of(arg.body, scope) + options_of(arg.orelse, scope)
+        if isinstance(arg, ast.Name):
+            values = [a.value for a in ast.walk(scope) if isinstance(a, ast.Assign)
+                      and any(isinstance(t, ast.Name) and t.id == arg.id for t in a.targets)]
+            if values:
+                return [o for v in values for o in options_of(v, scope)
+                        if not (isinstance(o, ast.Constant) and o.value is None)]   # None: no status then
+        return [arg]
+
     for call in ast.walk(tree):
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "goal_status":
-            arg = call.args[0]
-            options = [arg.body, arg.orelse] if isinstance(arg, ast.IfExp) else [arg]
-            for opt in options:
+            scope = min((f for f in functions if f.lineno <= call.lineno <= f.end_lineno),
+                        key=lambda f: f.end_lineno - f.lineno)
+            for opt in options_of(call.args[0], scope):
+                if isinstance(opt, ast.Call) and isinstance(opt.func, ast.Name) and opt.func.id == "GoalStatus":
+                    continue
                 if (isinstance(opt, ast.Attribute) and isinstance(opt.value, ast.Name)
                         and opt.value.id == "GoalStatus"):
                     used.add(opt.attr)
