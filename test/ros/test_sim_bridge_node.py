@@ -340,6 +340,20 @@ def _bridge_with_results(data, split, results):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _results_listener(ros_env: int, name: str):
+    """rclpy on the bridge's domain and a node `name` hearing /odom and /memnav/episode_result, with an action
+    publisher: (node, odometry heard, episode results heard, action publisher)."""
+    from nav_msgs.msg import Odometry
+    from std_msgs.msg import String
+
+    rclpy.init(domain_id=ros_env)
+    node = rclpy.create_node(name)
+    odom, ended = [], []
+    node.create_subscription(Odometry, "/odom", odom.append, 10)
+    node.create_subscription(String, "/memnav/episode_result", ended.append, 10)
+    return node, odom, ended, node.create_publisher(String, "/memnav/action", 10)
+
+
 def _end_first_episode(node, pub, odom, ended):
     from std_msgs.msg import String
 
@@ -354,17 +368,9 @@ def test_ctrl_c_mid_run_keeps_the_ended_episodes_in_results_json(data, ros_env, 
     that episode, marked interrupted as `memnav eval --json` after Ctrl-C (it was never written: all was lost)."""
     import signal
 
-    from nav_msgs.msg import Odometry
-    from std_msgs.msg import String
-
     results = tmp_path / "out" / "results.json"
     proc = _bridge_with_results(data, "test", results)
-    rclpy.init(domain_id=ros_env)
-    node = rclpy.create_node("test_interrupted")
-    odom, ended = [], []
-    node.create_subscription(Odometry, "/odom", odom.append, 10)
-    node.create_subscription(String, "/memnav/episode_result", ended.append, 10)
-    pub = node.create_publisher(String, "/memnav/action", 10)
+    node, odom, ended, pub = _results_listener(ros_env, "test_interrupted")
     try:
         _end_first_episode(node, pub, odom, ended)
         proc.send_signal(getattr(signal, signal_name))
@@ -382,9 +388,6 @@ def test_an_episode_that_cannot_be_started_ends_the_run_with_the_results_so_far(
     """The second episode's scene is removed while the first runs (a dataset on a network drive, an edited one): the
     bridge names the episode and the cause, writes the first episode's result and exits with EPISODE_ERROR_EXIT
     (it died in the callback with a traceback, writing nothing)."""
-    from nav_msgs.msg import Odometry
-    from std_msgs.msg import String
-
     from memnav.sim.episodes import load_episodes
 
     data = make_tiny_dataset(tmp_path / "houses", houses=4, seed=4)
@@ -392,12 +395,7 @@ def test_an_episode_that_cannot_be_started_ends_the_run_with_the_results_so_far(
     assert first.scene_path != second.scene_path
     results = tmp_path / "results.json"
     proc = _bridge_with_results(data, "train", results)
-    rclpy.init(domain_id=ros_env)
-    node = rclpy.create_node("test_scene_gone")
-    odom, ended = [], []
-    node.create_subscription(Odometry, "/odom", odom.append, 10)
-    node.create_subscription(String, "/memnav/episode_result", ended.append, 10)
-    pub = node.create_publisher(String, "/memnav/action", 10)
+    node, odom, ended, pub = _results_listener(ros_env, "test_scene_gone")
     try:
         assert _wait(node, lambda: odom and pub.get_subscription_count() > 0, 60), "the bridge did not come up"
         second.scene_path.unlink()
