@@ -87,6 +87,15 @@ def set_blas_threads(n: int) -> int | None:
 BUNDLED_BLAS_MODULES = ("scipy.linalg", "cv2")
 
 
+def check_inference_threads(n: int, name: str = "inference threads") -> int:
+    """`n` if it is a thread count to pass to `set_inference_threads` (1 to MAX_INFERENCE_THREADS; 10^5 crashed the
+    process with a segmentation fault), else ValueError naming `name` (e.g. "--threads"): for options checked
+    before any work."""
+    if not 1 <= n <= MAX_INFERENCE_THREADS:
+        raise ValueError(f"{name} must be from 1 to {MAX_INFERENCE_THREADS}, got {n}")
+    return n
+
+
 def set_inference_threads(n: int) -> None:
     """Run per-step inference on `n` threads: torch's intra-op pool and the OpenBLAS builds of numpy, SciPy and
     OpenCV (n >= 1). SciPy's and OpenCV's are imported first: mapped later (a scene load, the first ORB match),

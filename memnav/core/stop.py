@@ -330,3 +330,20 @@ def unchecked_calibration_note(calibration: Path | str, calibrated: EncoderCheck
     return (f"stop calibration {calibration} does not name its encoder checkpoint's hash (no checkpoint_sha256; "
             f"fitted on {calibrated.path or 'a checkpoint it does not name'}): whether the encoder node runs that "
             "checkpoint is not checked; `memnav train stop` records it")
+
+
+def loaded_encoder_mismatch(calibration: Path | str, encoder_checkpoint: Path | str, *, runner: str,
+                            give_to: str) -> tuple[bool, str] | None:
+    """For a process that loads both the stop calibration and the encoder checkpoint (the policy node): (True, a
+    warning, `checkpoint_mismatch` worded with `runner` and `give_to`) when the calibration was fitted on another
+    checkpoint (by content, memnav.core.checkpoint.checkpoint_sha256), (False, a note) when the calibration names
+    no hash to check (`unchecked_calibration_note`), else None."""
+    from memnav.core.checkpoint import checkpoint_sha256
+
+    calibrated = calibrated_checkpoint(calibration)
+    note = unchecked_calibration_note(calibration, calibrated)
+    if note is not None:
+        return False, note
+    running = EncoderCheckpoint(str(encoder_checkpoint), checkpoint_sha256(encoder_checkpoint))
+    warning = checkpoint_mismatch(calibration, calibrated, running, runner=runner, give_to=give_to)
+    return None if warning is None else (True, warning)

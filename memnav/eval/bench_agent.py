@@ -23,7 +23,7 @@ from memnav.eval.evaluate import add_map_pixel_spacing_argument, add_model_argum
 from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
 from memnav.sim.base import SimConfig
 from memnav.sim.dataset import default_data_dir
-from memnav.threads import MAX_INFERENCE_THREADS, blas_threads, set_inference_threads
+from memnav.threads import MAX_INFERENCE_THREADS, blas_threads, check_inference_threads, set_inference_threads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,8 +59,7 @@ def run(args: argparse.Namespace) -> dict:
             raise ValueError(f"--{name} must be >= 0, got {getattr(args, name)}")
     if not (math.isfinite(args.map_pixel_spacing_deg) and args.map_pixel_spacing_deg >= 0):
         raise ValueError(f"--map-pixel-spacing-deg must be a finite number >= 0, got {args.map_pixel_spacing_deg}")
-    if not 1 <= args.threads <= MAX_INFERENCE_THREADS:   # 10^5 crashed the process (segmentation fault)
-        raise ValueError(f"--threads must be from 1 to {MAX_INFERENCE_THREADS}, got {args.threads}")
+    check_inference_threads(args.threads, "--threads")
     camera = camera_options(args)
     check_model_files(args)
     set_inference_threads(args.threads)

@@ -36,7 +36,7 @@ from memnav.core.verification import VerificationConfig, extract_features
 from memnav.sim.base import RENDERERS, SimConfig
 from memnav.sim.dataset import add_lookalike_grid_arguments, default_data_dir, lookalike_grid
 from memnav.sim.goal_lookalikes import GoalAuditConfig
-from memnav.threads import MAX_INFERENCE_THREADS, blas_threads, set_inference_threads
+from memnav.threads import MAX_INFERENCE_THREADS, blas_threads, check_inference_threads, set_inference_threads
 from memnav.train.encoder_train import embed
 from memnav.train.frame_bank import houses_of_split, recall_at_1, recall_at_k, render_set, same_place
 
@@ -199,8 +199,7 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--max-houses must be >= 0 (0 = all), got {args.max_houses}")
     if args.render_workers < 0:
         raise ValueError(f"--render-workers must be >= 0 (0 = render in this process), got {args.render_workers}")
-    if not 1 <= args.threads <= MAX_INFERENCE_THREADS:
-        raise ValueError(f"--threads must be from 1 to {MAX_INFERENCE_THREADS}, got {args.threads}")
+    check_inference_threads(args.threads, "--threads")
     for name in ("db_per_house", "queries_per_house", "vocab_words"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -312,28 +312,6 @@ class PolicyNodeConfig(ExploringTuning):
                              f"{MAX_WAIT_S:g}, got {self.map_period_s!r}")
 
 
-def encoder_calibration_mismatch(calibration: Path, encoder_checkpoint: Path) -> tuple[bool, str] | None:
-    """(True, a warning) when the node's stop calibration was fitted on another encoder checkpoint than the one it
-    runs (by content, memnav.core.checkpoint.checkpoint_sha256), (False, a note) when the calibration names no hash
-    to check, else None."""
-    from memnav.core.checkpoint import checkpoint_sha256
-    from memnav.core.stop import (
-        EncoderCheckpoint,
-        calibrated_checkpoint,
-        checkpoint_mismatch,
-        unchecked_calibration_note,
-    )
-
-    calibrated = calibrated_checkpoint(calibration)
-    note = unchecked_calibration_note(calibration, calibrated)
-    if note is not None:
-        return False, note
-    running = EncoderCheckpoint(str(encoder_checkpoint), checkpoint_sha256(encoder_checkpoint))
-    warning = checkpoint_mismatch(calibration, calibrated, running, runner="this node's encoder_checkpoint is",
-                                  give_to="set it as this node's calibration")
-    return None if warning is None else (True, warning)
-
-
 def main(argv: list[str] | None = None) -> int:
     from memnav.ros.stack_node import run_nodes
 
@@ -366,6 +344,7 @@ def build(node) -> Callable[[], None]:
     )
     from memnav.core.memory import MemoryStoreError
     from memnav.core.sensor_check import Level, check_camera_mount, fit_floor
+    from memnav.core.stop import loaded_encoder_mismatch
     from memnav.eval.learned_agents import MODELS, LearnedAgent, LearnedAgentOptions
     from memnav.paths import resolve_model_path
     from memnav.ros import conversions as conv
@@ -394,7 +373,9 @@ def build(node) -> Callable[[], None]:
     agent = LearnedAgent(cfg.agent, opts)
     nav = agent.navigator
     # the stop belief is calibrated on one encoder's similarities: say so when this node runs another
-    calibration_note = encoder_calibration_mismatch(opts.calibration, opts.encoder_checkpoint)
+    calibration_note = loaded_encoder_mismatch(opts.calibration, opts.encoder_checkpoint,
+                                               runner="this node's encoder_checkpoint is",
+                                               give_to="set it as this node's calibration")
     if calibration_note is not None:
         log = node.get_logger().warning if calibration_note[0] else node.get_logger().info
         log(calibration_note[1])
